@@ -1,0 +1,66 @@
+"""Developer sessions: ``nox -s demo``, ``nox -s tests``, ``nox -s contract-local``,
+``nox -s lint``, ``nox -s typecheck``, ``nox -s docs``, ``nox -s bench``."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.sessions = ["tests"]
+
+PYPROJECT = nox.project.load_toml("pyproject.toml")
+
+
+def install(session: nox.Session, *groups: str) -> None:
+    """Install the SDK and the contract suite (editable) plus dependency groups."""
+    deps = [d for g in groups for d in nox.project.dependency_groups(PYPROJECT, g)]
+    session.install("-e", ".", "-e", "contract_tests", *deps)
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """A guided tour on the embedded local provider."""
+    session.install("-e", ".")
+    session.run("psdk", "demo", *session.posargs)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Unit tests, then the contract suite against every provider installed here."""
+    install(session, "test")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(name="contract-local")
+def contract_local(session: nox.Session) -> None:
+    """The contract suite against the local provider, through ``psdk contract``."""
+    install(session, "test")
+    session.run("psdk", "contract", "--provider", "local", "--", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over the whole tree."""
+    session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
+    session.run("ruff", "check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict on the core package."""
+    install(session, "typecheck")
+    session.run("mypy", "--strict", "provider_sdk")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site; any warning fails."""
+    install(session, "docs")
+    session.run("mkdocs", "build", "--strict", "--site-dir", session.create_tmp() + "/site")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks: one JSON object per line, each a ratio against a baseline."""
+    install(session)
+    session.run("python", "bench/run.py", *session.posargs)

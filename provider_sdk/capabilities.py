@@ -1,0 +1,87 @@
+"""Capabilities: what a provider can do beyond the required core, declared as data.
+
+A provider class lists its capabilities in ``capabilities``. Some capabilities are
+backed by provider hooks (``HOOKS``): the registry checks, when it loads a provider, that
+a declared capability's hooks are implemented and that no hook is implemented without
+its capability being declared. The others are behaviours (``pause.memory``: memory
+survives a pause) that the contract suite exercises. Calling something a provider does
+not declare raises :class:`~provider_sdk.errors.UnsupportedCapability`.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["HOOKS", "IMPLIES", "Capability"]
+
+
+class Capability(str, enum.Enum):
+    """A named capability; the value is the dotted name used in docs and on the CLI."""
+
+    EXEC_STREAM = "exec.stream"
+    """``on_stdout``/``on_stderr`` callbacks receive output while the command runs."""
+    EXEC_USER = "exec.user"
+    """``exec(user=...)`` runs the command as another user."""
+    PROCESS_BACKGROUND = "process.background"
+    """``start()`` runs a background process: stream its output, write its stdin,
+    kill it, and reattach to it by pid from another handle."""
+    SHELL_PERSISTENT = "shell.persistent"
+    """``shell()`` gives a session in which ``cd`` and ``export`` carry over."""
+    PAUSE = "pause"
+    """``pause()``/``resume()``; the filesystem is kept."""
+    PAUSE_MEMORY = "pause.memory"
+    """Memory survives a pause: a running process keeps running after ``resume()``."""
+    LIFECYCLE_AUTO_PAUSE = "lifecycle.auto_pause"
+    """``Lifecycle(on_idle="pause")``: the backend pauses an idle sandbox itself."""
+    LIFECYCLE_AUTO_RESUME = "lifecycle.auto_resume"
+    """``Lifecycle(auto_resume=True)``: a paused sandbox resumes on the next request."""
+    SNAPSHOT_FILESYSTEM = "snapshot.filesystem"
+    """``snapshot()`` captures the filesystem; new sandboxes can start from it."""
+    SNAPSHOT_MEMORY = "snapshot.memory"
+    """Snapshots capture memory too: processes resume where they were."""
+    SNAPSHOT_ROLLBACK = "snapshot.rollback"
+    """``rollback(snapshot)`` restores a sandbox in place."""
+    VOLUMES = "volumes"
+    """Named volumes: create, get, list, delete, and mount at create."""
+    VOLUMES_SHARED = "volumes.shared"
+    """One volume mounted in several sandboxes at once sees every sandbox's writes."""
+    NETWORK_POLICY = "network.policy"
+    """``SandboxSpec.network`` is honoured at create."""
+    NETWORK_UPDATE = "network.update"
+    """``update_network(policy)`` changes a running sandbox's policy."""
+    LIST_METADATA = "list.metadata"
+    """``list(metadata=...)`` filters on the backend, not by fetching everything."""
+    METRICS = "metrics"
+    """``metrics()`` reports cpu, memory and disk use."""
+    TEMPLATES_BUILD = "templates.build"
+    """``build_template()`` turns a :class:`~provider_sdk.models.TemplateSpec` into a template."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: Provider hooks that a capability needs; each is implemented if and only if declared.
+HOOKS: dict[Capability, tuple[str, ...]] = {
+    Capability.PROCESS_BACKGROUND: (
+        "_start", "_process_events", "_send_stdin", "_close_stdin", "_kill_process",
+    ),
+    Capability.SHELL_PERSISTENT: ("_open_shell",),
+    Capability.PAUSE: ("_pause", "_resume"),
+    Capability.SNAPSHOT_FILESYSTEM: ("_snapshot", "_list_snapshots", "_delete_snapshot"),
+    Capability.SNAPSHOT_ROLLBACK: ("_rollback",),
+    Capability.VOLUMES: ("_create_volume", "_get_volume", "_list_volumes", "_delete_volume"),
+    Capability.NETWORK_UPDATE: ("_update_network",),
+    Capability.METRICS: ("_metrics",),
+    Capability.TEMPLATES_BUILD: ("_build_template", "_list_templates", "_delete_template"),
+}
+
+#: A capability on the left is meaningless without those on the right.
+IMPLIES: dict[Capability, frozenset[Capability]] = {
+    Capability.PAUSE_MEMORY: frozenset({Capability.PAUSE}),
+    Capability.LIFECYCLE_AUTO_PAUSE: frozenset({Capability.PAUSE}),
+    Capability.LIFECYCLE_AUTO_RESUME: frozenset({Capability.PAUSE}),
+    Capability.SNAPSHOT_MEMORY: frozenset({Capability.SNAPSHOT_FILESYSTEM}),
+    Capability.SNAPSHOT_ROLLBACK: frozenset({Capability.SNAPSHOT_FILESYSTEM}),
+    Capability.VOLUMES_SHARED: frozenset({Capability.VOLUMES}),
+    Capability.NETWORK_UPDATE: frozenset({Capability.NETWORK_POLICY}),
+}

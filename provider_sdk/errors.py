@@ -1,0 +1,238 @@
+"""The error tree: every error this SDK raises derives from :class:`SandboxError`.
+
+Providers translate vendor and engine errors exactly once, at their boundary, most
+specific first, with ``raise ... from exc``. Each error also subclasses the builtin it
+behaves like, so ``except LookupError`` or ``except TimeoutError`` keeps working::
+
+    SandboxError
+    ├── ConfigError (ValueError)               a missing or malformed setting or option
+    │   └── ProviderNotFound (LookupError)     no provider by that name is installed
+    ├── UnsupportedCapability (NotImplementedError)
+    ├── InvalidInput (ValueError)              a malformed spec, path, env, timeout ...
+    │   ├── IsADirectory (IsADirectoryError)
+    │   └── NotADirectory (NotADirectoryError)
+    ├── AuthenticationError (PermissionError)
+    ├── NotFound (LookupError)
+    │   ├── SandboxNotFound
+    │   ├── SnapshotNotFound
+    │   ├── VolumeNotFound
+    │   ├── TemplateNotFound
+    │   ├── ProcessNotFound
+    │   └── FileNotFound (FileNotFoundError)
+    ├── SandboxNotRunning (RuntimeError)       paused, stopped or killed
+    ├── Conflict                               the resource exists or is in use
+    │   └── FileExists (FileExistsError)
+    ├── Unavailable (ConnectionError)          transient: retry later
+    │   └── RateLimited                        ``retry_after`` seconds, when known
+    ├── OperationTimeout (TimeoutError)
+    │   └── CommandTimeout                     carries the partial ``result``
+    ├── QuotaExceeded
+    └── TemplateBuildError                     carries the ``step`` and a ``log_tail``
+
+Every error carries ``provider`` and ``sandbox_id`` (``None`` where not applicable).
+Messages never contain credentials: settings holding secrets are :class:`Secret` values
+whose ``repr`` and ``str`` are masked.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from provider_sdk.models import ExecResult
+
+__all__ = [
+    "AuthenticationError",
+    "CommandTimeout",
+    "ConfigError",
+    "Conflict",
+    "FileExists",
+    "FileNotFound",
+    "InvalidInput",
+    "IsADirectory",
+    "NotADirectory",
+    "NotFound",
+    "OperationTimeout",
+    "ProcessNotFound",
+    "ProviderNotFound",
+    "QuotaExceeded",
+    "RateLimited",
+    "SandboxError",
+    "SandboxNotFound",
+    "SandboxNotRunning",
+    "SnapshotNotFound",
+    "TemplateBuildError",
+    "TemplateNotFound",
+    "Unavailable",
+    "UnsupportedCapability",
+    "VolumeNotFound",
+]
+
+
+class SandboxError(Exception):
+    """Root of every error raised by provider-sdk and its providers.
+
+    Attributes:
+        message: the human-readable message, without the provider prefix.
+        provider: name of the provider that raised it, if any.
+        sandbox_id: the sandbox concerned, if any.
+    """
+
+    def __init__(
+        self, message: str, *, provider: str | None = None, sandbox_id: str | None = None
+    ) -> None:
+        self.message = message
+        self.provider = provider
+        self.sandbox_id = sandbox_id
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        where = []
+        if self.provider:
+            where.append(self.provider)
+        if self.sandbox_id:
+            where.append(self.sandbox_id)
+        return f"[{' '.join(where)}] {self.message}" if where else self.message
+
+
+class ConfigError(SandboxError, ValueError):
+    """A setting or provider option is missing or malformed; the message names it."""
+
+
+class ProviderNotFound(ConfigError, LookupError):
+    """No provider of that name is installed (or it failed to import).
+
+    Attributes:
+        installed: names of the providers that are installed.
+    """
+
+    def __init__(self, message: str, *, installed: tuple[str, ...] = (), **kw: str | None) -> None:
+        super().__init__(message, **kw)
+        self.installed = installed
+
+
+class UnsupportedCapability(SandboxError, NotImplementedError):
+    """The provider does not declare the capability the call needs.
+
+    Attributes:
+        capability: the capability name, e.g. ``"pause.memory"``.
+    """
+
+    def __init__(self, capability: str, *, provider: str | None = None,
+                 sandbox_id: str | None = None, detail: str = "") -> None:
+        self.capability = capability
+        msg = f"provider {provider!r} does not support {capability!r}"
+        super().__init__(f"{msg}: {detail}" if detail else msg, provider=provider,
+                         sandbox_id=sandbox_id)
+
+
+class InvalidInput(SandboxError, ValueError):
+    """An argument is malformed: the message names the field or parameter."""
+
+
+class IsADirectory(InvalidInput, IsADirectoryError):
+    """A file operation was given a directory."""
+
+
+class NotADirectory(InvalidInput, NotADirectoryError):
+    """A directory operation was given something that is not a directory."""
+
+
+class AuthenticationError(SandboxError, PermissionError):
+    """The backend rejected the credentials (the message never contains them)."""
+
+
+class NotFound(SandboxError, LookupError):
+    """Something the call names does not exist."""
+
+
+class SandboxNotFound(NotFound):
+    """The sandbox id is unknown to the provider, or the sandbox is gone."""
+
+
+class SnapshotNotFound(NotFound):
+    """The snapshot id is unknown to the provider."""
+
+
+class VolumeNotFound(NotFound):
+    """The volume is unknown to the provider."""
+
+
+class TemplateNotFound(NotFound):
+    """The template (image, snapshot name, template id) does not exist."""
+
+
+class ProcessNotFound(NotFound):
+    """No process with that pid exists in the sandbox."""
+
+
+class FileNotFound(NotFound, FileNotFoundError):
+    """A path inside the sandbox does not exist."""
+
+
+class SandboxNotRunning(SandboxError, RuntimeError):
+    """The operation needs a running sandbox, and it is paused, stopped or killed.
+
+    Attributes:
+        state: the sandbox's state as a string, when known.
+    """
+
+    def __init__(self, message: str, *, state: str | None = None, **kw: str | None) -> None:
+        super().__init__(message, **kw)
+        self.state = state
+
+
+class Conflict(SandboxError):
+    """The resource already exists, or is in a state that forbids the operation."""
+
+
+class FileExists(Conflict, FileExistsError):
+    """A path inside the sandbox already exists."""
+
+
+class Unavailable(SandboxError, ConnectionError):
+    """The backend or the sandbox's data plane did not answer; retrying may help."""
+
+
+class RateLimited(Unavailable):
+    """The backend is rate limiting; ``retry_after`` is in seconds, when known."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None,
+                 **kw: str | None) -> None:
+        super().__init__(message, **kw)
+        self.retry_after = retry_after
+
+
+class OperationTimeout(SandboxError, TimeoutError):
+    """An operation did not finish within its time limit."""
+
+
+class CommandTimeout(OperationTimeout):
+    """A command hit its ``timeout``; its whole process tree was killed.
+
+    Attributes:
+        result: what the command printed before it was killed (``exit_code`` is ``-9``).
+    """
+
+    def __init__(self, message: str, *, result: ExecResult, **kw: str | None) -> None:
+        super().__init__(message, **kw)
+        self.result = result
+
+
+class QuotaExceeded(SandboxError):
+    """The backend refuses because an account or host limit is reached."""
+
+
+class TemplateBuildError(SandboxError):
+    """Building a template failed.
+
+    Attributes:
+        step: the build step that failed (e.g. ``"parse"``, ``"build"``, ``"push"``).
+        log_tail: the last lines of the build log.
+    """
+
+    def __init__(self, message: str, *, step: str, log_tail: str = "",
+                 **kw: str | None) -> None:
+        super().__init__(f"{step}: {message}", **kw)
+        self.step = step
+        self.log_tail = log_tail

@@ -1,0 +1,435 @@
+"""``SandboxProvider``: the one interface business code talks to, and plugins implement.
+
+A provider author implements the hooks, the ``_``-prefixed methods below: a small
+required core (create, info, list, kill, exec and six file operations) plus the hooks of
+each capability the class declares (see :data:`provider_sdk.capabilities.HOOKS`). The
+public methods around them are written once, here: they validate input, check
+capabilities, emit events and wrap results in :class:`~provider_sdk.sandbox.Sandbox`
+handles. Hooks translate their backend's errors into the neutral tree, once.
+
+This module owns the interface; it must not know any backend.
+"""
+
+from __future__ import annotations
+
+import abc
+import builtins
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
+
+import attrs
+
+from provider_sdk.capabilities import Capability
+from provider_sdk.errors import InvalidInput, SandboxError, UnsupportedCapability
+from provider_sdk.events import span
+from provider_sdk.models import (
+    ExecResult,
+    FileInfo,
+    Metrics,
+    NetworkPolicy,
+    SandboxInfo,
+    SandboxSpec,
+    SandboxState,
+    Snapshot,
+    Template,
+    TemplateSpec,
+    Volume,
+)
+
+if TYPE_CHECKING:
+    from provider_sdk.sandbox import Sandbox, SandboxCreation, Shell
+
+__all__ = [
+    "Command",
+    "OutputCallback",
+    "ProcessEvent",
+    "ProcessExit",
+    "ProcessOutput",
+    "SandboxProvider",
+]
+
+T = TypeVar("T")
+
+#: A callback receiving output chunks as they arrive; plain or async.
+OutputCallback = Callable[[bytes], "Awaitable[None] | None"]
+
+
+@attrs.frozen(kw_only=True)
+class Command:
+    """A validated command, as the framework hands it to a provider's hooks."""
+
+    argv: tuple[str, ...]
+    """Program and arguments; a shell string arrives as ``("/bin/bash", "-c", text)``."""
+    env: Mapping[str, str] = attrs.field(factory=dict, repr=False)
+    """Variables set for this call, over the sandbox's defaults. Values are never shown."""
+    cwd: str | None = None
+    """Working directory; relative paths resolve against the sandbox's."""
+    user: str | None = None
+    timeout: float | None = None
+    """Seconds before the whole process tree is killed."""
+    stdin: bytes | None = None
+    """Bytes fed to standard input, then closed. ``None``: empty stdin."""
+    on_stdout: OutputCallback | None = attrs.field(default=None, eq=False, repr=False)
+    on_stderr: OutputCallback | None = attrs.field(default=None, eq=False, repr=False)
+
+
+@attrs.frozen
+class ProcessOutput:
+    """A chunk of a background process's output."""
+
+    stream: Literal["stdout", "stderr"]
+    data: bytes
+
+
+@attrs.frozen
+class ProcessExit:
+    """The last event of a background process: its exit status."""
+
+    exit_code: int
+
+
+ProcessEvent = ProcessOutput | ProcessExit
+
+
+class SandboxProvider(abc.ABC):
+    """Base class of every provider.
+
+    Use it as an async context manager (or call :meth:`aclose`) to release client
+    resources; sandboxes are not killed by closing the provider.
+
+    Class attributes:
+        name: the provider's registry name (``"local"``, ``"docker"``, ...).
+        capabilities: the capabilities it declares.
+        install_hint: the distribution that provides it (named in errors).
+    """
+
+    name: ClassVar[str]
+    capabilities: ClassVar[frozenset[Capability]] = frozenset()
+    install_hint: ClassVar[str] = "provider-sdk"
+
+    # ------------------------------------------------------------------ public API
+
+    def supports(self, capability: Capability | str) -> bool:
+        """Whether this provider declares ``capability``."""
+        return Capability(capability) in self.capabilities
+
+    def require(self, capability: Capability, *, sandbox_id: str | None = None,
+                detail: str = "") -> None:
+        """Raise :class:`UnsupportedCapability` unless ``capability`` is declared."""
+        if capability not in self.capabilities:
+            raise UnsupportedCapability(str(capability), provider=self.name,
+                                        sandbox_id=sandbox_id, detail=detail)
+
+    def create(self, spec: SandboxSpec | None = None, /, **fields: Any) -> SandboxCreation:
+        """Create a sandbox; it is returned once its data plane answers.
+
+        Pass a :class:`SandboxSpec`, or its fields as keywords. Await the result for a
+        :class:`Sandbox`, or use it as ``async with provider.create(...) as sandbox:``
+        to kill the sandbox when the block ends.
+        """
+        from provider_sdk.sandbox import SandboxCreation
+
+        if spec is None:
+            spec = SandboxSpec(**fields)
+        elif fields:
+            spec = attrs.evolve(spec, **fields)
+        return SandboxCreation(self, spec)
+
+    async def _create_sandbox(self, spec: SandboxSpec) -> Sandbox:
+        from provider_sdk.sandbox import Sandbox
+
+        self._check_spec(spec)
+        async with span("create", self.name) as ev:
+            info = await self._create(spec)
+            ev["sandbox_id"] = info.id
+        return Sandbox(self, info)
+
+    async def connect(self, sandbox_id: str, *, resume: bool = True) -> Sandbox:
+        """Open a handle on an existing sandbox, resuming it if paused and ``resume``."""
+        from provider_sdk.sandbox import Sandbox
+
+        _check_id(sandbox_id)
+        async with span("connect", self.name, sandbox_id):
+            info = await self._info(sandbox_id)
+            if resume and info.state in (SandboxState.PAUSED, SandboxState.PAUSING):
+                self.require(Capability.PAUSE, sandbox_id=sandbox_id)
+                info = await self._resume(sandbox_id)
+        return Sandbox(self, info)
+
+    async def get_info(self, sandbox_id: str) -> SandboxInfo:
+        """The sandbox's current state and details; ``SandboxNotFound`` if unknown."""
+        _check_id(sandbox_id)
+        async with span("info", self.name, sandbox_id):
+            return await self._info(sandbox_id)
+
+    async def list(self, *, metadata: Mapping[str, str] | None = None,
+                   state: SandboxState | str | None = None) -> builtins.list[SandboxInfo]:
+        """Sandboxes whose metadata contains every given pair, optionally in one state."""
+        wanted = dict(metadata or {})
+        if any(not isinstance(k, str) or not isinstance(v, str) for k, v in wanted.items()):
+            raise InvalidInput("metadata: keys and values must be strings")
+        st = SandboxState(state) if state is not None else None
+        async with span("list", self.name):
+            found = await self._list(metadata=wanted, state=st)
+        # Backends that filter coarsely are narrowed here, so every provider agrees.
+        return [i for i in found
+                if all(i.metadata.get(k) == v for k, v in wanted.items())
+                and (st is None or i.state == st)]
+
+    async def kill(self, sandbox_id: str) -> None:
+        """Kill a sandbox and delete its resources. Killing twice is not an error."""
+        _check_id(sandbox_id)
+        async with span("kill", self.name, sandbox_id):
+            await self._kill(sandbox_id)
+
+    async def create_volume(self, name: str) -> Volume:
+        """Create a named volume; ``Conflict`` if it exists."""
+        self.require(Capability.VOLUMES)
+        _check_name("volume", name)
+        async with span("volume.create", self.name):
+            return await self._create_volume(name)
+
+    async def get_volume(self, name: str) -> Volume:
+        """A volume by name; ``VolumeNotFound`` if unknown."""
+        self.require(Capability.VOLUMES)
+        _check_name("volume", name)
+        return await self._get_volume(name)
+
+    async def list_volumes(self) -> builtins.list[Volume]:
+        """Every volume of this provider."""
+        self.require(Capability.VOLUMES)
+        return await self._list_volumes()
+
+    async def delete_volume(self, name: str) -> None:
+        """Delete a volume and its data; ``Conflict`` while a running sandbox mounts it."""
+        self.require(Capability.VOLUMES)
+        _check_name("volume", name)
+        async with span("volume.delete", self.name):
+            await self._delete_volume(name)
+
+    async def list_snapshots(self, *, sandbox_id: str | None = None) -> builtins.list[Snapshot]:
+        """Snapshots, optionally only those taken from one sandbox."""
+        self.require(Capability.SNAPSHOT_FILESYSTEM)
+        return await self._list_snapshots(sandbox_id)
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        """Delete a snapshot; ``SnapshotNotFound`` if unknown."""
+        self.require(Capability.SNAPSHOT_FILESYSTEM)
+        _check_id(snapshot_id, "snapshot_id")
+        async with span("snapshot.delete", self.name):
+            await self._delete_snapshot(snapshot_id)
+
+    async def build_template(
+        self, spec: TemplateSpec, *, force: bool = False,
+        on_progress: Callable[[str], None] | None = None,
+    ) -> Template:
+        """Build a template; an unchanged spec is not rebuilt unless ``force``."""
+        self.require(Capability.TEMPLATES_BUILD)
+        async with span("template.build", self.name):
+            return await self._build_template(spec, force=force, on_progress=on_progress)
+
+    async def list_templates(self) -> builtins.list[Template]:
+        """Templates this provider built or knows."""
+        self.require(Capability.TEMPLATES_BUILD)
+        return await self._list_templates()
+
+    async def delete_template(self, template_id: str) -> None:
+        """Delete a template; ``TemplateNotFound`` if unknown."""
+        self.require(Capability.TEMPLATES_BUILD)
+        await self._delete_template(template_id)
+
+    async def aclose(self) -> None:
+        """Release client resources (connections, threads). Safe to call twice."""
+
+    async def __aenter__(self: T) -> T:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+    # ------------------------------------------------------------ required hooks
+
+    @abc.abstractmethod
+    async def _create(self, spec: SandboxSpec) -> SandboxInfo:
+        """Create and start a sandbox; return once its data plane answers."""
+
+    @abc.abstractmethod
+    async def _info(self, sandbox_id: str) -> SandboxInfo:
+        """Return the sandbox's info; raise ``SandboxNotFound`` if unknown."""
+
+    @abc.abstractmethod
+    async def _list(self, *, metadata: Mapping[str, str],
+                    state: SandboxState | None) -> builtins.list[SandboxInfo]:
+        """List sandboxes, filtering on the backend as far as it can."""
+
+    @abc.abstractmethod
+    async def _kill(self, sandbox_id: str) -> None:
+        """Kill the sandbox; do nothing if it is already gone."""
+
+    @abc.abstractmethod
+    async def _exec(self, sandbox_id: str, command: Command) -> ExecResult:
+        """Run a command to completion.
+
+        Stream output to ``command.on_stdout``/``on_stderr`` if ``exec.stream`` is
+        declared. On ``command.timeout`` kill the whole tree and raise
+        ``CommandTimeout`` with the partial result. If cancelled, kill the process.
+        """
+
+    @abc.abstractmethod
+    def _read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
+        """Yield a file's bytes in chunks (an async generator)."""
+
+    @abc.abstractmethod
+    async def _write_file(self, sandbox_id: str, path: str,
+                          chunks: AsyncIterator[bytes]) -> None:
+        """Write a file from chunks, creating parent directories, replacing it whole."""
+
+    @abc.abstractmethod
+    async def _list_dir(self, sandbox_id: str, path: str) -> builtins.list[FileInfo]:
+        """List a directory's entries (not recursive)."""
+
+    @abc.abstractmethod
+    async def _stat(self, sandbox_id: str, path: str) -> FileInfo:
+        """Stat a path without following a final symlink; ``FileNotFound`` if absent."""
+
+    @abc.abstractmethod
+    async def _mkdir(self, sandbox_id: str, path: str, *, parents: bool,
+                     exist_ok: bool) -> None:
+        """Create a directory."""
+
+    @abc.abstractmethod
+    async def _remove(self, sandbox_id: str, path: str, *, recursive: bool) -> None:
+        """Remove a file, or a directory (its contents too if ``recursive``)."""
+
+    @abc.abstractmethod
+    async def _rename(self, sandbox_id: str, src: str, dst: str) -> None:
+        """Move ``src`` to ``dst``, replacing a file at ``dst``."""
+
+    # ---------------------------------------------------------- capability hooks
+    # Each raises UnsupportedCapability here; the registry checks that a provider
+    # overrides exactly the hooks of the capabilities it declares.
+
+    async def _start(self, sandbox_id: str, command: Command) -> int:
+        """Start a background process; return its pid. (``process.background``)"""
+        raise self._unsupported(Capability.PROCESS_BACKGROUND, sandbox_id)
+
+    def _process_events(self, sandbox_id: str, pid: int) -> AsyncIterator[ProcessEvent]:
+        """Yield a process's output, then its exit. (``process.background``)
+
+        Output from before the call may be replayed; the last event is a
+        :class:`ProcessExit`. Raise ``ProcessNotFound`` for an unknown pid.
+        """
+        raise self._unsupported(Capability.PROCESS_BACKGROUND, sandbox_id)
+
+    async def _send_stdin(self, sandbox_id: str, pid: int, data: bytes) -> None:
+        """Write to a process's stdin. (``process.background``)"""
+        raise self._unsupported(Capability.PROCESS_BACKGROUND, sandbox_id)
+
+    async def _close_stdin(self, sandbox_id: str, pid: int) -> None:
+        """Close a process's stdin. (``process.background``)"""
+        raise self._unsupported(Capability.PROCESS_BACKGROUND, sandbox_id)
+
+    async def _kill_process(self, sandbox_id: str, pid: int) -> None:
+        """Kill a process and its whole tree. (``process.background``)"""
+        raise self._unsupported(Capability.PROCESS_BACKGROUND, sandbox_id)
+
+    async def _open_shell(self, sandbox: Sandbox, *, cwd: str | None,
+                          env: Mapping[str, str]) -> Shell:
+        """Open a persistent shell session. (``shell.persistent``)
+
+        Providers without native sessions return
+        :class:`~provider_sdk.sandbox.EmulatedShell`.
+        """
+        raise self._unsupported(Capability.SHELL_PERSISTENT, sandbox.id)
+
+    async def _pause(self, sandbox_id: str) -> SandboxInfo:
+        """Pause; return once paused. (``pause``)"""
+        raise self._unsupported(Capability.PAUSE, sandbox_id)
+
+    async def _resume(self, sandbox_id: str) -> SandboxInfo:
+        """Resume; return once the data plane answers. (``pause``)"""
+        raise self._unsupported(Capability.PAUSE, sandbox_id)
+
+    async def _snapshot(self, sandbox_id: str) -> Snapshot:
+        """Snapshot the sandbox. (``snapshot.filesystem``)"""
+        raise self._unsupported(Capability.SNAPSHOT_FILESYSTEM, sandbox_id)
+
+    async def _list_snapshots(self, sandbox_id: str | None) -> builtins.list[Snapshot]:
+        """List snapshots. (``snapshot.filesystem``)"""
+        raise self._unsupported(Capability.SNAPSHOT_FILESYSTEM, sandbox_id)
+
+    async def _delete_snapshot(self, snapshot_id: str) -> None:
+        """Delete a snapshot. (``snapshot.filesystem``)"""
+        raise self._unsupported(Capability.SNAPSHOT_FILESYSTEM, None)
+
+    async def _rollback(self, sandbox_id: str, snapshot_id: str) -> SandboxInfo:
+        """Restore a sandbox in place from a snapshot. (``snapshot.rollback``)"""
+        raise self._unsupported(Capability.SNAPSHOT_ROLLBACK, sandbox_id)
+
+    async def _create_volume(self, name: str) -> Volume:
+        """Create a volume. (``volumes``)"""
+        raise self._unsupported(Capability.VOLUMES, None)
+
+    async def _get_volume(self, name: str) -> Volume:
+        """Get a volume by name. (``volumes``)"""
+        raise self._unsupported(Capability.VOLUMES, None)
+
+    async def _list_volumes(self) -> builtins.list[Volume]:
+        """List volumes. (``volumes``)"""
+        raise self._unsupported(Capability.VOLUMES, None)
+
+    async def _delete_volume(self, name: str) -> None:
+        """Delete a volume. (``volumes``)"""
+        raise self._unsupported(Capability.VOLUMES, None)
+
+    async def _update_network(self, sandbox_id: str, policy: NetworkPolicy) -> None:
+        """Change a running sandbox's network policy. (``network.update``)"""
+        raise self._unsupported(Capability.NETWORK_UPDATE, sandbox_id)
+
+    async def _metrics(self, sandbox_id: str) -> Metrics:
+        """Read resource use. (``metrics``)"""
+        raise self._unsupported(Capability.METRICS, sandbox_id)
+
+    async def _build_template(self, spec: TemplateSpec, *, force: bool,
+                              on_progress: Callable[[str], None] | None) -> Template:
+        """Build a template. (``templates.build``)"""
+        raise self._unsupported(Capability.TEMPLATES_BUILD, None)
+
+    async def _list_templates(self) -> builtins.list[Template]:
+        """List templates. (``templates.build``)"""
+        raise self._unsupported(Capability.TEMPLATES_BUILD, None)
+
+    async def _delete_template(self, template_id: str) -> None:
+        """Delete a template. (``templates.build``)"""
+        raise self._unsupported(Capability.TEMPLATES_BUILD, None)
+
+    # ------------------------------------------------------------------- helpers
+
+    def _unsupported(self, capability: Capability, sandbox_id: str | None) -> SandboxError:
+        return UnsupportedCapability(str(capability), provider=self.name, sandbox_id=sandbox_id)
+
+    def _check_spec(self, spec: SandboxSpec) -> None:
+        """Refuse, before anything is created, a spec that needs an undeclared capability."""
+        if spec.snapshot is not None:
+            self.require(Capability.SNAPSHOT_FILESYSTEM, detail="SandboxSpec.snapshot")
+        if spec.volumes:
+            self.require(Capability.VOLUMES, detail="SandboxSpec.volumes")
+        if spec.network != NetworkPolicy():
+            self.require(Capability.NETWORK_POLICY, detail="SandboxSpec.network")
+        if spec.lifecycle.idle_timeout is not None and spec.lifecycle.on_idle == "pause":
+            self.require(Capability.LIFECYCLE_AUTO_PAUSE, detail="Lifecycle(on_idle='pause')")
+        if spec.lifecycle.auto_resume:
+            self.require(Capability.LIFECYCLE_AUTO_RESUME, detail="Lifecycle(auto_resume=True)")
+
+
+def _check_id(value: str, field: str = "sandbox_id") -> None:
+    if not isinstance(value, str) or not value or "\0" in value or "/" in value:
+        raise InvalidInput(f"{field}: {value!r} is not a valid id")
+
+
+def _check_name(kind: str, value: str) -> None:
+    if not isinstance(value, str) or not value or "\0" in value or "/" in value:
+        raise InvalidInput(f"{kind} name: {value!r} is not a valid name")

@@ -1,0 +1,488 @@
+"""Handles business code holds: :class:`Sandbox`, its :class:`Files`, :class:`Process`
+and :class:`Shell`.
+
+Handles are thin: they validate arguments, check capabilities and call the provider's
+hooks. They hold no state a second handle (``provider.connect(id)``) would not also get,
+so a handle can be dropped and reopened in another process at any time.
+"""
+
+from __future__ import annotations
+
+import abc
+import builtins
+import contextlib
+import os
+import secrets
+import shlex
+from collections.abc import AsyncIterable, AsyncIterator, Generator, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import attrs
+
+from provider_sdk.capabilities import Capability
+from provider_sdk.errors import FileNotFound, InvalidInput
+from provider_sdk.events import span
+from provider_sdk.models import (
+    ExecResult,
+    FileInfo,
+    Metrics,
+    NetworkPolicy,
+    SandboxInfo,
+    SandboxSpec,
+    SandboxState,
+    Snapshot,
+    _env_map,
+)
+from provider_sdk.provider import Command, OutputCallback, ProcessEvent, ProcessExit, ProcessOutput
+
+if TYPE_CHECKING:
+    from provider_sdk.provider import SandboxProvider
+
+__all__ = ["EmulatedShell", "Files", "Process", "Sandbox", "SandboxCreation", "Shell"]
+
+_CHUNK = 1 << 20
+Data = bytes | bytearray | memoryview | str | AsyncIterable[bytes] | Iterable[bytes]
+
+
+class SandboxCreation:
+    """What ``provider.create()`` returns: await it, or use it with ``async with``."""
+
+    def __init__(self, provider: SandboxProvider, spec: SandboxSpec) -> None:
+        self._provider = provider
+        self.spec = spec
+        self._sandbox: Sandbox | None = None
+
+    def __await__(self) -> Generator[Any, None, Sandbox]:
+        return self._provider._create_sandbox(self.spec).__await__()
+
+    async def __aenter__(self) -> Sandbox:
+        self._sandbox = await self._provider._create_sandbox(self.spec)
+        return self._sandbox
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._sandbox is not None
+        await self._sandbox.__aexit__(*exc_info)
+
+
+class Sandbox:
+    """A handle on one sandbox.
+
+    ``async with sandbox:`` kills it when the block ends (even on error or
+    cancellation) unless :meth:`keep` was called.
+    """
+
+    def __init__(self, provider: SandboxProvider, info: SandboxInfo) -> None:
+        self.provider = provider
+        self.info = info
+        """The last known info; :meth:`refresh` updates it."""
+        self.files = Files(self)
+        """File operations inside the sandbox."""
+        self._keep = False
+
+    @property
+    def id(self) -> str:
+        """The sandbox's id, stable across processes."""
+        return self.info.id
+
+    @property
+    def metadata(self) -> Mapping[str, str]:
+        """The sandbox's metadata (labels)."""
+        return self.info.metadata
+
+    def __repr__(self) -> str:
+        return f"<Sandbox {self.id} provider={self.provider.name!r} state={self.info.state}>"
+
+    async def __aenter__(self) -> Sandbox:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if not self._keep:
+            with anyio.CancelScope(shield=True):
+                await self.kill()
+
+    def keep(self) -> Sandbox:
+        """Leave the sandbox running when its ``async with`` block ends."""
+        self._keep = True
+        return self
+
+    async def refresh(self) -> SandboxInfo:
+        """Fetch the current info from the provider."""
+        self.info = await self.provider.get_info(self.id)
+        return self.info
+
+    async def kill(self) -> None:
+        """Kill the sandbox. Killing twice is not an error."""
+        await self.provider.kill(self.id)
+        self.info = attrs.evolve(self.info, state=SandboxState.KILLED)
+
+    # ----------------------------------------------------------------- exec
+
+    async def exec(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        user: str | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        on_stdout: OutputCallback | None = None,
+        on_stderr: OutputCallback | None = None,
+    ) -> ExecResult:
+        """Run a command to completion and return its result.
+
+        ``cmd`` is an argv list, or a string run by ``/bin/bash -c``. ``env`` reaches
+        the process exactly as given (``PATH`` included), over the sandbox's defaults.
+        ``timeout`` (seconds) kills the whole process tree and raises
+        :class:`~provider_sdk.errors.CommandTimeout` carrying the partial output.
+        ``on_stdout``/``on_stderr`` receive bytes as they arrive (``exec.stream``).
+        """
+        command = self._command(cmd, env=env, cwd=cwd, user=user, timeout=timeout,
+                                stdin=stdin)
+        if on_stdout is not None or on_stderr is not None:
+            self.provider.require(Capability.EXEC_STREAM, sandbox_id=self.id)
+            command = attrs.evolve(command, on_stdout=on_stdout, on_stderr=on_stderr)
+        async with span("exec", self.provider.name, self.id):
+            return await self.provider._exec(self.id, command)
+
+    async def start(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        user: str | None = None,
+    ) -> Process:
+        """Start a background process and return it at once (``process.background``).
+
+        Its stdin stays open until :meth:`Process.close_stdin`.
+        """
+        self.provider.require(Capability.PROCESS_BACKGROUND, sandbox_id=self.id)
+        command = self._command(cmd, env=env, cwd=cwd, user=user, timeout=None, stdin=None)
+        async with span("process.start", self.provider.name, self.id):
+            pid = await self.provider._start(self.id, command)
+        return Process(self, pid)
+
+    def process(self, pid: int) -> Process:
+        """Reattach to a background process by pid (``process.background``)."""
+        self.provider.require(Capability.PROCESS_BACKGROUND, sandbox_id=self.id)
+        if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+            raise InvalidInput(f"pid: {pid!r} is not a process id", sandbox_id=self.id)
+        return Process(self, pid)
+
+    async def shell(self, *, cwd: str | None = None,
+                    env: Mapping[str, str] | None = None) -> Shell:
+        """Open a persistent shell: ``cd`` and ``export`` carry over between runs."""
+        self.provider.require(Capability.SHELL_PERSISTENT, sandbox_id=self.id)
+        if cwd is not None:
+            _check_path(cwd, self.id)
+        return await self.provider._open_shell(self, cwd=cwd, env=_env_map(env))
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def pause(self) -> SandboxInfo:
+        """Pause the sandbox; the filesystem is kept, memory too with ``pause.memory``."""
+        self.provider.require(Capability.PAUSE, sandbox_id=self.id)
+        async with span("pause", self.provider.name, self.id):
+            self.info = await self.provider._pause(self.id)
+        return self.info
+
+    async def resume(self) -> SandboxInfo:
+        """Resume a paused sandbox; returns once its data plane answers."""
+        self.provider.require(Capability.PAUSE, sandbox_id=self.id)
+        async with span("resume", self.provider.name, self.id):
+            self.info = await self.provider._resume(self.id)
+        return self.info
+
+    async def snapshot(self) -> Snapshot:
+        """Snapshot the sandbox (``snapshot.filesystem``); ``captures`` says what it holds."""
+        self.provider.require(Capability.SNAPSHOT_FILESYSTEM, sandbox_id=self.id)
+        async with span("snapshot", self.provider.name, self.id):
+            return await self.provider._snapshot(self.id)
+
+    async def rollback(self, snapshot: Snapshot | str) -> SandboxInfo:
+        """Restore this sandbox in place from a snapshot (``snapshot.rollback``)."""
+        self.provider.require(Capability.SNAPSHOT_ROLLBACK, sandbox_id=self.id)
+        snapshot_id = snapshot.id if isinstance(snapshot, Snapshot) else snapshot
+        async with span("rollback", self.provider.name, self.id):
+            self.info = await self.provider._rollback(self.id, snapshot_id)
+        return self.info
+
+    async def metrics(self) -> Metrics:
+        """Current resource use (``metrics``)."""
+        self.provider.require(Capability.METRICS, sandbox_id=self.id)
+        return await self.provider._metrics(self.id)
+
+    async def update_network(self, policy: NetworkPolicy) -> None:
+        """Change the network policy of the running sandbox (``network.update``)."""
+        self.provider.require(Capability.NETWORK_UPDATE, sandbox_id=self.id)
+        async with span("network.update", self.provider.name, self.id):
+            await self.provider._update_network(self.id, policy)
+
+    # -------------------------------------------------------------- helpers
+
+    def _command(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None,
+                 cwd: str | None, user: str | None, timeout: float | None,
+                 stdin: bytes | str | None) -> Command:
+        if isinstance(cmd, str):
+            argv: tuple[str, ...] = ("/bin/bash", "-c", cmd)
+        else:
+            argv = tuple(cmd)
+        if not argv or not all(isinstance(a, str) for a in argv):
+            raise InvalidInput(f"cmd: expected a string or a non-empty list of strings, "
+                               f"got {cmd!r}", sandbox_id=self.id)
+        if any("\0" in a for a in argv):
+            raise InvalidInput("cmd: arguments must not contain NUL bytes", sandbox_id=self.id)
+        if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
+            raise InvalidInput(f"timeout must be a positive number of seconds, got {timeout!r}",
+                               sandbox_id=self.id)
+        if cwd is not None:
+            _check_path(cwd, self.id)
+        if user is not None:
+            self.provider.require(Capability.EXEC_USER, sandbox_id=self.id)
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        return Command(argv=argv, env=_env_map(env), cwd=cwd, user=user, timeout=timeout,
+                       stdin=data)
+
+
+class Files:
+    """File operations inside a sandbox. Paths are absolute, or relative to the
+    sandbox's working directory; a path never reaches outside the sandbox."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sandbox = sandbox
+        self._provider = sandbox.provider
+
+    @property
+    def _id(self) -> str:
+        return self._sandbox.id
+
+    async def read(self, path: str) -> bytes:
+        """A file's whole content."""
+        return b"".join([chunk async for chunk in self.stream(path)])
+
+    async def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        """A file's content decoded (strictly) as ``encoding``."""
+        return (await self.read(path)).decode(encoding)
+
+    async def stream(self, path: str) -> AsyncIterator[bytes]:
+        """Yield a file's content in chunks, never holding it whole."""
+        _check_path(path, self._id)
+        async with span("files.read", self._provider.name, self._id):
+            async for chunk in self._provider._read_file(self._id, path):
+                yield chunk
+
+    async def write(self, path: str, data: Data) -> None:
+        """Write a file (replacing it), creating parent directories.
+
+        ``data`` is bytes, text (UTF-8), or an (async) iterable of byte chunks.
+        """
+        _check_path(path, self._id)
+        async with span("files.write", self._provider.name, self._id):
+            await self._provider._write_file(self._id, path, _chunks(data))
+
+    async def list(self, path: str = ".") -> builtins.list[FileInfo]:
+        """A directory's entries, sorted by name."""
+        _check_path(path, self._id)
+        entries = await self._provider._list_dir(self._id, path)
+        return sorted(entries, key=lambda e: e.path)
+
+    async def stat(self, path: str) -> FileInfo:
+        """Details of one path; :class:`~provider_sdk.errors.FileNotFound` if absent."""
+        _check_path(path, self._id)
+        return await self._provider._stat(self._id, path)
+
+    async def exists(self, path: str) -> bool:
+        """Whether the path exists."""
+        try:
+            await self.stat(path)
+        except FileNotFound:
+            return False
+        return True
+
+    async def mkdir(self, path: str, *, parents: bool = True, exist_ok: bool = True) -> None:
+        """Create a directory (and its parents)."""
+        _check_path(path, self._id)
+        await self._provider._mkdir(self._id, path, parents=parents, exist_ok=exist_ok)
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        """Remove a file, or a directory (with its contents if ``recursive``)."""
+        _check_path(path, self._id)
+        await self._provider._remove(self._id, path, recursive=recursive)
+
+    async def rename(self, src: str, dst: str) -> None:
+        """Move ``src`` to ``dst``."""
+        _check_path(src, self._id)
+        _check_path(dst, self._id)
+        await self._provider._rename(self._id, src, dst)
+
+    async def upload(self, local_path: str | os.PathLike[str], path: str) -> None:
+        """Copy a local file into the sandbox in chunks."""
+        _check_path(path, self._id)
+
+        async def chunks() -> AsyncIterator[bytes]:
+            async with await anyio.open_file(local_path, "rb") as f:
+                while chunk := await f.read(_CHUNK):
+                    yield chunk
+
+        async with span("files.upload", self._provider.name, self._id):
+            await self._provider._write_file(self._id, path, chunks())
+
+    async def download(self, path: str, local_path: str | os.PathLike[str]) -> None:
+        """Copy a file out of the sandbox in chunks; the local file is replaced."""
+        partial = f"{os.fspath(local_path)}.partial-{secrets.token_hex(4)}"
+        try:
+            async with await anyio.open_file(partial, "wb") as f:
+                async for chunk in self.stream(path):
+                    await f.write(chunk)
+            os.replace(partial, local_path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(partial)
+
+
+class Process:
+    """A background process. Reattach from anywhere with ``sandbox.process(pid)``."""
+
+    def __init__(self, sandbox: Sandbox, pid: int) -> None:
+        self.sandbox = sandbox
+        self.pid = pid
+
+    def __repr__(self) -> str:
+        return f"<Process {self.pid} in {self.sandbox.id}>"
+
+    def events(self) -> AsyncIterator[ProcessEvent]:
+        """Output chunks as they arrive, then a :class:`ProcessExit`.
+
+        Output produced before the call may be replayed.
+        """
+        return self.sandbox.provider._process_events(self.sandbox.id, self.pid)
+
+    async def wait(self) -> ExecResult:
+        """Wait for the process to exit; return its output and exit code."""
+        out: list[bytes] = []
+        err: list[bytes] = []
+        code = -1
+        start = anyio.current_time()
+        async for event in self.events():
+            if isinstance(event, ProcessOutput):
+                (out if event.stream == "stdout" else err).append(event.data)
+            elif isinstance(event, ProcessExit):
+                code = event.exit_code
+        return ExecResult(exit_code=code, stdout_bytes=b"".join(out),
+                          stderr_bytes=b"".join(err), duration=anyio.current_time() - start)
+
+    async def write_stdin(self, data: bytes | str) -> None:
+        """Write to the process's standard input."""
+        payload = data.encode() if isinstance(data, str) else bytes(data)
+        await self.sandbox.provider._send_stdin(self.sandbox.id, self.pid, payload)
+
+    async def close_stdin(self) -> None:
+        """Close the process's standard input (it sees end of file)."""
+        await self.sandbox.provider._close_stdin(self.sandbox.id, self.pid)
+
+    async def kill(self) -> None:
+        """Kill the process and everything it started."""
+        await self.sandbox.provider._kill_process(self.sandbox.id, self.pid)
+
+
+class Shell(abc.ABC):
+    """A persistent shell session: working directory and exported variables carry over
+    from one :meth:`run` to the next. ``async with`` closes it."""
+
+    @abc.abstractmethod
+    async def run(self, cmd: str, *, timeout: float | None = None,
+                  stdin: bytes | str | None = None,
+                  on_stdout: OutputCallback | None = None,
+                  on_stderr: OutputCallback | None = None) -> ExecResult:
+        """Run one shell command in the session."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """End the session. Safe to call twice."""
+
+    async def __aenter__(self) -> Shell:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        with anyio.CancelScope(shield=True):
+            await self.aclose()
+
+
+class EmulatedShell(Shell):
+    """A persistent shell over plain exec, for backends with no native sessions.
+
+    Each run is a fresh ``bash`` that first restores the session's state file (working
+    directory, exported variables) and saves it again on exit, even when the command
+    fails or calls ``exit``. Unexported variables and shell functions do not carry over.
+    """
+
+    _RUN = (
+        '__psdk_s=$1 __psdk_c=$2; shift 2; [ -r "$__psdk_s" ] && . "$__psdk_s"; '
+        '__psdk_save() { __psdk_rc=$?; { export -p; printf "cd -- %q\\n" "$PWD"; } '
+        '> "$__psdk_s.new" && mv -f -- "$__psdk_s.new" "$__psdk_s"; return $__psdk_rc; }; '
+        'trap __psdk_save EXIT; eval "$__psdk_c"'
+    )
+
+    def __init__(self, sandbox: Sandbox, state_path: str) -> None:
+        self._sandbox = sandbox
+        self._state = state_path
+
+    @classmethod
+    async def open(cls, sandbox: Sandbox, *, cwd: str | None,
+                   env: Mapping[str, str]) -> EmulatedShell:
+        """Start a session in ``cwd`` with ``env`` exported."""
+        shell = cls(sandbox, f"/tmp/.psdk-shell-{secrets.token_hex(8)}")
+        setup = "".join(f"export {k}={shlex.quote(v)}; " for k, v in env.items())
+        if cwd is not None:
+            setup += f"cd -- {shlex.quote(cwd)}"
+        result = await shell.run(setup or ":")
+        if not result.ok:
+            raise InvalidInput(f"shell: cannot start in {cwd!r}: {result.stderr.strip()}",
+                               sandbox_id=sandbox.id)
+        return shell
+
+    async def run(self, cmd: str, *, timeout: float | None = None,
+                  stdin: bytes | str | None = None,
+                  on_stdout: OutputCallback | None = None,
+                  on_stderr: OutputCallback | None = None) -> ExecResult:
+        """Run ``cmd`` in the session's state; return its result."""
+        if not isinstance(cmd, str):
+            raise InvalidInput("shell commands are strings", sandbox_id=self._sandbox.id)
+        return await self._sandbox.exec(
+            ["/bin/bash", "-c", self._RUN, "psdk-shell", self._state, cmd],
+            timeout=timeout, stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr,
+        )
+
+    async def aclose(self) -> None:
+        """Delete the session's state file."""
+        if self._sandbox.info.state == SandboxState.KILLED:
+            return
+        await self._sandbox.exec(["rm", "-f", "--", self._state, self._state + ".new"])
+
+
+def _check_path(path: str, sandbox_id: str) -> None:
+    if not isinstance(path, str):
+        raise InvalidInput(f"path: expected a string, got {type(path).__name__}",
+                           sandbox_id=sandbox_id)
+    if not path or "\0" in path:
+        raise InvalidInput(f"path: {path!r} is empty or contains a NUL byte",
+                           sandbox_id=sandbox_id)
+
+
+async def _chunks(data: Data) -> AsyncIterator[bytes]:
+    if isinstance(data, str):
+        yield data.encode()
+    elif isinstance(data, (bytes, bytearray, memoryview)):
+        view = memoryview(data)
+        for i in range(0, max(len(view), 1), _CHUNK):
+            yield bytes(view[i:i + _CHUNK])
+    elif isinstance(data, AsyncIterable):
+        async for chunk in data:
+            yield bytes(chunk)
+    else:
+        for chunk in data:
+            yield bytes(chunk)
+
+
