@@ -12,6 +12,7 @@ behaves like, so ``except LookupError`` or ``except TimeoutError`` keeps working
     │   ├── IsADirectory (IsADirectoryError)
     │   └── NotADirectory (NotADirectoryError)
     ├── AuthenticationError (PermissionError)
+    ├── PermissionDenied (PermissionError)     inside the sandbox: read-only, no access
     ├── NotFound (LookupError)
     │   ├── SandboxNotFound
     │   ├── SnapshotNotFound
@@ -53,6 +54,7 @@ __all__ = [
     "NotADirectory",
     "NotFound",
     "OperationTimeout",
+    "PermissionDenied",
     "ProcessNotFound",
     "ProviderNotFound",
     "QuotaExceeded",
@@ -140,6 +142,10 @@ class NotADirectory(InvalidInput, NotADirectoryError):
 
 class AuthenticationError(SandboxError, PermissionError):
     """The backend rejected the credentials (the message never contains them)."""
+
+
+class PermissionDenied(SandboxError, PermissionError):
+    """The sandbox refused a file operation: a read-only mount, or no access."""
 
 
 class NotFound(SandboxError, LookupError):
