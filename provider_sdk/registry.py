@@ -23,6 +23,7 @@ GROUP = "provider_sdk.providers"
 
 # Where the well-known providers live, for the hint in "not installed" errors.
 _DISTRIBUTIONS = {
+    "local": "provider-sdk",
     "docker": "provider-sdk-docker",
     "e2b": "provider-sdk-e2b",
     "cube": "provider-sdk-e2b",
@@ -85,7 +86,7 @@ def load(name: str) -> type[SandboxProvider]:
         )
     try:
         obj = loaders[name]()
-    except ImportError as exc:
+    except (ImportError, AttributeError) as exc:  # no module, or no such class in it
         hint = _DISTRIBUTIONS.get(name, "the distribution that provides it")
         raise ProviderNotFound(
             f"provider {name!r} failed to import ({exc}); reinstall {hint}",
