@@ -45,6 +45,8 @@ def _frozen_map(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 
 def _check_str_map(field: str, value: Mapping[str, str] | None) -> Mapping[str, str]:
+    if value is not None and not isinstance(value, Mapping):
+        raise InvalidInput(f"{field}: expected a mapping of strings, got {type(value).__name__}")
     items = dict(value or {})
     for k, v in items.items():
         if not isinstance(k, str) or not isinstance(v, str):
@@ -66,18 +68,37 @@ def _env_map(value: Mapping[str, str] | None) -> Mapping[str, str]:
     return env
 
 
+def _host_list(field: str, value: Any) -> tuple[str, ...]:
+    # tuple("10.0.0.0/8") would silently become a tuple of characters.
+    if isinstance(value, str):
+        raise InvalidInput(f"{field}: expected a list of CIDRs or host names, "
+                           f"got the string {value!r}")
+    return tuple(value)
+
+
+def _allow_out(value: Any) -> tuple[str, ...]:
+    return _host_list("allow_out", value)
+
+
+def _deny_out(value: Any) -> tuple[str, ...]:
+    return _host_list("deny_out", value)
+
+
 def _keys_only(value: Mapping[str, str]) -> str:
     # Environment values often hold credentials: reprs show names only.
     return "{" + ", ".join(f"{k!r}: '***'" for k in value) + "}"
 
 
 def _positive(_inst: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise InvalidInput(f"{attribute.name} must be a number, got {value!r}")
     if value is not None and value <= 0:
         raise InvalidInput(f"{attribute.name} must be > 0, got {value!r}")
 
 
 def _absolute_path(_inst: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
-    if value is not None and (not value.startswith("/") or "\0" in value):
+    if value is not None and (not isinstance(value, str) or not value.startswith("/")
+                              or "\0" in value):
         raise InvalidInput(f"{attribute.name} must be an absolute path, got {value!r}")
 
 
@@ -150,9 +171,9 @@ class NetworkPolicy:
 
     allow_internet: bool = False
     """Allow outbound traffic (subject to the lists below)."""
-    allow_out: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    allow_out: tuple[str, ...] = attrs.field(default=(), converter=_allow_out)
     """CIDRs or host names that stay reachable when internet is off."""
-    deny_out: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    deny_out: tuple[str, ...] = attrs.field(default=(), converter=_deny_out)
     """CIDRs or host names blocked even when internet is on."""
 
 
