@@ -1,0 +1,155 @@
+"""Value types validate themselves: a bad field is InvalidInput naming it; env values
+never show in a repr."""
+
+from __future__ import annotations
+
+import re
+import types
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from provider_sdk.errors import InvalidInput
+from provider_sdk.models import (
+    ExecResult,
+    FileInfo,
+    FileType,
+    Lifecycle,
+    NetworkPolicy,
+    Resources,
+    SandboxSpec,
+    SandboxState,
+    Snapshot,
+    TemplateSpec,
+    VolumeMount,
+)
+
+env_names = st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,20}\Z")
+no_nul = st.text(max_size=30).filter(lambda s: "\0" not in s)
+
+
+@pytest.mark.parametrize(("fields", "named"), [
+    ({"cwd": "relative/dir"}, "cwd"),
+    ({"cwd": "/bad\0dir"}, "cwd"),
+    ({"env": {"1BAD": "x"}}, "env"),
+    ({"env": {"A-B": "x"}}, "env"),
+    ({"env": {"": "x"}}, "env"),
+    ({"env": {"OK": "nul\0"}}, "env"),
+    ({"env": {"OK": 1}}, "env"),
+    ({"env": "A=1"}, "env"),
+    ({"metadata": {"k": 2}}, "metadata"),
+    ({"metadata": {"": "v"}}, "metadata"),
+    ({"metadata": ["k", "v"]}, "metadata"),
+    ({"volumes": ["not a mount"]}, "volumes"),
+    ({"volumes": [VolumeMount(volume="a", path="/m"), VolumeMount(volume="b", path="/m")]},
+     "volumes"),
+])
+def test_bad_spec_field_is_invalid_input_naming_it(fields: dict[str, Any], named: str) -> None:
+    with pytest.raises(InvalidInput, match=re.escape(named)):
+        SandboxSpec(**fields)
+
+
+@pytest.mark.parametrize(("cls", "fields", "named"), [
+    (Resources, {"cpu": 0}, "cpu"),
+    (Resources, {"memory_mb": -1}, "memory_mb"),
+    (Resources, {"disk_mb": 0}, "disk_mb"),
+    (Resources, {"cpu": "2"}, "cpu"),
+    (Lifecycle, {"idle_timeout": 0}, "idle_timeout"),
+    (Lifecycle, {"on_idle": "stop"}, "on_idle"),
+    (VolumeMount, {"volume": "v", "path": "data"}, "path"),
+    (VolumeMount, {"volume": "v", "path": 5}, "path"),
+    (NetworkPolicy, {"allow_out": "10.0.0.0/8"}, "allow_out"),
+    (NetworkPolicy, {"deny_out": "example.com"}, "deny_out"),
+    (TemplateSpec, {"name": "Has Caps"}, "name"),
+    (TemplateSpec, {"name": "ok", "cpu": -1}, "cpu"),
+])
+def test_bad_field_is_invalid_input_naming_it(cls: type, fields: dict[str, Any],
+                                              named: str) -> None:
+    with pytest.raises(InvalidInput, match=re.escape(named)):
+        cls(**fields)
+
+
+def test_invalid_input_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="cwd"):
+        SandboxSpec(cwd="x")
+
+
+@given(env=st.dictionaries(env_names, no_nul, max_size=5))
+def test_valid_env_is_kept_exactly(env: dict[str, str]) -> None:
+    assert dict(SandboxSpec(env=env).env) == env
+
+
+@given(name=st.text(max_size=10).filter(lambda s: not re.fullmatch(r"[A-Za-z_]\w*", s,
+                                                                    re.ASCII)))
+def test_env_name_that_is_not_an_identifier_is_refused(name: str) -> None:
+    with pytest.raises(InvalidInput, match="env"):
+        SandboxSpec(env={name: "v"})
+
+
+@given(env=st.dictionaries(env_names, st.text(min_size=4, alphabet="abcdef0123456789")
+                           .map(lambda s: f"secret-{s}"), min_size=1, max_size=4))
+def test_spec_repr_shows_env_names_but_never_values(env: dict[str, str]) -> None:
+    text = repr(SandboxSpec(env=env))
+    for name, value in env.items():
+        assert repr(name) in text
+        assert value not in text
+
+
+@given(metadata=st.dictionaries(no_nul.filter(bool), no_nul, max_size=5))
+def test_valid_metadata_is_kept_exactly(metadata: dict[str, str]) -> None:
+    assert dict(SandboxSpec(metadata=metadata).metadata) == metadata
+
+
+def test_spec_mappings_are_read_only() -> None:
+    spec = SandboxSpec(env={"A": "1"}, metadata={"k": "v"}, extensions={"x.y": 1})
+    for mapping in (spec.env, spec.metadata, spec.extensions):
+        assert isinstance(mapping, types.MappingProxyType)
+    with pytest.raises(TypeError):
+        spec.env["B"] = "2"  # type: ignore[index]
+
+
+def test_spec_is_frozen_and_keyword_only() -> None:
+    spec = SandboxSpec()
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        spec.template = "x"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        SandboxSpec("template")  # type: ignore[misc]
+
+
+def test_default_spec_is_safe() -> None:
+    spec = SandboxSpec()
+    assert spec.network == NetworkPolicy(allow_internet=False)
+    assert spec.lifecycle.idle_timeout is None
+    assert spec.volumes == ()
+
+
+def test_network_lists_accept_any_iterable_as_a_tuple() -> None:
+    policy = NetworkPolicy(allow_out=["127.0.0.1/32", "localhost"])
+    assert policy.allow_out == ("127.0.0.1/32", "localhost")
+
+
+def test_exec_result_decodes_invalid_utf8_with_replacement() -> None:
+    result = ExecResult(exit_code=0, stdout_bytes=b"ok\xff", stderr_bytes=b"")
+    assert result.stdout == "ok\ufffd"
+    assert result.ok
+    assert not ExecResult(exit_code=3).ok
+
+
+@pytest.mark.parametrize(("path", "name"), [("/a/b.txt", "b.txt"), ("/a/dir/", "dir"),
+                                             ("/", "/")])
+def test_file_info_name_is_the_last_component(path: str, name: str) -> None:
+    assert FileInfo(path=path, type=FileType.FILE).name == name
+
+
+def test_snapshot_captures_is_a_frozenset() -> None:
+    snapshot = Snapshot(id="s", provider="p", captures=["filesystem"])
+    assert snapshot.captures == frozenset({"filesystem"})
+
+
+def test_enums_print_as_their_value_and_include_unknown() -> None:
+    assert str(SandboxState.RUNNING) == "running"
+    assert SandboxState("unknown") is SandboxState.UNKNOWN
+    assert str(FileType.DIRECTORY) == "directory"
