@@ -1,0 +1,44 @@
+"""``ProviderContract``: the whole suite in one class a provider's tests subclass."""
+
+from __future__ import annotations
+
+import pytest
+
+from provider_sdk_contract.commands import ExecContract
+from provider_sdk_contract.files import FilesContract
+from provider_sdk_contract.isolation import IsolationContract
+from provider_sdk_contract.lifecycle import LifecycleContract
+from provider_sdk_contract.metrics import MetricsContract
+from provider_sdk_contract.network import NetworkContract
+from provider_sdk_contract.pause import PauseContract
+from provider_sdk_contract.processes import ProcessContract
+from provider_sdk_contract.scale import ScaleContract
+from provider_sdk_contract.shell import ShellContract
+from provider_sdk_contract.snapshots import SnapshotContract
+from provider_sdk_contract.unsupported import UnsupportedContract
+from provider_sdk_contract.volumes import VolumeContract
+
+__all__ = ["ProviderContract"]
+
+
+class ProviderContract(
+    # pytest runs the tests of the last base first. Files go first: the 256 MiB
+    # transfer measures this process's memory before other tests raise its peak.
+    ScaleContract,
+    UnsupportedContract,
+    MetricsContract,
+    IsolationContract,
+    NetworkContract,
+    VolumeContract,
+    SnapshotContract,
+    PauseContract,
+    ShellContract,
+    ProcessContract,
+    ExecContract,
+    LifecycleContract,
+    FilesContract,
+):
+    """Every contract test. Subclass it as ``Test<Provider>Contract`` and set
+    ``provider_name`` (and ``known_failures``, ``provider_options()`` as needed)."""
+
+    pytestmark = pytest.mark.anyio

@@ -1,0 +1,34 @@
+"""Markers the contract tests carry, and the names the plugin reads them by.
+
+``requires`` gates a test on capabilities the provider must declare; ``lacks`` gates a
+test on a capability it must *not* declare (the checks that an undeclared capability
+raises). The plugin turns both into skips with a reason at collection, before any
+provider is created. Tests never branch on capabilities themselves.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from provider_sdk.capabilities import Capability
+
+__all__ = ["LACKS", "REQUIRES", "lacks", "requires"]
+
+REQUIRES = "psdk_requires"
+"""Name of the marker ``requires`` makes."""
+LACKS = "psdk_lacks"
+"""Name of the marker ``lacks`` makes."""
+
+
+def requires(*capabilities: Capability) -> pytest.MarkDecorator:
+    """Run the test only if the provider declares every one of ``capabilities``."""
+    if not capabilities or not all(isinstance(c, Capability) for c in capabilities):
+        raise TypeError("requires() takes one or more Capability members")
+    return pytest.mark.psdk_requires(*capabilities)
+
+
+def lacks(capability: Capability) -> pytest.MarkDecorator:
+    """Run the test only if the provider does not declare ``capability``."""
+    if not isinstance(capability, Capability):
+        raise TypeError("lacks() takes a Capability member")
+    return pytest.mark.psdk_lacks(capability)

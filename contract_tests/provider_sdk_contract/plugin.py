@@ -1,0 +1,161 @@
+"""The contract suite's pytest plugin: capability skips, strict known failures, sweeping.
+
+Load it from a top-level ``conftest.py``: ``pytest_plugins = ["provider_sdk_contract.plugin"]``.
+It is not registered as a ``pytest11`` entry point, so installing the suite changes no
+other test run.
+
+At collection, for every test of a :class:`~provider_sdk_contract.ProviderContract`
+subclass, it
+
+- skips, with a reason naming them, tests whose ``requires`` capabilities the provider
+  does not declare (and ``lacks`` tests for capabilities it does declare), without
+  creating a provider;
+- marks the tests named in ``known_failures`` ``xfail(strict=True)``, so a fix shows up
+  as a failure until its entry is removed;
+- refuses, as a usage error, a ``known_failures`` key that names no test, a missing
+  ``provider_name``, or a provider that is not installed.
+
+At the end of the session it kills every sandbox still tagged with the run's id, and
+deletes the run's volumes, whatever the tests managed to clean up themselves.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import secrets
+import warnings
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import anyio
+import pytest
+
+from provider_sdk import open_provider, registry
+from provider_sdk.capabilities import Capability
+from provider_sdk.errors import NotFound, ProviderNotFound, SandboxError
+from provider_sdk.models import SandboxState
+from provider_sdk_contract.base import TAG_KEY, ContractBase, volume_prefix
+from provider_sdk_contract.markers import LACKS, REQUIRES
+
+__all__ = ["ContractRun", "psdk_contract_run"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{REQUIRES}(*capabilities): skip unless the provider declares them all")
+    config.addinivalue_line(
+        "markers", f"{LACKS}(capability): skip if the provider declares the capability")
+
+
+class ContractRun:
+    """One test session's run id, and the providers whose leftovers to sweep at the end."""
+
+    def __init__(self, run_id: str) -> None:
+        self.id = run_id
+        self._targets: list[tuple[str, dict[str, Any]]] = []
+
+    def watch(self, provider_name: str, options: Mapping[str, Any]) -> None:
+        """Sweep this provider (opened with these options) at the end of the session."""
+        target = (provider_name, dict(options))
+        if target not in self._targets:
+            self._targets.append(target)
+
+    def sweep(self) -> list[str]:
+        """Kill the run's leftover sandboxes and volumes; return what was found."""
+        if not self._targets:
+            return []
+        # A fresh event loop in a worker thread: the test runner's loop may still exist.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(anyio.run, self._sweep_all).result()
+
+    async def _sweep_all(self) -> list[str]:
+        found: list[str] = []
+        for name, options in self._targets:
+            found += await self._sweep_one(name, options)
+        return found
+
+    async def _sweep_one(self, name: str, options: dict[str, Any]) -> list[str]:
+        found: list[str] = []
+        async with open_provider(name, **options) as provider:
+            for info in await provider.list(metadata={TAG_KEY: self.id}):
+                if info.state == SandboxState.KILLED:
+                    continue
+                found.append(f"sandbox {info.id}")
+                with contextlib.suppress(NotFound):
+                    await provider.kill(info.id)
+            if provider.supports(Capability.VOLUMES):
+                for volume in await provider.list_volumes():
+                    if volume.name.startswith(volume_prefix(self.id)):
+                        found.append(f"volume {volume.name}")
+                        with contextlib.suppress(NotFound):
+                            await provider.delete_volume(volume.name)
+        return found
+
+
+@pytest.fixture(scope="session")
+def psdk_contract_run() -> Iterator[ContractRun]:
+    """The session's run id; sandboxes tagged with it are killed when the session ends."""
+    run = ContractRun(secrets.token_hex(6))
+    yield run
+    try:
+        leftovers = run.sweep()
+    except SandboxError as exc:
+        warnings.warn(f"contract sweep failed: {exc}", stacklevel=1)
+        return
+    if leftovers:
+        warnings.warn(f"contract run {run.id} left {len(leftovers)} behind, now removed: "
+                      f"{', '.join(leftovers)}", stacklevel=1)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    capabilities: dict[type[ContractBase], frozenset[Capability]] = {}
+    for item in items:
+        cls = getattr(item, "cls", None)
+        if not (isinstance(cls, type) and issubclass(cls, ContractBase)):
+            continue
+        if cls not in capabilities:
+            capabilities[cls] = _check_contract_class(cls)
+        _apply_marks(item, cls, capabilities[cls])
+
+
+def _check_contract_class(cls: type[ContractBase]) -> frozenset[Capability]:
+    """Validate a contract class's settings; return its provider's capabilities."""
+    where = f"{cls.__module__}.{cls.__qualname__}"
+    name = getattr(cls, "provider_name", None)
+    if not isinstance(name, str) or not name:
+        raise pytest.UsageError(f"{where}: set provider_name to the provider's registry name")
+    known = cls.known_failures
+    if not isinstance(known, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) and v for k, v in known.items()):
+        raise pytest.UsageError(
+            f"{where}.known_failures must map test names to non-empty reasons")
+    tests = {attr for attr in dir(cls) if attr.startswith("test") and callable(getattr(cls, attr))}
+    stale = sorted(set(known) - tests)
+    if stale:
+        raise pytest.UsageError(
+            f"{where}.known_failures names no test of the contract: {', '.join(stale)} "
+            "(remove the entry, or fix its name)")
+    try:
+        return registry.load(name).capabilities
+    except ProviderNotFound as exc:
+        raise pytest.UsageError(f"{where}: {exc}") from exc
+
+
+def _apply_marks(item: pytest.Item, cls: type[ContractBase],
+                 declared: frozenset[Capability]) -> None:
+    name = cls.provider_name
+    missing = [str(c) for mark in item.iter_markers(REQUIRES) for c in mark.args
+               if c not in declared]
+    if missing:
+        item.add_marker(pytest.mark.skip(
+            reason=f"provider {name!r} does not declare: {', '.join(dict.fromkeys(missing))}"))
+    present = [str(c) for mark in item.iter_markers(LACKS) for c in mark.args if c in declared]
+    if present:
+        item.add_marker(pytest.mark.skip(
+            reason=f"provider {name!r} declares {', '.join(present)}: the error for an "
+                   "undeclared capability cannot be shown with it"))
+    test_name = getattr(item, "originalname", item.name)
+    if test_name in cls.known_failures:
+        item.add_marker(pytest.mark.xfail(reason=cls.known_failures[test_name], strict=True))
