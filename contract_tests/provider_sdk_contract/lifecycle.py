@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 import anyio
 import pytest
 
+from provider_sdk import open_provider
 from provider_sdk.errors import SandboxNotFound, SandboxNotRunning
 from provider_sdk.models import SandboxState
 from provider_sdk.provider import SandboxProvider
@@ -189,6 +191,17 @@ class LifecycleContract(ContractBase):
         info = await provider.get_info(sandbox.id)
         assert info.state == SandboxState.RUNNING
         assert (await sandbox.exec(["true"])).exit_code == 0
+
+    async def test_provider_aclose_twice_is_not_an_error(
+            self, provider_opts: dict[str, Any], factory: Factory) -> None:
+        """Closing a provider twice is fine; closing it leaves its sandboxes running."""
+        first = open_provider(self.provider_name, **provider_opts)
+        sandbox = await first.create(factory.spec())
+        factory.adopt(sandbox.id)
+        await first.aclose()
+        await first.aclose()
+        info = await factory.provider.get_info(sandbox.id)
+        assert info.state == SandboxState.RUNNING
 
     async def test_tagged_sandboxes_are_listed_under_the_run_tag(self, factory: Factory) -> None:
         """Sandboxes are found by the suite's own tag, which the end-of-run sweep relies on."""
