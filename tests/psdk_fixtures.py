@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 import structlog
 from memory_provider import STORE, MemoryProvider, Store
 
 from provider_sdk import registry
+from provider_sdk.cli import main
 
 
 @pytest.fixture
@@ -45,3 +47,28 @@ def memory() -> Iterator[Store]:
     finally:
         registry.unregister("memory")
         STORE.reset()
+
+
+@attrs.frozen
+class Outcome:
+    """What one ``psdk`` invocation did."""
+
+    code: int
+    out: str
+    err: str
+
+
+Psdk = Callable[..., Outcome]
+
+
+@pytest.fixture
+def psdk(capsys: pytest.CaptureFixture[str]) -> Psdk:
+    """Run ``psdk`` in this process: ``psdk("ls", "--json")``."""
+
+    def run(*argv: str) -> Outcome:
+        capsys.readouterr()
+        code = main(list(argv))
+        captured = capsys.readouterr()
+        return Outcome(code, captured.out, captured.err)
+
+    return run

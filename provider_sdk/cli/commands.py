@@ -1,0 +1,378 @@
+"""The sandbox commands of ``psdk``: providers, run, create, exec, ls, info, pause, resume,
+kill, snapshot and cp.
+
+Each command is an async function of the parsed arguments that returns the exit status.
+They use only the public async API; errors are left to propagate to :func:`main
+<provider_sdk.cli.main>`, which turns them into one line and an exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import os
+import posixpath
+import re
+import secrets
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+
+import anyio
+
+from provider_sdk import config, registry
+from provider_sdk.capabilities import Capability
+from provider_sdk.cli.console import CliError, Console, dump_json, to_json
+from provider_sdk.errors import CommandTimeout, ConfigError, FileNotFound
+from provider_sdk.models import ExecResult, FileType, SandboxInfo, SandboxSpec
+from provider_sdk.provider import SandboxProvider
+from provider_sdk.sandbox import Sandbox
+
+__all__ = [
+    "cmd_cp",
+    "cmd_create",
+    "cmd_exec",
+    "cmd_info",
+    "cmd_kill",
+    "cmd_ls",
+    "cmd_pause",
+    "cmd_providers",
+    "cmd_resume",
+    "cmd_run",
+    "cmd_snapshot",
+    "exit_status",
+    "parse_location",
+    "provider_from",
+]
+
+_CHUNK = 1 << 20
+# "ID:PATH": an id is whatever comes before the first colon, if that holds no slash.
+# A local path with a colon in its first component is written "./name:x".
+_REMOTE = re.compile(r"^([^/:]+):(.*)$", re.DOTALL)
+
+
+@contextlib.asynccontextmanager
+async def provider_from(args: argparse.Namespace) -> AsyncIterator[SandboxProvider]:
+    """The provider named by ``--provider``, else the configured one, else ``local``."""
+    async with config.open_provider(config.provider_name(args.provider)) as provider:
+        yield provider
+
+
+def exit_status(code: int) -> int:
+    """A command's exit code as a process exit status (signal N gives 128+N, as in sh)."""
+    if code < 0:
+        return 128 + (-code & 0x7F)
+    return code & 0xFF
+
+
+# ------------------------------------------------------------------- providers
+
+
+async def cmd_providers(args: argparse.Namespace, console: Console) -> int:
+    """List installed providers and their capabilities; the default is starred."""
+    try:
+        default: str | None = config.provider_name()
+    except ConfigError:
+        default = None
+    rows: list[tuple[str, list[str], str | None]] = []
+    for name in registry.available():
+        try:
+            rows.append((name, sorted(str(c) for c in registry.load(name).capabilities), None))
+        except ConfigError as exc:  # ProviderNotFound included: a plugin that will not load
+            rows.append((name, [], exc.message))
+    if args.json:
+        console.out(dump_json([{"name": name, "default": name == default,
+                                "capabilities": caps, "error": error}
+                               for name, caps, error in rows]))
+        return 0
+    if not rows:
+        console.note("no providers installed")
+        return 0
+    width = max(len(name) for name, _, _ in rows) + 3
+    for name, caps, error in rows:
+        label = f"{name}{' *' if name == default else ''}"
+        detail = f"(cannot load: {error})" if error else ", ".join(caps) or "(core only)"
+        console.out(f"{label:<{width}}{detail}")
+    return 0
+
+
+# -------------------------------------------------------------- run / exec
+
+
+async def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    """Create a sandbox, run one command in it, kill it; exit with the command's code."""
+    argv = _command_argv(args)
+    async with provider_from(args) as provider:
+        spec = SandboxSpec(template=args.template)
+        with console.status(f"creating a {provider.name} sandbox"):
+            sandbox = await provider.create(spec)
+        try:
+            return await _run_command(sandbox, argv, args, console)
+        finally:
+            with anyio.CancelScope(shield=True), console.status("removing the sandbox"):
+                await sandbox.kill()
+
+
+async def cmd_exec(args: argparse.Namespace, console: Console) -> int:
+    """Run a command in an existing sandbox; exit with the command's code."""
+    argv = _command_argv(args)
+    async with provider_from(args) as provider:
+        sandbox = await provider.connect(args.id)
+        return await _run_command(sandbox, argv, args, console)
+
+
+def _command_argv(args: argparse.Namespace) -> list[str]:
+    if not args.cmd:
+        raise CliError("no command given: put it after '--', e.g. psdk "
+                       f"{args.command} {'ID ' if args.command == 'exec' else ''}-- ls -l",
+                       code=2)
+    return list(args.cmd)
+
+
+async def _run_command(sandbox: Sandbox, argv: Sequence[str], args: argparse.Namespace,
+                       console: Console) -> int:
+    stdin = await anyio.to_thread.run_sync(_read_stdin) if args.stdin else None
+    stream = sandbox.provider.supports(Capability.EXEC_STREAM)
+    try:
+        if stream:
+            result = await sandbox.exec(list(argv), env=dict(args.env), cwd=args.cwd,
+                                        timeout=args.timeout, stdin=stdin,
+                                        on_stdout=console.write_stdout,
+                                        on_stderr=console.write_stderr)
+        else:
+            result = await sandbox.exec(list(argv), env=dict(args.env), cwd=args.cwd,
+                                        timeout=args.timeout, stdin=stdin)
+    except CommandTimeout as exc:
+        if not stream:
+            _print_result(exc.result, console)
+        raise
+    if not stream:
+        _print_result(result, console)
+    return exit_status(result.exit_code)
+
+
+def _read_stdin() -> bytes:
+    return sys.stdin.buffer.read()
+
+
+def _print_result(result: ExecResult, console: Console) -> None:
+    if result.stdout_bytes:
+        console.write_stdout(result.stdout_bytes)
+    if result.stderr_bytes:
+        console.write_stderr(result.stderr_bytes)
+
+
+# --------------------------------------------------------------- lifecycle
+
+
+async def cmd_create(args: argparse.Namespace, console: Console) -> int:
+    """Create a sandbox that outlives this command; print its id."""
+    async with provider_from(args) as provider:
+        spec = SandboxSpec(template=args.template, snapshot=args.from_snapshot,
+                           metadata=dict(args.label))
+        with console.status(f"creating a {provider.name} sandbox"):
+            sandbox = await provider.create(spec)
+    console.out(sandbox.id)
+    return 0
+
+
+async def cmd_ls(args: argparse.Namespace, console: Console) -> int:
+    """List sandboxes, optionally those carrying every ``--label``."""
+    async with provider_from(args) as provider:
+        infos = await provider.list(metadata=dict(args.label))
+    infos.sort(key=lambda i: (i.created_at.timestamp() if i.created_at else float("inf"), i.id))
+    if args.json:
+        console.out(dump_json(infos))
+        return 0
+    rows = [("ID", "STATE", "TEMPLATE", "CREATED", "METADATA")]
+    rows += [(i.id, str(i.state), i.template or "-", _when(i.created_at, "-"),
+              _pairs(i.metadata) or "-") for i in infos]
+    widths = [max(len(r[c]) for r in rows) for c in range(4)]
+    for r in rows:
+        console.out("  ".join(f"{cell:<{widths[c]}}" for c, cell in enumerate(r[:4]))
+                    + "  " + r[4])
+    return 0
+
+
+async def cmd_info(args: argparse.Namespace, console: Console) -> int:
+    """Show one sandbox's state and details."""
+    async with provider_from(args) as provider:
+        info = await provider.get_info(args.id)
+    if args.json:
+        console.out(dump_json(info))
+        return 0
+    for key, value in _info_lines(info):
+        console.out(f"{key + ':':<11}{value}")
+    return 0
+
+
+def _info_lines(info: SandboxInfo) -> list[tuple[str, str]]:
+    res = to_json(info.resources)
+    lines = [
+        ("id", info.id),
+        ("provider", info.provider),
+        ("state", str(info.state)),
+        ("template", info.template or "-"),
+        ("created", _when(info.created_at, "-")),
+        ("expires", _when(info.expires_at, "never")),
+        ("metadata", _pairs(info.metadata) or "-"),
+        ("resources", ", ".join(f"{k}={v}" for k, v in res.items() if v is not None) or "-"),
+    ]
+    lines += [(f"{k}", str(v)) for k, v in sorted(info.extra.items())]
+    return lines
+
+
+async def cmd_pause(args: argparse.Namespace, console: Console) -> int:
+    """Pause a sandbox."""
+    async with provider_from(args) as provider:
+        sandbox = await provider.connect(args.id, resume=False)
+        with console.status(f"pausing {args.id}"):
+            await sandbox.pause()
+    return 0
+
+
+async def cmd_resume(args: argparse.Namespace, console: Console) -> int:
+    """Resume a paused sandbox; returns once it answers."""
+    async with provider_from(args) as provider:
+        sandbox = await provider.connect(args.id, resume=False)
+        with console.status(f"resuming {args.id}"):
+            await sandbox.resume()
+    return 0
+
+
+async def cmd_kill(args: argparse.Namespace, console: Console) -> int:
+    """Kill a sandbox; an unknown id is an error (killing twice is not)."""
+    async with provider_from(args) as provider:
+        await provider.get_info(args.id)
+        with console.status(f"killing {args.id}"):
+            await provider.kill(args.id)
+    return 0
+
+
+async def cmd_snapshot(args: argparse.Namespace, console: Console) -> int:
+    """Snapshot a sandbox; print the snapshot's id."""
+    async with provider_from(args) as provider:
+        sandbox = await provider.connect(args.id, resume=False)
+        with console.status(f"snapshotting {args.id}"):
+            snapshot = await sandbox.snapshot()
+    console.out(snapshot.id)
+    return 0
+
+
+# ---------------------------------------------------------------------- cp
+
+
+def parse_location(text: str) -> tuple[str | None, str]:
+    """``"ID:PATH"`` -> ``(ID, PATH)``; a local path -> ``(None, path)``."""
+    match = _REMOTE.match(text)
+    if match:
+        return match.group(1), match.group(2)
+    return None, text
+
+
+async def cmd_cp(args: argparse.Namespace, console: Console) -> int:
+    """Copy a file into, out of, or between sandboxes; either side may be ``ID:PATH``."""
+    src_id, src = parse_location(args.src)
+    dst_id, dst = parse_location(args.dst)
+    if src_id is None:
+        if dst_id is None:
+            raise CliError("neither side is in a sandbox: write one as ID:PATH", code=2)
+        async with provider_from(args) as provider:
+            await _upload(await provider.connect(dst_id), src, dst, console)
+        return 0
+    if not src:
+        raise CliError(f"{args.src!r} names no file: write ID:PATH", code=2)
+    async with provider_from(args) as provider:
+        source = await provider.connect(src_id)
+        if dst_id is None:
+            await _download(source, src, dst, console)
+        else:
+            target = source if dst_id == src_id else await provider.connect(dst_id)
+            await _between(source, src, target, dst, console)
+    return 0
+
+
+async def _remote_target(sandbox: Sandbox, path: str, name: str) -> str:
+    """Where a file called ``name`` lands when copied to ``path`` in ``sandbox``."""
+    if not path or path.endswith("/"):
+        return posixpath.join(path or ".", name)
+    with contextlib.suppress(FileNotFound):
+        if (await sandbox.files.stat(path)).type == FileType.DIRECTORY:
+            return posixpath.join(path, name)
+    return path
+
+
+async def _upload(sandbox: Sandbox, src: str, dst: str, console: Console) -> None:
+    local = anyio.Path(src)
+    if await local.is_dir():
+        raise CliError(f"{src} is a directory: cp copies files")
+    size = (await local.stat()).st_size
+    target = await _remote_target(sandbox, dst, os.path.basename(src))
+    progress = console.progress(f"{src} -> {sandbox.id}:{target}", size)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        async with await anyio.open_file(src, "rb") as f:
+            while chunk := await f.read(_CHUNK):
+                progress.advance(len(chunk))
+                yield chunk
+
+    try:
+        await sandbox.files.write(target, chunks())
+    finally:
+        progress.close()
+
+
+async def _download(sandbox: Sandbox, src: str, dst: str, console: Console) -> None:
+    info = await sandbox.files.stat(src)
+    if info.type == FileType.DIRECTORY:
+        raise CliError(f"{sandbox.id}:{src} is a directory: cp copies files")
+    target = dst
+    if await anyio.Path(dst).is_dir():
+        target = os.path.join(dst, posixpath.basename(src.rstrip("/")))
+    progress = console.progress(f"{sandbox.id}:{src} -> {target}", info.size)
+    partial = f"{target}.partial-{secrets.token_hex(4)}"
+    try:
+        async with await anyio.open_file(partial, "wb") as f:
+            async for chunk in sandbox.files.stream(src):
+                await f.write(chunk)
+                progress.advance(len(chunk))
+        os.replace(partial, target)
+    finally:
+        progress.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(partial)
+
+
+async def _between(source: Sandbox, src: str, target: Sandbox, dst: str,
+                   console: Console) -> None:
+    info = await source.files.stat(src)
+    if info.type == FileType.DIRECTORY:
+        raise CliError(f"{source.id}:{src} is a directory: cp copies files")
+    path = await _remote_target(target, dst, posixpath.basename(src.rstrip("/")))
+    progress = console.progress(f"{source.id}:{src} -> {target.id}:{path}", info.size)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        async for chunk in source.files.stream(src):
+            progress.advance(len(chunk))
+            yield chunk
+
+    try:
+        await target.files.write(path, chunks())
+    finally:
+        progress.close()
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _when(value: dt.datetime | None, missing: str) -> str:
+    if value is None:
+        return missing
+    if value.tzinfo is not None:
+        value = value.astimezone()
+    return value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _pairs(mapping: Mapping[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(mapping.items()))
+

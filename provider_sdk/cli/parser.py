@@ -1,0 +1,137 @@
+"""The argument grammar of ``psdk``: one argparse parser, its subcommands and their options.
+
+A usage error prints one line (``psdk: error: ...``) and exits with status 2. Everything
+after the first ``--`` is the command to run (``run``, ``exec``) or pytest's arguments
+(``contract``), untouched by argparse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+__all__ = ["build_parser", "parse_args"]
+
+#: Subcommands that take everything after ``--`` as their ``cmd``.
+_TAKES_REST = frozenset({"run", "exec", "contract"})
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """Report a usage error in one line and exit with status 2."""
+        sys.stderr.write(f"psdk: error: {message} (see '{self.prog} --help')\n")
+        sys.exit(2)
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentParser:
+    """The ``psdk`` parser; ``handlers`` maps each subcommand to the function it runs."""
+    from provider_sdk import __version__
+
+    parser = _Parser(
+        prog="psdk",
+        description="Create and use code-execution sandboxes on any installed provider.",
+        epilog="The provider defaults to $PSDK_PROVIDER, then psdk.toml, then 'local'.",
+    )
+    parser.add_argument("--version", action="version", version=f"psdk {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="show the library's debug events on stderr (-vv: and more)")
+
+    common = _Parser(add_help=False)
+    common.add_argument("--provider", metavar="P", help="provider to use")
+    common.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)
+
+    env = _Parser(add_help=False)
+    env.add_argument("--env", metavar="K=V", type=_key_value, action="append", default=[],
+                     help="set an environment variable for the command (repeatable)")
+    env.add_argument("--cwd", metavar="DIR", help="working directory in the sandbox")
+    env.add_argument("--timeout", metavar="S", type=_seconds,
+                     help="kill the command after S seconds (exit status 124)")
+    env.add_argument("-i", "--stdin", action="store_true",
+                     help="feed this command's standard input to the command")
+
+    labels = _Parser(add_help=False)
+    labels.add_argument("--label", metavar="K=V", type=_key_value, action="append", default=[],
+                        help="metadata label (repeatable)")
+
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                parser_class=_Parser)
+
+    def add(name: str, help_: str, *parents: _Parser) -> _Parser:
+        p = sub.add_parser(name, help=help_, description=help_, parents=[common, *parents])
+        p.set_defaults(handler=handlers[name])
+        return p
+
+    p = add("providers", "list installed providers and their capabilities")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = add("run", "run one command in a new sandbox, then kill it", env)
+    p.add_argument("--template", metavar="T", help="template to create the sandbox from")
+    p.add_argument("cmd", nargs="*", default=[], metavar="-- CMD [ARG...]",
+                   help="the command to run")
+
+    p = add("create", "create a sandbox and print its id", labels)
+    p.add_argument("--template", metavar="T", help="template to create the sandbox from")
+    p.add_argument("--from-snapshot", metavar="ID", help="start from this snapshot")
+
+    p = add("exec", "run a command in a sandbox; exit with its code", env)
+    p.add_argument("id", metavar="ID", help="the sandbox")
+    p.add_argument("cmd", nargs="*", default=[], metavar="-- CMD [ARG...]",
+                   help="the command to run")
+
+    p = add("ls", "list sandboxes", labels)
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = add("info", "show a sandbox's state and details")
+    p.add_argument("id", metavar="ID")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    for name, help_ in (("pause", "pause a sandbox"), ("resume", "resume a paused sandbox"),
+                        ("kill", "kill a sandbox"),
+                        ("snapshot", "snapshot a sandbox and print the snapshot id")):
+        add(name, help_).add_argument("id", metavar="ID")
+
+    p = add("cp", "copy a file; either side may be ID:PATH")
+    p.add_argument("src", metavar="SRC")
+    p.add_argument("dst", metavar="DST")
+
+    p = add("contract", "run the contract suite against a provider")
+    p.add_argument("cmd", nargs="*", default=[], metavar="-- PYTEST ARGS",
+                   help="passed to pytest")
+
+    add("demo", "a guided tour on the embedded local provider")
+    return parser
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """Parse ``argv``; words after the first ``--`` go, as given, to the command's ``cmd``."""
+    argv = list(argv)
+    rest: list[str] | None = None
+    if "--" in argv:
+        at = argv.index("--")
+        argv, rest = argv[:at], argv[at + 1:]
+    args = parser.parse_args(argv)
+    if rest is not None:
+        if args.command not in _TAKES_REST:
+            parser.parse_args([*argv, "--", *rest])  # argparse reports what is extra
+        args.cmd = [*args.cmd, *rest]
+    return args
