@@ -37,7 +37,7 @@ __all__ = [
     "VolumeMount",
 ]
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")  # "$" would accept a trailing newline
 
 
 def _frozen_map(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
