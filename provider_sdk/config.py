@@ -117,7 +117,10 @@ def open_provider(name: str | None = None, /, **options: Any) -> SandboxProvider
     """
     chosen = provider_name(name)
     cls = registry.load(chosen)
-    table = _read_config().get("providers", {}).get(chosen, {})
+    providers = _read_config().get("providers", {})
+    if not isinstance(providers, Mapping):
+        raise ConfigError("[providers] must be a table of provider tables")
+    table = providers.get(chosen, {})
     if not isinstance(table, Mapping):
         raise ConfigError(f"[providers.{chosen}] must be a table")
     merged = {**table, **options}
