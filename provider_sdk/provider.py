@@ -168,7 +168,11 @@ class SandboxProvider(abc.ABC):
         wanted = dict(metadata or {})
         if any(not isinstance(k, str) or not isinstance(v, str) for k, v in wanted.items()):
             raise InvalidInput("metadata: keys and values must be strings")
-        st = SandboxState(state) if state is not None else None
+        try:
+            st = SandboxState(state) if state is not None else None
+        except ValueError:
+            raise InvalidInput(f"state: {state!r} is not one of "
+                               f"{', '.join(s.value for s in SandboxState)}") from None
         async with span("list", self.name):
             found = await self._list(metadata=wanted, state=st)
         # Backends that filter coarsely are narrowed here, so every provider agrees.
