@@ -141,6 +141,13 @@ def test_provider_table_that_is_not_a_table_is_config_error(
         open_provider("memory")
 
 
+def test_providers_key_that_is_not_a_table_is_config_error(
+        memory: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _write_config(tmp_path / "c.toml", "providers = 1\n", monkeypatch)
+    with pytest.raises(ConfigError, match=r"\[providers\]"):
+        open_provider("memory")
+
+
 # ------------------------------------------------------------------- settings
 
 
