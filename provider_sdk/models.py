@@ -12,7 +12,7 @@ import datetime as dt
 import enum
 import re
 import types
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 import attrs
@@ -54,6 +54,10 @@ def _check_str_map(field: str, value: Mapping[str, str] | None) -> Mapping[str, 
         if not k or "\0" in k or "\0" in v:
             raise InvalidInput(f"{field}: empty key or NUL byte in {k!r}")
     return types.MappingProxyType(items)
+
+
+def _str_set(value: Iterable[str]) -> frozenset[str]:
+    return frozenset(value)
 
 
 def _metadata_map(value: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -301,7 +305,7 @@ class Snapshot:
     provider: str
     sandbox_id: str | None = None
     """The sandbox it was taken from."""
-    captures: frozenset[str] = attrs.field(factory=frozenset, converter=frozenset)
+    captures: frozenset[str] = attrs.field(factory=frozenset, converter=_str_set)
     """What it holds: ``"filesystem"``, and ``"memory"`` where the backend keeps it."""
     created_at: dt.datetime | None = None
     extra: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_map, eq=False)

@@ -1,0 +1,584 @@
+"""The agent inside each local sandbox: runs commands by forking, and does file I/O.
+
+It is started once per sandbox (by bubblewrap, as the sandbox's first process) with the
+standard library only, under the interpreter found inside the sandbox. It serves a
+listening Unix socket that the host created and handed over as a file descriptor, so the
+socket's path is never inside the sandbox's reach. One connection carries one operation.
+
+Frames: one kind byte, a 4-byte big-endian length, the payload. Kinds: ``J`` a JSON
+object, ``O``/``E`` stdout/stderr bytes, ``I`` stdin bytes, ``D`` file bytes, ``Z`` end
+of a client's data. Every operation ends with a ``J`` frame: ``{"ok": ...}`` or
+``{"error": {"type": ..., "message": ...}}``.
+
+This module must not import anything outside the standard library, and must not trust
+anything the sandbox can change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import selectors
+import shutil
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+HEADER = struct.Struct(">cI")
+CHUNK = 1 << 18
+REPLAY_LIMIT = 64 << 20  # bytes of a background process's output kept for replay
+FINISHED_KEPT = 256  # finished background processes remembered for reattach
+
+ERRNO_TYPES = {
+    errno.ENOENT: "FileNotFound",
+    errno.EISDIR: "IsADirectory",
+    errno.ENOTDIR: "NotADirectory",
+    errno.EEXIST: "FileExists",
+    errno.ENOTEMPTY: "Conflict",
+    errno.EACCES: "PermissionDenied",
+    errno.EPERM: "PermissionDenied",
+    errno.EROFS: "PermissionDenied",
+    errno.ENAMETOOLONG: "InvalidInput",
+    errno.EINVAL: "InvalidInput",
+}
+
+
+class OpError(Exception):
+    """An error reported to the client as ``{"error": {"type", "message"}}``."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class Conn:
+    """Framed reads and writes on one client connection (writes are thread-safe)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = bytearray()
+        self.lock = threading.Lock()
+
+    def send(self, kind: bytes, payload: bytes) -> None:
+        head = HEADER.pack(kind, len(payload))
+        with self.lock:
+            if len(payload) < 65536:  # one syscall for the small frames of a round trip
+                self.sock.sendall(head + payload)
+            else:
+                self.sock.sendall(head)
+                self.sock.sendall(payload)
+
+    def send_json(self, obj: dict[str, Any]) -> None:
+        self.send(b"J", json.dumps(obj).encode())
+
+    def fill(self) -> bool:
+        """Read once from the socket; ``False`` at end of stream."""
+        data = self.sock.recv(1 << 20)
+        self.buf += data
+        return bool(data)
+
+    def next_frame(self) -> tuple[bytes, bytes] | None:
+        """A complete frame from what was read so far, if there is one."""
+        if len(self.buf) < HEADER.size:
+            return None
+        kind, size = HEADER.unpack_from(self.buf)
+        end = HEADER.size + size
+        if len(self.buf) < end:
+            return None
+        payload = bytes(self.buf[HEADER.size:end])
+        del self.buf[:end]
+        return kind, payload
+
+    def recv(self) -> tuple[bytes, bytes] | None:
+        """The next frame, blocking; ``None`` if the client went away."""
+        while (frame := self.next_frame()) is None:
+            if not self.fill():
+                return None
+        return frame
+
+
+class Agent:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.root = config.get("root") or ""  # non-empty only in unisolated mode
+        self.workdir = config["workdir"]
+        self.env = dict(config["env"])
+        self.idle_timeout = config.get("idle_timeout")
+        self.last_active = time.monotonic()
+        self.busy = 0
+        self.procs: dict[int, Background] = {}
+        self.lock = threading.Lock()
+
+    # ------------------------------------------------------------------ paths
+
+    def path(self, path: str) -> str:
+        """A client path as this process must open it."""
+        if "\0" in path or not path:
+            raise OpError("InvalidInput", f"invalid path {path!r}")
+        full = os.path.normpath(os.path.join(self.workdir, path))
+        if full.startswith("//"):
+            full = full[1:]
+        return self.root + full if self.root else full
+
+    def shown(self, real: str) -> str:
+        """A path as the sandbox sees it."""
+        if self.root and real.startswith(self.root):
+            return real[len(self.root):] or "/"
+        return real
+
+    # ---------------------------------------------------------------- serving
+
+    def serve(self, listener: socket.socket) -> None:
+        if self.idle_timeout:
+            threading.Thread(target=self.idle_watch, daemon=True).start()
+        while True:
+            sock, _ = listener.accept()
+            threading.Thread(target=self.handle, args=(sock,), daemon=True).start()
+
+    def idle_watch(self) -> None:
+        limit = float(self.idle_timeout or 0)
+        while True:
+            time.sleep(min(1.0, limit / 4))
+            with self.lock:
+                running = any(p.exit_code is None for p in self.procs.values())
+                idle = time.monotonic() - self.last_active
+            if not self.busy and not running and idle > limit:
+                print("psdk-agent: idle timeout reached, stopping", flush=True)
+                self.stop()
+
+    def stop(self) -> None:
+        """End the sandbox: every process in it, then the agent (and so the sandbox)."""
+        if self.root:  # unisolated: only what this agent started, never the host's
+            for pid in list(self.procs):
+                kill_tree(pid)
+        else:
+            os.kill(-1, signal.SIGKILL)
+        os._exit(75)
+
+    def handle(self, sock: socket.socket) -> None:
+        conn = Conn(sock)
+        with self.lock:
+            self.busy += 1
+        try:
+            frame = conn.recv()
+            if frame is None or frame[0] != b"J":
+                return
+            req = json.loads(frame[1])
+            op = getattr(self, "op_" + str(req.get("op")), None)
+            if op is None:
+                raise OpError("InvalidInput", f"unknown operation {req.get('op')!r}")
+            result = op(conn, req)
+            conn.send_json({"ok": result if result is not None else True})
+        except OpError as exc:
+            self.reply_error(conn, exc.kind, str(exc))
+        except OSError as exc:
+            kind = ERRNO_TYPES.get(exc.errno or 0, "SandboxError")
+            where = f": {self.shown(exc.filename)}" if exc.filename else ""
+            self.reply_error(conn, kind, f"{exc.strerror}{where}")
+        except Exception as exc:  # a bad request must never take the agent down
+            self.reply_error(conn, "SandboxError", f"agent: {type(exc).__name__}: {exc}")
+        finally:
+            with self.lock:
+                self.busy -= 1
+                self.last_active = time.monotonic()
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    @staticmethod
+    def reply_error(conn: Conn, kind: str, message: str) -> None:
+        with contextlib.suppress(OSError):
+            conn.send_json({"error": {"type": kind, "message": message}})
+
+    # ---------------------------------------------------------------- process
+
+    def spawn(self, req: dict[str, Any], stdin: bool) -> subprocess.Popen[bytes]:
+        argv = req["argv"]
+        env = {**self.env, **req.get("env", {})}
+        cwd = self.path(req.get("cwd") or self.workdir)
+        if not os.path.isdir(cwd):
+            raise OpError("InvalidInput", f"cwd {self.shown(cwd)!r} is not a directory")
+        if self.root and "HOME" not in req.get("env", {}):
+            env["HOME"] = self.root + env.get("HOME", "/")
+        try:
+            return subprocess.Popen(
+                argv, env=env, cwd=cwd, start_new_session=True,
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            )
+        except (FileNotFoundError, PermissionError) as exc:
+            raise OpError("Spawn", f"{argv[0]}: {exc.strerror}") from None
+
+    def op_ping(self, conn: Conn, req: dict[str, Any]) -> dict[str, Any]:
+        return {"pid": os.getpid()}
+
+    def op_exec(self, conn: Conn, req: dict[str, Any]) -> dict[str, Any]:
+        try:
+            proc = self.spawn(req, stdin=bool(req.get("stdin")))
+        except OpError as exc:
+            if exc.kind != "Spawn":
+                raise
+            if req.get("stdin"):
+                drain_client(conn)
+            conn.send(b"E", f"psdk: {exc}\n".encode())
+            return {"exit_code": 127, "timed_out": False}
+        timeout = req.get("timeout")
+        deadline = time.monotonic() + timeout if timeout else None
+        sel = selectors.DefaultSelector()
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        sel.register(proc.stdout, selectors.EVENT_READ, b"O")
+        sel.register(proc.stderr, selectors.EVENT_READ, b"E")
+        sel.register(conn.sock, selectors.EVENT_READ, b"C")
+        pending = bytearray()
+        stdin_open = proc.stdin is not None  # the client may still send stdin frames
+
+        def take_stdin() -> bool:
+            """Queue the stdin frames read so far; whether more may come."""
+            while (frame := conn.next_frame()) is not None:
+                if frame[0] == b"I" and frame[1]:
+                    if not pending:
+                        assert proc.stdin is not None
+                        sel.register(proc.stdin, selectors.EVENT_WRITE, b"W")
+                    pending.extend(frame[1])
+                elif frame[0] == b"Z":
+                    if not pending:
+                        close_quietly(proc.stdin)
+                    return False
+            return True
+
+        if stdin_open:
+            stdin_open = take_stdin()  # frames that arrived with the request
+        timed_out = False
+        open_pipes = 2
+        try:
+            while open_pipes:
+                wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+                events = sel.select(wait)
+                if not events and deadline is not None and time.monotonic() >= deadline:
+                    timed_out = True
+                    kill_tree(proc.pid)
+                    deadline = None
+                for key, _ in events:
+                    if key.data == b"C":
+                        if not conn.fill():  # the client went away: so must the command
+                            raise ConnectionResetError("client closed")
+                        if stdin_open:
+                            stdin_open = take_stdin()
+                    elif key.data == b"W":
+                        try:
+                            del pending[:os.write(key.fd, pending[:CHUNK])]
+                        except BrokenPipeError:
+                            pending.clear()
+                        if not pending:
+                            sel.unregister(key.fileobj)
+                            if not stdin_open:
+                                close_quietly(proc.stdin)
+                    else:
+                        data = os.read(key.fd, CHUNK)
+                        if data:
+                            conn.send(key.data, data)
+                        else:
+                            sel.unregister(key.fileobj)
+                            open_pipes -= 1
+            code = proc.wait()
+        except BaseException:
+            kill_tree(proc.pid)
+            proc.wait()
+            raise
+        finally:
+            sel.close()
+            for f in (proc.stdin, proc.stdout, proc.stderr):
+                if f is not None:
+                    close_quietly(f)
+        return {"exit_code": code, "timed_out": timed_out}
+
+    def op_start(self, conn: Conn, req: dict[str, Any]) -> dict[str, Any]:
+        proc = self.spawn(req, stdin=True)
+        bg = Background(proc)
+        with self.lock:
+            self.procs[proc.pid] = bg
+            finished = [p for p, b in self.procs.items() if b.exit_code is not None]
+            for pid in finished[:-FINISHED_KEPT]:
+                del self.procs[pid]
+        return {"pid": proc.pid}
+
+    def background(self, pid: int) -> Background:
+        with self.lock:
+            bg = self.procs.get(pid)
+        if bg is None:
+            raise OpError("ProcessNotFound", f"no background process {pid}")
+        return bg
+
+    def op_events(self, conn: Conn, req: dict[str, Any]) -> dict[str, Any]:
+        bg = self.background(int(req["pid"]))
+        index = 0
+        while True:
+            with bg.cond:
+                while index >= len(bg.chunks) and bg.exit_code is None:
+                    bg.cond.wait(0.5)
+                    if conn_closed(conn.sock):
+                        return {}
+                chunks = bg.chunks[index:]
+                index += len(chunks)
+                code = bg.exit_code if index >= len(bg.chunks) else None
+            for tag, data in chunks:
+                conn.send(tag, data)
+            if code is not None:
+                return {"exit_code": code}
+
+    def op_stdin(self, conn: Conn, req: dict[str, Any]) -> None:
+        bg = self.background(int(req["pid"]))
+        stdin = bg.proc.stdin
+        while True:
+            frame = conn.recv()
+            if frame is None or frame[0] == b"Z":
+                break
+            if stdin is not None and not stdin.closed:
+                try:
+                    stdin.write(frame[1])
+                    stdin.flush()
+                except BrokenPipeError:
+                    raise OpError("Conflict", "the process closed its stdin") from None
+        if req.get("close") and stdin is not None:
+            close_quietly(stdin)
+
+    def op_kill_process(self, conn: Conn, req: dict[str, Any]) -> None:
+        bg = self.background(int(req["pid"]))
+        kill_tree(bg.proc.pid)
+
+    # ------------------------------------------------------------------ files
+
+    def op_read(self, conn: Conn, req: dict[str, Any]) -> None:
+        path = self.path(req["path"])
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                raise OpError("IsADirectory", f"{self.shown(path)} is a directory")
+            while data := os.read(fd, 1 << 20):
+                conn.send(b"D", data)
+        finally:
+            os.close(fd)
+
+    def op_write(self, conn: Conn, req: dict[str, Any]) -> None:
+        path = self.path(req["path"])
+        if os.path.isdir(path):
+            drain_client(conn)
+            raise OpError("IsADirectory", f"{self.shown(path)} is a directory")
+        parent = os.path.dirname(path)
+        try:
+            os.makedirs(parent, exist_ok=True)
+            tmp = os.path.join(parent, f".psdk-write-{os.getpid()}-{threading.get_ident()}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        except OSError:
+            drain_client(conn)
+            raise
+        try:
+            while True:
+                frame = conn.recv()
+                if frame is None:
+                    raise ConnectionResetError("client closed during write")
+                if frame[0] == b"Z":
+                    break
+                view = memoryview(frame[1])
+                while view:
+                    view = view[os.write(fd, view):]
+            os.close(fd)
+            fd = -1
+            os.replace(tmp, path)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+
+    def entry(self, path: str, st: os.stat_result | None = None) -> dict[str, Any]:
+        st = st or os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            kind, target = "symlink", os.readlink(path)
+        else:
+            kind = "directory" if stat.S_ISDIR(st.st_mode) else \
+                "file" if stat.S_ISREG(st.st_mode) else "other"
+            target = None
+        return {"path": self.shown(path), "type": kind, "size": st.st_size,
+                "mode": stat.S_IMODE(st.st_mode), "mtime": st.st_mtime, "target": target}
+
+    def op_stat(self, conn: Conn, req: dict[str, Any]) -> dict[str, Any]:
+        return self.entry(self.path(req["path"]))
+
+    def op_list(self, conn: Conn, req: dict[str, Any]) -> list[dict[str, Any]]:
+        path = self.path(req["path"])
+        out = []
+        with os.scandir(path) as it:
+            for e in it:
+                try:
+                    out.append(self.entry(e.path, e.stat(follow_symlinks=False)))
+                except FileNotFoundError:
+                    continue  # removed while listing
+        return out
+
+    def op_mkdir(self, conn: Conn, req: dict[str, Any]) -> None:
+        path = self.path(req["path"])
+        if req.get("parents"):
+            os.makedirs(path, exist_ok=bool(req.get("exist_ok")))
+        else:
+            try:
+                os.mkdir(path)
+            except FileExistsError:
+                if not (req.get("exist_ok") and os.path.isdir(path)):
+                    raise
+
+    def op_remove(self, conn: Conn, req: dict[str, Any]) -> None:
+        path = self.path(req["path"])
+        st = os.lstat(path)
+        if path in ("/", self.root or "/"):
+            raise OpError("InvalidInput", "refusing to remove the root directory")
+        if stat.S_ISDIR(st.st_mode):
+            if req.get("recursive"):
+                shutil.rmtree(path)
+            else:
+                os.rmdir(path)
+        else:
+            os.unlink(path)
+
+    def op_rename(self, conn: Conn, req: dict[str, Any]) -> None:
+        src, dst = self.path(req["src"]), self.path(req["dst"])
+        os.lstat(src)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        os.replace(src, dst)
+
+
+class Background:
+    """A background process: its output kept for replay, its exit code once known."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.chunks: list[tuple[bytes, bytes]] = []
+        self.size = 0
+        self.exit_code: int | None = None
+        self.cond = threading.Condition()
+        threading.Thread(target=self.pump, daemon=True).start()
+
+    def pump(self) -> None:
+        sel = selectors.DefaultSelector()
+        assert self.proc.stdout is not None
+        assert self.proc.stderr is not None
+        sel.register(self.proc.stdout, selectors.EVENT_READ, b"O")
+        sel.register(self.proc.stderr, selectors.EVENT_READ, b"E")
+        open_pipes = 2
+        while open_pipes:
+            for key, _ in sel.select():
+                data = os.read(key.fd, CHUNK)
+                if not data:
+                    sel.unregister(key.fileobj)
+                    open_pipes -= 1
+                    continue
+                with self.cond:
+                    self.chunks.append((key.data, data))
+                    self.size += len(data)
+                    while self.size > REPLAY_LIMIT and len(self.chunks) > 1:
+                        self.size -= len(self.chunks.pop(0)[1])
+                    self.cond.notify_all()
+        sel.close()
+        code = self.proc.wait()
+        with self.cond:
+            self.exit_code = code
+            self.cond.notify_all()
+
+
+def conn_closed(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def drain_client(conn: Conn) -> None:
+    """Read and drop the client's data frames up to its end marker."""
+    while True:
+        frame = conn.recv()
+        if frame is None or frame[0] == b"Z":
+            return
+
+
+def close_quietly(f: Any) -> None:
+    with contextlib.suppress(OSError):
+        f.close()
+
+
+def processes() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, session id) for every process this agent can see."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                raw = f.read()
+        except OSError:
+            continue
+        fields = raw[raw.rindex(b")") + 2:].split()
+        out[int(name)] = (int(fields[1]), int(fields[3]))
+    return out
+
+
+def kill_tree(root: int) -> None:
+    """SIGKILL a command and everything it started: its session and its descendants.
+
+    Repeats until nothing is left, so a process forking while we kill is caught too.
+    """
+    me = os.getpid()
+    for _ in range(50):
+        procs = processes()
+        victims = set()
+        for pid, (_ppid, sid) in procs.items():
+            if pid == me:
+                continue
+            if pid == root or sid == root:
+                victims.add(pid)
+                continue
+            seen = pid
+            for _depth in range(64):
+                parent = procs.get(seen, (0, 0))[0]
+                if parent == root:
+                    victims.add(pid)
+                    break
+                if parent in (0, 1, me):
+                    break
+                seen = parent
+        alive = [p for p in victims if not is_zombie(p)]
+        if not alive:
+            return
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.005)
+
+
+def is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return True
+    return raw[raw.rindex(b")") + 2:raw.rindex(b")") + 3] in (b"Z", b"X")
+
+
+def main() -> None:
+    with open(sys.argv[1]) as f:
+        config = json.load(f)
+    listener = socket.socket(fileno=int(sys.argv[2]))
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    Agent(config).serve(listener)
+
+
+if __name__ == "__main__":
+    main()

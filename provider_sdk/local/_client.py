@@ -1,0 +1,208 @@
+"""The host's side of the agent protocol (framing described in ``_agent.py``).
+
+One connection per operation; errors the agent reports become the neutral error tree
+here, once. This module knows the wire format, not sandbox state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import struct
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+from anyio.abc import SocketStream
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from provider_sdk import errors
+from provider_sdk.models import ExecResult
+from provider_sdk.provider import Command, ProcessEvent, ProcessExit, ProcessOutput
+
+HEADER = struct.Struct(">cI")
+_MAX_SOCKET_PATH = 100
+_ERRORS: dict[str, type[errors.SandboxError]] = {
+    "FileNotFound": errors.FileNotFound,
+    "IsADirectory": errors.IsADirectory,
+    "NotADirectory": errors.NotADirectory,
+    "FileExists": errors.FileExists,
+    "Conflict": errors.Conflict,
+    "PermissionDenied": errors.PermissionDenied,
+    "InvalidInput": errors.InvalidInput,
+    "ProcessNotFound": errors.ProcessNotFound,
+}
+
+
+async def connect_unix(path: str) -> SocketStream:
+    """Connect to a Unix socket, even one whose path is longer than the kernel allows."""
+    if len(path) <= _MAX_SOCKET_PATH:
+        return await anyio.connect_unix(path)
+    fd = os.open(os.path.dirname(path), os.O_PATH)
+    try:
+        return await anyio.connect_unix(f"/proc/self/fd/{fd}/{os.path.basename(path)}")
+    finally:
+        os.close(fd)
+
+
+class _Channel:
+    """One framed connection to the agent."""
+
+    def __init__(self, stream: SocketStream) -> None:
+        self.stream = stream
+        self.reader = BufferedByteReceiveStream(stream)
+
+    async def send(self, kind: bytes, payload: bytes = b"") -> None:
+        await self.stream.send(HEADER.pack(kind, len(payload)) + payload)
+
+    async def send_json(self, obj: dict[str, Any]) -> None:
+        await self.send(b"J", json.dumps(obj).encode())
+
+    async def recv(self) -> tuple[bytes, bytes]:
+        kind, size = HEADER.unpack(await self.reader.receive_exactly(HEADER.size))
+        return kind, (await self.reader.receive_exactly(size) if size else b"")
+
+
+class AgentClient:
+    """Talks to one sandbox's agent through its socket."""
+
+    def __init__(self, socket_path: str, *, provider: str, sandbox_id: str) -> None:
+        self.socket_path = socket_path
+        self.provider = provider
+        self.sandbox_id = sandbox_id
+
+    @contextlib.asynccontextmanager
+    async def _open(self, request: dict[str, Any]) -> AsyncIterator[_Channel]:
+        try:
+            stream = await connect_unix(self.socket_path)
+        except OSError as exc:
+            raise errors.Unavailable(f"the sandbox's agent does not answer ({exc.strerror})",
+                                     provider=self.provider, sandbox_id=self.sandbox_id) from exc
+        async with stream:
+            channel = _Channel(stream)
+            try:
+                await channel.send_json(request)
+                yield channel
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.IncompleteRead) as exc:
+                raise errors.Unavailable("the sandbox's agent closed the connection",
+                                         provider=self.provider,
+                                         sandbox_id=self.sandbox_id) from exc
+
+    def _result(self, payload: bytes) -> Any:
+        reply = json.loads(payload)
+        if "error" in reply:
+            err = reply["error"]
+            cls = _ERRORS.get(err["type"], errors.SandboxError)
+            raise cls(err["message"], provider=self.provider, sandbox_id=self.sandbox_id)
+        return reply["ok"]
+
+    async def call(self, op: str, **fields: Any) -> Any:
+        """A request with no data frames; returns the agent's ``ok`` value."""
+        async with self._open({"op": op, **fields}) as channel:
+            while True:
+                kind, payload = await channel.recv()
+                if kind == b"J":
+                    return self._result(payload)
+
+    async def exec(self, command: Command) -> ExecResult:
+        """Run a command; raise ``CommandTimeout`` with the partial output on timeout."""
+        request = {"op": "exec", "argv": list(command.argv), "env": dict(command.env),
+                   "cwd": command.cwd, "timeout": command.timeout,
+                   "stdin": command.stdin is not None}
+        out: list[bytes] = []
+        err: list[bytes] = []
+        start = anyio.current_time()
+        async with self._open(request) as channel, anyio.create_task_group() as tg:
+            if command.stdin is not None:
+                tg.start_soon(self._send_stdin, channel, command.stdin)
+            while True:
+                kind, payload = await channel.recv()
+                if kind == b"O":
+                    out.append(payload)
+                    if command.on_stdout is not None:
+                        await _call(command.on_stdout, payload)
+                elif kind == b"E":
+                    err.append(payload)
+                    if command.on_stderr is not None:
+                        await _call(command.on_stderr, payload)
+                elif kind == b"J":
+                    reply = self._result(payload)
+                    tg.cancel_scope.cancel()
+                    break
+        result = ExecResult(exit_code=reply["exit_code"], stdout_bytes=b"".join(out),
+                            stderr_bytes=b"".join(err), duration=anyio.current_time() - start)
+        if reply["timed_out"]:
+            raise errors.CommandTimeout(
+                f"command timed out after {command.timeout}s; its process tree was killed",
+                result=result, provider=self.provider, sandbox_id=self.sandbox_id)
+        return result
+
+    @staticmethod
+    async def _send_stdin(channel: _Channel, data: bytes) -> None:
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            for i in range(0, len(data), 1 << 20):
+                await channel.send(b"I", data[i:i + (1 << 20)])
+            await channel.send(b"Z")
+
+    async def read(self, path: str) -> AsyncIterator[bytes]:
+        """A file's bytes in chunks."""
+        async with self._open({"op": "read", "path": path}) as channel:
+            while True:
+                kind, payload = await channel.recv()
+                if kind == b"D":
+                    yield payload
+                elif kind == b"J":
+                    self._result(payload)
+                    return
+
+    async def write(self, path: str, chunks: AsyncIterator[bytes]) -> None:
+        """Write a file from chunks (replaced whole, atomically)."""
+        async with self._open({"op": "write", "path": path}) as channel:
+            async with anyio.create_task_group() as tg:
+                reply: list[bytes] = []
+
+                async def receive() -> None:
+                    kind, payload = await channel.recv()
+                    while kind != b"J":
+                        kind, payload = await channel.recv()
+                    reply.append(payload)
+                    tg.cancel_scope.cancel()  # an early error ends the upload
+
+                tg.start_soon(receive)
+                async for chunk in chunks:
+                    if chunk:
+                        await channel.send(b"D", chunk)
+                await channel.send(b"Z")
+            self._result(reply[0])
+
+    async def stdin(self, pid: int, data: bytes, *, close: bool) -> None:
+        """Write to (and optionally close) a background process's stdin."""
+        async with self._open({"op": "stdin", "pid": pid, "close": close}) as channel:
+            for i in range(0, len(data), 1 << 20):
+                await channel.send(b"I", data[i:i + (1 << 20)])
+            await channel.send(b"Z")
+            while True:
+                kind, payload = await channel.recv()
+                if kind == b"J":
+                    self._result(payload)
+                    return
+
+    async def events(self, pid: int) -> AsyncIterator[ProcessEvent]:
+        """A background process's output (replayed from its start), then its exit."""
+        async with self._open({"op": "events", "pid": pid}) as channel:
+            while True:
+                kind, payload = await channel.recv()
+                if kind == b"O":
+                    yield ProcessOutput("stdout", payload)
+                elif kind == b"E":
+                    yield ProcessOutput("stderr", payload)
+                elif kind == b"J":
+                    yield ProcessExit(self._result(payload)["exit_code"])
+                    return
+
+
+async def _call(callback: Any, payload: bytes) -> None:
+    result = callback(payload)
+    if result is not None and hasattr(result, "__await__"):
+        await result

@@ -1,0 +1,98 @@
+"""The local provider's state directory: where sandboxes, snapshots and volumes live.
+
+Layout under the home (``PSDK_HOME``; default ``$XDG_DATA_HOME/psdk``)::
+
+    sandboxes/<id>/meta.json     the spec it was made from, and its launch identity
+    sandboxes/<id>/root/         its writable root filesystem
+    sandboxes/<id>/agent/        the agent and its config, shown read-only at /.psdk
+    sandboxes/<id>/agent.sock    the agent's socket (never visible inside)
+    sandboxes/<id>/agent.log     the agent's output
+    snapshots/<id>/meta.json, root/
+    volumes/<name>/meta.json, data/
+
+Everything is plain files, so any process (another ``psdk``, the same program after a
+restart) sees the same sandboxes. This module owns paths and metadata, nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+def default_home() -> Path:
+    """``PSDK_HOME``, else the per-user data directory."""
+    if env := os.environ.get("PSDK_HOME"):
+        return Path(env)
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(Path.home(), ".local", "share")
+    return Path(base) / "psdk"
+
+
+class Home:
+    """Paths and metadata files under one state directory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path.absolute()
+        for sub in ("sandboxes", "snapshots", "volumes"):
+            (self.path / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self.path, 0o700)
+        self.tag = hashlib.sha256(str(self.path).encode()).hexdigest()[:8]
+        """Distinguishes this home's cgroups from another home's."""
+
+    def sandbox(self, sandbox_id: str) -> Path:
+        return self.path / "sandboxes" / sandbox_id
+
+    def snapshot(self, snapshot_id: str) -> Path:
+        return self.path / "snapshots" / snapshot_id
+
+    def volume(self, name: str) -> Path:
+        return self.path / "volumes" / name
+
+    def new_id(self, kind: str) -> str:
+        """A fresh id; the directory is created so the id cannot be taken twice."""
+        while True:
+            new = secrets.token_hex(6)
+            path = self.path / kind / new
+            try:
+                path.mkdir(mode=0o700)
+            except FileExistsError:
+                continue
+            return new
+
+    def ids(self, kind: str) -> list[str]:
+        return sorted(p.name for p in (self.path / kind).iterdir()
+                      if (p / "meta.json").is_file())
+
+    @contextlib.contextmanager
+    def lock(self, directory: Path) -> Iterator[None]:
+        """An exclusive lock on one object, shared by every process using this home."""
+        fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+
+def read_meta(directory: Path) -> dict[str, Any] | None:
+    """An object's metadata, or ``None`` if it does not exist (or is half made)."""
+    try:
+        return json.loads((directory / "meta.json").read_text())  # type: ignore[no-any-return]
+    except (FileNotFoundError, NotADirectoryError, ValueError):
+        return None
+
+
+def write_meta(directory: Path, meta: dict[str, Any]) -> None:
+    """Replace an object's metadata atomically (readers never see half a file)."""
+    tmp = directory / f".meta.{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(meta, f)
+    os.replace(tmp, directory / "meta.json")

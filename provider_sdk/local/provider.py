@@ -1,0 +1,675 @@
+"""``LocalProvider``: sandboxes on this machine, isolated by bubblewrap.
+
+Each sandbox is a detached process tree in its own namespaces with a writable root
+under the state directory and the host's ``/usr`` read-only; a small agent inside runs
+commands and file operations. Sandboxes outlive the process that made them: everything
+is in the state directory, so any process using the same home sees them.
+
+Lifecycle mapping: ``pause`` freezes the whole tree (cgroup freezer; memory kept);
+``resume`` thaws it, or restarts a sandbox whose processes are gone (after a reboot)
+from its files. ``Lifecycle(idle_timeout, on_idle="kill")`` ends a sandbox after that
+many seconds without requests or running background processes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import warnings
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+import anyio
+import attrs
+
+from provider_sdk import errors
+from provider_sdk.capabilities import Capability
+from provider_sdk.local import _launch
+from provider_sdk.local._client import AgentClient
+from provider_sdk.local._home import Home, default_home, read_meta, write_meta
+from provider_sdk.models import (
+    ExecResult,
+    FileInfo,
+    FileType,
+    Metrics,
+    Resources,
+    SandboxInfo,
+    SandboxSpec,
+    SandboxState,
+    Snapshot,
+    Volume,
+)
+from provider_sdk.provider import Command, ProcessEvent, SandboxProvider
+from provider_sdk.sandbox import EmulatedShell
+
+if TYPE_CHECKING:
+    from provider_sdk.sandbox import Sandbox, Shell
+
+__all__ = ["LocalProvider", "UnisolatedWarning"]
+
+T = TypeVar("T")
+
+WORKDIR = "/home/user"
+BASE_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": WORKDIR,
+    "USER": "user",
+    "LOGNAME": "user",
+    "SHELL": "/bin/bash",
+    "LANG": "C.UTF-8",
+}
+PASSWD = "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000:user:/home/user:/bin/bash\n"
+GROUP = "root:x:0:\nuser:x:1000:\n"
+HOSTS = "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+# Host /etc entries a shell and Python need; copied (not bound) into each new sandbox.
+ETC_COPIED = ("nsswitch.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives",
+              "localtime", "bash.bashrc", "profile", "inputrc", "mime.types")
+VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+READY_TIMEOUT = 15.0
+
+
+class UnisolatedWarning(RuntimeWarning):
+    """A sandbox was created without isolation: its commands see the whole host."""
+
+
+warnings.simplefilter("always", UnisolatedWarning)
+
+
+class LocalProvider(SandboxProvider):
+    """Sandboxes on this machine, in bubblewrap namespaces.
+
+    Args:
+        home: the state directory (default ``PSDK_HOME``, else
+            ``$XDG_DATA_HOME/psdk``). Every process using the same home sees the same
+            sandboxes, snapshots and volumes.
+        unisolated: run sandboxes without bubblewrap. Nothing is isolated: commands
+            see the host's files and processes. Each create warns. Only for machines
+            where bubblewrap cannot be installed.
+    """
+
+    name: ClassVar[str] = "local"
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({
+        Capability.EXEC_STREAM,
+        Capability.PROCESS_BACKGROUND,
+        Capability.SHELL_PERSISTENT,
+        Capability.PAUSE,
+        Capability.PAUSE_MEMORY,
+        Capability.SNAPSHOT_FILESYSTEM,
+        Capability.VOLUMES,
+        Capability.VOLUMES_SHARED,
+        Capability.NETWORK_POLICY,
+        Capability.LIST_METADATA,
+        Capability.METRICS,
+    })
+
+    def __init__(self, *, home: str | os.PathLike[str] | None = None,
+                 unisolated: bool = False) -> None:
+        self._home = Home(Path(home) if home is not None else default_home())
+        self._unisolated = unisolated
+        self._cgroups = _launch.Cgroup.available()
+        self._meta: dict[str, dict[str, Any]] = {}
+
+    def __repr__(self) -> str:
+        return f"<LocalProvider home={str(self._home.path)!r}>"
+
+    @property
+    def home(self) -> Path:
+        """The state directory in use."""
+        return self._home.path
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def _create(self, spec: SandboxSpec) -> SandboxInfo:
+        bwrap = self._check_can_launch()
+        self._check_create(spec)
+        if self._unisolated:
+            warnings.warn("local sandbox created WITHOUT isolation (unisolated=True): its "
+                          "commands can read and change this machine's files and processes",
+                          UnisolatedWarning, stacklevel=4)
+        sandbox_id = self._home.new_id("sandboxes")
+        directory = self._home.sandbox(sandbox_id)
+        meta: dict[str, Any] = {
+            "id": sandbox_id,
+            "created_at": _now().isoformat(),
+            "template": spec.template or "default",
+            "metadata": dict(spec.metadata),
+            "env": dict(spec.env),
+            "cwd": spec.cwd or WORKDIR,
+            "resources": attrs.asdict(spec.resources),
+            "idle_timeout": spec.lifecycle.idle_timeout,
+            "volumes": [[m.volume, m.path, m.read_only] for m in spec.volumes],
+            "snapshot": spec.snapshot,
+            "unisolated": self._unisolated,
+        }
+        try:
+            await anyio.to_thread.run_sync(self._make_root, directory, spec.snapshot, meta["cwd"])
+            write_meta(directory, meta)
+            await self._start_sandbox(sandbox_id, meta, bwrap)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._kill(sandbox_id)
+            raise
+        return self._to_info(meta, SandboxState.RUNNING)
+
+    def _check_can_launch(self) -> str | None:
+        if self._unisolated:
+            return None
+        bwrap = _launch.bwrap_path()
+        if bwrap is None:
+            raise errors.ConfigError(
+                "the local provider needs bubblewrap (bwrap) to isolate sandboxes: install "
+                "it (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install "
+                "bubblewrap), or pass unisolated=True to run WITHOUT isolation",
+                provider=self.name)
+        if not Path(_launch.SANDBOX_PYTHON).is_file():
+            raise errors.ConfigError(
+                f"the local provider runs its agent with {_launch.SANDBOX_PYTHON}, which is "
+                "missing: install python3 from the system's packages", provider=self.name)
+        return bwrap
+
+    def _check_create(self, spec: SandboxSpec) -> None:
+        if spec.template not in (None, "default"):
+            raise errors.TemplateNotFound(
+                f"template {spec.template!r} does not exist; the local provider has only "
+                "'default' (the host's /usr)", provider=self.name)
+        if spec.network.allow_internet or spec.network.allow_out:
+            raise errors.UnsupportedCapability(
+                "network.policy", provider=self.name,
+                detail="local sandboxes have loopback only: allow_internet and allow_out "
+                       "are not available")
+        if spec.resources.disk_mb is not None:
+            raise errors.UnsupportedCapability(
+                "resources.disk_mb", provider=self.name,
+                detail="local sandboxes share the state directory's filesystem")
+        if (spec.resources.memory_mb or spec.resources.cpu) and not self._cgroups:
+            raise errors.UnsupportedCapability(
+                "resources", provider=self.name,
+                detail="memory and CPU limits need writable cgroup v1 controllers")
+        if spec.volumes and self._unisolated:
+            raise errors.UnsupportedCapability(
+                "volumes", provider=self.name, detail="volumes need bubblewrap")
+        for mount in spec.volumes:
+            if read_meta(self._home.volume(mount.volume)) is None:
+                raise errors.VolumeNotFound(f"volume {mount.volume!r} does not exist",
+                                            provider=self.name)
+        if spec.snapshot is not None and read_meta(self._home.snapshot(spec.snapshot)) is None:
+            raise errors.SnapshotNotFound(f"snapshot {spec.snapshot!r} does not exist",
+                                          provider=self.name)
+
+    def _make_root(self, directory: Path, snapshot: str | None, workdir: str) -> None:
+        root = directory / "root"
+        if snapshot is not None:
+            _copy_tree(self._home.snapshot(snapshot) / "root", root)
+        else:
+            etc = root / "etc"
+            etc.mkdir(parents=True)
+            for name in ETC_COPIED:
+                src = Path("/etc") / name
+                if src.is_dir() and not src.is_symlink():
+                    shutil.copytree(src, etc / name, symlinks=True)
+                elif src.exists() or src.is_symlink():
+                    shutil.copy2(src, etc / name, follow_symlinks=False)
+            (etc / "passwd").write_text(PASSWD)
+            (etc / "group").write_text(GROUP)
+            (etc / "hosts").write_text(HOSTS)
+            (etc / "hostname").write_text("sandbox\n")
+            for name in ("tmp", "var/tmp"):
+                (root / name).mkdir(parents=True)
+                (root / name).chmod(0o1777)
+            (root / "root").mkdir(mode=0o700)
+            for name, target in _launch.system_links().items():
+                (root / name).symlink_to(target)
+        (root / workdir.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        (root / WORKDIR.lstrip("/")).mkdir(parents=True, exist_ok=True)
+
+    async def _start_sandbox(self, sandbox_id: str, meta: dict[str, Any],
+                             bwrap: str | None) -> None:
+        """Start the sandbox's processes and wait until its agent answers."""
+        directory = self._home.sandbox(sandbox_id)
+        agent_dir = directory / "agent"
+        agent_dir.mkdir(exist_ok=True)
+        shutil.copyfile(_launch.AGENT_SOURCE, agent_dir / "_agent.py")
+        root = directory / "root"
+        config = {
+            "workdir": meta["cwd"],
+            "env": {**BASE_ENV, **meta["env"]},
+            "idle_timeout": meta["idle_timeout"],
+            "root": str(root) if meta["unisolated"] else "",
+        }
+        write_json(agent_dir / "agent.json", config)
+        sock_path = directory / "agent.sock"
+        listener = _listen(sock_path)
+        try:
+            if bwrap is not None:
+                volumes = [(self._home.volume(name) / "data", path, ro)
+                           for name, path, ro in meta["volumes"]]
+                argv = _launch.bwrap_argv(bwrap=bwrap, root=root, agent_dir=agent_dir,
+                                          volumes=volumes)
+                argv += _launch.agent_command(_launch.SANDBOX_PYTHON, agent_dir="/.psdk")
+            else:
+                argv = _launch.agent_command(_launch.host_python(), agent_dir=str(agent_dir))
+            cgroup = self._cgroup(sandbox_id) if self._cgroups else None
+            resources = Resources(**meta["resources"])
+            launched = await anyio.to_thread.run_sync(lambda: _launch.start(
+                argv=argv, listener=listener, info=bwrap is not None,
+                log=directory / "agent.log", cgroup=cgroup, resources=resources))
+        finally:
+            listener.close()
+        meta["launch"] = attrs.asdict(launched)
+        write_meta(directory, meta)
+        (directory / "paused").unlink(missing_ok=True)
+        self._meta[sandbox_id] = meta
+        await self._wait_ready(sandbox_id, launched)
+
+    async def _wait_ready(self, sandbox_id: str, launched: _launch.Launched) -> None:
+        client = self._client(sandbox_id)
+        with anyio.move_on_after(READY_TIMEOUT):
+            delay = 0.001
+            while True:
+                try:
+                    await client.call("ping")
+                    return
+                except errors.Unavailable:
+                    if not _launch.alive(launched):
+                        log = _launch.tail(self._home.sandbox(sandbox_id) / "agent.log")
+                        raise errors.SandboxError(f"the sandbox exited at start: {log}",
+                                                  provider=self.name,
+                                                  sandbox_id=sandbox_id) from None
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 0.05)
+        raise errors.OperationTimeout(f"the sandbox's agent did not answer in {READY_TIMEOUT}s",
+                                      provider=self.name, sandbox_id=sandbox_id)
+
+    def _cgroup(self, sandbox_id: str) -> _launch.Cgroup:
+        return _launch.Cgroup(f"psdk-{self._home.tag}-{sandbox_id}")
+
+    async def _info(self, sandbox_id: str) -> SandboxInfo:
+        meta = self._read(sandbox_id)
+        return self._to_info(meta, self._state(sandbox_id, meta))
+
+    async def _list(self, *, metadata: Mapping[str, str],
+                    state: SandboxState | None) -> list[SandboxInfo]:
+        found = []
+        for sandbox_id in self._home.ids("sandboxes"):
+            meta = read_meta(self._home.sandbox(sandbox_id))
+            if meta is None or any(meta["metadata"].get(k) != v for k, v in metadata.items()):
+                continue
+            found.append(self._to_info(meta, self._state(sandbox_id, meta)))
+        return found
+
+    async def _kill(self, sandbox_id: str) -> None:
+        directory = self._home.sandbox(sandbox_id)
+        if not directory.exists():
+            return
+        await anyio.to_thread.run_sync(self._kill_blocking, sandbox_id, directory)
+
+    def _kill_blocking(self, sandbox_id: str, directory: Path) -> None:
+        with self._home.lock(directory):
+            self._meta.pop(sandbox_id, None)
+            meta = read_meta(directory)
+            self._stop_processes(sandbox_id, meta)
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def _stop_processes(self, sandbox_id: str, meta: dict[str, Any] | None) -> None:
+        launch = meta.get("launch") if meta else None
+        if launch:
+            launched = _launch.Launched(**launch)
+            if launched.pid_namespace is None:
+                # Unisolated: the agent's commands run in sessions of their own.
+                for pid in _launch.namespace_pids(launched):
+                    os.killpg(pid, signal.SIGKILL)
+            _launch.kill(launched)
+        self._cgroup(sandbox_id).destroy()
+
+    async def _pause(self, sandbox_id: str) -> SandboxInfo:
+        return await anyio.to_thread.run_sync(self._pause_blocking, sandbox_id)
+
+    def _pause_blocking(self, sandbox_id: str) -> SandboxInfo:
+        directory = self._home.sandbox(sandbox_id)
+        with self._home.lock(directory):
+            meta = self._read(sandbox_id)
+            state = self._state(sandbox_id, meta)
+            if state == SandboxState.RUNNING:
+                cgroup = self._cgroup(sandbox_id)
+                if cgroup.exists():
+                    cgroup.freeze(True)
+                else:
+                    (directory / "paused").touch()
+                    _launch.signal_all(_launch.Launched(**meta["launch"]), signal.SIGSTOP)
+            elif state != SandboxState.PAUSED:
+                raise self._not_running(sandbox_id, state)
+            return self._to_info(meta, SandboxState.PAUSED)
+
+    async def _resume(self, sandbox_id: str) -> SandboxInfo:
+        directory = self._home.sandbox(sandbox_id)
+        meta = self._read(sandbox_id)
+        state = self._state(sandbox_id, meta)
+        if state == SandboxState.PAUSED:
+            await anyio.to_thread.run_sync(self._thaw, sandbox_id, directory, meta)
+        elif state == SandboxState.STOPPED:
+            # Its processes are gone (e.g. the machine restarted): start it again from
+            # its files.
+            bwrap = None if meta["unisolated"] else self._check_can_launch()
+            await anyio.to_thread.run_sync(self._cgroup(sandbox_id).destroy)
+            await self._start_sandbox(sandbox_id, meta, bwrap)
+        elif state != SandboxState.RUNNING:
+            raise self._not_running(sandbox_id, state)
+        await self._wait_ready(sandbox_id, _launch.Launched(**self._read(sandbox_id)["launch"]))
+        return self._to_info(self._read(sandbox_id), SandboxState.RUNNING)
+
+    def _thaw(self, sandbox_id: str, directory: Path, meta: dict[str, Any]) -> None:
+        with self._home.lock(directory):
+            cgroup = self._cgroup(sandbox_id)
+            if cgroup.exists():
+                cgroup.freeze(False)
+            else:
+                _launch.signal_all(_launch.Launched(**meta["launch"]), signal.SIGCONT)
+                (directory / "paused").unlink(missing_ok=True)
+
+    # ------------------------------------------------------------- state helpers
+
+    def _read(self, sandbox_id: str) -> dict[str, Any]:
+        meta = read_meta(self._home.sandbox(sandbox_id))
+        if meta is None:
+            self._meta.pop(sandbox_id, None)
+            raise errors.SandboxNotFound(f"no sandbox {sandbox_id!r} in {self._home.path}",
+                                         provider=self.name, sandbox_id=sandbox_id)
+        self._meta[sandbox_id] = meta
+        return meta
+
+    def _state(self, sandbox_id: str, meta: dict[str, Any]) -> SandboxState:
+        launch = meta.get("launch")
+        if launch is None:
+            return SandboxState.STARTING
+        if not _launch.alive(_launch.Launched(**launch)):
+            return SandboxState.STOPPED
+        directory = self._home.sandbox(sandbox_id)
+        if self._cgroup(sandbox_id).frozen() or (directory / "paused").exists():
+            return SandboxState.PAUSED
+        return SandboxState.RUNNING
+
+    def _not_running(self, sandbox_id: str, state: SandboxState) -> errors.SandboxNotRunning:
+        hint = " (resume it first)" if state in (SandboxState.PAUSED,
+                                                 SandboxState.STOPPED) else ""
+        return errors.SandboxNotRunning(f"the sandbox is {state}{hint}", state=str(state),
+                                        provider=self.name, sandbox_id=sandbox_id)
+
+    def _client(self, sandbox_id: str) -> AgentClient:
+        return AgentClient(str(self._home.sandbox(sandbox_id) / "agent.sock"),
+                           provider=self.name, sandbox_id=sandbox_id)
+
+    def _running(self, sandbox_id: str) -> AgentClient:
+        """A client for a running sandbox; a typed error for any other state."""
+        meta = self._meta.get(sandbox_id)
+        if meta is None or not self._home.sandbox(sandbox_id).is_dir():
+            meta = self._read(sandbox_id)
+        state = self._state(sandbox_id, meta)
+        if state == SandboxState.STOPPED and meta is self._meta.get(sandbox_id):
+            state = self._state(sandbox_id, self._read(sandbox_id))  # restarted elsewhere?
+        if state != SandboxState.RUNNING:
+            raise self._not_running(sandbox_id, state)
+        return self._client(sandbox_id)
+
+    async def _agent(self, sandbox_id: str, call: Callable[[AgentClient], Any]) -> Any:
+        """Run ``call`` against the agent; if it fails to answer, say why."""
+        client = self._running(sandbox_id)
+        try:
+            return await call(client)
+        except errors.Unavailable:
+            self._running(sandbox_id)  # raises SandboxNotFound/NotRunning if that is why
+            raise
+
+    def _to_info(self, meta: dict[str, Any], state: SandboxState) -> SandboxInfo:
+        return SandboxInfo(
+            id=meta["id"], provider=self.name, state=state, template=meta["template"],
+            metadata=meta["metadata"], created_at=dt.datetime.fromisoformat(meta["created_at"]),
+            expires_at=None, resources=Resources(**meta["resources"]),
+            extra={"home": str(self._home.path), "unisolated": meta["unisolated"],
+                   "idle_timeout": meta["idle_timeout"], "snapshot": meta["snapshot"]},
+        )
+
+    # ---------------------------------------------------------------------- exec
+
+    async def _exec(self, sandbox_id: str, command: Command) -> ExecResult:
+        if command.user is not None:
+            raise self._unsupported(Capability.EXEC_USER, sandbox_id)
+        result: ExecResult = await self._agent(sandbox_id, lambda c: c.exec(command))
+        return result
+
+    async def _start(self, sandbox_id: str, command: Command) -> int:
+        started = await self._agent(sandbox_id, lambda c: c.call(
+            "start", argv=list(command.argv), env=dict(command.env), cwd=command.cwd))
+        return int(started["pid"])
+
+    async def _process_events(self, sandbox_id: str, pid: int) -> AsyncIterator[ProcessEvent]:
+        client = self._running(sandbox_id)
+        async for event in client.events(pid):
+            yield event
+
+    async def _send_stdin(self, sandbox_id: str, pid: int, data: bytes) -> None:
+        await self._agent(sandbox_id, lambda c: c.stdin(pid, data, close=False))
+
+    async def _close_stdin(self, sandbox_id: str, pid: int) -> None:
+        await self._agent(sandbox_id, lambda c: c.stdin(pid, b"", close=True))
+
+    async def _kill_process(self, sandbox_id: str, pid: int) -> None:
+        await self._agent(sandbox_id, lambda c: c.call("kill_process", pid=pid))
+
+    async def _open_shell(self, sandbox: Sandbox, *, cwd: str | None,
+                          env: Mapping[str, str]) -> Shell:
+        return await EmulatedShell.open(sandbox, cwd=cwd, env=env)
+
+    # --------------------------------------------------------------------- files
+
+    async def _read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
+        client = self._running(sandbox_id)
+        async for chunk in client.read(path):
+            yield chunk
+
+    async def _write_file(self, sandbox_id: str, path: str,
+                          chunks: AsyncIterator[bytes]) -> None:
+        await self._agent(sandbox_id, lambda c: c.write(path, chunks))
+
+    async def _list_dir(self, sandbox_id: str, path: str) -> list[FileInfo]:
+        entries = await self._agent(sandbox_id, lambda c: c.call("list", path=path))
+        return [_to_file_info(e) for e in entries]
+
+    async def _stat(self, sandbox_id: str, path: str) -> FileInfo:
+        return _to_file_info(await self._agent(sandbox_id, lambda c: c.call("stat", path=path)))
+
+    async def _mkdir(self, sandbox_id: str, path: str, *, parents: bool,
+                     exist_ok: bool) -> None:
+        await self._agent(sandbox_id, lambda c: c.call("mkdir", path=path, parents=parents,
+                                                       exist_ok=exist_ok))
+
+    async def _remove(self, sandbox_id: str, path: str, *, recursive: bool) -> None:
+        await self._agent(sandbox_id, lambda c: c.call("remove", path=path,
+                                                       recursive=recursive))
+
+    async def _rename(self, sandbox_id: str, src: str, dst: str) -> None:
+        await self._agent(sandbox_id, lambda c: c.call("rename", src=src, dst=dst))
+
+    # ----------------------------------------------------------------- snapshots
+
+    async def _snapshot(self, sandbox_id: str) -> Snapshot:
+        return await anyio.to_thread.run_sync(self._snapshot_blocking, sandbox_id)
+
+    def _snapshot_blocking(self, sandbox_id: str) -> Snapshot:
+        directory = self._home.sandbox(sandbox_id)
+        meta = self._read(sandbox_id)
+        snapshot_id = self._home.new_id("snapshots")
+        target = self._home.snapshot(snapshot_id)
+        try:
+            with self._home.lock(directory):
+                cgroup = self._cgroup(sandbox_id)
+                # Freeze while copying so the snapshot is consistent.
+                thaw = self._state(sandbox_id, meta) == SandboxState.RUNNING and cgroup.exists()
+                if thaw:
+                    cgroup.freeze(True)
+                try:
+                    _copy_tree(directory / "root", target / "root")
+                finally:
+                    if thaw:
+                        cgroup.freeze(False)
+            snap = {"id": snapshot_id, "sandbox_id": sandbox_id,
+                    "created_at": _now().isoformat(), "template": meta["template"]}
+            write_meta(target, snap)
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+        return self._to_snapshot(snap)
+
+    async def _list_snapshots(self, sandbox_id: str | None) -> list[Snapshot]:
+        snaps = [read_meta(self._home.snapshot(s)) for s in self._home.ids("snapshots")]
+        return [self._to_snapshot(s) for s in snaps
+                if s is not None and sandbox_id in (None, s["sandbox_id"])]
+
+    async def _delete_snapshot(self, snapshot_id: str) -> None:
+        target = self._home.snapshot(snapshot_id)
+        if read_meta(target) is None:
+            raise errors.SnapshotNotFound(f"snapshot {snapshot_id!r} does not exist",
+                                          provider=self.name)
+        await anyio.to_thread.run_sync(lambda: shutil.rmtree(target, ignore_errors=True))
+
+    def _to_snapshot(self, meta: dict[str, Any]) -> Snapshot:
+        return Snapshot(id=meta["id"], provider=self.name, sandbox_id=meta["sandbox_id"],
+                        captures=frozenset({"filesystem"}),
+                        created_at=dt.datetime.fromisoformat(meta["created_at"]),
+                        extra={"template": meta["template"]})
+
+    # ------------------------------------------------------------------- volumes
+
+    def _check_volume_name(self, name: str) -> None:
+        if not VOLUME_NAME.match(name):
+            raise errors.InvalidInput(
+                f"volume name {name!r}: use letters, digits, '.', '_' and '-'",
+                provider=self.name)
+
+    async def _create_volume(self, name: str) -> Volume:
+        self._check_volume_name(name)
+        directory = self._home.volume(name)
+        try:
+            directory.mkdir(mode=0o700)
+        except FileExistsError:
+            raise errors.Conflict(f"volume {name!r} already exists", provider=self.name) from None
+        (directory / "data").mkdir()
+        meta = {"name": name, "created_at": _now().isoformat()}
+        write_meta(directory, meta)
+        return self._to_volume(meta)
+
+    async def _get_volume(self, name: str) -> Volume:
+        self._check_volume_name(name)
+        meta = read_meta(self._home.volume(name))
+        if meta is None:
+            raise errors.VolumeNotFound(f"volume {name!r} does not exist", provider=self.name)
+        return self._to_volume(meta)
+
+    async def _list_volumes(self) -> list[Volume]:
+        metas = [read_meta(self._home.volume(v)) for v in self._home.ids("volumes")]
+        return [self._to_volume(m) for m in metas if m is not None]
+
+    async def _delete_volume(self, name: str) -> None:
+        await self._get_volume(name)
+        for info in await self._list(metadata={}, state=None):
+            meta = read_meta(self._home.sandbox(info.id)) or {"volumes": []}
+            if info.state in (SandboxState.RUNNING, SandboxState.PAUSED) and \
+                    any(v[0] == name for v in meta["volumes"]):
+                raise errors.Conflict(f"volume {name!r} is mounted by sandbox {info.id}",
+                                      provider=self.name)
+        await anyio.to_thread.run_sync(
+            lambda: shutil.rmtree(self._home.volume(name), ignore_errors=True))
+
+    def _to_volume(self, meta: dict[str, Any]) -> Volume:
+        return Volume(id=meta["name"], name=meta["name"], provider=self.name,
+                      created_at=dt.datetime.fromisoformat(meta["created_at"]),
+                      extra={"path": str(self._home.volume(meta["name"]) / "data")})
+
+    # ------------------------------------------------------------------- metrics
+
+    async def _metrics(self, sandbox_id: str) -> Metrics:
+        self._running(sandbox_id)
+        cgroup = self._cgroup(sandbox_id)
+        root = self._home.sandbox(sandbox_id) / "root"
+        disk = await anyio.to_thread.run_sync(_disk_usage, root)
+        memory, limit = cgroup.memory() if cgroup.exists() else (None, None)
+        cpu = cgroup.cpu_seconds() if cgroup.exists() else None
+        if memory is None:
+            launched = _launch.Launched(**self._read(sandbox_id)["launch"])
+            memory = sum(_rss(pid) for pid in _launch.namespace_pids(launched))
+        return Metrics(cpu_seconds=cpu, memory_bytes=memory, memory_limit_bytes=limit,
+                       disk_bytes=disk, timestamp=_now())
+
+
+def _listen(path: Path) -> socket.socket:
+    """A listening socket at ``path`` (bound through /proc when the path is too long)."""
+    path.unlink(missing_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        if len(str(path)) <= 100:
+            sock.bind(str(path))
+        else:
+            fd = os.open(path.parent, os.O_PATH)
+            try:
+                sock.bind(f"/proc/self/fd/{fd}/{path.name}")
+            finally:
+                os.close(fd)
+        sock.listen(128)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _copy_tree(src: Path, dst: Path) -> None:
+    """Copy a root filesystem, keeping owners, modes, links and special files."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["cp", "-a", "--reflink=auto", "--", str(src), str(dst)],
+                          capture_output=True, check=False)
+    if done.returncode != 0:
+        raise OSError(f"copying {src} failed: {done.stderr.decode(errors='replace').strip()}")
+
+
+def _disk_usage(root: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+            except OSError:
+                continue
+    return total
+
+
+def _rss(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _to_file_info(entry: dict[str, Any]) -> FileInfo:
+    return FileInfo(path=entry["path"], type=FileType(entry["type"]), size=entry["size"],
+                    mode=entry["mode"],
+                    modified_at=dt.datetime.fromtimestamp(entry["mtime"], dt.timezone.utc),
+                    symlink_target=entry["target"])
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def write_json(path: Path, data: Mapping[str, Any]) -> None:
+    """Write a JSON file readable only by its owner."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)
