@@ -30,6 +30,10 @@ CONTROLLERS = ("freezer", "memory", "cpu", "cpuacct", "pids")
 PIDS_MAX = 4096
 AGENT_SOURCE = Path(__file__).with_name("_agent.py")
 SANDBOX_PYTHON = "/usr/bin/python3"
+SANDBOX_AGENT = "/etc/psdk/agent.py"
+SANDBOX_CONFIG = "/etc/psdk/agent.json"
+# Host /etc entries that change as packages are installed: shown read-only, live.
+ETC_LIVE = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives")
 # Top-level host directories a shell and Python need, shown read-only (or as the same
 # symlinks on merged-/usr systems). Nothing else of the host is visible.
 SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -152,7 +156,7 @@ INFO_FD = "{info_fd}"
 LISTEN_FD = "{listen_fd}"
 
 
-def bwrap_argv(*, bwrap: str, root: Path, agent_dir: Path,
+def bwrap_argv(*, bwrap: str, root: Path, etc: Path, config: Path,
                volumes: list[tuple[Path, str, bool]]) -> list[str]:
     """The bubblewrap command line for a sandbox whose writable root is ``root``
     (:func:`start` fills in ``INFO_FD``)."""
@@ -166,7 +170,12 @@ def bwrap_argv(*, bwrap: str, root: Path, agent_dir: Path,
         host = Path("/") / name
         if host.is_dir() and not host.is_symlink():
             argv += ["--ro-bind", str(host), f"/{name}"]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", str(agent_dir), "/.psdk"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", str(etc), "/etc"]
+    for name in ETC_LIVE:
+        if (Path("/etc") / name).exists():
+            argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    argv += ["--ro-bind", str(AGENT_SOURCE), SANDBOX_AGENT,
+             "--ro-bind", str(config), SANDBOX_CONFIG]
     for source, target, read_only in volumes:
         argv += ["--ro-bind" if read_only else "--bind", str(source), target]
     return argv
@@ -222,9 +231,9 @@ def _read_info(fd: int) -> dict[str, int] | None:
     return None
 
 
-def agent_command(python: str, *, agent_dir: str) -> list[str]:
-    """How the agent in ``agent_dir`` is started (:func:`start` fills in ``LISTEN_FD``)."""
-    return [python, "-I", "-S", f"{agent_dir}/_agent.py", f"{agent_dir}/agent.json", LISTEN_FD]
+def agent_command(python: str, *, agent: str, config: str) -> list[str]:
+    """How the agent is started (:func:`start` fills in ``LISTEN_FD``)."""
+    return [python, "-I", "-S", agent, config, LISTEN_FD]
 
 
 def start_time(pid: int) -> int | None:

@@ -68,9 +68,8 @@ BASE_ENV = {
 PASSWD = "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000:user:/home/user:/bin/bash\n"
 GROUP = "root:x:0:\nuser:x:1000:\n"
 HOSTS = "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-# Host /etc entries a shell and Python need; copied (not bound) into each new sandbox.
-ETC_COPIED = ("nsswitch.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives",
-              "localtime", "bash.bashrc", "profile", "inputrc", "mime.types")
+# Host /etc entries a shell and Python need, copied once into the shared read-only /etc.
+ETC_COPIED = ("nsswitch.conf", "localtime", "bash.bashrc", "profile", "inputrc", "mime.types")
 VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 READY_TIMEOUT = 15.0
 
@@ -208,34 +207,53 @@ class LocalProvider(SandboxProvider):
         if snapshot is not None:
             _copy_tree(self._home.snapshot(snapshot) / "root", root)
         else:
-            etc = root / "etc"
-            etc.mkdir(parents=True)
-            for name in ETC_COPIED:
-                src = Path("/etc") / name
-                if src.is_dir() and not src.is_symlink():
-                    shutil.copytree(src, etc / name, symlinks=True)
-                elif src.exists() or src.is_symlink():
-                    shutil.copy2(src, etc / name, follow_symlinks=False)
-            (etc / "passwd").write_text(PASSWD)
-            (etc / "group").write_text(GROUP)
-            (etc / "hosts").write_text(HOSTS)
-            (etc / "hostname").write_text("sandbox\n")
+            # Mount points first (bubblewrap would make them anyway), then the writable
+            # directories every sandbox has.
+            for name in ("etc", "usr", "proc", "dev", "home/user", "root"):
+                (root / name).mkdir(parents=True)
             for name in ("tmp", "var/tmp"):
                 (root / name).mkdir(parents=True)
                 (root / name).chmod(0o1777)
-            (root / "root").mkdir(mode=0o700)
             for name, target in _launch.system_links().items():
                 (root / name).symlink_to(target)
         (root / workdir.lstrip("/")).mkdir(parents=True, exist_ok=True)
-        (root / WORKDIR.lstrip("/")).mkdir(parents=True, exist_ok=True)
+
+    def _base_etc(self) -> Path:
+        """The read-only /etc every sandbox of this home shares, made once."""
+        etc = self._home.path / "base" / "etc"
+        if etc.is_dir():
+            return etc
+        staging = self._home.path / "base" / f".etc-{os.getpid()}-{id(self)}"
+        staging.mkdir(parents=True)
+        for name in ETC_COPIED:
+            src = Path("/etc") / name
+            if src.is_dir() and not src.is_symlink():
+                shutil.copytree(src, staging / name, symlinks=True)
+            elif src.exists() or src.is_symlink():
+                shutil.copy2(src, staging / name, follow_symlinks=False)
+        for name in _launch.ETC_LIVE:  # mount points for the live host entries
+            src = Path("/etc") / name
+            if src.is_dir():
+                (staging / name).mkdir()
+            elif src.exists():
+                (staging / name).touch()
+        (staging / "psdk").mkdir()
+        for name in (_launch.SANDBOX_AGENT, _launch.SANDBOX_CONFIG):
+            (staging / "psdk" / name.rsplit("/", 1)[1]).touch()
+        (staging / "passwd").write_text(PASSWD)
+        (staging / "group").write_text(GROUP)
+        (staging / "hosts").write_text(HOSTS)
+        (staging / "hostname").write_text("sandbox\n")
+        try:
+            staging.rename(etc)
+        except OSError:  # another process made it first
+            shutil.rmtree(staging, ignore_errors=True)
+        return etc
 
     async def _start_sandbox(self, sandbox_id: str, meta: dict[str, Any],
                              bwrap: str | None) -> None:
         """Start the sandbox's processes and wait until its agent answers."""
         directory = self._home.sandbox(sandbox_id)
-        agent_dir = directory / "agent"
-        agent_dir.mkdir(exist_ok=True)
-        shutil.copyfile(_launch.AGENT_SOURCE, agent_dir / "_agent.py")
         root = directory / "root"
         config = {
             "workdir": meta["cwd"],
@@ -243,18 +261,22 @@ class LocalProvider(SandboxProvider):
             "idle_timeout": meta["idle_timeout"],
             "root": str(root) if meta["unisolated"] else "",
         }
-        write_json(agent_dir / "agent.json", config)
+        write_json(directory / "agent.json", config)
         sock_path = directory / "agent.sock"
         listener = _listen(sock_path)
         try:
             if bwrap is not None:
                 volumes = [(self._home.volume(name) / "data", path, ro)
                            for name, path, ro in meta["volumes"]]
-                argv = _launch.bwrap_argv(bwrap=bwrap, root=root, agent_dir=agent_dir,
-                                          volumes=volumes)
-                argv += _launch.agent_command(_launch.SANDBOX_PYTHON, agent_dir="/.psdk")
+                etc = await anyio.to_thread.run_sync(self._base_etc)
+                argv = _launch.bwrap_argv(bwrap=bwrap, root=root, etc=etc,
+                                          config=directory / "agent.json", volumes=volumes)
+                argv += _launch.agent_command(_launch.SANDBOX_PYTHON, agent=_launch.SANDBOX_AGENT,
+                                              config=_launch.SANDBOX_CONFIG)
             else:
-                argv = _launch.agent_command(_launch.host_python(), agent_dir=str(agent_dir))
+                argv = _launch.agent_command(_launch.host_python(),
+                                             agent=str(_launch.AGENT_SOURCE),
+                                             config=str(directory / "agent.json"))
             cgroup = self._cgroup(sandbox_id) if self._cgroups else None
             resources = Resources(**meta["resources"])
             launched = await anyio.to_thread.run_sync(lambda: _launch.start(
