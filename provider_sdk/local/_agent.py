@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 HEADER = struct.Struct(">cI")
@@ -114,6 +115,7 @@ class Agent:
         self.last_active = time.monotonic()
         self.busy = 0
         self.procs: dict[int, Background] = {}
+        self.children: set[int] = set()  # every command running now (exec and start)
         self.lock = threading.Lock()
 
     # ------------------------------------------------------------------ paths
@@ -150,16 +152,16 @@ class Agent:
                 running = any(p.exit_code is None for p in self.procs.values())
                 idle = time.monotonic() - self.last_active
             if not self.busy and not running and idle > limit:
-                print("psdk-agent: idle timeout reached, stopping", flush=True)
+                print("psdk-agent: idle timeout reached, ending the sandbox", flush=True)
                 self.stop()
 
     def stop(self) -> None:
         """End the sandbox: every process in it, then the agent (and so the sandbox)."""
         if self.root:  # unisolated: only what this agent started, never the host's
-            for pid in list(self.procs):
-                kill_tree(pid)
+            self.op_kill_all(None, {})
         else:
-            os.kill(-1, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # nothing else is running
+                os.kill(-1, signal.SIGKILL)
         os._exit(75)
 
     def handle(self, sock: socket.socket) -> None:
@@ -207,13 +209,23 @@ class Agent:
         if self.root and "HOME" not in req.get("env", {}):
             env["HOME"] = self.root + env.get("HOME", "/")
         try:
-            return subprocess.Popen(
+            proc = subprocess.Popen(
                 argv, env=env, cwd=cwd, start_new_session=True,
                 stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             )
         except (FileNotFoundError, PermissionError) as exc:
             raise OpError("Spawn", f"{argv[0]}: {exc.strerror}") from None
+        with self.lock:
+            self.children.add(proc.pid)
+        return proc
+
+    def op_kill_all(self, conn: Conn | None, req: dict[str, Any]) -> None:
+        """Kill every command this agent started (the host then ends the agent)."""
+        with self.lock:
+            roots = self.children | {p for p, b in self.procs.items() if b.exit_code is None}
+        for pid in roots:
+            kill_tree(pid)
 
     def op_ping(self, conn: Conn, req: dict[str, Any]) -> dict[str, Any]:
         return {"pid": os.getpid()}
@@ -293,6 +305,7 @@ class Agent:
             proc.wait()
             raise
         finally:
+            self.forget(proc.pid)
             sel.close()
             for f in (proc.stdin, proc.stdout, proc.stderr):
                 if f is not None:
@@ -301,13 +314,18 @@ class Agent:
 
     def op_start(self, conn: Conn, req: dict[str, Any]) -> dict[str, Any]:
         proc = self.spawn(req, stdin=True)
-        bg = Background(proc)
+        bg = Background(proc, self.forget)
         with self.lock:
             self.procs[proc.pid] = bg
             finished = [p for p, b in self.procs.items() if b.exit_code is not None]
             for pid in finished[:-FINISHED_KEPT]:
                 del self.procs[pid]
         return {"pid": proc.pid}
+
+    def forget(self, pid: int) -> None:
+        """A command has exited: it is no longer one to kill."""
+        with self.lock:
+            self.children.discard(pid)
 
     def background(self, pid: int) -> Background:
         with self.lock:
@@ -457,8 +475,9 @@ class Agent:
 class Background:
     """A background process: its output kept for replay, its exit code once known."""
 
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], on_exit: Callable[[int], None]) -> None:
         self.proc = proc
+        self.on_exit = on_exit
         self.chunks: list[tuple[bytes, bytes]] = []
         self.size = 0
         self.exit_code: int | None = None
@@ -487,6 +506,7 @@ class Background:
                     self.cond.notify_all()
         sel.close()
         code = self.proc.wait()
+        self.on_exit(self.proc.pid)
         with self.cond:
             self.exit_code = code
             self.cond.notify_all()

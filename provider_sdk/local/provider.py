@@ -13,6 +13,7 @@ many seconds without requests or running background processes.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -72,6 +73,7 @@ HOSTS = "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback
 ETC_COPIED = ("nsswitch.conf", "localtime", "bash.bashrc", "profile", "inputrc", "mime.types")
 VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 READY_TIMEOUT = 15.0
+IDLE_MARK = "psdk-agent: idle timeout"  # what the agent logs before ending the sandbox
 
 
 class UnisolatedWarning(RuntimeWarning):
@@ -321,6 +323,9 @@ class LocalProvider(SandboxProvider):
         found = []
         for sandbox_id in self._home.ids("sandboxes"):
             meta = read_meta(self._home.sandbox(sandbox_id))
+            if meta is not None and self._ended_by_idle(sandbox_id, meta):
+                await self._kill(sandbox_id)
+                continue
             if meta is None or any(meta["metadata"].get(k) != v for k, v in metadata.items()):
                 continue
             found.append(self._to_info(meta, self._state(sandbox_id, meta)))
@@ -328,8 +333,13 @@ class LocalProvider(SandboxProvider):
 
     async def _kill(self, sandbox_id: str) -> None:
         directory = self._home.sandbox(sandbox_id)
-        if not directory.exists():
+        meta = read_meta(directory)
+        if meta is None and not directory.exists():
             return
+        if meta and meta["unisolated"] and self._state(sandbox_id, meta) == SandboxState.RUNNING:
+            # Its commands are not in a namespace that dies with it: ask the agent first.
+            with anyio.move_on_after(5), contextlib.suppress(errors.SandboxError):
+                await self._client(sandbox_id).call("kill_all")
         await anyio.to_thread.run_sync(self._kill_blocking, sandbox_id, directory)
 
     def _kill_blocking(self, sandbox_id: str, directory: Path) -> None:
@@ -342,12 +352,7 @@ class LocalProvider(SandboxProvider):
     def _stop_processes(self, sandbox_id: str, meta: dict[str, Any] | None) -> None:
         launch = meta.get("launch") if meta else None
         if launch:
-            launched = _launch.Launched(**launch)
-            if launched.pid_namespace is None:
-                # Unisolated: the agent's commands run in sessions of their own.
-                for pid in _launch.namespace_pids(launched):
-                    os.killpg(pid, signal.SIGKILL)
-            _launch.kill(launched)
+            _launch.kill(_launch.Launched(**launch))
         self._cgroup(sandbox_id).destroy()
 
     async def _pause(self, sandbox_id: str) -> SandboxInfo:
@@ -399,12 +404,23 @@ class LocalProvider(SandboxProvider):
 
     def _read(self, sandbox_id: str) -> dict[str, Any]:
         meta = read_meta(self._home.sandbox(sandbox_id))
+        if meta is not None and self._ended_by_idle(sandbox_id, meta):
+            self._kill_blocking(sandbox_id, self._home.sandbox(sandbox_id))
+            meta = None
         if meta is None:
             self._meta.pop(sandbox_id, None)
             raise errors.SandboxNotFound(f"no sandbox {sandbox_id!r} in {self._home.path}",
                                          provider=self.name, sandbox_id=sandbox_id)
         self._meta[sandbox_id] = meta
         return meta
+
+    def _ended_by_idle(self, sandbox_id: str, meta: dict[str, Any]) -> bool:
+        """Whether the sandbox killed itself after its idle timeout (its agent says so
+        last in its log); such a sandbox is gone, and its files are removed lazily."""
+        launch = meta.get("launch")
+        return bool(meta["idle_timeout"] and launch and not _launch.alive(
+            _launch.Launched(**launch)) and _launch.tail(
+                self._home.sandbox(sandbox_id) / "agent.log", 1).startswith(IDLE_MARK))
 
     def _state(self, sandbox_id: str, meta: dict[str, Any]) -> SandboxState:
         launch = meta.get("launch")

@@ -1,0 +1,41 @@
+"""Fixtures for the local provider's own tests: a fresh state directory per test.
+
+Without bubblewrap these tests skip, except under CI (``CI=true``), where a missing
+bubblewrap is a failure: CI installs it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from provider_sdk.local import LocalProvider
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    if shutil.which("bwrap") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("bubblewrap is missing; CI must install it")
+        pytest.skip("bubblewrap (bwrap) is not installed")
+    return tmp_path / "psdk-home"
+
+
+@pytest.fixture
+async def provider(home: Path) -> AsyncIterator[LocalProvider]:
+    provider = LocalProvider(home=home)
+    try:
+        yield provider
+    finally:
+        for info in await provider.list():
+            await provider.kill(info.id)
+        await provider.aclose()

@@ -1,0 +1,272 @@
+"""What the local provider promises beyond the shared contract: isolation details,
+state that outlives processes, restart recovery, idle kill, limits, and refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import anyio
+import pytest
+
+from provider_sdk import (
+    ConfigError,
+    InvalidInput,
+    Lifecycle,
+    NetworkPolicy,
+    PermissionDenied,
+    Resources,
+    SandboxNotFound,
+    SandboxNotRunning,
+    SandboxState,
+    TemplateNotFound,
+    UnsupportedCapability,
+    VolumeMount,
+)
+from provider_sdk.local import LocalProvider, UnisolatedWarning
+from provider_sdk.local import _launch
+
+pytestmark = pytest.mark.anyio
+
+
+async def wait_for(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    """Poll an async predicate until it is true or the deadline passes."""
+    with anyio.fail_after(timeout):
+        while not await predicate():
+            await anyio.sleep(0.05)
+
+
+async def test_sandbox_runs_as_user_1000_with_its_own_hostname(provider: LocalProvider) -> None:
+    """Commands run as the unprivileged 'user' in a UTS namespace of their own."""
+    async with provider.create() as sandbox:
+        result = await sandbox.exec("id -u; id -un; hostname; echo $HOME; pwd")
+    assert result.stdout.split() == ["1000", "user", "sandbox", "/home/user", "/home/user"]
+
+
+async def test_sandbox_sees_only_its_own_processes(provider: LocalProvider) -> None:
+    """The PID namespace holds bubblewrap's init, the agent and the command itself."""
+    async with provider.create() as sandbox:
+        result = await sandbox.exec(["/usr/bin/python3", "-c",
+                                     "import os; print(sorted(int(p) for p in os.listdir('/proc')"
+                                     " if p.isdigit()))"])
+    pids = json.loads(result.stdout)
+    assert max(pids) < 10, pids
+
+
+async def test_usr_is_read_only_and_host_root_is_invisible(provider: LocalProvider) -> None:
+    """/usr is the host's, read-only; the host's /root and /etc/shadow do not exist."""
+    async with provider.create() as sandbox:
+        with pytest.raises(PermissionDenied):
+            await sandbox.files.write("/usr/psdk-test", b"x")
+        assert not await sandbox.files.exists("/etc/shadow")
+        assert await sandbox.files.list("/root") == []
+        result = await sandbox.exec("touch /usr/bin/psdk-test")
+    assert result.exit_code != 0
+    assert not Path("/usr/bin/psdk-test").exists()
+
+
+async def test_sandbox_outlives_the_process_that_created_it(home: Path) -> None:
+    """A sandbox created by another (finished) process is listed, reconnected and used."""
+    script = textwrap.dedent(f"""
+        import anyio
+        from provider_sdk.local import LocalProvider
+        async def main():
+            sandbox = await LocalProvider(home={str(home)!r}).create(metadata={{"by": "child"}})
+            await sandbox.files.write("note.txt", "from the child")
+            print(sandbox.id)
+        anyio.run(main)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          check=True, timeout=60)
+    sandbox_id = done.stdout.strip()
+    async with LocalProvider(home=home) as provider:
+        listed = await provider.list(metadata={"by": "child"})
+        assert [i.id for i in listed] == [sandbox_id]
+        assert listed[0].state == SandboxState.RUNNING
+        async with await provider.connect(sandbox_id) as sandbox:
+            assert await sandbox.files.read_text("note.txt") == "from the child"
+
+
+async def test_stopped_sandbox_resumes_from_its_files(provider: LocalProvider) -> None:
+    """After its processes die (as on a host restart) a sandbox is STOPPED; resume
+    starts it again with its files."""
+    async with provider.create() as sandbox:
+        await sandbox.files.write("/tmp/kept", b"still here")
+        meta = json.loads((provider.home / "sandboxes" / sandbox.id / "meta.json").read_text())
+        _launch.kill(_launch.Launched(**meta["launch"]))
+        assert (await sandbox.refresh()).state == SandboxState.STOPPED
+        with pytest.raises(SandboxNotRunning):
+            await sandbox.exec("true")
+        assert (await sandbox.resume()).state == SandboxState.RUNNING
+        assert await sandbox.files.read(b"/tmp/kept".decode()) == b"still here"
+
+
+async def test_idle_timeout_kills_the_sandbox(provider: LocalProvider) -> None:
+    """Lifecycle(idle_timeout, on_idle='kill'): an idle sandbox ends and is gone."""
+    sandbox = await provider.create(lifecycle=Lifecycle(idle_timeout=0.5, on_idle="kill"))
+
+    async def gone() -> bool:
+        return sandbox.id not in [i.id for i in await provider.list()]
+
+    await wait_for(gone)
+    with pytest.raises(SandboxNotFound):
+        await provider.get_info(sandbox.id)
+    assert not (provider.home / "sandboxes" / sandbox.id).exists()
+
+
+async def test_idle_timeout_waits_for_background_processes(provider: LocalProvider) -> None:
+    """A running background process is activity: the sandbox is not idle."""
+    async with provider.create(lifecycle=Lifecycle(idle_timeout=0.3)) as sandbox:
+        process = await sandbox.start("sleep 1.5; echo finished")
+        await anyio.sleep(1)
+        assert (await sandbox.refresh()).state == SandboxState.RUNNING
+        assert (await process.wait()).stdout == "finished\n"
+
+
+async def test_memory_limit_reaches_the_cgroup(provider: LocalProvider) -> None:
+    """Resources(memory_mb) becomes the sandbox's memory limit, reported by metrics."""
+    if not _launch.Cgroup.available():
+        pytest.skip("cgroup v1 controllers are not writable here")
+    async with provider.create(resources=Resources(memory_mb=256, cpu=0.5)) as sandbox:
+        metrics = await sandbox.metrics()
+    assert metrics.memory_limit_bytes == 256 << 20
+    assert metrics.memory_bytes and metrics.memory_bytes > 0
+
+
+async def test_refuses_what_it_cannot_do_before_creating(provider: LocalProvider) -> None:
+    """Internet, disk quotas and unknown templates are typed errors; nothing is left."""
+    with pytest.raises(UnsupportedCapability, match="allow_internet"):
+        await provider.create(network=NetworkPolicy(allow_internet=True))
+    with pytest.raises(UnsupportedCapability, match="disk"):
+        await provider.create(resources=Resources(disk_mb=100))
+    with pytest.raises(TemplateNotFound, match="ubuntu"):
+        await provider.create(template="ubuntu")
+    assert await provider.list() == []
+
+
+async def test_volume_in_use_cannot_be_deleted(provider: LocalProvider) -> None:
+    """Deleting a volume a running sandbox mounts is a Conflict; after the kill it works."""
+    await provider.create_volume("shared")
+    sandbox = await provider.create(volumes=[VolumeMount(volume="shared", path="/data")])
+    with pytest.raises(Exception, match="mounted by"):
+        await provider.delete_volume("shared")
+    await sandbox.kill()
+    await provider.delete_volume("shared")
+    assert await provider.list_volumes() == []
+
+
+async def test_bad_volume_name_is_invalid_input(provider: LocalProvider) -> None:
+    """A volume name that could escape the state directory is refused."""
+    with pytest.raises(InvalidInput):
+        await provider.create_volume("..")
+
+
+async def test_spec_env_is_kept_private_on_the_host(provider: LocalProvider) -> None:
+    """Env values never show in the info, and the state files are owner-only."""
+    async with provider.create(env={"API_TOKEN": "s3cr3t-value"}) as sandbox:
+        assert "s3cr3t-value" not in repr(await sandbox.refresh())
+        directory = provider.home / "sandboxes" / sandbox.id
+        for name in ("meta.json", "agent.json"):
+            assert stat.S_IMODE((directory / name).stat().st_mode) == 0o600
+        assert stat.S_IMODE(provider.home.stat().st_mode) == 0o700
+        ps = subprocess.run(["ps", "axww", "-o", "args"], capture_output=True, text=True,
+                            check=True)
+        assert "s3cr3t-value" not in ps.stdout
+
+
+async def test_agent_survives_malformed_requests(provider: LocalProvider) -> None:
+    """Garbage on the agent's socket gets an error reply; the sandbox keeps working."""
+    async with provider.create() as sandbox:
+        path = provider.home / "sandboxes" / sandbox.id / "agent.sock"
+        for payload in (b"J" + struct.pack(">I", 5) + b"{nope",
+                        b"J" + struct.pack(">I", 2) + b"[]",
+                        b"\x00\x00"):
+            with socket.socket(socket.AF_UNIX) as raw:
+                raw.connect(str(path))
+                raw.sendall(payload)
+                raw.shutdown(socket.SHUT_WR)
+                raw.recv(4096)
+        assert (await sandbox.exec("echo alive")).stdout == "alive\n"
+
+
+async def test_missing_bubblewrap_is_a_config_error(home: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without bwrap on PATH, create refuses and says how to install it."""
+    monkeypatch.setenv("PATH", str(home))
+    with pytest.raises(ConfigError, match="apt-get install bubblewrap"):
+        await LocalProvider(home=home).create()
+
+
+async def test_unisolated_mode_warns_on_every_create(home: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """unisolated=True works without bwrap, and every create warns loudly."""
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setattr(_launch, "bwrap_path", lambda: None)
+    async with LocalProvider(home=home, unisolated=True) as provider:
+        for _ in range(2):
+            with pytest.warns(UnisolatedWarning, match="WITHOUT isolation"):
+                sandbox = await provider.create()
+            await sandbox.files.write("hello.txt", "hi")
+            result = await sandbox.exec("cat hello.txt")
+            assert result.stdout == "hi"
+            root = provider.home / "sandboxes" / sandbox.id / "root"
+            assert (root / "home/user/hello.txt").read_text() == "hi"
+            await sandbox.kill()
+
+
+async def test_kill_ends_every_process_and_removes_the_cgroups(provider: LocalProvider) -> None:
+    """After kill, no process of the sandbox is left and its state is gone."""
+    sandbox = await provider.create()
+    await sandbox.start("sleep 300")
+    meta = json.loads((provider.home / "sandboxes" / sandbox.id / "meta.json").read_text())
+    launched = _launch.Launched(**meta["launch"])
+    assert _launch.namespace_pids(launched)
+    await sandbox.kill()
+    assert _launch.namespace_pids(launched) == []
+    assert not provider._cgroup(sandbox.id).exists()
+    assert not (provider.home / "sandboxes" / sandbox.id).exists()
+
+
+async def test_paused_sandbox_is_frozen_not_stopped(provider: LocalProvider) -> None:
+    """Pause stops every process in place (state T or frozen), resume continues them."""
+    async with provider.create() as sandbox:
+        await sandbox.pause()
+        meta = json.loads((provider.home / "sandboxes" / sandbox.id / "meta.json").read_text())
+        launched = _launch.Launched(**meta["launch"])
+        assert _launch.alive(launched)
+        with pytest.raises(SandboxNotRunning, match="paused"):
+            await sandbox.files.read("/etc/hostname")
+        await sandbox.resume()
+        assert await sandbox.files.read_text("/etc/hostname") == "sandbox\n"
+
+
+async def test_pause_without_a_freezer_stops_by_signal(provider: LocalProvider,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where cgroups are not writable, pause sends SIGSTOP to the whole tree."""
+    monkeypatch.setattr(_launch.Cgroup, "available", staticmethod(lambda: False))
+    fallback = LocalProvider(home=provider.home)
+    async with fallback.create() as sandbox:
+        process = await sandbox.start("while true; do sleep 0.05; done")
+        await sandbox.pause()
+        meta = json.loads((provider.home / "sandboxes" / sandbox.id / "meta.json").read_text())
+        pids = _launch.namespace_pids(_launch.Launched(**meta["launch"]))
+        states = {Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                  for pid in pids if os.path.exists(f"/proc/{pid}/stat")}
+        assert states <= {"T", "t"}, states
+        assert (await sandbox.refresh()).state == SandboxState.PAUSED
+        await sandbox.resume()
+        await process.kill()
+        assert (await sandbox.exec("echo ok")).stdout == "ok\n"
+
+
+def test_signal_module_is_used_for_pause_constants() -> None:
+    """SIGSTOP and SIGCONT exist on this platform (pause's fallback depends on them)."""
+    assert signal.SIGSTOP and signal.SIGCONT
