@@ -267,12 +267,12 @@ class FilesContract(ContractBase):
 
     async def test_files_dotdot_never_reaches_outside_the_sandbox(
             self, sandbox: Sandbox) -> None:
-        """``../../../../etc/x`` resolves inside the sandbox (to its /etc), never on the host."""
+        """``../../../../tmp/x`` resolves inside the sandbox (to its /tmp), never on the host."""
         name = new_marker("escape")
-        await sandbox.files.write(f"../../../../../../../../etc/{name}", b"contained")
-        assert not await anyio.Path(f"/etc/{name}").exists()
-        assert await sandbox.files.read(f"/etc/{name}") == b"contained"
-        assert (await sandbox.exec(["test", "-f", f"/etc/{name}"])).exit_code == 0
+        await sandbox.files.write(f"../../../../../../../../tmp/{name}", b"contained")
+        assert not await anyio.Path(f"/tmp/{name}").exists()
+        assert await sandbox.files.read(f"/tmp/{name}") == b"contained"
+        assert (await sandbox.exec(["test", "-f", f"/tmp/{name}"])).exit_code == 0
 
     async def test_files_absolute_dotdot_stays_at_the_sandbox_root(
             self, sandbox: Sandbox) -> None:
@@ -284,13 +284,13 @@ class FilesContract(ContractBase):
 
     async def test_files_symlink_to_an_absolute_path_resolves_inside(
             self, sandbox: Sandbox) -> None:
-        """Writing through a symlink to ``/etc`` lands in the sandbox's /etc, not the host's."""
+        """Writing through a symlink to ``/tmp`` lands in the sandbox's /tmp, not the host's."""
         name = new_marker("linked")
         link = f"/tmp/{new_marker('link')}"
-        assert (await sandbox.exec(["ln", "-s", "/etc", link])).exit_code == 0
+        assert (await sandbox.exec(["ln", "-s", "/tmp", link])).exit_code == 0
         await sandbox.files.write(f"{link}/{name}", b"via link")
-        assert not await anyio.Path(f"/etc/{name}").exists()
-        assert (await sandbox.exec(["cat", f"/etc/{name}"])).stdout_bytes == b"via link"
+        assert not await anyio.Path(f"/tmp/{name}").exists()
+        assert (await sandbox.exec(["cat", f"/tmp/{name}"])).stdout_bytes == b"via link"
 
     async def test_files_symlink_never_reads_a_host_file(self, sandbox: Sandbox,
                                                          tmp_path: Path) -> None:
