@@ -97,15 +97,13 @@ class SandboxProvider(abc.ABC):
     Use it as an async context manager (or call :meth:`aclose`) to release client
     resources; sandboxes are not killed by closing the provider.
 
-    Class attributes:
+    Attributes:
         name: the provider's registry name (``"local"``, ``"docker"``, ...).
         capabilities: the capabilities it declares.
-        install_hint: the distribution that provides it (named in errors).
     """
 
     name: ClassVar[str]
     capabilities: ClassVar[frozenset[Capability]] = frozenset()
-    install_hint: ClassVar[str] = "provider-sdk"
 
     # ------------------------------------------------------------------ public API
 
