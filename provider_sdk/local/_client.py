@@ -23,6 +23,7 @@ from provider_sdk.provider import Command, ProcessEvent, ProcessExit, ProcessOut
 
 HEADER = struct.Struct(">cI")
 _MAX_SOCKET_PATH = 100
+MAX_FRAME = 64 << 20  # data frames are 1 MiB at most; a listing of a huge directory is less
 _ERRORS: dict[str, type[errors.SandboxError]] = {
     "FileNotFound": errors.FileNotFound,
     "IsADirectory": errors.IsADirectory,
@@ -61,6 +62,8 @@ class _Channel:
 
     async def recv(self) -> tuple[bytes, bytes]:
         kind, size = HEADER.unpack(await self.reader.receive_exactly(HEADER.size))
+        if size > MAX_FRAME:  # the agent runs inside the sandbox: never trust its sizes
+            raise anyio.BrokenResourceError(f"frame of {size} bytes from the agent")
         return kind, (await self.reader.receive_exactly(size) if size else b"")
 
 

@@ -4,14 +4,12 @@ state that outlives processes, restart recovery, idle kill, limits, and refusals
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import stat
 import struct
-import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import anyio
@@ -28,11 +26,12 @@ from provider_sdk import (
     SandboxNotRunning,
     SandboxState,
     TemplateNotFound,
+    Unavailable,
     UnsupportedCapability,
     VolumeMount,
 )
-from provider_sdk.local import LocalProvider, UnisolatedWarning
-from provider_sdk.local import _launch
+from provider_sdk.local import LocalProvider, UnisolatedWarning, _launch
+from provider_sdk.local._client import AgentClient
 
 pytestmark = pytest.mark.anyio
 
@@ -40,7 +39,7 @@ pytestmark = pytest.mark.anyio
 async def wait_for(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
     """Poll an async predicate until it is true or the deadline passes."""
     with anyio.fail_after(timeout):
-        while not await predicate():
+        while not await predicate():  # noqa: ASYNC110 - polls another process's state
             await anyio.sleep(0.05)
 
 
@@ -70,7 +69,7 @@ async def test_usr_is_read_only_and_host_root_is_invisible(provider: LocalProvid
         assert await sandbox.files.list("/root") == []
         result = await sandbox.exec("touch /usr/bin/psdk-test")
     assert result.exit_code != 0
-    assert not Path("/usr/bin/psdk-test").exists()
+    assert not await anyio.Path("/usr/bin/psdk-test").exists()
 
 
 async def test_sandbox_outlives_the_process_that_created_it(home: Path) -> None:
@@ -84,9 +83,8 @@ async def test_sandbox_outlives_the_process_that_created_it(home: Path) -> None:
             print(sandbox.id)
         anyio.run(main)
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          check=True, timeout=60)
-    sandbox_id = done.stdout.strip()
+    done = await anyio.run_process([sys.executable, "-c", script], check=True)
+    sandbox_id = done.stdout.decode().strip()
     async with LocalProvider(home=home) as provider:
         listed = await provider.list(metadata={"by": "child"})
         assert [i.id for i in listed] == [sandbox_id]
@@ -138,7 +136,8 @@ async def test_memory_limit_reaches_the_cgroup(provider: LocalProvider) -> None:
     async with provider.create(resources=Resources(memory_mb=256, cpu=0.5)) as sandbox:
         metrics = await sandbox.metrics()
     assert metrics.memory_limit_bytes == 256 << 20
-    assert metrics.memory_bytes and metrics.memory_bytes > 0
+    assert metrics.memory_bytes is not None
+    assert metrics.memory_bytes > 0
 
 
 async def test_refuses_what_it_cannot_do_before_creating(provider: LocalProvider) -> None:
@@ -177,9 +176,8 @@ async def test_spec_env_is_kept_private_on_the_host(provider: LocalProvider) -> 
         for name in ("meta.json", "agent.json"):
             assert stat.S_IMODE((directory / name).stat().st_mode) == 0o600
         assert stat.S_IMODE(provider.home.stat().st_mode) == 0o700
-        ps = subprocess.run(["ps", "axww", "-o", "args"], capture_output=True, text=True,
-                            check=True)
-        assert "s3cr3t-value" not in ps.stdout
+        ps = await anyio.run_process(["ps", "axww", "-o", "args"], check=True)
+        assert b"s3cr3t-value" not in ps.stdout
 
 
 async def test_agent_survives_malformed_requests(provider: LocalProvider) -> None:
@@ -258,8 +256,8 @@ async def test_pause_without_a_freezer_stops_by_signal(provider: LocalProvider,
         await sandbox.pause()
         meta = json.loads((provider.home / "sandboxes" / sandbox.id / "meta.json").read_text())
         pids = _launch.namespace_pids(_launch.Launched(**meta["launch"]))
-        states = {Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-                  for pid in pids if os.path.exists(f"/proc/{pid}/stat")}
+        states = {(await anyio.Path(f"/proc/{pid}/stat").read_text()).rsplit(")", 1)[1].split()[0]
+                  for pid in pids}
         assert states <= {"T", "t"}, states
         assert (await sandbox.refresh()).state == SandboxState.PAUSED
         await sandbox.resume()
@@ -267,6 +265,23 @@ async def test_pause_without_a_freezer_stops_by_signal(provider: LocalProvider,
         assert (await sandbox.exec("echo ok")).stdout == "ok\n"
 
 
-def test_signal_module_is_used_for_pause_constants() -> None:
-    """SIGSTOP and SIGCONT exist on this platform (pause's fallback depends on them)."""
-    assert signal.SIGSTOP and signal.SIGCONT
+async def test_client_refuses_an_oversized_frame_from_the_agent(tmp_path: Path) -> None:
+    """The agent is inside the sandbox: a frame claiming 1 GiB is refused, not allocated."""
+    path = tmp_path / "fake-agent.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen()
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        conn.recv(4096)
+        conn.sendall(b"J" + struct.pack(">I", 1 << 30))
+        conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    client = AgentClient(str(path), provider="local", sandbox_id="fake")
+    with pytest.raises(Unavailable):
+        await client.call("ping")
+    thread.join()
+    server.close()
