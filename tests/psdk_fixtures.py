@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -62,8 +63,9 @@ Psdk = Callable[..., Outcome]
 
 
 @pytest.fixture
-def psdk(capsys: pytest.CaptureFixture[str]) -> Psdk:
+def psdk(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Psdk:
     """Run ``psdk`` in this process: ``psdk("ls", "--json")``."""
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # psdk sets it
 
     def run(*argv: str) -> Outcome:
         capsys.readouterr()

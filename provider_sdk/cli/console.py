@@ -14,6 +14,7 @@ import logging
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Mapping
 from types import TracebackType
 from typing import IO, Any
@@ -50,6 +51,14 @@ def configure_logging(verbose: int) -> None:
     )
     logging.basicConfig(level=logging.DEBUG if verbose > 1 else logging.WARNING,
                         stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+    if not verbose:
+        # A library warning is news for the user, not a source location: one line each.
+        warnings.formatwarning = _format_warning
+
+
+def _format_warning(message: Warning | str, category: type[Warning], filename: str,
+                    lineno: int, line: str | None = None) -> str:
+    return f"psdk: warning: {' '.join(str(message).split())}\n"
 
 
 class Console:

@@ -133,7 +133,7 @@ async def _shell(tour: _Tour, sandbox: Sandbox) -> None:
         return
     tour.code("shell = await sandbox.shell()")
     async with await sandbox.shell() as shell:
-        for command in (f"cd {_DIR} && export GREETING=hello", 'echo "$GREETING from $PWD"'):
+        for command in ("cd /tmp && export GREETING=hello", 'echo "$GREETING from $PWD"'):
             tour.code(f"await shell.run({command!r})")
             result = await shell.run(command)
             tour.output(result.stdout_bytes if result.ok else result.stderr_bytes)
@@ -168,29 +168,34 @@ async def _pause(tour: _Tour, sandbox: Sandbox) -> None:
         return
     async with _counter(tour, sandbox) as read:
         before = await read()
+        if before is not None:
+            tour.say(f"the counter is at {before}")
         tour.code("await sandbox.pause()")
-        tour.say(f"state: {(await sandbox.pause()).state}")
+        tour.say(f"state: {(await sandbox.pause()).state}; waiting a second")
+        await anyio.sleep(1)
         tour.code("await sandbox.resume()")
         tour.say(f"state: {(await sandbox.resume()).state}")
         tour.say(f"hello.txt is still there: "
                  f"{await sandbox.files.exists(f'{_DIR}/hello.txt')}")
-        if before is not None:
-            after: str | None = before
+        if before is None:
+            return
+        resumed = later = await read()
 
-            async def moved_on() -> bool:
-                nonlocal after
-                after = await read()
-                return after != before
+        async def moved_on() -> bool:
+            nonlocal later
+            later = await read()
+            return later != resumed
 
-            await _until(moved_on, 10)
-            tour.say(f"the counter went on from {before} to {after}: memory survived")
+        await _until(moved_on, 10)
+        tour.say(f"the counter reads {resumed}, then {later}: it went on from where the "
+                 "pause froze it (a restarted process would count from 1)")
 
 
 @contextlib.asynccontextmanager
 async def _counter(tour: _Tour,
-                   sandbox: Sandbox) -> AsyncIterator[Callable[[], Awaitable[str | None]]]:
+                   sandbox: Sandbox) -> AsyncIterator[Callable[[], Awaitable[int | None]]]:
     """A background counter, when memory survives a pause; yields a reader of its value."""
-    async def nothing() -> str | None:
+    async def nothing() -> int | None:
         return None
 
     if not (sandbox.provider.supports(Capability.PAUSE_MEMORY)
@@ -201,16 +206,16 @@ async def _counter(tour: _Tour,
     tour.code(f"counter = await sandbox.start({script!r})")
     process = await sandbox.start(script)
 
-    async def read() -> str | None:
-        with contextlib.suppress(NotFound):
-            return (await sandbox.files.read_text(_COUNTER)).strip()
+    async def read() -> int | None:
+        with contextlib.suppress(NotFound, ValueError):
+            return int(await sandbox.files.read_text(_COUNTER))
         return None
 
-    async def started() -> bool:
-        return await read() is not None
+    async def counting() -> bool:
+        return (await read() or 0) >= 3
 
-    await _until(started, 10)
     try:
+        await _until(counting, 10)
         yield read
     finally:
         with anyio.CancelScope(shield=True), contextlib.suppress(SandboxError):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import warnings
 from pathlib import Path
 
 import pytest
@@ -418,3 +419,14 @@ def test_quiet_by_default_and_debug_events_with_v(psdk: Psdk, memory: Store) -> 
     assert "sandbox.list" not in loud.out
     after = psdk("ls", "-v", *P)  # -v also works after the subcommand
     assert "sandbox.list.started" in after.err
+
+
+def test_library_warnings_print_as_one_line(psdk: Psdk, memory: Store) -> None:
+    psdk("ls", *P)
+    assert warnings.formatwarning("WITHOUT isolation,\n  really", RuntimeWarning, "f.py",
+                                  1) == "psdk: warning: WITHOUT isolation, really\n"
+
+
+def test_library_warnings_keep_their_location_with_v(psdk: Psdk, memory: Store) -> None:
+    psdk("-v", "ls", *P)
+    assert "f.py:1" in warnings.formatwarning("w", RuntimeWarning, "f.py", 1)

@@ -17,7 +17,6 @@ from memory_provider import STORE, MemoryProvider, Store
 from psdk_fixtures import Psdk
 
 from provider_sdk import registry
-from provider_sdk.errors import ProviderNotFound
 
 
 class _Local(MemoryProvider):
@@ -69,10 +68,6 @@ def test_demo_without_bubblewrap_is_unisolated_and_says_so(
 
 
 def test_demo_on_the_real_local_provider(tmp_path: Path) -> None:
-    try:
-        registry.load("local")
-    except ProviderNotFound as exc:
-        pytest.skip(f"the local provider is not available: {exc}")
     env = {k: v for k, v in os.environ.items() if k not in ("PSDK_PROVIDER", "PSDK_CONFIG")}
     env["PSDK_HOME"] = str(tmp_path / "home")
     result = subprocess.run([sys.executable, "-m", "provider_sdk.cli", "demo"],
@@ -81,7 +76,8 @@ def test_demo_on_the_real_local_provider(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     assert "[8/8] Kill it" in result.stdout
-    assert "hello from /tmp/psdk-demo" in result.stdout  # cd and export carried over
+    assert "    | hello from /tmp\n" in result.stdout  # cd and export carried over
+    assert "went on from where the pause froze it" in result.stdout  # pause.memory
     listed = subprocess.run([sys.executable, "-m", "provider_sdk.cli", "ls", "--json",
                              "--provider", "local"],
                             capture_output=True, text=True, env=env, timeout=120,

@@ -14,9 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from provider_sdk import registry
-from provider_sdk.errors import ProviderNotFound
-
 TESTS = Path(__file__).resolve().parent.parent
 
 # Runs psdk with the in-process memory provider registered first. Entry points are the
@@ -176,11 +173,8 @@ def test_contract_with_an_unknown_provider_is_one_line() -> None:
 
 @pytest.fixture
 def local_env(tmp_path: Path) -> dict[str, str]:
-    """Environment for psdk on the local provider, with its state in a temp dir."""
-    try:
-        registry.load("local")
-    except ProviderNotFound as exc:
-        pytest.skip(f"the local provider is not available: {exc}")
+    """Environment for psdk on the local provider (it ships with the SDK), with its state
+    in a temp dir."""
     return _env(PSDK_HOME=str(tmp_path / "home"), PSDK_PROVIDER="local")
 
 
@@ -230,3 +224,14 @@ def test_run_on_local_leaves_no_sandbox(local_env: dict[str, str]) -> None:
     assert (result.returncode, result.stdout) == (0, "ran\n"), result.stderr
     remaining = json.loads(psdk("ls", "--json", env=local_env).stdout)
     assert [s for s in remaining if s["state"] != "killed"] == []
+
+
+def test_contract_runs_the_suite_and_exits_with_pytests_status(
+        local_env: dict[str, str]) -> None:
+    passed = psdk("contract", "--provider", "local", "--", "-q", "-p", "no:cacheprovider",
+                  "-k", "test_create_returns_a_running_sandbox", env=local_env)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert "1 passed" in passed.stdout
+    nothing = psdk("contract", "--provider", "local", "--", "-q", "-k", "no_such_test_at_all",
+                   env=local_env)
+    assert nothing.returncode == 5  # pytest: no tests collected
