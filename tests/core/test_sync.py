@@ -317,3 +317,25 @@ def test_files_errors_keep_their_type(sandbox: SyncSandbox) -> None:
 def test_repr_names_the_sandbox(provider: SyncProvider, sandbox: SyncSandbox) -> None:
     assert sandbox.id in repr(sandbox)
     assert "memory" in repr(provider)
+
+
+# ------------------------------------------------- on the embedded local provider
+
+
+def test_facade_end_to_end_on_the_local_provider(tmp_path: Path) -> None:
+    with open_provider("local", home=str(tmp_path / "home")) as provider:
+        with provider.create(metadata={"via": "sync"}) as sandbox:
+            assert sandbox.exec(["sh", "-c", "echo $0"]).stdout == "sh\n"
+            sandbox.files.write("/tmp/s.txt", "sync")
+            assert sandbox.files.read_text("/tmp/s.txt") == "sync"
+            with sandbox.shell() as shell:
+                shell.run("cd /tmp && export V=1")
+                assert shell.run("pwd; echo $V").stdout == "/tmp\n1\n"
+            process = sandbox.start("read x; echo got $x")
+            process.write_stdin("it\n")
+            assert process.wait().stdout == "got it\n"
+            assert sandbox.pause().state == SandboxState.PAUSED
+            assert provider.connect(sandbox.id).info.state == SandboxState.RUNNING
+            assert [i.id for i in provider.list(metadata={"via": "sync"})] == [sandbox.id]
+        left = provider.list(metadata={"via": "sync"})
+        assert all(i.state == SandboxState.KILLED for i in left)
