@@ -119,6 +119,8 @@ class ContractBase:
         **provider_options(...))``.
     ``known_failures``
         ``{"test_name": "why, with a link"}``: strict expected failures.
+    ``test_timeout``
+        seconds before a hung test is cancelled and failed (default 180).
 
     Override :meth:`provider_options` for constructor options, and :meth:`sandbox_spec`
     to add fields (a template) to every sandbox the suite creates.
@@ -126,6 +128,8 @@ class ContractBase:
 
     provider_name: ClassVar[str]
     known_failures: ClassVar[Mapping[str, str]] = {}
+    test_timeout: ClassVar[float] = 180.0
+    """Seconds before a test still running is cancelled and failed."""
 
     def provider_options(self, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         """Options for ``open_provider``; called once per test class.

@@ -225,6 +225,19 @@ class ExecContract(ContractBase):
         assert (bytes(out), bytes(err)) == (b"o1\no2\n", b"e1\n")
         assert (result.stdout_bytes, result.stderr_bytes) == (bytes(out), bytes(err))
 
+    @requires(Capability.EXEC_STREAM)
+    async def test_exec_stream_callbacks_receive_all_of_a_large_output(
+            self, sandbox: Sandbox) -> None:
+        """Streamed chunks add up to the whole output, in order, for several MiB."""
+        size = 8 * _MiB
+        out = bytearray()
+        err = bytearray()
+        script = f"(yes psdk-err | head -c {size // 4} >&2) & yes psdk-out | head -c {size}; wait"
+        result = await sandbox.exec(["bash", "-c", script], on_stdout=out.extend,
+                                    on_stderr=err.extend, timeout=120)
+        assert bytes(out) == _pattern(b"psdk-out", size) == result.stdout_bytes
+        assert bytes(err) == _pattern(b"psdk-err", size // 4) == result.stderr_bytes
+
     async def test_exec_timeout_raises_command_timeout_with_partial_output(
             self, sandbox: Sandbox) -> None:
         """On timeout, CommandTimeout carries what the command printed before."""
@@ -295,6 +308,11 @@ class ExecContract(ContractBase):
         """A zero or negative timeout is refused with InvalidInput."""
         with pytest.raises(InvalidInput):
             await sandbox.exec(["true"], timeout=timeout)
+
+    async def test_exec_invalid_env_name_is_invalid_input(self, sandbox: Sandbox) -> None:
+        """An environment variable name that is not a name is refused with InvalidInput."""
+        with pytest.raises(InvalidInput):
+            await sandbox.exec(["true"], env={"NOT A NAME": "x"})
 
     async def test_exec_nul_in_argv_is_invalid_input(self, sandbox: Sandbox) -> None:
         """An argument containing a NUL byte is refused with InvalidInput."""

@@ -14,7 +14,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from provider_sdk.errors import FileNotFound, InvalidInput, IsADirectory
+from provider_sdk.errors import (
+    FileExists,
+    FileNotFound,
+    InvalidInput,
+    IsADirectory,
+    NotADirectory,
+    SandboxError,
+)
 from provider_sdk.models import FileType
 from provider_sdk.sandbox import Sandbox
 from provider_sdk_contract.base import ContractBase, Factory
@@ -251,6 +258,37 @@ class FilesContract(ContractBase):
         await sandbox.files.mkdir("/tmp/psdk-a-dir")
         with pytest.raises(IsADirectory):
             await sandbox.files.read("/tmp/psdk-a-dir")
+
+    async def test_files_list_of_a_file_raises_not_a_directory(self, sandbox: Sandbox) -> None:
+        """Listing a file as a directory raises NotADirectory."""
+        await sandbox.files.write("/tmp/psdk-not-a-dir", b"x")
+        with pytest.raises(NotADirectory):
+            await sandbox.files.list("/tmp/psdk-not-a-dir")
+
+    async def test_files_mkdir_existing_without_exist_ok_raises_file_exists(
+            self, sandbox: Sandbox) -> None:
+        """``mkdir(exist_ok=False)`` on an existing directory raises FileExists."""
+        await sandbox.files.mkdir("/tmp/psdk-exists-dir")
+        with pytest.raises(FileExists):
+            await sandbox.files.mkdir("/tmp/psdk-exists-dir", exist_ok=False)
+
+    async def test_files_remove_missing_raises_file_not_found(self, sandbox: Sandbox) -> None:
+        """Removing a path that does not exist raises FileNotFound."""
+        with pytest.raises(FileNotFound):
+            await sandbox.files.remove("/tmp/psdk-missing-remove")
+
+    async def test_files_rename_missing_raises_file_not_found(self, sandbox: Sandbox) -> None:
+        """Renaming a path that does not exist raises FileNotFound."""
+        with pytest.raises(FileNotFound):
+            await sandbox.files.rename("/tmp/psdk-missing-src", "/tmp/psdk-missing-dst")
+
+    async def test_files_remove_keeps_a_non_empty_directory_unless_recursive(
+            self, sandbox: Sandbox) -> None:
+        """Removing a non-empty directory without ``recursive`` raises and deletes nothing."""
+        await sandbox.files.write("/tmp/psdk-full-dir/kept.txt", b"kept")
+        with pytest.raises(SandboxError):
+            await sandbox.files.remove("/tmp/psdk-full-dir")
+        assert await sandbox.files.read("/tmp/psdk-full-dir/kept.txt") == b"kept"
 
     @pytest.mark.parametrize("path", ["", "/tmp/psdk\0nul", "\0"], ids=["empty", "nul", "only-nul"])
     async def test_files_empty_or_nul_path_is_invalid_input(self, sandbox: Sandbox,

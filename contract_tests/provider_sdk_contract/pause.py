@@ -6,11 +6,11 @@ import anyio
 import pytest
 
 from provider_sdk.capabilities import Capability
-from provider_sdk.errors import SandboxNotRunning
+from provider_sdk.errors import SandboxNotFound, SandboxNotRunning
 from provider_sdk.models import SandboxState
 from provider_sdk.provider import SandboxProvider
 from provider_sdk.sandbox import Sandbox
-from provider_sdk_contract.base import ContractBase
+from provider_sdk_contract.base import ContractBase, Factory
 from provider_sdk_contract.markers import requires
 from provider_sdk_contract.support import eventually
 
@@ -63,6 +63,16 @@ class PauseContract(ContractBase):
         again = await second_provider.connect(sandbox.id)
         assert again.info.state == SandboxState.RUNNING
         assert (await again.exec(["echo", "resumed"])).stdout == "resumed\n"
+
+    @requires(Capability.PAUSE)
+    async def test_kill_a_paused_sandbox(self, factory: Factory) -> None:
+        """A paused sandbox can be killed; it is then gone."""
+        sandbox = await factory.sandbox()
+        await sandbox.pause()
+        with anyio.fail_after(30):
+            await sandbox.kill()
+        with pytest.raises((SandboxNotRunning, SandboxNotFound)):
+            await sandbox.exec(["true"])
 
     @requires(Capability.PAUSE_MEMORY, Capability.PROCESS_BACKGROUND)
     async def test_pause_memory_keeps_a_process_counting(self, sandbox: Sandbox) -> None:

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
+import inspect
 import secrets
 import warnings
 from collections.abc import Iterator, Mapping
@@ -159,3 +161,25 @@ def _apply_marks(item: pytest.Item, cls: type[ContractBase],
     test_name = getattr(item, "originalname", item.name)
     if test_name in cls.known_failures:
         item.add_marker(pytest.mark.xfail(reason=cls.known_failures[test_name], strict=True))
+    _add_deadline(item, cls.test_timeout)
+
+
+def _add_deadline(item: pytest.Item, seconds: float) -> None:
+    """Fail, instead of hanging, a test still running after ``seconds``.
+
+    The test's coroutine runs in a cancel scope: a provider call that never returns is
+    cancelled and reported. Property tests are left alone (each example is small).
+    """
+    func = getattr(item, "obj", None)
+    if not inspect.iscoroutinefunction(func) or hasattr(func, "hypothesis"):
+        return
+
+    @functools.wraps(func)
+    async def with_deadline(*args: Any, **kwargs: Any) -> None:
+        with anyio.move_on_after(seconds):
+            await func(*args, **kwargs)
+            return
+        pytest.fail(f"still running after {seconds:g} s (the class's test_timeout)",
+                    pytrace=False)
+
+    item.obj = with_deadline  # type: ignore[attr-defined]

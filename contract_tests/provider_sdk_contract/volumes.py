@@ -106,6 +106,16 @@ class VolumeContract(ContractBase):
         assert volume.name not in {v.name for v in await factory.provider.list_volumes()}
 
     @requires(Capability.VOLUMES)
+    async def test_delete_volume_in_use_raises_conflict(self, factory: Factory) -> None:
+        """A volume a running sandbox mounts cannot be deleted; its data stays."""
+        volume = await factory.volume()
+        sandbox = await factory.sandbox(volumes=[VolumeMount(volume=volume.name, path=_MOUNT)])
+        await sandbox.files.write(f"{_MOUNT}/kept.txt", b"kept")
+        with pytest.raises(Conflict):
+            await factory.provider.delete_volume(volume.name)
+        assert await sandbox.files.read(f"{_MOUNT}/kept.txt") == b"kept"
+
+    @requires(Capability.VOLUMES)
     async def test_unknown_volume_raises_volume_not_found(self, factory: Factory) -> None:
         """Getting an unknown volume raises VolumeNotFound carrying the provider."""
         with pytest.raises(VolumeNotFound) as caught:

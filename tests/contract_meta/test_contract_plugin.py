@@ -107,6 +107,7 @@ from provider_sdk_contract import ProviderContract
 class TestMiniContract(ProviderContract):
     provider_name = {name!r}
     known_failures = {known!r}
+    test_timeout = 2
 
     def provider_options(self, tmp_path_factory):
         return {{"log": {log!r}}}
@@ -117,6 +118,12 @@ LEAK = '''
     async def test_leaks_a_tagged_sandbox(self, provider, factory):
         sandbox = await provider.create(factory.spec())
         print("leaked", sandbox.id)
+'''
+
+HANG = '''
+    async def test_hangs(self, sandbox):
+        import anyio
+        await anyio.sleep_forever()
 '''
 
 
@@ -262,3 +269,15 @@ def test_leftover_sandboxes_are_killed_at_session_end(pytester: pytest.Pytester,
     leaked = found.group(1)
     assert f"kill {leaked}" in _log_lines(log)
     result.stdout.fnmatch_lines([f"*left 1 behind, now removed: sandbox {leaked}*"])
+
+
+def test_hung_test_fails_after_its_deadline(pytester: pytest.Pytester, log: Path) -> None:
+    """A test still running after the class's test_timeout is cancelled and failed, and its
+    sandbox is still killed."""
+    _contract(pytester, log, extra=HANG)
+    result = pytester.runpytest("-k", "test_hangs")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*still running after 2 s*"])
+    lines = _log_lines(log)
+    created = [line.split()[1] for line in lines if line.startswith("create ")]
+    assert [f"kill {c}" in lines for c in created] == [True]
