@@ -201,8 +201,10 @@ async def cmd_info(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         console.out(dump_json(info))
         return 0
-    for key, value in _info_lines(info):
-        console.out(f"{key + ':':<11}{value}")
+    lines = _info_lines(info)
+    width = max(len(key) for key, _ in lines) + 2
+    for key, value in lines:
+        console.out(f"{key + ':':<{width}}{value}")
     return 0
 
 
@@ -218,7 +220,7 @@ def _info_lines(info: SandboxInfo) -> list[tuple[str, str]]:
         ("metadata", _pairs(info.metadata) or "-"),
         ("resources", ", ".join(f"{k}={v}" for k, v in res.items() if v is not None) or "-"),
     ]
-    lines += [(f"{k}", str(v)) for k, v in sorted(info.extra.items())]
+    lines += [(k, "-" if v is None else str(v)) for k, v in sorted(info.extra.items())]
     return lines
 
 
