@@ -73,7 +73,7 @@ def _env_map(value: Mapping[str, str] | None) -> Mapping[str, str]:
 
 
 def _host_list(field: str, value: Any) -> tuple[str, ...]:
-    # tuple("10.0.0.0/8") would silently become a tuple of characters.
+    # A bare string CIDR for allow_out would silently become a tuple of characters.
     if isinstance(value, str):
         raise InvalidInput(f"{field}: expected a list of CIDRs or host names, "
                            f"got the string {value!r}")

@@ -179,7 +179,10 @@ class SandboxProvider(abc.ABC):
                 and (st is None or i.state == st)]
 
     async def kill(self, sandbox_id: str) -> None:
-        """Kill a sandbox and delete its resources. Killing twice is not an error."""
+        """Kill a sandbox and delete its resources.
+
+        Idempotent: killing twice, or an id the provider does not know, is not an error.
+        """
         _check_id(sandbox_id)
         async with span("kill", self.name, sandbox_id):
             await self._kill(sandbox_id)

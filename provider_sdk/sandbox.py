@@ -307,7 +307,11 @@ class Files:
         await self._provider._mkdir(self._id, path, parents=parents, exist_ok=exist_ok)
 
     async def remove(self, path: str, *, recursive: bool = False) -> None:
-        """Remove a file, or a directory (with its contents if ``recursive``)."""
+        """Remove a file, or a directory (with its contents if ``recursive``).
+
+        A non-empty directory without ``recursive`` is a
+        :class:`~provider_sdk.errors.Conflict`, and nothing is removed.
+        """
         _check_path(path, self._id)
         await self._provider._remove(self._id, path, recursive=recursive)
 

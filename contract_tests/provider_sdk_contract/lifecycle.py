@@ -104,6 +104,10 @@ class LifecycleContract(ContractBase):
         await factory.provider.kill(sandbox.id)
         await _assert_gone(factory.provider, sandbox.id)
 
+    async def test_kill_of_an_unknown_id_is_not_an_error(self, factory: Factory) -> None:
+        """Kill is idempotent even for an id the provider never had."""
+        await factory.provider.kill("psdk-contract-never-existed")
+
     async def test_exec_after_kill_raises(self, factory: Factory) -> None:
         """Running a command in a killed sandbox raises SandboxNotRunning or SandboxNotFound."""
         sandbox = await factory.sandbox()
