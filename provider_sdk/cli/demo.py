@@ -116,7 +116,7 @@ async def _exec(tour: _Tour, sandbox: Sandbox) -> None:
 
 async def _files(tour: _Tour, sandbox: Sandbox) -> None:
     tour.step("Files")
-    tour.code(f"await sandbox.files.write('{_DIR}/hello.txt', 'hi there')")
+    tour.code(f"await sandbox.files.write('{_DIR}/hello.txt', 'hi there\\n')")
     await sandbox.files.write(f"{_DIR}/hello.txt", "hi there\n")
     await sandbox.files.write(f"{_DIR}/data.bin", bytes(range(256)))
     tour.code(f"await sandbox.files.read_text('{_DIR}/hello.txt')")
