@@ -77,10 +77,6 @@ class Factory:
         self._volumes.append(name)
         return volume
 
-    def volume_name(self) -> str:
-        """A fresh volume name with the run's prefix, not created."""
-        return f"{volume_prefix(self.run_id)}{next(self._counter)}"
-
     async def snapshot(self, sandbox: Sandbox) -> Snapshot:
         """Snapshot a sandbox; the snapshot is deleted when the test ends."""
         snap = await sandbox.snapshot()

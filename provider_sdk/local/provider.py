@@ -263,7 +263,7 @@ class LocalProvider(SandboxProvider):
             "idle_timeout": meta["idle_timeout"],
             "root": str(root) if meta["unisolated"] else "",
         }
-        write_json(directory / "agent.json", config)
+        _write_json(directory / "agent.json", config)
         sock_path = directory / "agent.sock"
         listener = _listen(sock_path)
         try:
@@ -706,7 +706,7 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
-def write_json(path: Path, data: Mapping[str, Any]) -> None:
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     """Write a JSON file readable only by its owner."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as f:
