@@ -293,9 +293,10 @@ class LocalProvider(SandboxProvider):
         await self._wait_ready(sandbox_id, launched)
 
     async def _wait_ready(self, sandbox_id: str, launched: _launch.Launched) -> None:
+        """Ping the agent. Its socket listens from before the launch, so the ping waits
+        in the socket's backlog until the agent serves it: no polling delay."""
         client = self._client(sandbox_id)
         with anyio.move_on_after(READY_TIMEOUT):
-            delay = 0.001
             while True:
                 try:
                     await client.call("ping")
@@ -306,8 +307,7 @@ class LocalProvider(SandboxProvider):
                         raise errors.SandboxError(f"the sandbox exited at start: {log}",
                                                   provider=self.name,
                                                   sandbox_id=sandbox_id) from None
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 0.05)
+                await anyio.sleep(0.005)
         raise errors.OperationTimeout(f"the sandbox's agent did not answer in {READY_TIMEOUT}s",
                                       provider=self.name, sandbox_id=sandbox_id)
 
