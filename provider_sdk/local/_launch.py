@@ -236,14 +236,19 @@ def agent_command(python: str, *, agent: str, config: str) -> list[str]:
     return [python, "-I", "-S", agent, config, LISTEN_FD]
 
 
-def start_time(pid: int) -> int | None:
-    """A process's start time in clock ticks, or ``None`` if it is gone (or a zombie)."""
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first)."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return None
-    fields = raw[raw.rindex(b")") + 2:].split()
-    if fields[0] in (b"Z", b"X"):
+    return raw[raw.rindex(b")") + 2:].split()
+
+
+def start_time(pid: int) -> int | None:
+    """A process's start time in clock ticks, or ``None`` if it is gone (or a zombie)."""
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] in (b"Z", b"X"):
         return None
     return int(fields[19])
 
@@ -270,9 +275,20 @@ def namespace_pids(launched: Launched) -> list[int]:
 
 
 def signal_all(launched: Launched, sig: signal.Signals) -> None:
-    """Send ``sig`` to every process of the sandbox (pause without a freezer)."""
-    for pid in namespace_pids(launched):
-        _signal(pid, sig)
+    """Send ``sig`` to every process of the sandbox (pause without a freezer).
+
+    For SIGSTOP the sweep repeats until every process is stopped: a process forked
+    during one sweep is caught by the next.
+    """
+    for _ in range(100):
+        for pid in namespace_pids(launched):
+            _signal(pid, sig)
+        if sig != signal.SIGSTOP:
+            return
+        states = [_stat_fields(pid) for pid in namespace_pids(launched)]
+        if all(f is None or f[0] in (b"T", b"t", b"Z", b"X") for f in states):
+            return
+        time.sleep(0.002)
 
 
 def kill(launched: Launched) -> None:
