@@ -115,7 +115,6 @@ class LocalProvider(SandboxProvider):
         self._home = Home(Path(home) if home is not None else default_home())
         self._unisolated = unisolated
         self._cgroups = _launch.Cgroup.available()
-        self._meta: dict[str, dict[str, Any]] = {}
 
     def __repr__(self) -> str:
         return f"<LocalProvider home={str(self._home.path)!r}>"
@@ -289,7 +288,6 @@ class LocalProvider(SandboxProvider):
         meta["launch"] = attrs.asdict(launched)
         write_meta(directory, meta)
         (directory / "paused").unlink(missing_ok=True)
-        self._meta[sandbox_id] = meta
         await self._wait_ready(sandbox_id, launched)
 
     async def _wait_ready(self, sandbox_id: str, launched: _launch.Launched) -> None:
@@ -344,7 +342,6 @@ class LocalProvider(SandboxProvider):
 
     def _kill_blocking(self, sandbox_id: str, directory: Path) -> None:
         with self._home.lock(directory):
-            self._meta.pop(sandbox_id, None)
             meta = read_meta(directory)
             self._stop_processes(sandbox_id, meta)
             shutil.rmtree(directory, ignore_errors=True)
@@ -408,10 +405,8 @@ class LocalProvider(SandboxProvider):
             self._kill_blocking(sandbox_id, self._home.sandbox(sandbox_id))
             meta = None
         if meta is None:
-            self._meta.pop(sandbox_id, None)
             raise errors.SandboxNotFound(f"no sandbox {sandbox_id!r} in {self._home.path}",
                                          provider=self.name, sandbox_id=sandbox_id)
-        self._meta[sandbox_id] = meta
         return meta
 
     def _ended_by_idle(self, sandbox_id: str, meta: dict[str, Any]) -> bool:
@@ -445,12 +440,8 @@ class LocalProvider(SandboxProvider):
 
     def _running(self, sandbox_id: str) -> AgentClient:
         """A client for a running sandbox; a typed error for any other state."""
-        meta = self._meta.get(sandbox_id)
-        if meta is None or not self._home.sandbox(sandbox_id).is_dir():
-            meta = self._read(sandbox_id)
-        state = self._state(sandbox_id, meta)
-        if state == SandboxState.STOPPED and meta is self._meta.get(sandbox_id):
-            state = self._state(sandbox_id, self._read(sandbox_id))  # restarted elsewhere?
+        # Read fresh each time: another process may have paused, resumed or killed it.
+        state = self._state(sandbox_id, self._read(sandbox_id))
         if state != SandboxState.RUNNING:
             raise self._not_running(sandbox_id, state)
         return self._client(sandbox_id)
