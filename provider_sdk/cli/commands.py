@@ -16,7 +16,7 @@ import posixpath
 import re
 import secrets
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 import anyio
 
@@ -226,19 +226,20 @@ def _info_lines(info: SandboxInfo) -> list[tuple[str, str]]:
 
 async def cmd_pause(args: argparse.Namespace, console: Console) -> int:
     """Pause a sandbox."""
-    async with provider_from(args) as provider:
-        sandbox = await provider.connect(args.id, resume=False)
-        with console.status(f"pausing {args.id}"):
-            await sandbox.pause()
-    return 0
+    return await _change_state(args, console, "pausing", Sandbox.pause)
 
 
 async def cmd_resume(args: argparse.Namespace, console: Console) -> int:
     """Resume a paused sandbox; returns once it answers."""
+    return await _change_state(args, console, "resuming", Sandbox.resume)
+
+
+async def _change_state(args: argparse.Namespace, console: Console, doing: str,
+                        change: Callable[[Sandbox], Awaitable[SandboxInfo]]) -> int:
     async with provider_from(args) as provider:
         sandbox = await provider.connect(args.id, resume=False)
-        with console.status(f"resuming {args.id}"):
-            await sandbox.resume()
+        with console.status(f"{doing} {args.id}"):
+            await change(sandbox)
     return 0
 
 
