@@ -3,18 +3,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nox
 
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = ["tests"]
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
+# Every distribution in the workspace: the SDK, the contract suite, each provider plugin.
+DISTRIBUTIONS = [".", "contract_tests",
+                 *sorted(str(p.parent) for p in Path("providers").glob("*/pyproject.toml"))]
 
 
 def install(session: nox.Session, *groups: str) -> None:
-    """Install the SDK and the contract suite (editable) plus dependency groups."""
+    """Install the workspace's distributions (editable) plus dependency groups."""
     deps = [d for g in groups for d in nox.project.dependency_groups(PYPROJECT, g)]
-    session.install("-e", ".", "-e", "contract_tests", *deps)
+    session.install(*(arg for path in DISTRIBUTIONS for arg in ("-e", path)), *deps)
 
 
 @nox.session

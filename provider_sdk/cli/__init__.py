@@ -9,7 +9,8 @@
     psdk ls [--provider P] [--label K=V]... [--json]
     psdk info ID [--json] | pause ID | resume ID | kill ID | snapshot ID
     psdk cp SRC DST                      either side may be ID:PATH
-    psdk contract --provider P [-- PYTEST ARGS]
+    psdk contract --provider P [--emulator [--backend B]] [-- PYTEST ARGS]
+    psdk emulate NAME [--port P] [--backend B] [--api-key KEY] [--fault NAME=VALUE]...
     psdk demo
 
 Exit status: 0 on success; a command's own code for ``run`` and ``exec`` (124 when it
@@ -31,6 +32,7 @@ from provider_sdk.cli import commands
 from provider_sdk.cli.console import CliError, Console, configure_logging
 from provider_sdk.cli.contract import cmd_contract
 from provider_sdk.cli.demo import cmd_demo
+from provider_sdk.cli.emulate import cmd_emulate
 from provider_sdk.cli.parser import build_parser, parse_args
 from provider_sdk.errors import CommandTimeout, SandboxError
 
@@ -51,6 +53,7 @@ _ASYNC: dict[str, AsyncHandler] = {
     "snapshot": commands.cmd_snapshot,
     "cp": commands.cmd_cp,
     "demo": cmd_demo,
+    "emulate": cmd_emulate,
 }
 
 

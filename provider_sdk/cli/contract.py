@@ -3,18 +3,28 @@
 It writes a three-line test module into a temporary directory and runs
 ``python -m pytest`` on it in a subprocess, so the suite runs exactly as a provider's own
 test file would run it. The exit status is pytest's.
+
+With ``--emulator`` the provider's emulator is started in this process (on 127.0.0.1,
+with a fresh API key, backed by ``--backend``) and the subprocess gets the settings that
+point the provider at it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
+import os
+import secrets
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
-from provider_sdk import config, registry
+from anyio.from_thread import start_blocking_portal
+
+from provider_sdk import config, emulators, registry
 from provider_sdk.cli.console import CliError, Console
 
 __all__ = ["cmd_contract", "test_module"]
@@ -41,10 +51,26 @@ def cmd_contract(args: argparse.Namespace, console: Console) -> int:
     if not found:
         raise CliError(_INSTALL)
     registry.load(name)  # an unknown provider fails here, in one line
-    with tempfile.TemporaryDirectory(prefix="psdk-contract-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="psdk-contract-") as tmp, \
+            _environment(name, args, console) as env:
         module = Path(tmp) / "test_contract.py"
         module.write_text(test_module(name))
         command = [sys.executable, "-m", "pytest", "-p", "provider_sdk_contract.plugin",
                    "--rootdir", tmp, str(module), *args.cmd]
         console.note(f"running the contract suite against {name!r}")
-        return subprocess.call(command)
+        return subprocess.call(command, env=env)
+
+
+@contextlib.contextmanager
+def _environment(name: str, args: argparse.Namespace,
+                 console: Console) -> Iterator[dict[str, str] | None]:
+    """The subprocess's environment: inherited, plus the emulator's settings if asked."""
+    if not args.emulator:
+        yield None
+        return
+    options = emulators.EmulatorOptions(backend=args.backend,
+                                        api_key=secrets.token_urlsafe(24))
+    with start_blocking_portal() as portal, \
+            portal.wrap_async_context_manager(emulators.run(name, options)) as running:
+        console.note(f"{name} emulator on {running.url}, backed by {args.backend!r}")
+        yield {**os.environ, **running.environment()}

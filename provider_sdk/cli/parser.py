@@ -42,6 +42,12 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}")
+    return int(text)
+
+
 def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentParser:
     """The ``psdk`` parser; ``handlers`` maps each subcommand to the function it runs."""
     from provider_sdk import __version__
@@ -115,8 +121,23 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
     p.add_argument("dst", metavar="DST")
 
     p = add("contract", "run the contract suite against a provider")
+    p.add_argument("--emulator", action="store_true",
+                   help="run it against the provider's emulator, started in this process")
+    p.add_argument("--backend", metavar="B", default="local",
+                   help="with --emulator: the provider behind the emulator (default: local)")
     p.add_argument("cmd", nargs="*", default=[], metavar="-- PYTEST ARGS",
                    help="passed to pytest")
+
+    p = add("emulate", "serve a vendor's API on 127.0.0.1, backed by a neutral provider")
+    p.add_argument("name", metavar="NAME", help="the emulator: the provider it serves")
+    p.add_argument("--port", metavar="P", type=_port, default=0,
+                   help="port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--backend", metavar="B", default="local",
+                   help="the provider that runs the sandboxes (default: local)")
+    p.add_argument("--api-key", metavar="KEY",
+                   help="the key clients must present (default: the vendor's usual setting)")
+    p.add_argument("--fault", metavar="NAME=VALUE", type=_key_value, action="append",
+                   default=[], help="inject a fault (repeatable; see the emulator's docs)")
 
     add("demo", "a guided tour on the embedded local provider")
     return parser

@@ -27,10 +27,11 @@ def test_runs_pytest_on_the_module_with_the_plugin_and_exits_with_its_status(
         psdk: Psdk, memory: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: dict[str, object] = {}
 
-    def call(command: list[str]) -> int:
+    def call(command: list[str], env: dict[str, str] | None) -> int:
         module = Path(command[command.index("--rootdir") + 2])
         seen["command"] = command
         seen["source"] = module.read_text()
+        seen["env"] = env
         return 5
 
     monkeypatch.setattr(subprocess, "call", call)
@@ -48,7 +49,7 @@ def test_defaults_to_the_configured_provider(psdk: Psdk, memory: Store,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     sources: list[str] = []
     monkeypatch.setattr(subprocess, "call",
-                        lambda c: sources.append(Path(c[c.index("--rootdir") + 2]).read_text())
+                        lambda c, env: sources.append(Path(c[c.index("--rootdir") + 2]).read_text())
                         or 0)
     monkeypatch.setenv("PSDK_PROVIDER", "memory")
     assert psdk("contract").code == 0
