@@ -26,8 +26,8 @@ import attrs
 from provider_sdk.config import Secret
 from provider_sdk.errors import ConfigError
 
-__all__ = ["GROUP", "Emulator", "EmulatorOptions", "RunningEmulator", "available", "load",
-           "run"]
+__all__ = ["GROUP", "Emulator", "EmulatorOptions", "Faults", "RunningEmulator", "available",
+           "load", "run"]
 
 GROUP = "provider_sdk.emulators"
 
@@ -88,6 +88,58 @@ class RunningEmulator:
     def environment(self) -> dict[str, str]:
         """Every setting the provider needs, the API key's included (revealed)."""
         return {**self.settings, **dict.fromkeys(self.api_key_settings, self.api_key.reveal())}
+
+
+class Faults:
+    """The faults an emulator injects: named non-negative numbers, and what was served.
+
+    Each emulator declares the names it knows, with a description of each (what a count
+    means, or that a value is seconds of latency); values come from
+    :attr:`EmulatorOptions.faults` and may be changed while it runs (an emulator's admin
+    endpoint calls :meth:`set`). The emulator decides when a fault applies and calls
+    :meth:`served` each time it injects one, so a test can check what it got.
+    """
+
+    def __init__(self, known: Mapping[str, str], initial: Mapping[str, str] | None = None):
+        self.known = dict(known)
+        self._values: dict[str, float] = dict.fromkeys(self.known, 0.0)
+        self._served: dict[str, int] = dict.fromkeys(self.known, 0)
+        for name, value in (initial or {}).items():
+            self.set(name, value)
+
+    def set(self, name: str, value: str | float) -> None:
+        """Set fault ``name`` to ``value`` (a non-negative number; ``0`` turns it off).
+
+        Raises:
+            ConfigError: an unknown name (the message lists the known ones) or a value
+                that is not a non-negative number.
+        """
+        if name not in self.known:
+            raise ConfigError(f"unknown fault {name!r}; known: {', '.join(sorted(self.known))}")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = -1.0
+        if not number >= 0 or number == float("inf"):
+            raise ConfigError(f"fault {name!r} needs a non-negative number, got {value!r}")
+        self._values[name] = number
+
+    def value(self, name: str) -> float:
+        """The current value of fault ``name``."""
+        return self._values[name]
+
+    def count(self, name: str) -> int:
+        """The current value of fault ``name`` as a count."""
+        return int(self._values[name])
+
+    def served(self, name: str) -> None:
+        """Record that fault ``name`` was injected once."""
+        self._served[name] += 1
+
+    def report(self) -> dict[str, dict[str, float]]:
+        """``{"set": {name: value}, "served": {name: times}}`` for every known fault."""
+        return {"set": dict(self._values),
+                "served": {name: float(n) for name, n in self._served.items()}}
 
 
 class Emulator(Protocol):

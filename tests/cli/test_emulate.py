@@ -127,3 +127,21 @@ def test_contract_without_emulator_inherits_the_environment(
     assert psdk("contract", "--provider", "memory").code == 0
     assert seen == [None]
     assert STARTED == []
+
+
+def test_faults_validate_names_and_values_and_count_what_was_served() -> None:
+    faults = emulators.Faults({"resume_504": "504s after each resume", "latency": "seconds"},
+                              {"resume_504": "2"})
+    assert faults.count("resume_504") == 2
+    assert faults.value("latency") == 0.0
+    faults.set("latency", "0.25")
+    faults.served("resume_504")
+    faults.served("resume_504")
+    assert faults.report() == {"set": {"resume_504": 2.0, "latency": 0.25},
+                               "served": {"resume_504": 2.0, "latency": 0.0}}
+    with pytest.raises(ConfigError, match=r"unknown fault 'nope'; known: latency, resume_504"):
+        faults.set("nope", 1)
+    for bad in ("-1", "many", "inf", "nan"):
+        with pytest.raises(ConfigError, match="non-negative number"):
+            faults.set("latency", bad)
+    assert faults.value("latency") == 0.25
