@@ -52,9 +52,9 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict on the core package."""
+    """mypy --strict on the core package and the provider plugins."""
     install(session, "typecheck")
-    session.run("mypy", "--strict", "provider_sdk")
+    session.run("mypy", "--strict")
 
 
 @nox.session

@@ -19,7 +19,7 @@ import pytest
 
 from provider_sdk import open_provider
 from provider_sdk.errors import NotFound, SandboxError
-from provider_sdk.models import SandboxSpec, Snapshot, Volume
+from provider_sdk.models import SandboxSpec, Snapshot, Template, TemplateSpec, Volume
 from provider_sdk.provider import SandboxProvider
 from provider_sdk.sandbox import Sandbox
 
@@ -49,6 +49,7 @@ class Factory:
         self._sandboxes: list[str] = []
         self._snapshots: list[str] = []
         self._volumes: list[str] = []
+        self._templates: list[str] = []
 
     @property
     def tag(self) -> dict[str, str]:
@@ -83,6 +84,12 @@ class Factory:
         self._snapshots.append(snap.id)
         return snap
 
+    async def template(self, spec: TemplateSpec, **options: Any) -> Template:
+        """Build a template; it is deleted when the test ends."""
+        template = await self.provider.build_template(spec, **options)
+        self._templates.append(template.id)
+        return template
+
     async def aclose(self) -> None:
         """Remove everything, sandboxes first (volumes in use cannot be deleted)."""
         async with anyio.create_task_group() as tg:
@@ -90,6 +97,8 @@ class Factory:
                 tg.start_soon(self._quietly, self.provider.kill, sandbox_id)
         for snapshot_id in self._snapshots:
             await self._quietly(self.provider.delete_snapshot, snapshot_id)
+        for template_id in dict.fromkeys(self._templates):
+            await self._quietly(self.provider.delete_template, template_id)
         for name in self._volumes:
             await self._quietly(self.provider.delete_volume, name)
 
@@ -117,6 +126,12 @@ class ContractBase:
         ``{"test_name": "why, with a link"}``: strict expected failures.
     ``test_timeout``
         seconds before a hung test is cancelled and failed (default 180).
+    ``template_base``
+        for ``templates.build``: an image a Dockerfile's ``FROM`` can name on this
+        backend without network (default: none, and the template tests skip).
+    ``other_user``
+        for ``exec.user``: a user other than root that the default template has
+        (default ``nobody``).
 
     Override :meth:`provider_options` for constructor options, and :meth:`sandbox_spec`
     to add fields (a template) to every sandbox the suite creates.
@@ -126,6 +141,10 @@ class ContractBase:
     known_failures: ClassVar[Mapping[str, str]] = {}
     test_timeout: ClassVar[float] = 180.0
     """Seconds before a test still running is cancelled and failed."""
+    template_base: ClassVar[str | None] = None
+    """The ``FROM`` image of the templates the suite builds (``templates.build``)."""
+    other_user: ClassVar[str] = "nobody"
+    """A user besides root in the default template (``exec.user``)."""
 
     def provider_options(self, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         """Options for ``open_provider``; called once per test class.

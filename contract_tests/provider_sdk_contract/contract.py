@@ -15,7 +15,9 @@ from provider_sdk_contract.processes import ProcessContract
 from provider_sdk_contract.scale import ScaleContract
 from provider_sdk_contract.shell import ShellContract
 from provider_sdk_contract.snapshots import SnapshotContract
+from provider_sdk_contract.templates import TemplateContract
 from provider_sdk_contract.unsupported import UnsupportedContract
+from provider_sdk_contract.users import UserContract
 from provider_sdk_contract.volumes import VolumeContract
 
 __all__ = ["ProviderContract"]
@@ -25,6 +27,7 @@ class ProviderContract(
     # pytest runs the tests of the last base first. Files go first: the 256 MiB
     # transfer measures this process's memory before other tests raise its peak.
     ScaleContract,
+    TemplateContract,
     UnsupportedContract,
     MetricsContract,
     IsolationContract,
@@ -34,6 +37,7 @@ class ProviderContract(
     PauseContract,
     ShellContract,
     ProcessContract,
+    UserContract,
     ExecContract,
     LifecycleContract,
     FilesContract,

@@ -1,0 +1,70 @@
+"""Contract: building templates from Dockerfiles (``templates.build``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from provider_sdk.capabilities import Capability
+from provider_sdk.errors import TemplateBuildError, TemplateNotFound
+from provider_sdk.models import TemplateSpec
+from provider_sdk_contract.base import ContractBase, Factory
+from provider_sdk_contract.markers import requires
+from provider_sdk_contract.support import new_marker
+
+
+class TemplateContract(ContractBase):
+    """Templates: a Dockerfile becomes a template that sandboxes start from; unchanged
+    specs are not rebuilt; failures name their step."""
+
+    def _spec(self, factory: Factory, body: str) -> TemplateSpec:
+        if self.template_base is None:
+            pytest.skip("the provider's test class sets no template_base to build FROM")
+        name = f"psdk-contract-{factory.run_id}-{new_marker('t')[-6:]}".lower()
+        return TemplateSpec(name=name, dockerfile=f"FROM {self.template_base}\n{body}")
+
+    @requires(Capability.TEMPLATES_BUILD)
+    async def test_built_template_runs_what_its_dockerfile_did(self, factory: Factory) -> None:
+        """A file a ``RUN`` step wrote is there in a sandbox made from the template."""
+        marker = new_marker("built")
+        progress: list[str] = []
+        spec = self._spec(factory, f"RUN echo {marker} > /psdk-marker\n")
+        template = await factory.template(spec, on_progress=progress.append)
+        assert template.content_hash
+        assert progress, "no progress was reported"
+        sandbox = await factory.sandbox(template=template.id)
+        assert (await sandbox.files.read_text("/psdk-marker")) == f"{marker}\n"
+        listed = await factory.provider.list_templates()
+        assert template.id in [t.id for t in listed]
+
+    @requires(Capability.TEMPLATES_BUILD)
+    async def test_unchanged_spec_is_not_rebuilt(self, factory: Factory) -> None:
+        """Building the same spec twice gives the same template, without a second build;
+        a changed spec gives another."""
+        spec = self._spec(factory, f"RUN echo {new_marker('cache')} > /psdk-cache\n")
+        first = await factory.template(spec)
+        progress: list[str] = []
+        again = await factory.template(spec, on_progress=progress.append)
+        assert (again.id, again.content_hash) == (first.id, first.content_hash)
+        assert progress == [], "an unchanged spec was built again"
+        changed = await factory.template(
+            TemplateSpec(name=spec.name, dockerfile=spec.dockerfile + "RUN true\n"))
+        assert changed.content_hash != first.content_hash
+
+    @requires(Capability.TEMPLATES_BUILD)
+    async def test_failing_step_raises_template_build_error(self, factory: Factory) -> None:
+        """A ``RUN`` that fails raises TemplateBuildError naming the step, with the log."""
+        spec = self._spec(factory, "RUN echo psdk-before-failure && exit 3\n")
+        with pytest.raises(TemplateBuildError) as caught:
+            await factory.template(spec)
+        assert "RUN" in caught.value.step
+        assert "psdk-before-failure" in caught.value.log_tail
+
+    @requires(Capability.TEMPLATES_BUILD)
+    async def test_deleted_template_is_gone(self, factory: Factory) -> None:
+        """After ``delete_template`` it is not listed, and deleting again is TemplateNotFound."""
+        template = await factory.provider.build_template(
+            self._spec(factory, f"RUN echo {new_marker('gone')} > /psdk-gone\n"))
+        await factory.provider.delete_template(template.id)
+        assert template.id not in [t.id for t in await factory.provider.list_templates()]
+        with pytest.raises(TemplateNotFound):
+            await factory.provider.delete_template(template.id)

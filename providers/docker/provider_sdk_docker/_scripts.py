@@ -1,0 +1,114 @@
+"""The POSIX shell snippets the provider runs inside containers.
+
+A template needs ``/bin/sh`` and the usual GNU tools (coreutils, findutils); nothing of
+this SDK is installed into the image. Each snippet takes its inputs as positional
+arguments, never spliced into its text.
+
+Process trees are found by an environment variable, ``PSDK_TREE``, that every process
+a command starts inherits: a timeout or a kill ends everything carrying the command's
+value, wherever it was reparented to, and no process outside the command carries it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["FOLLOW", "KEEPALIVE", "KILL_TREE", "LIST_DIR", "MKDIR", "PROC_DIR", "REMOVE",
+           "RENAME", "SEND_STDIN", "SUPERVISE", "TREE_VAR"]
+
+TREE_VAR = "PSDK_TREE"
+PROC_DIR = "/tmp/.psdk/proc"
+
+#: PID 1 of every sandbox: sleeps until the container is stopped, reaping nothing
+#: itself (``init`` does that).
+KEEPALIVE = "trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; done"
+
+#: Kill every process whose environment holds ``PSDK_TREE=$1$2`` (given in two halves,
+#: so no command line matches), repeating until a sweep finds none, so that processes
+#: forked during a sweep are caught by the next.
+KILL_TREE = r"""
+m="PSDK_TREE=$1$2"
+n=0
+while [ "$n" -lt 20 ]; do
+  n=$((n + 1)); found=
+  for f in /proc/[0-9]*/environ; do
+    c=$( { tr '\0' '\n' < "$f"; } 2>/dev/null ) || continue
+    case "
+$c
+" in *"
+$m
+"*) p=${f#/proc/}; kill -9 "${p%/environ}" 2>/dev/null && found=1 ;; esac
+  done
+  [ -n "$found" ] || exit 0
+done
+"""
+
+#: Start "$@" in the background, supervised: prints the supervisor's pid (the
+#: process's pid as the SDK reports it) and detaches. Output goes to files and stdin
+#: comes from a FIFO under PROC_DIR/<pid>/, so any client can reattach; SIGUSR1 closes
+#: stdin; the exit status lands in ``rc`` when the process ends.
+SUPERVISE = r"""
+d=/tmp/.psdk/proc/$$
+mkdir -p "$d" && mkfifo -m 600 "$d/in" && : > "$d/out" && : > "$d/err" || exit 125
+export PSDK_TREE=p$$
+echo "$$"
+exec 3<>"$d/in" </dev/null >/dev/null 2>&1
+trap 'exec 3>&-' USR1
+"$@" <"$d/in" >"$d/out" 2>"$d/err" 3>&- &
+c=$!
+while :; do
+  wait "$c"; r=$?
+  if [ "$r" -le 128 ] || ! kill -0 "$c" 2>/dev/null; then break; fi
+done
+echo "$r" > "$d/rc.tmp" && mv "$d/rc.tmp" "$d/rc"
+"""
+
+#: Stream a supervised process's stdout and stderr from the start until it ends, then
+#: exit with its status (137 if its supervisor was killed before it could record one).
+FOLLOW = r"""
+d=/tmp/.psdk/proc/$1
+tail -s 0.05 --pid="$1" -c +1 -f "$d/err" >&2 &
+tail -s 0.05 --pid="$1" -c +1 -f "$d/out"
+wait
+[ -s "$d/rc" ] && exit "$(cat "$d/rc")"
+exit 137
+"""
+
+#: Copy this command's stdin to a supervised process's stdin; a process that has ended
+#: takes nothing (the FIFO is opened read-write, so this never blocks on a dead reader).
+SEND_STDIN = r"""
+d=/tmp/.psdk/proc/$1
+[ -e "$d/rc" ] && exit 0
+exec 4<>"$d/in" && exec cat >&4
+"""
+
+#: Entries of directory "$1": per entry "TYPE/SIZE/MODE/MTIME/NAME\0LINK\0".
+LIST_DIR = r"""
+if [ ! -d "$1" ]; then
+  [ -e "$1" ] && echo "$1: Not a directory" >&2 || echo "$1: No such file or directory" >&2
+  exit 1
+fi
+exec find -H "$1" -mindepth 1 -maxdepth 1 -printf '%y/%s/%m/%T@/%f\0%l\0'
+"""
+
+#: mkdir "$1"; "$2" = 1: with parents; "$3" = 1: an existing directory is fine.
+MKDIR = r"""
+if [ -d "$1" ]; then
+  [ "$3" = 1 ] && exit 0
+  echo "$1: File exists" >&2; exit 1
+fi
+if [ "$2" = 1 ]; then exec mkdir -p -- "$1"; fi
+exec mkdir -- "$1"
+"""
+
+#: Remove "$1"; "$2" = 1: a directory with its contents.
+REMOVE = r"""
+if [ ! -e "$1" ] && [ ! -L "$1" ]; then echo "$1: No such file or directory" >&2; exit 1; fi
+if [ "$2" = 1 ]; then exec rm -rf -- "$1"; fi
+if [ -d "$1" ] && [ ! -L "$1" ]; then exec rmdir -- "$1"; fi
+exec rm -f -- "$1"
+"""
+
+#: Move "$1" to "$2", replacing a file there.
+RENAME = r"""
+if [ ! -e "$1" ] && [ ! -L "$1" ]; then echo "$1: No such file or directory" >&2; exit 1; fi
+exec mv -f -T -- "$1" "$2"
+"""

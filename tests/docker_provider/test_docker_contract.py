@@ -1,0 +1,11 @@
+"""The Docker provider runs the shared contract suite on a real Docker Engine."""
+
+from __future__ import annotations
+
+from provider_sdk_contract import ProviderContract
+from provider_sdk_docker import DEFAULT_TEMPLATE
+
+
+class TestDockerContract(ProviderContract):
+    provider_name = "docker"
+    template_base = DEFAULT_TEMPLATE
