@@ -1,0 +1,248 @@
+"""A small HTTP/1.1 server on anyio and h11, enough for the emulator.
+
+One task per connection; requests on a connection are served one after another
+(keep-alive, no pipelining). Request bodies are read lazily; a response body is bytes or
+an async iterator of chunks (sent chunked). While a streamed response is being sent, the
+connection is watched: when the client goes away the stream is cancelled, as a real
+server would notice the reset.
+
+This module owns HTTP framing only; it knows nothing of sandboxes or vendors.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import anyio
+import anyio.abc
+import attrs
+import h11
+
+__all__ = ["Request", "Response", "Handler", "json_response", "serve"]
+
+log = logging.getLogger(__name__)
+
+_RECEIVE = 65536
+
+
+class Request:
+    """One HTTP request: method, path, query, headers (lower-case names) and a body."""
+
+    def __init__(self, method: str, target: str, headers: Mapping[str, str],
+                 body: AsyncIterator[bytes]) -> None:
+        self.method = method
+        self.target = target
+        split = urlsplit(target)
+        self.path = split.path or "/"
+        self.query_string = split.query
+        self.query: dict[str, str] = {}
+        for key, value in parse_qsl(split.query, keep_blank_values=True):
+            self.query.setdefault(key, value)
+        self.headers = dict(headers)
+        self.params: dict[str, str] = {}
+        """Path parameters, filled in by the router."""
+        self._body = body
+        self._consumed = False
+
+    def __repr__(self) -> str:
+        return f"<Request {self.method} {self.path}>"
+
+    def stream(self) -> AsyncIterator[bytes]:
+        """The body's chunks as they arrive (read once)."""
+        if self._consumed:
+            raise RuntimeError("the request body was already read")
+        self._consumed = True
+        return self._body
+
+    async def read(self) -> bytes:
+        """The whole body."""
+        return b"".join([chunk async for chunk in self.stream()])
+
+    async def json(self) -> Any:
+        """The body parsed as JSON (an empty body is ``{}``).
+
+        Raises:
+            ValueError: the body is not JSON.
+        """
+        data = await self.read()
+        return json.loads(data) if data.strip() else {}
+
+
+@attrs.frozen
+class Response:
+    """A response; ``body`` bytes are sent with a length, an iterator chunked."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...] = ()
+    body: bytes | AsyncIterable[bytes] = b""
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def json_response(status: int, data: Any, headers: Mapping[str, str] | None = None) -> Response:
+    """A JSON response."""
+    return Response(status, (("content-type", "application/json"), *(headers or {}).items()),
+                    json.dumps(data).encode())
+
+
+class _Connection:
+    def __init__(self, stream: anyio.abc.ByteStream) -> None:
+        self.stream = stream
+        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
+        self.stashed = b""
+
+    async def next_event(self) -> Any:
+        while True:
+            event = self.h11.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            if self.stashed:
+                data, self.stashed = self.stashed, b""
+            else:
+                try:
+                    data = await self.stream.receive(_RECEIVE)
+                except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError,
+                        ConnectionError):
+                    data = b""
+            self.h11.receive_data(data)
+
+    async def send(self, event: Any) -> None:
+        data = self.h11.send(event)
+        if data:
+            await self.stream.send(data)
+
+    async def body(self) -> AsyncIterator[bytes]:
+        if self.h11.they_are_waiting_for_100_continue:
+            await self.send(h11.InformationalResponse(status_code=100, headers=[]))
+        while True:
+            event = await self.next_event()
+            if isinstance(event, h11.Data):
+                yield bytes(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                return
+            else:
+                raise h11.RemoteProtocolError(f"unexpected {type(event).__name__} in a body")
+
+    async def watch_disconnect(self, scope: anyio.CancelScope) -> None:
+        """Cancel ``scope`` when the client closes the connection."""
+        try:
+            data = await self.stream.receive(_RECEIVE)
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError,
+                ConnectionError):
+            scope.cancel()
+            return
+        self.stashed += data  # the start of a pipelined request: keep it for later
+
+
+async def _send_response(conn: _Connection, response: Response) -> None:
+    headers = [(k.encode(), v.encode()) for k, v in response.headers]
+    if isinstance(response.body, bytes):
+        headers.append((b"content-length", str(len(response.body)).encode()))
+        await conn.send(h11.Response(status_code=response.status, headers=headers))
+        if response.body:
+            await conn.send(h11.Data(data=response.body))
+        await conn.send(h11.EndOfMessage())
+        return
+    await conn.send(h11.Response(status_code=response.status, headers=headers))
+    chunks = response.body
+    async with anyio.create_task_group() as tg:
+        if conn.h11.their_state is h11.DONE:
+            tg.start_soon(conn.watch_disconnect, tg.cancel_scope)
+        try:
+            async for chunk in chunks:
+                if chunk:
+                    await conn.send(h11.Data(data=chunk))
+        finally:
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                with anyio.CancelScope(shield=True):
+                    await aclose()
+        await conn.send(h11.EndOfMessage())
+        tg.cancel_scope.cancel()
+    if tg.cancel_scope.cancel_called and conn.h11.our_state is not h11.DONE:
+        raise anyio.EndOfStream  # the client left mid-stream
+
+
+async def _serve_connection(stream: anyio.abc.ByteStream, handler: Handler) -> None:
+    conn = _Connection(stream)
+    async with stream:
+        while True:
+            try:
+                event = await conn.next_event()
+            except h11.RemoteProtocolError as exc:
+                with anyio.move_on_after(1):
+                    await _send_error(conn, exc.error_status_hint, str(exc))
+                return
+            if not isinstance(event, h11.Request):
+                return  # ConnectionClosed, or garbage
+            headers: dict[str, str] = {}
+            for name, value in event.headers:
+                key = name.decode("latin-1").lower()
+                text = value.decode("latin-1")
+                headers[key] = f"{headers[key]}, {text}" if key in headers else text
+            request = Request(event.method.decode(), event.target.decode("latin-1"), headers,
+                              conn.body())
+            try:
+                response = await handler(request)
+            except Exception:
+                log.exception("emulator: unhandled error serving %s %s", request.method,
+                              request.path)
+                response = json_response(500, {"code": 500,
+                                               "message": "internal emulator error"})
+            try:
+                await _send_response(conn, response)
+                # Drain what the handler left unread, so the connection can be reused.
+                while conn.h11.their_state is h11.SEND_BODY:
+                    event = await conn.next_event()
+                    if isinstance(event, h11.ConnectionClosed):
+                        return
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError,
+                    ConnectionError, h11.LocalProtocolError, h11.RemoteProtocolError):
+                return
+            if conn.h11.our_state is h11.MUST_CLOSE or conn.h11.their_state is h11.MUST_CLOSE:
+                return
+            try:
+                conn.h11.start_next_cycle()
+            except h11.LocalProtocolError:
+                return
+
+
+async def _send_error(conn: _Connection, status: int, message: str) -> None:
+    if conn.h11.our_state is not h11.SEND_RESPONSE:
+        return
+    body = json.dumps({"code": status, "message": message}).encode()
+    try:
+        await conn.send(h11.Response(status_code=status, headers=[
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close")]))
+        await conn.send(h11.Data(data=body))
+        await conn.send(h11.EndOfMessage())
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError,
+            h11.LocalProtocolError):
+        pass
+
+
+@asynccontextmanager
+async def serve(handler: Handler, *, port: int = 0) -> AsyncIterator[int]:
+    """Serve ``handler`` on 127.0.0.1 (only) until the block exits; yield the port."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=port)
+    bound = int(listener.extra(anyio.abc.SocketAttribute.local_port))
+
+    async def on_connection(stream: anyio.abc.SocketStream) -> None:
+        try:
+            await _serve_connection(stream, handler)
+        except Exception:  # a broken connection must never take the server down
+            log.debug("emulator: connection ended with an error", exc_info=True)
+
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, on_connection, tg)
+        try:
+            yield bound
+        finally:
+            tg.cancel_scope.cancel()

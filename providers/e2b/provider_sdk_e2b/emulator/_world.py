@@ -1,0 +1,431 @@
+"""The emulator's state: its sandboxes, their lifecycle and their processes.
+
+Each emulated sandbox is backed by one sandbox of a real neutral provider; this module
+keeps what the vendor's API shows on top of it (ids, tokens, timeouts, the vendor's
+state names) and performs lifecycle changes through the neutral API. It knows the wire
+formats of neither plane: ``control`` and ``envd`` translate.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime as dt
+import math
+import secrets
+import signal
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import anyio.abc
+import attrs
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from provider_sdk import errors
+from provider_sdk.capabilities import Capability
+from provider_sdk.emulators import Faults
+from provider_sdk.models import SandboxSpec, Snapshot, VolumeMount
+from provider_sdk.provider import ProcessExit, ProcessOutput, SandboxProvider
+from provider_sdk.sandbox import Process, Sandbox
+from provider_sdk_e2b.emulator._connect import RpcError
+from provider_sdk_e2b.emulator.flavors import Flavor
+
+__all__ = ["FAULTS", "ApiError", "ProcessEntry", "SandboxRecord", "World"]
+
+#: Every fault the emulator knows, with what its value means.
+FAULTS = {
+    "resume_504": "after each resume (connect, resume, auto-resume, rollback), this many "
+                  "data-plane requests to that sandbox answer 504",
+    "create_429": "the next N creates answer 429 with a Retry-After header (re-armed each "
+                  "time it is set)",
+    "retry_after": "seconds in the Retry-After header of those 429s (default 1)",
+    "latency": "seconds added before every request is handled",
+    "pause_delay": "extra seconds a pause takes (Cube: the sandbox stays 'pausing')",
+}
+FAULT_DEFAULTS = {"retry_after": "1"}
+
+_OUTPUT_CHUNK = 32 * 1024  # envd sends stdout/stderr in chunks of at most this
+_SIGNALS = {signal.SIGKILL: "killed", signal.SIGTERM: "terminated", signal.SIGINT: "interrupt",
+            signal.SIGHUP: "hangup"}
+
+
+class ApiError(Exception):
+    """A control-plane error: an HTTP status, a message and extra headers."""
+
+    def __init__(self, status: int, message: str, headers: Mapping[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = dict(headers or {})
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+@attrs.define(eq=False)
+class ProcessEntry:
+    """A process started through envd's API: its output fans out to every stream."""
+
+    pid: int
+    config: dict[str, Any]
+    tag: str | None
+    process: Process
+    subscribers: list[MemoryObjectSendStream[dict[str, Any]]] = attrs.Factory(list)
+    ended: dict[str, Any] | None = None
+    scope: anyio.CancelScope | None = None
+
+    def subscribe(self) -> MemoryObjectReceiveStream[dict[str, Any]]:
+        """A stream of this process's events from now on, ending with its end."""
+        send, receive = anyio.create_memory_object_stream[dict[str, Any]](math.inf)
+        if self.ended is not None:
+            send.send_nowait(self.ended)
+            send.close()
+        else:
+            self.subscribers.append(send)
+        return receive
+
+    def broadcast(self, message: dict[str, Any]) -> None:
+        for send in list(self.subscribers):
+            try:
+                send.send_nowait(message)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self.subscribers.remove(send)
+
+    def finish(self, message: dict[str, Any]) -> None:
+        self.ended = message
+        self.broadcast(message)
+        for send in self.subscribers:
+            send.close()
+        self.subscribers.clear()
+
+
+@attrs.define(eq=False)
+class SandboxRecord:
+    """What the vendor's API knows about one sandbox."""
+
+    id: str
+    sandbox: Sandbox
+    """The backend's sandbox (replaced by a rollback)."""
+    spec: SandboxSpec
+    template_id: str
+    access_token: str | None
+    started_at: dt.datetime
+    timeout: float | None
+    """Seconds of the deadline (E2B) or idle window (Cube); ``None``: never."""
+    end_at: dt.datetime | None
+    auto_pause: bool
+    auto_resume: bool
+    pause_memory: bool
+    network: dict[str, Any]
+    allow_internet: bool | None
+    volume_mounts: list[dict[str, Any]]
+    state: str = "running"
+    unavailable_left: int = 0
+    """Data-plane requests still to answer 504 (fault ``resume_504``)."""
+    processes: dict[int, ProcessEntry] = attrs.Factory(dict)
+    lock: anyio.Lock = attrs.Factory(anyio.Lock)
+    last_cpu: tuple[float, float] | None = None
+    pausing: anyio.Event | None = None
+    """Set when the last pause finished (flavors with a ``pausing`` state)."""
+
+
+@attrs.define(eq=False)
+class SnapshotRecord:
+    id: str
+    snapshot: Snapshot
+    names: list[str]
+    sandbox_id: str
+    created_at: dt.datetime
+
+
+class World:
+    """Every sandbox of one emulator, and the operations both planes share."""
+
+    def __init__(self, flavor: Flavor, provider: SandboxProvider, faults: Faults,
+                 task_group: anyio.abc.TaskGroup) -> None:
+        self.flavor = flavor
+        self.provider = provider
+        self.faults = faults
+        self.tg = task_group
+        self.sandboxes: dict[str, SandboxRecord] = {}
+        self.killed: set[str] = set()
+        self.snapshots: dict[str, SnapshotRecord] = {}
+        self.create_429_left = faults.count("create_429")
+
+    def set_fault(self, name: str, value: str | float) -> None:
+        """Set a fault; setting ``create_429`` re-arms it."""
+        self.faults.set(name, value)
+        if name == "create_429":
+            self.create_429_left = self.faults.count(name)
+
+    def new_id(self) -> str:
+        while True:
+            new = self.flavor.id_prefix + secrets.token_hex(10)[:19]
+            if new not in self.sandboxes and new not in self.killed:
+                return new
+
+    def get(self, sandbox_id: str) -> SandboxRecord:
+        record = self.sandboxes.get(sandbox_id)
+        if record is None:
+            raise ApiError(404, f"sandbox {sandbox_id} not found")
+        return record
+
+    # ---------------------------------------------------------------- timeouts
+
+    def deadline(self, seconds: float | None) -> dt.datetime | None:
+        return None if seconds is None else now() + dt.timedelta(seconds=seconds)
+
+    def touch(self, record: SandboxRecord) -> None:
+        """A request reached the sandbox: an idle window starts again."""
+        if self.flavor.idle_timeout and record.state == "running" and record.timeout is not None:
+            record.end_at = self.deadline(record.timeout)
+
+    async def reap(self) -> None:
+        """Forever: end (or pause) running sandboxes whose time is up."""
+        while True:
+            await anyio.sleep(0.2)
+            moment = now()
+            for record in list(self.sandboxes.values()):
+                if record.state != "running" or record.end_at is None or record.end_at > moment:
+                    continue
+                if record.lock.locked():
+                    continue
+                if record.auto_pause:
+                    self.tg.start_soon(self._quietly, self.pause(record))
+                else:
+                    self.tg.start_soon(self._quietly, self.kill(record))
+
+    async def _quietly(self, operation: Any) -> None:
+        with contextlib.suppress(errors.SandboxError, ApiError):
+            await operation
+
+    # --------------------------------------------------------------- lifecycle
+
+    async def create(self, *, spec: SandboxSpec, template_id: str, timeout: float | None,
+                     auto_pause: bool, auto_resume: bool, pause_memory: bool,
+                     network: dict[str, Any], allow_internet: bool | None,
+                     volume_mounts: list[dict[str, Any]]) -> SandboxRecord:
+        sandbox = await self.provider.create(spec)
+        record = SandboxRecord(
+            id=self.new_id(), sandbox=sandbox, spec=spec, template_id=template_id,
+            access_token=secrets.token_hex(16) if self.flavor.envd_access_token else None,
+            started_at=now(), timeout=timeout, end_at=self.deadline(timeout),
+            auto_pause=auto_pause, auto_resume=auto_resume, pause_memory=pause_memory,
+            network=network, allow_internet=allow_internet, volume_mounts=volume_mounts)
+        self.sandboxes[record.id] = record
+        return record
+
+    async def kill(self, record: SandboxRecord) -> None:
+        if self.sandboxes.pop(record.id, None) is None:
+            return
+        self.killed.add(record.id)
+        record.state = "killed"
+        for entry in list(record.processes.values()):
+            if entry.scope is not None:
+                entry.scope.cancel()
+        with anyio.CancelScope(shield=True):
+            await record.sandbox.kill()
+
+    async def pause(self, record: SandboxRecord) -> None:
+        """Pause a running sandbox. A flavor with a ``pausing`` state returns at once
+        and finishes in the background."""
+        if record.state != "running":
+            raise ApiError(409, f"sandbox {record.id} is already {record.state}")
+        if not self.flavor.pausing_state:
+            async with record.lock:
+                await self._do_pause(record)
+            return
+        record.state = "pausing"
+        record.pausing = anyio.Event()
+        self.tg.start_soon(self._pause_in_background, record, record.pausing)
+
+    async def _pause_in_background(self, record: SandboxRecord, done: anyio.Event) -> None:
+        try:
+            async with record.lock:
+                await self._do_pause(record, minimum=self.flavor.pausing_seconds)
+        except errors.SandboxError:
+            if record.id in self.sandboxes:
+                record.state = "running"
+        finally:
+            done.set()
+
+    async def settled(self, record: SandboxRecord) -> None:
+        """Wait until a pause in progress has finished."""
+        if record.pausing is not None:
+            await record.pausing.wait()
+
+    async def _do_pause(self, record: SandboxRecord, minimum: float = 0.0) -> None:
+        started = anyio.current_time()
+        await record.sandbox.pause()
+        extra = self.faults.value("pause_delay")
+        if extra:
+            self.faults.served("pause_delay")
+        await anyio.sleep(max(0.0, minimum + extra - (anyio.current_time() - started)))
+        if record.id in self.sandboxes:
+            record.state = "paused"
+
+    async def resume(self, record: SandboxRecord, timeout: float | None) -> bool:
+        """Resume if paused (waiting out a ``pausing``); extend the timeout. Returns
+        whether it resumed."""
+        await self.settled(record)
+        async with record.lock:
+            if record.id not in self.sandboxes:
+                raise ApiError(404, f"sandbox {record.id} not found")
+            resumed = record.state == "paused"
+            if resumed:
+                await record.sandbox.resume()
+                record.state = "running"
+                self.arm_unavailable(record)
+            self.extend(record, timeout, reset=resumed)
+            return resumed
+
+    def extend(self, record: SandboxRecord, timeout: float | None, *, reset: bool) -> None:
+        """Apply a connect's timeout: it only ever extends the current one."""
+        if timeout is None:
+            if reset:  # a resumed sandbox runs for its whole window again
+                record.end_at = self.deadline(record.timeout)
+            return
+        wanted = self.deadline(timeout)
+        if record.end_at is not None and wanted is not None and (reset or wanted > record.end_at):
+            record.end_at = wanted
+
+    def arm_unavailable(self, record: SandboxRecord) -> None:
+        record.unavailable_left = self.faults.count("resume_504")
+
+    async def rollback(self, record: SandboxRecord, snapshot: SnapshotRecord) -> None:
+        """Restore in place: a new backend sandbox from the snapshot under the same id;
+        memory and processes start afresh."""
+        async with record.lock:
+            spec = attrs.evolve(record.spec, template=None, snapshot=snapshot.snapshot.id)
+            fresh = await self.provider.create(spec)
+            old, record.sandbox = record.sandbox, fresh
+            for entry in list(record.processes.values()):
+                if entry.scope is not None:
+                    entry.scope.cancel()
+            record.state = "running"
+            self.arm_unavailable(record)
+            with anyio.CancelScope(shield=True):
+                await old.kill()
+
+    async def snapshot(self, record: SandboxRecord, name: str | None) -> SnapshotRecord:
+        self.provider.require(Capability.SNAPSHOT_FILESYSTEM, sandbox_id=record.id)
+        snap = await record.sandbox.snapshot()
+        snapshot_id = ("snap-" if self.flavor.cube_extras else "") + snap.id
+        made = SnapshotRecord(id=snapshot_id, snapshot=snap, names=[name] if name else [],
+                              sandbox_id=record.id, created_at=now())
+        self.snapshots[snapshot_id] = made
+        return made
+
+    def find_snapshot(self, ref: str) -> SnapshotRecord | None:
+        if ref in self.snapshots:
+            return self.snapshots[ref]
+        return next((s for s in self.snapshots.values() if ref in s.names), None)
+
+    async def delete_snapshot(self, snapshot: SnapshotRecord) -> None:
+        await self.provider.delete_snapshot(snapshot.snapshot.id)
+        self.snapshots.pop(snapshot.id, None)
+
+    # --------------------------------------------------------------- processes
+
+    async def start_process(self, record: SandboxRecord, *, argv: list[str],
+                            env: dict[str, str], cwd: str | None, user: str | None,
+                            tag: str | None, stdin: bool,
+                            timeout: float | None) -> tuple[ProcessEntry,
+                                                            MemoryObjectReceiveStream[
+                                                                dict[str, Any]]]:
+        """Start a process and subscribe to it before any of its output is sent."""
+        if user is not None and not self.provider.supports(Capability.EXEC_USER):
+            user = None  # the backend runs every command as its one user
+        process = await record.sandbox.start(argv, env=env, cwd=cwd, user=user)
+        if not stdin:
+            await process.close_stdin()
+        config: dict[str, Any] = {"cmd": argv[0], "args": argv[1:], "envs": env}
+        if cwd:
+            config["cwd"] = cwd
+        entry = ProcessEntry(pid=process.pid, config=config, tag=tag, process=process)
+        record.processes[entry.pid] = entry
+        events = entry.subscribe()
+        self.tg.start_soon(self._pump, record, entry, timeout)
+        return entry, events
+
+    async def _pump(self, record: SandboxRecord, entry: ProcessEntry,
+                    timeout: float | None) -> None:
+        end: dict[str, Any] | None = None
+        try:
+            with anyio.CancelScope() as scope:
+                entry.scope = scope
+                async with anyio.create_task_group() as tg:
+                    if timeout:
+                        tg.start_soon(self._kill_at, record, entry, timeout)
+                    try:
+                        async for event in entry.process.events():
+                            if isinstance(event, ProcessOutput):
+                                for i in range(0, len(event.data), _OUTPUT_CHUNK):
+                                    piece = event.data[i:i + _OUTPUT_CHUNK]
+                                    entry.broadcast({"event": {"data": {
+                                        event.stream: base64.b64encode(piece).decode()}}})
+                            elif isinstance(event, ProcessExit):
+                                end = {"event": {"end": end_event(event.exit_code)}}
+                                break
+                    except errors.SandboxError as exc:
+                        end = {"error": RpcError("unavailable", f"the process was lost: "
+                                                 f"{exc}")}
+                    tg.cancel_scope.cancel()
+        finally:
+            if end is None:
+                end = {"error": RpcError("unavailable", "the sandbox was killed")}
+            entry.finish(end)
+            if record.processes.get(entry.pid) is entry:
+                del record.processes[entry.pid]
+
+    async def _kill_at(self, record: SandboxRecord, entry: ProcessEntry, timeout: float) -> None:
+        # envd runs each process under a context with the request's deadline: when it
+        # passes, the process is killed, even a background one.
+        await anyio.sleep(timeout)
+        with contextlib.suppress(errors.SandboxError, RpcError):  # paused or gone
+            await self.signal(record, entry.pid, signal.SIGKILL)
+
+    async def signal(self, record: SandboxRecord, pid: int, sig: signal.Signals) -> None:
+        """Send ``sig`` to the process itself (not its children), as envd does."""
+        result = await record.sandbox.exec(
+            ["/bin/sh", "-c", f"kill -s {sig.name[3:]} {int(pid)} 2>/dev/null"])
+        if result.exit_code != 0 and pid in record.processes:
+            raise RpcError("internal", f"failed to signal process {pid}")
+
+    def find_process(self, record: SandboxRecord, selector: Mapping[str, Any]) -> ProcessEntry:
+        if "pid" in selector:
+            entry = record.processes.get(int(selector["pid"]))
+            if entry is not None:
+                return entry
+            raise RpcError("not_found", f"process with pid {selector['pid']} not found")
+        if "tag" in selector:
+            for entry in record.processes.values():
+                if entry.tag == selector["tag"]:
+                    return entry
+            raise RpcError("not_found", f"process with tag {selector['tag']} not found")
+        raise RpcError("invalid_argument", "a process selector needs a pid or a tag")
+
+    def volume_mount(self, raw: Mapping[str, Any]) -> VolumeMount:
+        try:
+            return VolumeMount(volume=str(raw["name"]), path=str(raw["path"]),
+                               read_only=bool(raw.get("readOnly", raw.get("read_only", False))))
+        except (KeyError, TypeError, errors.InvalidInput) as exc:
+            raise ApiError(400, f"volumeMounts: {exc}") from None
+
+
+def end_event(exit_code: int) -> dict[str, Any]:
+    """envd's end event for a neutral exit code (``-N``: killed by signal ``N``)."""
+    if exit_code < 0:
+        try:
+            name = _SIGNALS.get(signal.Signals(-exit_code), signal.Signals(-exit_code).name)
+        except ValueError:
+            name = f"signal {-exit_code}"
+        status = f"signal: {name}"
+        return {"exitCode": -1, "status": status, "error": status}
+    end: dict[str, Any] = {"exited": True, "status": f"exit status {exit_code}"}
+    if exit_code:
+        end["exitCode"] = exit_code
+        end["error"] = end["status"]
+    return end

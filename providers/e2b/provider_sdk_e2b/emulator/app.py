@@ -1,0 +1,214 @@
+"""The emulator's front door: which plane a request is for, auth, faults, and routing.
+
+A request is for a sandbox's data plane when its ``Host`` is ``<port>-<id>.<domain>``
+(as CubeProxy and E2B's edge route) or it carries ``E2b-Sandbox-Id`` (as the e2b SDK
+sends to one sandbox URL); everything else is the control plane, or the admin API under
+``/_emulator/``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import re
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+
+from provider_sdk import errors
+from provider_sdk.config import Secret, env_setting, open_provider
+from provider_sdk.emulators import EmulatorOptions, Faults, RunningEmulator
+from provider_sdk_e2b.emulator import _http
+from provider_sdk_e2b.emulator._http import Request, Response, json_response
+from provider_sdk_e2b.emulator._world import FAULT_DEFAULTS, FAULTS, ApiError, World
+from provider_sdk_e2b.emulator.control import ControlPlane
+from provider_sdk_e2b.emulator.envd import Envd
+from provider_sdk_e2b.emulator.flavors import ENVD_PORT, Flavor
+
+__all__ = ["App", "serve"]
+
+log = logging.getLogger(__name__)
+
+_HOST = re.compile(r"^(\d+)-([a-z0-9]+)\.")
+
+
+def _compile(pattern: str) -> re.Pattern[str]:
+    return re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern) + "$")
+
+
+def _api_error(exc: errors.SandboxError) -> ApiError:
+    """The control-plane status for a neutral error from the backend."""
+    if isinstance(exc, errors.NotFound):
+        return ApiError(404, str(exc))
+    if isinstance(exc, (errors.InvalidInput, errors.UnsupportedCapability)):
+        return ApiError(400, str(exc))
+    if isinstance(exc, (errors.Conflict, errors.SandboxNotRunning)):
+        return ApiError(409, str(exc))
+    if isinstance(exc, errors.Unavailable):
+        return ApiError(503, str(exc))
+    return ApiError(500, str(exc))
+
+
+class App:
+    """Dispatches requests for one flavor over one :class:`World`."""
+
+    def __init__(self, world: World, api_key: Secret) -> None:
+        self.world = world
+        self.flavor = world.flavor
+        self.api_key = api_key
+        self.control = ControlPlane(world)
+        self.envd = Envd(world)
+        self.routes = [(method, _compile(pattern), handler)
+                       for method, pattern, handler in self.control.routes()]
+
+    async def __call__(self, request: Request) -> Response:
+        latency = self.world.faults.value("latency")
+        if latency:
+            self.world.faults.served("latency")
+            await anyio.sleep(latency)
+        target = self._sandbox_target(request)
+        if target is not None:
+            return await self.data_plane(request, *target)
+        if request.path.startswith("/_emulator/"):
+            return await self.admin(request)
+        return await self.control_plane(request)
+
+    def _sandbox_target(self, request: Request) -> tuple[str, int] | None:
+        host = request.headers.get("host", "").lower()
+        match = _HOST.match(host)
+        if match is not None and host.split(":")[0].endswith("." + self.flavor.domain):
+            return match.group(2), int(match.group(1))
+        sandbox_id = request.headers.get("e2b-sandbox-id")
+        if sandbox_id:
+            port = request.headers.get("e2b-sandbox-port", str(ENVD_PORT))
+            return sandbox_id, int(port) if port.isdigit() else ENVD_PORT
+        return None
+
+    def _key_ok(self, request: Request) -> bool:
+        given = request.headers.get("x-api-key", "")
+        auth = request.headers.get("authorization", "")
+        if auth.lower().startswith("bearer "):
+            given = auth[7:].strip()
+        return bool(given) and hmac.compare_digest(given.encode(),
+                                                   self.api_key.reveal().encode())
+
+    # ------------------------------------------------------------ control plane
+
+    async def control_plane(self, request: Request) -> Response:
+        matched = [(method, handler, m) for method, pattern, handler in self.routes
+                   if (m := pattern.match(request.path))]
+        if not matched:
+            return json_response(404, {"code": 404, "message": f"no route {request.path}"})
+        chosen = next(((h, m) for method, h, m in matched if method == request.method), None)
+        if chosen is None:
+            allowed = ", ".join(sorted({method for method, _h, _m in matched}))
+            return Response(405, (("allow", allowed),))
+        handler, match = chosen
+        if request.path != "/health" and not self._key_ok(request):
+            return json_response(401, {"code": 401, "message": "invalid or missing API key: "
+                                       f"send it in the X-API-Key header "
+                                       f"({self.flavor.api_key_setting})"})
+        request.params = match.groupdict()
+        try:
+            try:
+                return await handler(request)
+            except errors.SandboxError as exc:
+                raise _api_error(exc) from exc
+        except ApiError as exc:
+            return json_response(exc.status, {"code": exc.status, "message": exc.message},
+                                 exc.headers)
+
+    # --------------------------------------------------------------- data plane
+
+    async def data_plane(self, request: Request, sandbox_id: str, port: int) -> Response:
+        world = self.world
+        record = world.sandboxes.get(sandbox_id)
+        if record is not None and record.state in ("paused", "pausing") and record.auto_resume:
+            try:
+                await world.resume(record, None)
+            except (ApiError, errors.SandboxError) as exc:
+                return json_response(503, {"code": 503, "message": f"resume failed: {exc}"},
+                                     {"Retry-After": "1"})
+        if record is None or record.state != "running":
+            status = self.flavor.killed_status if sandbox_id in world.killed else 502
+            return json_response(status, {"sandboxId": sandbox_id,
+                                          "message": "The sandbox was not found",
+                                          "code": status})
+        if record.unavailable_left > 0:
+            record.unavailable_left -= 1
+            world.faults.served("resume_504")
+            return json_response(504, {"sandboxId": sandbox_id, "code": 504,
+                                       "message": "upstream timed out after resume "
+                                                  "(emulated fault resume_504)"})
+        if port != ENVD_PORT:
+            return json_response(502, {"sandboxId": sandbox_id, "port": port, "code": 502,
+                                       "message": "The sandbox is running but port is not open"})
+        world.touch(record)
+        try:
+            return await self.envd.handle(record, request)
+        finally:
+            world.touch(record)
+
+    # -------------------------------------------------------------------- admin
+
+    async def admin(self, request: Request) -> Response:
+        if not self._key_ok(request):
+            return json_response(401, {"code": 401, "message": "invalid or missing API key"})
+        if request.path != "/_emulator/faults":
+            return json_response(404, {"code": 404, "message": f"no route {request.path}; "
+                                       "the admin API is /_emulator/faults"})
+        if request.method in ("POST", "PUT"):
+            try:
+                body: Any = await request.json()
+            except ValueError as exc:
+                return json_response(400, {"code": 400, "message": f"not JSON: {exc}"})
+            if not isinstance(body, dict):
+                return json_response(400, {"code": 400, "message": "send {name: value}"})
+            try:
+                for name, value in body.items():
+                    self.world.set_fault(name, value)
+            except errors.ConfigError as exc:
+                return json_response(400, {"code": 400, "message": str(exc)})
+        elif request.method != "GET":
+            return Response(405, (("allow", "GET, POST, PUT"),))
+        return json_response(200, {**self.world.faults.report(), "known": FAULTS})
+
+
+@asynccontextmanager
+async def serve(flavor: Flavor, options: EmulatorOptions) -> AsyncIterator[RunningEmulator]:
+    """Run an emulator of ``flavor`` until the block exits; its sandboxes are killed then.
+
+    Raises:
+        ConfigError: no API key was given and the flavor's setting is unset, a fault
+            is unknown, or the backend is not installed.
+    """
+    api_key = options.api_key or env_setting(flavor.api_key_setting, secret=True)
+    if not api_key:
+        raise errors.ConfigError(f"the {flavor.name} emulator needs an API key: pass "
+                                 f"--api-key or set {flavor.api_key_setting}")
+    faults = Faults(FAULTS, {**FAULT_DEFAULTS, **options.faults})
+    async with open_provider(options.backend) as provider, anyio.create_task_group() as tg:
+        world = World(flavor, provider, faults, tg)
+        app = App(world, api_key if isinstance(api_key, Secret) else Secret(api_key))
+        tg.start_soon(world.reap)
+        try:
+            async with _http.serve(app, port=options.port) as port:
+                url = f"http://127.0.0.1:{port}"
+                settings: Mapping[str, str] = flavor.settings(url, port)
+                log.info("%s emulator on %s", flavor.name, url)
+                yield RunningEmulator(name=flavor.name, url=url,
+                                      # (mypy cannot solve attrs' dict converter)
+                                      settings=settings,  # type: ignore[arg-type]
+                                      api_key_settings=(flavor.api_key_setting,),
+                                      api_key=api_key)
+        finally:
+            with anyio.CancelScope(shield=True):
+                for record in list(world.sandboxes.values()):
+                    try:
+                        await world.kill(record)
+                    except errors.SandboxError:
+                        log.warning("emulator: could not kill sandbox %s", record.id)
+            tg.cancel_scope.cancel()
+

@@ -1,0 +1,129 @@
+"""The two flavors the emulator serves, E2B and CubeSandbox, as data.
+
+Everything in which the Cube flavor differs from the E2B one is a field here; the
+server reads these fields and never tests a flavor's name. Each difference is what a
+released CubeSandbox does (see the docs page on emulators for the list).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+
+__all__ = ["CUBE", "E2B", "ENVD_PORT", "ENVD_VERSION", "Flavor"]
+
+ENVD_PORT = 49983
+ENVD_VERSION = "0.6.13"
+
+
+@attrs.frozen(kw_only=True)
+class Flavor:
+    """How one vendor's service behaves, where the two differ."""
+
+    name: str
+    api_key_setting: str
+    """The environment variable the vendor's SDK reads its key from."""
+    domain: str
+    """The sandbox domain: data-plane hosts are ``<port>-<id>.<domain>``."""
+    default_templates: frozenset[str]
+    """Template ids that mean "the backend's default template"."""
+    template_setting: tuple[str, str] | None
+    """A setting naming the default template, and its value, if the SDK needs one."""
+    v2_create: bool
+    """``POST /v2/sandboxes`` and ``POST /v2/sandboxes/{id}/connect`` are served
+    (Cube: not on released versions: 405 and 404)."""
+    connect_resumed_status: int
+    """Status of a connect that resumed a paused sandbox (E2B 201, Cube always 200)."""
+    default_timeout: float | None
+    """Seconds when create omits ``timeout``; ``None``: never expires."""
+    idle_timeout: bool
+    """The timeout is an idle window that every request slides (Cube), not a deadline."""
+    never_timeout: bool
+    """``timeout: -1`` means never (Cube); ``endAt`` is then omitted from info."""
+    pausing_state: bool
+    """Pause answers at once and the sandbox shows ``pausing`` before ``paused``."""
+    pausing_seconds: float
+    """How long, at least, a pause stays in ``pausing``."""
+    envd_access_token: bool
+    """Create returns an ``envdAccessToken`` that the data plane then requires."""
+    snake_case_info: bool
+    """Sandbox info carries snake_case keys beside the camelCase ones."""
+    killed_status: int
+    """Data-plane status for a sandbox that was killed (E2B 502, CubeProxy 410)."""
+    metrics: bool
+    """``GET /sandboxes/{id}/metrics`` is served."""
+    cube_extras: bool
+    """Rollback, volumes and ``/resume`` with Cube's statuses are served."""
+    list_next_token: bool
+    """``GET /v2/sandboxes`` pages with ``x-next-token`` (Cube returns one page)."""
+    id_prefix: str
+    environment: Callable[[Flavor, str, int], dict[str, str]]
+    """The settings that point the vendor's SDK at an emulator (URL, port)."""
+
+    def settings(self, url: str, port: int) -> dict[str, str]:
+        """The environment that points this vendor's SDK at an emulator on ``url``."""
+        env = self.environment(self, url, port)
+        if self.template_setting is not None:
+            env[self.template_setting[0]] = self.template_setting[1]
+        return env
+
+
+def _e2b_settings(flavor: Flavor, url: str, port: int) -> dict[str, str]:
+    # E2B_SANDBOX_URL sends every sandbox's envd traffic to one address; the SDK adds
+    # the E2b-Sandbox-Id header, by which the emulator routes, as E2B's edge does.
+    return {"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_DOMAIN": flavor.domain}
+
+
+def _cube_settings(flavor: Flavor, url: str, port: int) -> dict[str, str]:
+    # The cubesandbox SDK dials CUBE_PROXY_NODE_IP:CUBE_PROXY_PORT_HTTP with the Host
+    # header <port>-<id>.<domain>, by which the emulator routes, as CubeProxy does.
+    return {"CUBE_API_URL": url, "CUBE_SANDBOX_DOMAIN": flavor.domain,
+            "CUBE_PROXY_NODE_IP": "127.0.0.1", "CUBE_PROXY_PORT_HTTP": str(port)}
+
+
+E2B = Flavor(
+    name="e2b",
+    api_key_setting="E2B_API_KEY",
+    domain="e2b.localhost",
+    default_templates=frozenset({"base"}),
+    template_setting=None,
+    v2_create=True,
+    connect_resumed_status=201,
+    default_timeout=300.0,
+    idle_timeout=False,
+    never_timeout=False,
+    pausing_state=False,
+    pausing_seconds=0.0,
+    envd_access_token=True,
+    snake_case_info=False,
+    killed_status=502,
+    metrics=True,
+    cube_extras=False,
+    list_next_token=True,
+    id_prefix="i",
+    environment=_e2b_settings,
+)
+
+CUBE = Flavor(
+    name="cube",
+    api_key_setting="CUBE_API_KEY",
+    domain="cube.localhost",
+    default_templates=frozenset({"base", "tpl-base"}),
+    template_setting=("CUBE_TEMPLATE_ID", "tpl-base"),
+    v2_create=False,
+    connect_resumed_status=200,
+    default_timeout=None,
+    idle_timeout=True,
+    never_timeout=True,
+    pausing_state=True,
+    pausing_seconds=0.3,
+    envd_access_token=False,
+    snake_case_info=True,
+    killed_status=410,
+    metrics=False,
+    cube_extras=True,
+    list_next_token=False,
+    id_prefix="c",
+    environment=_cube_settings,
+)
