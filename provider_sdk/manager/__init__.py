@@ -1,0 +1,50 @@
+"""One resident sandbox per owner: :class:`SandboxManager` and its binding stores.
+
+An owner is whatever the application binds on: a user id gives each user one
+persistent "digital space"; a session id gives each session its own. ::
+
+    from provider_sdk import open_provider
+    from provider_sdk.manager import SandboxManager, SQLiteStore
+
+    async with open_provider() as provider, \\
+            SandboxManager(provider, SQLiteStore("bindings.sqlite3")) as manager:
+        sandbox = await manager.acquire("alice")
+        await sandbox.exec("echo hello")
+
+Stores: :class:`MemoryStore` (one process), :class:`SQLiteStore` (the embedded
+default: processes on one machine), :class:`RedisStore` and :class:`PostgresStore`
+(several application replicas; optional extras ``redis`` and ``postgres``, whose drivers
+are imported only when such a store connects). :func:`reap` kills owner-tagged sandboxes
+that no binding holds (``psdk reap``). The blocking twin is in
+:mod:`provider_sdk.manager.sync`.
+"""
+
+from provider_sdk.manager.handle import ManagedSandbox
+from provider_sdk.manager.manager import SandboxManager, SnapshotPolicy, owner_claim
+from provider_sdk.manager.postgres_store import PostgresStore
+from provider_sdk.manager.reaper import reap
+from provider_sdk.manager.redis_store import RedisStore
+from provider_sdk.manager.sqlite_store import SQLiteStore
+from provider_sdk.manager.store import (
+    Binding,
+    BindingStore,
+    MemoryStore,
+    default_store_path,
+    open_store,
+)
+
+__all__ = [
+    "Binding",
+    "BindingStore",
+    "ManagedSandbox",
+    "MemoryStore",
+    "PostgresStore",
+    "RedisStore",
+    "SQLiteStore",
+    "SandboxManager",
+    "SnapshotPolicy",
+    "default_store_path",
+    "open_store",
+    "owner_claim",
+    "reap",
+]

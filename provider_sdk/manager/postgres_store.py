@@ -1,0 +1,165 @@
+"""``PostgresStore``: bindings in PostgreSQL, for several application replicas.
+
+Needs the ``postgres`` extra (``pip install 'provider-sdk[postgres]'``, psycopg 3); the
+driver is imported when the store first connects, and it runs on the asyncio backend.
+Compare-and-set is one ``UPDATE ... WHERE version = %s`` (or ``INSERT ... ON CONFLICT DO
+NOTHING`` for a first binding); a claim is an ``INSERT ... ON CONFLICT DO UPDATE ...
+WHERE expires_at < now()``, so the row lock makes exactly one of several callers win.
+The tables are created on first use, under an advisory lock.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import re
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from provider_sdk.config import Secret
+from provider_sdk.errors import AuthenticationError, ConfigError, InvalidInput, Unavailable
+from provider_sdk.manager.store import Binding, BindingStore, _safe
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
+__all__ = ["PostgresStore"]
+
+_TABLE = re.compile(r"\A[a-z_][a-z0-9_]{0,50}\Z")
+
+
+class PostgresStore(BindingStore):
+    """Bindings in the PostgreSQL database at ``dsn`` (``postgresql://USER:PASS@HOST/DB``).
+
+    Args:
+        dsn: the database; a password in it never appears in reprs or errors.
+        table: name of the bindings table; claims go in ``{table}_claims``. Lowercase
+            letters, digits and ``_``.
+    """
+
+    def __init__(self, dsn: str, *, table: str = "psdk_bindings") -> None:
+        if not _TABLE.match(table):
+            raise InvalidInput(f"table: {table!r} must be lowercase letters, digits and '_'")
+        self._dsn = dsn if isinstance(dsn, Secret) else Secret(dsn)
+        self.table = table
+        self._conn: AsyncConnection[Any] | None = None
+        self._lock = anyio.Lock()
+
+    def __repr__(self) -> str:
+        return f"<PostgresStore {_safe(self._dsn.reveal())!r} table={self.table!r}>"
+
+    @contextlib.asynccontextmanager
+    async def _db(self) -> AsyncIterator[AsyncConnection[Any]]:
+        """The connection, used by one call at a time; errors become neutral ones."""
+        try:
+            import psycopg
+        except ImportError as exc:
+            raise ConfigError("PostgresStore needs psycopg: "
+                              "pip install 'provider-sdk[postgres]'") from exc
+        where = _safe(self._dsn.reveal())
+        async with self._lock:
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = await psycopg.AsyncConnection.connect(
+                        self._dsn.reveal(), autocommit=True)
+                    await self._create_tables(self._conn)
+                yield self._conn
+            except psycopg.OperationalError as exc:
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    await conn.close()
+                if "password authentication failed" in str(exc):
+                    raise AuthenticationError(f"binding store {where}: the server refused "
+                                              "the credentials") from exc
+                raise Unavailable(f"binding store {where}: {_safe(str(exc))}") from exc
+            except psycopg.Error as exc:
+                raise Unavailable(f"binding store {where}: {type(exc).__name__}: "
+                                  f"{_safe(str(exc))}") from exc
+
+    async def _create_tables(self, conn: AsyncConnection[Any]) -> None:
+        from psycopg import sql
+
+        async with conn.transaction():
+            # Two processes creating the same table at once would collide on the catalog.
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.table,))
+            await conn.execute(sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (owner text PRIMARY KEY, sandbox_id text NOT "
+                "NULL, provider text NOT NULL, version bigint NOT NULL, data text NOT NULL)"
+            ).format(sql.Identifier(self.table)))
+            await conn.execute(sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (name text PRIMARY KEY, token text NOT NULL, "
+                "expires_at timestamptz NOT NULL)"
+            ).format(sql.Identifier(f"{self.table}_claims")))
+
+    async def _query(self, query: str, params: tuple[Any, ...] = ()
+                     ) -> builtins.list[tuple[Any, ...]]:
+        """Run ``query`` (``{b}``: the bindings table, ``{c}``: the claims table)."""
+        from psycopg import sql
+
+        statement = sql.SQL(query).format(b=sql.Identifier(self.table),
+                                          c=sql.Identifier(f"{self.table}_claims"))
+        async with self._db() as conn:
+            cur = await conn.execute(statement, params)
+            return await cur.fetchall() if cur.description else []
+
+    async def get(self, owner: str) -> Binding | None:
+        rows = await self._query("SELECT owner, sandbox_id, provider, version, data FROM {b} "
+                                 "WHERE owner = %s", (owner,))
+        return Binding.from_row(*rows[0]) if rows else None
+
+    async def put(self, binding: Binding) -> Binding | None:
+        args = (binding.sandbox_id, binding.provider, binding.to_json())
+        if binding.version == 0:
+            rows = await self._query(
+                "INSERT INTO {b} (sandbox_id, provider, data, owner, version) "
+                "VALUES (%s, %s, %s, %s, 1) ON CONFLICT (owner) DO NOTHING RETURNING version",
+                (*args, binding.owner))
+        else:
+            rows = await self._query(
+                "UPDATE {b} SET sandbox_id = %s, provider = %s, data = %s, "
+                "version = version + 1 WHERE owner = %s AND version = %s RETURNING version",
+                (*args, binding.owner, binding.version))
+        if not rows:
+            return None
+        return Binding.from_row(binding.owner, binding.sandbox_id, binding.provider,
+                                rows[0][0], binding.to_json())
+
+    async def delete(self, owner: str, *, version: int | None = None) -> bool:
+        if version is None:
+            rows = await self._query("DELETE FROM {b} WHERE owner = %s RETURNING owner",
+                                     (owner,))
+        else:
+            rows = await self._query("DELETE FROM {b} WHERE owner = %s AND version = %s "
+                                     "RETURNING owner", (owner, version))
+        return bool(rows)
+
+    async def list(self) -> builtins.list[Binding]:
+        rows = await self._query("SELECT owner, sandbox_id, provider, version, data FROM {b} "
+                                 "ORDER BY owner")
+        return [Binding.from_row(*row) for row in rows]
+
+    async def claim(self, name: str, token: str, ttl: float) -> bool:
+        rows = await self._query(
+            "INSERT INTO {c} AS c (name, token, expires_at) "
+            "VALUES (%s, %s, now() + make_interval(secs => %s)) "
+            "ON CONFLICT (name) DO UPDATE SET token = EXCLUDED.token, "
+            "expires_at = EXCLUDED.expires_at "
+            "WHERE c.expires_at < now() OR c.token = EXCLUDED.token RETURNING token",
+            (name, token, ttl))
+        return bool(rows)
+
+    async def release(self, name: str, token: str) -> None:
+        await self._query("DELETE FROM {c} WHERE name = %s AND token = %s", (name, token))
+
+    async def claimed(self, name: str) -> bool:
+        rows = await self._query("SELECT 1 FROM {c} WHERE name = %s AND expires_at > now()",
+                                 (name,))
+        return bool(rows)
+
+    async def aclose(self) -> None:
+        async with self._lock:
+            if self._conn is not None:
+                conn, self._conn = self._conn, None
+                await conn.close()

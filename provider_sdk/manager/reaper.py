@@ -1,0 +1,65 @@
+"""The reaper: kill owner-tagged sandboxes that no binding holds.
+
+Such sandboxes are left behind by races that an expired claim allowed, by bindings
+dropped from a store, or by a store that was wiped. A sandbox is spared while its
+owner's claim is held (a manager is creating or repairing it and has not bound it yet),
+while its binding holds it, and, with ``older_than``, while it is younger than that.
+This module must not create anything.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from provider_sdk.errors import InvalidInput
+from provider_sdk.events import span
+from provider_sdk.manager.manager import owner_claim
+from provider_sdk.manager.store import BindingStore
+from provider_sdk.models import SandboxInfo
+from provider_sdk.provider import SandboxProvider
+
+__all__ = ["reap"]
+
+
+async def reap(provider: SandboxProvider, store: BindingStore, *, owner_key: str = "owner",
+               older_than: float | None = None, dry_run: bool = False) -> list[SandboxInfo]:
+    """Kill the sandboxes tagged with ``owner_key`` that no binding in ``store`` holds.
+
+    Args:
+        provider: whose sandboxes to look at.
+        store: the bindings that keep sandboxes alive.
+        owner_key: the metadata key the manager tags sandboxes with.
+        older_than: spare sandboxes created less than this many seconds ago (and those
+            whose creation time the provider does not report).
+        dry_run: kill nothing; only say what would be killed.
+
+    Returns:
+        The sandboxes killed (or, with ``dry_run``, that would be).
+    """
+    if older_than is not None and (isinstance(older_than, bool) or not older_than >= 0):
+        raise InvalidInput(f"older_than must be a number of seconds >= 0, got {older_than!r}")
+    now = dt.datetime.now(dt.timezone.utc)
+    victims: list[SandboxInfo] = []
+    async with span("manager.reap", provider.name, dry_run=dry_run) as ev:
+        for info in await provider.list():
+            owner = info.metadata.get(owner_key)
+            if owner is None:
+                continue
+            if older_than is not None and (
+                    info.created_at is None
+                    or (now - _aware(info.created_at)).total_seconds() < older_than):
+                continue
+            binding = await store.get(owner)
+            if binding is not None and binding.sandbox_id == info.id:
+                continue
+            if await store.claimed(owner_claim(owner)):
+                continue
+            victims.append(info)
+            if not dry_run:
+                await provider.kill(info.id)
+        ev["reaped"] = [i.id for i in victims]
+    return victims
+
+
+def _aware(when: dt.datetime) -> dt.datetime:
+    return when if when.tzinfo is not None else when.replace(tzinfo=dt.timezone.utc)

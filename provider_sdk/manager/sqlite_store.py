@@ -1,0 +1,188 @@
+"""``SQLiteStore``: bindings in one SQLite file, the embedded default.
+
+Every process on the machine that opens the same file shares the bindings. Writes and
+claims run in ``BEGIN IMMEDIATE`` transactions, which SQLite serializes across
+processes, so a compare-and-set or a claim is atomic. The file is in WAL mode: readers
+never wait for a writer. Calls run in a worker thread, so a busy database never blocks
+the event loop. Uses only the standard library's ``sqlite3``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import anyio.to_thread
+
+from provider_sdk.errors import Unavailable
+from provider_sdk.manager.store import Binding, BindingStore
+
+__all__ = ["SQLiteStore"]
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS bindings (
+    owner TEXT PRIMARY KEY,
+    sandbox_id TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS claims (
+    name TEXT PRIMARY KEY,
+    token TEXT NOT NULL,
+    expires REAL NOT NULL
+);
+"""
+
+
+class SQLiteStore(BindingStore):
+    """Bindings in the SQLite file at ``path`` (created, with its directory, if absent).
+
+    Args:
+        path: the database file. Share it between processes on one machine; for
+            several machines use :class:`~provider_sdk.manager.RedisStore` or
+            :class:`~provider_sdk.manager.PostgresStore`.
+        busy_timeout: seconds a write waits for another process's write to finish
+            before raising :class:`~provider_sdk.errors.Unavailable`.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> None:
+        self.path = Path(path)
+        self._busy_timeout = busy_timeout
+        self._db: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<SQLiteStore {str(self.path)!r}>"
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None,
+                                 check_same_thread=False)
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+                with _transaction(db):
+                    for statement in _SCHEMA.split(";"):
+                        if statement.strip():
+                            db.execute(statement)
+            except BaseException:
+                db.close()
+                raise
+            self._db = db
+        return self._db
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def call() -> T:
+            with self._lock:
+                try:
+                    return fn(self._connect())
+                except sqlite3.OperationalError as exc:  # locked past busy_timeout, I/O
+                    raise Unavailable(f"binding store {self.path}: {exc}") from exc
+
+        return await anyio.to_thread.run_sync(call)
+
+    # ------------------------------------------------------------------ bindings
+
+    async def get(self, owner: str) -> Binding | None:
+        def get(db: sqlite3.Connection) -> Binding | None:
+            row = db.execute("SELECT owner, sandbox_id, provider, version, data FROM bindings "
+                             "WHERE owner = ?", (owner,)).fetchone()
+            return Binding.from_row(*row) if row else None
+
+        return await self._run(get)
+
+    async def put(self, binding: Binding) -> Binding | None:
+        def put(db: sqlite3.Connection) -> Binding | None:
+            with _transaction(db):
+                row = db.execute("SELECT version FROM bindings WHERE owner = ?",
+                                 (binding.owner,)).fetchone()
+                if (row[0] if row else 0) != binding.version:
+                    return None
+                db.execute("INSERT OR REPLACE INTO bindings VALUES (?, ?, ?, ?, ?)",
+                           (binding.owner, binding.sandbox_id, binding.provider,
+                            binding.version + 1, binding.to_json()))
+            return Binding.from_row(binding.owner, binding.sandbox_id, binding.provider,
+                                    binding.version + 1, binding.to_json())
+
+        return await self._run(put)
+
+    async def delete(self, owner: str, *, version: int | None = None) -> bool:
+        def delete(db: sqlite3.Connection) -> bool:
+            if version is None:
+                cur = db.execute("DELETE FROM bindings WHERE owner = ?", (owner,))
+            else:
+                cur = db.execute("DELETE FROM bindings WHERE owner = ? AND version = ?",
+                                 (owner, version))
+            return cur.rowcount > 0
+
+        return await self._run(delete)
+
+    async def list(self) -> builtins.list[Binding]:
+        def list_(db: sqlite3.Connection) -> builtins.list[Binding]:
+            rows = db.execute("SELECT owner, sandbox_id, provider, version, data "
+                              "FROM bindings ORDER BY owner").fetchall()
+            return [Binding.from_row(*row) for row in rows]
+
+        return await self._run(list_)
+
+    # -------------------------------------------------------------------- claims
+
+    async def claim(self, name: str, token: str, ttl: float) -> bool:
+        def claim(db: sqlite3.Connection) -> bool:
+            now = time.time()
+            with _transaction(db):
+                row = db.execute("SELECT token, expires FROM claims WHERE name = ?",
+                                 (name,)).fetchone()
+                if row is not None and row[0] != token and row[1] > now:
+                    return False
+                db.execute("INSERT OR REPLACE INTO claims VALUES (?, ?, ?)",
+                           (name, token, now + ttl))
+            return True
+
+        return await self._run(claim)
+
+    async def release(self, name: str, token: str) -> None:
+        await self._run(lambda db: db.execute(
+            "DELETE FROM claims WHERE name = ? AND token = ?", (name, token)))
+
+    async def claimed(self, name: str) -> bool:
+        def claimed(db: sqlite3.Connection) -> bool:
+            row = db.execute("SELECT 1 FROM claims WHERE name = ? AND expires > ?",
+                             (name, time.time())).fetchone()
+            return row is not None
+
+        return await self._run(claimed)
+
+    async def aclose(self) -> None:
+        def close() -> None:
+            with self._lock:
+                if self._db is not None:
+                    self._db.close()
+                    self._db = None
+
+        await anyio.to_thread.run_sync(close)
+
+
+@contextlib.contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """``BEGIN IMMEDIATE``: take the write lock first, so a read-then-write is atomic."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")

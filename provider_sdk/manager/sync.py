@@ -1,0 +1,122 @@
+"""The blocking twin of :class:`~provider_sdk.manager.SandboxManager`, for scripts and
+notebooks. It runs the async manager in the loop of a
+:class:`~provider_sdk.sync.SyncProvider`, like the rest of the sync facade::
+
+    from provider_sdk.sync import open_provider
+    from provider_sdk.manager import SQLiteStore
+    from provider_sdk.manager.sync import SyncSandboxManager
+
+    with open_provider() as provider, \\
+            SyncSandboxManager(provider, SQLiteStore("bindings.sqlite3")) as manager:
+        sandbox = manager.acquire("alice")
+        print(sandbox.exec("echo hello").stdout)
+
+This module must not hold logic of its own beyond moving calls between threads.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+from provider_sdk.manager.handle import ManagedSandbox
+from provider_sdk.manager.manager import SandboxManager
+from provider_sdk.manager.store import Binding, BindingStore
+from provider_sdk.models import Snapshot
+from provider_sdk.sync import SyncProvider, SyncSandbox
+
+__all__ = ["SyncManagedSandbox", "SyncSandboxManager"]
+
+
+class SyncSandboxManager:
+    """A blocking :class:`~provider_sdk.manager.SandboxManager`.
+
+    Takes the same arguments, with a :class:`~provider_sdk.sync.SyncProvider` in place
+    of the async provider. Its background work runs in the provider's loop until
+    :meth:`close` (or the end of its ``with`` block).
+    """
+
+    def __init__(self, provider: SyncProvider, store: BindingStore | None = None,
+                 **options: Any) -> None:
+        self.provider = provider
+        """The provider the sandboxes run on."""
+        self._run = provider._runner
+        self.manager = SandboxManager(provider.async_provider, store, **options)
+        """The async manager underneath (use it only from async code in the loop)."""
+        self._cm = self._run._portal.wrap_async_context_manager(self.manager)
+        self._cm.__enter__()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<SyncSandboxManager provider={self.provider.name!r}>"
+
+    def __enter__(self) -> SyncSandboxManager:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the background work. Sandboxes keep running. Safe to call twice."""
+        if not self._closed:
+            self._closed = True
+            self._cm.__exit__(None, None, None)
+
+    def acquire(self, owner: str) -> SyncManagedSandbox:
+        """The owner's sandbox; see :meth:`SandboxManager.acquire
+        <provider_sdk.manager.SandboxManager.acquire>`."""
+        return SyncManagedSandbox(self.provider,
+                                  self._run.call(self.manager.acquire, owner))
+
+    def release(self, owner: str) -> None:
+        """Drop the owner's binding and kill its sandboxes."""
+        self._run.call(self.manager.release, owner)
+
+    def binding(self, owner: str) -> Binding | None:
+        """The owner's binding as the store has it, or ``None``."""
+        return self._run.call(self.manager.binding, owner)
+
+    def snapshot(self, owner: str) -> Snapshot:
+        """Snapshot the owner's sandbox now and record it."""
+        return self._run.call(self.manager.snapshot, owner)
+
+    def forget(self, owner: str) -> None:
+        """Drop the owner's cached handle."""
+        self.manager.forget(owner)
+
+    def pause_idle(self) -> builtins.list[str]:
+        """One round of the idle policy; the owners paused."""
+        return self._run.call(self.manager.pause_idle)
+
+    def snapshot_due(self) -> builtins.list[str]:
+        """One round of the snapshot policy; the owners snapshotted."""
+        return self._run.call(self.manager.snapshot_due)
+
+
+class SyncManagedSandbox(SyncSandbox):
+    """A blocking :class:`~provider_sdk.manager.ManagedSandbox`."""
+
+    def __init__(self, provider: SyncProvider, sandbox: ManagedSandbox) -> None:
+        super().__init__(provider, sandbox)
+        self._managed = sandbox
+
+    @property
+    def owner(self) -> str:
+        """The owner it is bound to."""
+        return self._managed.owner
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        """The owner's environment: defaults for every command."""
+        return self._managed.env
+
+    def set_env(self, env: Mapping[str, str] | None = None, /, **more: str) -> None:
+        """Add variables to the owner's environment, kept in the binding store."""
+        self._run.call(self._managed.set_env, env, **more)
+
+    def unset_env(self, *names: str) -> None:
+        """Remove variables from the owner's environment."""
+        self._run.call(self._managed.unset_env, *names)

@@ -1,0 +1,143 @@
+"""Fixtures for the manager's tests: the local provider in a fresh home, and real stores.
+
+Redis and PostgreSQL come from ``PSDK_TEST_REDIS_URL`` and ``PSDK_TEST_POSTGRES_DSN``
+(``.ci/run`` starts both on 127.0.0.1 and sets them). A missing or unreachable server
+skips its tests, with the reason, except under CI (``CI=true``), where it is a failure;
+the same goes for bubblewrap.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import structlog
+
+from provider_sdk.errors import SandboxError
+from provider_sdk.local import LocalProvider
+from provider_sdk.manager import (
+    BindingStore,
+    MemoryStore,
+    PostgresStore,
+    RedisStore,
+    SQLiteStore,
+)
+
+REDIS_URL = "PSDK_TEST_REDIS_URL"
+POSTGRES_DSN = "PSDK_TEST_POSTGRES_DSN"
+
+
+def missing(reason: str) -> None:
+    """Skip for a missing dependency, or fail under CI, which must provide it."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason}; CI must provide it")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def unconfigured_structlog() -> Iterator[None]:
+    """Each test starts, and leaves, structlog unconfigured, as an application finds it."""
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    if shutil.which("bwrap") is None:
+        missing("bubblewrap (bwrap) is not installed")
+    return tmp_path / "psdk-home"
+
+
+@pytest.fixture
+async def provider(home: Path) -> AsyncIterator[LocalProvider]:
+    provider = LocalProvider(home=home)
+    # The home's shared /etc is made by the first create; concurrent first creates in
+    # one process would race on it, so make it before any test runs several at once.
+    await (await provider.create()).kill()
+    try:
+        yield provider
+    finally:
+        for info in await provider.list():
+            await provider.kill(info.id)
+        await provider.aclose()
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "bindings.sqlite3"
+
+
+@pytest.fixture
+async def store(db_path: Path) -> AsyncIterator[SQLiteStore]:
+    async with SQLiteStore(db_path) as store:
+        yield store
+
+
+def server_url(var: str, what: str) -> str:
+    url = os.environ.get(var)
+    if not url:
+        missing(f"{what}: set {var} to a server on 127.0.0.1 (.ci/run starts one)")
+    assert url is not None
+    return url
+
+
+@pytest.fixture
+async def redis_store() -> AsyncIterator[RedisStore]:
+    """A Redis store under a key prefix of its own, removed afterwards."""
+    url = server_url(REDIS_URL, "Redis")
+    prefix = f"psdk-test:{secrets.token_hex(6)}:"
+    store = RedisStore(url, prefix=prefix)
+    try:
+        await store.claimed("probe")
+    except SandboxError as exc:
+        await store.aclose()
+        missing(f"Redis at {REDIS_URL} is not reachable: {exc}")
+    try:
+        yield store
+    finally:
+        async with store._redis() as client:
+            keys = [k async for k in client.scan_iter(match=f"{prefix}*")]
+            if keys:
+                await client.delete(*keys)
+        await store.aclose()
+
+
+@pytest.fixture
+async def postgres_store() -> AsyncIterator[PostgresStore]:
+    """A PostgreSQL store in tables of its own, dropped afterwards."""
+    dsn = server_url(POSTGRES_DSN, "PostgreSQL")
+    table = f"psdk_test_{secrets.token_hex(6)}"
+    store = PostgresStore(dsn, table=table)
+    try:
+        await store.claimed("probe")
+    except SandboxError as exc:
+        await store.aclose()
+        missing(f"PostgreSQL at {POSTGRES_DSN} is not reachable: {exc}")
+    try:
+        yield store
+    finally:
+        await store._query(f"DROP TABLE IF EXISTS {table}, {table}_claims")
+        await store.aclose()
+
+
+@pytest.fixture
+def memory_store() -> MemoryStore:
+    return MemoryStore()
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
+def any_store(request: pytest.FixtureRequest) -> BindingStore:
+    """Each kind of store in turn."""
+    name = "store" if request.param == "sqlite" else f"{request.param}_store"
+    store: BindingStore = request.getfixturevalue(name)
+    return store

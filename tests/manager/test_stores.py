@@ -1,0 +1,163 @@
+"""Every binding store keeps the same promises: compare-and-set writes, exclusive claims
+that expire, and bindings that round-trip whole. Run against a real SQLite file, a real
+Redis and a real PostgreSQL."""
+
+from __future__ import annotations
+
+import secrets
+
+import anyio
+import pytest
+
+from provider_sdk.config import Secret
+from provider_sdk.errors import ConfigError, InvalidInput
+from provider_sdk.manager import (
+    Binding,
+    BindingStore,
+    MemoryStore,
+    PostgresStore,
+    RedisStore,
+    SQLiteStore,
+    open_store,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def _binding(owner: str = "alice", sandbox_id: str = "sb-1", version: int = 0) -> Binding:
+    return Binding(owner=owner, sandbox_id=sandbox_id, provider="local", version=version,
+                   env={"TOKEN": "s3cret", "PATH": "/opt/bin:/usr/bin"},
+                   snapshots=("snap-1", "snap-2"), snapshot_at=1700000000.5,
+                   last_used=1700000001.25, paused=True)
+
+
+async def test_a_binding_round_trips_whole(any_store: BindingStore) -> None:
+    stored = await any_store.put(_binding())
+    assert stored is not None
+    assert stored.version == 1
+    assert await any_store.get("alice") == stored
+    assert await any_store.get("bob") is None
+
+
+async def test_a_first_put_fails_if_a_binding_exists(any_store: BindingStore) -> None:
+    assert await any_store.put(_binding(sandbox_id="sb-1")) is not None
+    assert await any_store.put(_binding(sandbox_id="sb-2")) is None
+    found = await any_store.get("alice")
+    assert found is not None
+    assert found.sandbox_id == "sb-1"
+
+
+async def test_a_put_from_a_stale_read_fails_and_changes_nothing(
+        any_store: BindingStore) -> None:
+    first = await any_store.put(_binding())
+    assert first is not None
+    second = await any_store.put(Binding(owner="alice", sandbox_id="sb-2", provider="local",
+                                         version=first.version))
+    assert second is not None
+    assert second.version == 2
+    assert await any_store.put(Binding(owner="alice", sandbox_id="sb-3", provider="local",
+                                       version=first.version)) is None
+    found = await any_store.get("alice")
+    assert found is not None
+    assert (found.sandbox_id, found.version) == ("sb-2", 2)
+
+
+async def test_delete_at_a_stale_version_keeps_the_binding(any_store: BindingStore) -> None:
+    stored = await any_store.put(_binding())
+    assert stored is not None
+    assert not await any_store.delete("alice", version=stored.version + 1)
+    assert await any_store.get("alice") is not None
+    assert await any_store.delete("alice", version=stored.version)
+    assert await any_store.get("alice") is None
+    assert not await any_store.delete("alice")
+
+
+async def test_list_gives_every_binding(any_store: BindingStore) -> None:
+    for owner in ("carol", "alice", "bob"):
+        await any_store.put(_binding(owner=owner, sandbox_id=f"sb-{owner}"))
+    await any_store.delete("bob")
+    assert sorted(b.owner for b in await any_store.list()) == ["alice", "carol"]
+
+
+async def test_only_one_of_many_concurrent_claimers_wins(any_store: BindingStore) -> None:
+    tokens = [secrets.token_hex(4) for _ in range(20)]
+    won: list[str] = []
+
+    async def claim(token: str) -> None:
+        if await any_store.claim("owner:alice", token, 30):
+            won.append(token)
+
+    async with anyio.create_task_group() as tg:
+        for token in tokens:
+            tg.start_soon(claim, token)
+    assert len(won) == 1
+    assert await any_store.claimed("owner:alice")
+    assert await any_store.claim("owner:alice", won[0], 30)  # the holder renews
+
+
+async def test_only_the_holder_releases_a_claim(any_store: BindingStore) -> None:
+    assert await any_store.claim("owner:alice", "holder", 30)
+    await any_store.release("owner:alice", "someone-else")
+    assert await any_store.claimed("owner:alice")
+    assert not await any_store.claim("owner:alice", "someone-else", 30)
+    await any_store.release("owner:alice", "holder")
+    assert not await any_store.claimed("owner:alice")
+    assert await any_store.claim("owner:alice", "someone-else", 30)
+
+
+async def test_an_expired_claim_can_be_taken(any_store: BindingStore) -> None:
+    assert await any_store.claim("owner:alice", "crashed", 0.2)
+    assert not await any_store.claim("owner:alice", "next", 30)
+    await anyio.sleep(0.4)
+    assert not await any_store.claimed("owner:alice")
+    assert await any_store.claim("owner:alice", "next", 30)
+
+
+async def test_a_second_sqlite_store_on_the_same_file_sees_the_bindings(
+        store: SQLiteStore) -> None:
+    await store.put(_binding())
+    async with SQLiteStore(store.path) as other:
+        assert await other.get("alice") == await store.get("alice")
+        assert await store.claim("x", "a", 30)
+        assert not await other.claim("x", "b", 30)
+
+
+def test_env_values_and_passwords_never_show_in_reprs() -> None:
+    assert "s3cret" not in repr(_binding())
+    assert "TOKEN" in repr(_binding())
+    redis = RedisStore("redis://:hunter2@127.0.0.1:6379/0")
+    postgres = PostgresStore("postgresql://psdk:hunter2@127.0.0.1:5432/psdk")
+    for store in (redis, postgres):
+        assert "hunter2" not in repr(store)
+        assert "127.0.0.1" in repr(store)
+    assert isinstance(redis._url, Secret)
+
+
+def test_open_store_picks_the_store_from_the_url() -> None:
+    assert isinstance(open_store("memory:"), MemoryStore)
+    sqlite = open_store("sqlite:///tmp/x/bindings.sqlite3")
+    assert isinstance(sqlite, SQLiteStore)
+    assert str(sqlite.path) == "/tmp/x/bindings.sqlite3"
+    assert isinstance(open_store("bindings.sqlite3"), SQLiteStore)
+    assert isinstance(open_store("redis://127.0.0.1:6379/0"), RedisStore)
+    assert isinstance(open_store("postgresql://u@127.0.0.1/db"), PostgresStore)
+    with pytest.raises(ConfigError, match="unknown scheme") as info:
+        open_store("mongodb://user:hunter2@127.0.0.1/db")
+    assert "hunter2" not in str(info.value)
+
+
+def test_a_postgres_table_name_is_checked() -> None:
+    with pytest.raises(InvalidInput, match="table"):
+        PostgresStore("postgresql://127.0.0.1/db", table="x; DROP TABLE y")
+
+
+async def test_an_unreachable_store_is_unavailable_without_its_password() -> None:
+    from provider_sdk.errors import Unavailable
+
+    # Port 9 on loopback: nothing listens there.
+    for store in (RedisStore("redis://:hunter2@127.0.0.1:9/0"),
+                  PostgresStore("postgresql://psdk:hunter2@127.0.0.1:9/psdk")):
+        with pytest.raises(Unavailable) as info:
+            await store.get("alice")
+        assert "hunter2" not in str(info.value)
+        await store.aclose()
