@@ -756,7 +756,8 @@ class DockerProvider(SandboxProvider):
         if LABEL_TEMPLATE_HASH not in ((data.get("Config") or {}).get("Labels") or {}):
             raise errors.TemplateNotFound(f"no template {template_id!r} built by this SDK",
                                           provider=self.name)
-        await self._engine.api("remove_image", template_id, kind="image", what=template_id)
+        await self._engine.api("remove_image", template_id, force=True, kind="image",
+                               what=template_id)
 
     def _to_template(self, data: Mapping[str, Any]) -> Template:
         labels = (data.get("Config") or {}).get("Labels") or {}
