@@ -67,6 +67,8 @@ def docs(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks: one JSON object per line, each a ratio against a baseline."""
+    """Benchmarks (every script in bench/): one JSON object per line, each a ratio
+    against a baseline measured in the same run."""
     install(session)
-    session.run("python", "bench/run.py", *session.posargs)
+    for script in sorted(Path("bench").glob("*.py")):
+        session.run("python", str(script), *session.posargs)

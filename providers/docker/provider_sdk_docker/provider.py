@@ -287,11 +287,22 @@ class DockerProvider(SandboxProvider):
 
     async def _kill(self, sandbox_id: str) -> None:
         with contextlib.suppress(errors.SandboxNotFound):
-            await self._inspect(sandbox_id)
+            data = await self._inspect(sandbox_id)
             await self._engine.api("remove_container", _container(sandbox_id), force=True,
                                    v=True, what=sandbox_id, sandbox_id=sandbox_id)
+            await self._drop_orphan_image(data["Image"])
         self._workdirs.pop(sandbox_id, None)
         self._owners.pop(sandbox_id, None)
+
+    async def _drop_orphan_image(self, image_id: str) -> None:
+        """Remove a deleted snapshot's or template's image once its last sandbox is gone."""
+        with contextlib.suppress(errors.NotFound, errors.Conflict):
+            image = await self._engine.api("inspect_image", image_id, kind="image",
+                                           what=image_id)
+            labels = (image.get("Config") or {}).get("Labels") or {}
+            ours = LABEL_SNAPSHOT in labels or LABEL_TEMPLATE_HASH in labels
+            if ours and not image.get("RepoTags"):
+                await self._engine.api("remove_image", image_id, kind="image", what=image_id)
 
     async def _pause(self, sandbox_id: str) -> SandboxInfo:
         info = await self._info(sandbox_id)
