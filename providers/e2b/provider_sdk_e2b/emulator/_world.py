@@ -25,7 +25,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
 from provider_sdk.emulators import Faults
-from provider_sdk.models import SandboxSpec, Snapshot, VolumeMount
+from provider_sdk.models import SandboxSpec, SandboxState, Snapshot, VolumeMount
 from provider_sdk.provider import ProcessExit, ProcessOutput, SandboxProvider
 from provider_sdk.sandbox import Process, Sandbox
 from provider_sdk_e2b.emulator._connect import RpcError
@@ -226,6 +226,11 @@ class World:
             if entry.scope is not None:
                 entry.scope.cancel()
         with anyio.CancelScope(shield=True):
+            if record.sandbox.info.state == SandboxState.PAUSED:
+                # The local backend kills a frozen tree only after a grace period;
+                # thawing it just before the kill makes the kill prompt.
+                with contextlib.suppress(errors.SandboxError):
+                    await record.sandbox.resume()
             await record.sandbox.kill()
 
     async def pause(self, record: SandboxRecord) -> None:

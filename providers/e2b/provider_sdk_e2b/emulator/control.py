@@ -194,10 +194,12 @@ class ControlPlane:
             data["cpuMilli"] = cpu * 1000
             data.update({
                 "sandbox_id": record.id, "template_id": record.template_id,
-                "started_at": data["startedAt"], "end_at": data.get("endAt"),
-                "cpu_count": cpu, "cpu_milli": cpu * 1000, "memory_mb": data["memoryMB"],
+                "started_at": data["startedAt"], "cpu_count": cpu, "cpu_milli": cpu * 1000,
+                "memory_mb": data["memoryMB"],
                 "disk_size_mb": data["diskSizeMB"], "envd_version": ENVD_VERSION,
             })
+            if "endAt" in data:
+                data["end_at"] = data["endAt"]
         return data
 
     # ----------------------------------------------------------------- handlers

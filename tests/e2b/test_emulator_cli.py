@@ -1,0 +1,54 @@
+"""``psdk emulate e2b`` serves in the foreground until interrupted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize("flavor", ["e2b", "cube"])
+def test_psdk_emulate_answers_health_and_stops_on_sigint(local_backend: Path,
+                                                         flavor: str) -> None:
+    port = _free_port()
+    env = {**os.environ, "PSDK_HOME": str(local_backend)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "provider_sdk.cli", "emulate", flavor, "--port", str(port),
+         "--api-key", "cli-key"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except httpx.TransportError:
+                assert process.poll() is None, process.communicate()[1]
+                assert time.monotonic() < deadline, "the emulator did not start"
+                time.sleep(0.05)
+        assert answer.status_code == 200
+        assert answer.json()["status"] == "ok"
+        listing = httpx.get(f"http://127.0.0.1:{port}/v2/sandboxes",
+                            headers={"X-API-Key": "cli-key"})
+        assert listing.status_code == 200
+        process.send_signal(signal.SIGINT)
+        out, _err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode in (0, 130)
+    assert f"127.0.0.1:{port}" in out
