@@ -1,0 +1,1 @@
+"""Daytona for provider-sdk: :class:`DaytonaProvider` and a Daytona-compatible emulator."""

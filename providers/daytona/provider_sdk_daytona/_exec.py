@@ -1,0 +1,126 @@
+"""Running a neutral command through Daytona's one-shot ``process.exec``.
+
+Daytona's exec merges stdout and stderr into one JSON string (lossy for bytes that are
+not UTF-8), has no stdin, and reports a signal death as ``-1``. So the provider sends a
+small POSIX ``sh`` wrapper instead of the bare command: it runs the argv in a subshell
+with the call's environment and directory, stdin from an uploaded file (or
+``/dev/null``), stdout and stderr into files, then prints one marker line with the exit
+status followed by both outputs in base64, and removes its directory. Outputs above
+:data:`INLINE_LIMIT` stay in the files, which the provider downloads (multipart, in
+chunks) and removes. After a timeout (Daytona kills the command's process group and
+answers 408) the partial outputs are downloaded the same way. A cancelled call kills the
+command's process tree with a second exec.
+
+Exit statuses above 128 are read as "killed by signal N" (``-N``), as a shell reports
+them; a command that itself exits with 129..192 is reported the same way.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import secrets
+import shlex
+
+import attrs
+
+from provider_sdk.provider import Command
+
+INLINE_LIMIT = 4 << 20
+"""Bytes of combined output returned inline; more is downloaded from files."""
+ROOT = "/tmp/.psdk-exec"
+
+_MARK = "psdk-exec-"
+_REPORT = re.compile(
+    rf"{_MARK}(?P<token>[0-9a-f]+) (?P<rc>\d+) (?P<how>inline|files)\n"
+    r"(?P<out>[A-Za-z0-9+/=]*)\n(?P<err>[A-Za-z0-9+/=]*)\n?")
+
+# Kills a process tree: stop it top-down (nothing forks away), then kill it.
+_KILL_TREE = (
+    'k() { kill -STOP "$1" 2>/dev/null; for s in /proc/[0-9]*/stat; do '
+    'read -r c _ _ pp _ < "$s" 2>/dev/null || continue; [ "$pp" = "$1" ] && k "$c"; done; '
+    'kill -9 "$1" 2>/dev/null; }; ')
+
+
+@attrs.frozen
+class Run:
+    """One wrapped command: its private directory inside the sandbox and its script."""
+
+    token: str
+    directory: str
+    script: str
+
+    @property
+    def stdin_path(self) -> str:
+        """Where the call's stdin is uploaded before the script runs."""
+        return f"{self.directory}/in"
+
+    @property
+    def stdout_path(self) -> str:
+        """Where the command's standard output is written."""
+        return f"{self.directory}/out"
+
+    @property
+    def stderr_path(self) -> str:
+        """Where the command's standard error is written."""
+        return f"{self.directory}/err"
+
+    def kill_script(self) -> str:
+        """A command that kills what this run started and removes its directory."""
+        d = shlex.quote(self.directory)
+        return (f"{_KILL_TREE}p=$(cat {d}/pid 2>/dev/null) && [ -n \"$p\" ] && k \"$p\"; "
+                f"rm -rf -- {d}")
+
+    def cleanup_script(self) -> str:
+        """A command that removes this run's directory."""
+        return f"rm -rf -- {shlex.quote(self.directory)}"
+
+
+def wrap(command: Command, *, cwd: str, env: dict[str, str]) -> Run:
+    """The wrapper script for ``command``, run in ``cwd`` with ``env`` exported."""
+    token = secrets.token_hex(8)
+    d = f"{ROOT}/{token}"
+    qd = shlex.quote(d)
+    exports = "".join(f"export {k}={shlex.quote(v)} && " for k, v in env.items())
+    stdin = f"{qd}/in" if command.stdin is not None else "/dev/null"
+    script = (
+        f"mkdir -p {qd} && echo $$ > {qd}/pid || exit 97\n"
+        f"( cd -- {shlex.quote(cwd)} && {exports}exec {shlex.join(command.argv)} ) "
+        f"< {stdin} > {qd}/out 2> {qd}/err\n"
+        "rc=$?\n"
+        f"set -- $(wc -c < {qd}/out) $(wc -c < {qd}/err)\n"
+        f'if [ $(($1 + $2)) -le {INLINE_LIMIT} ]; then\n'
+        f'  printf "{_MARK}{token} %s inline\\n" "$rc"\n'
+        f"  base64 < {qd}/out | tr -d '\\n'; echo\n"
+        f"  base64 < {qd}/err | tr -d '\\n'; echo\n"
+        f"  rm -rf -- {qd}\n"
+        f'else printf "{_MARK}{token} %s files\\n\\n\\n" "$rc"; fi\n'
+    )
+    return Run(token=token, directory=d, script=script)
+
+
+@attrs.frozen
+class Report:
+    """What the wrapper printed: the exit code, and the outputs if inline."""
+
+    exit_code: int
+    stdout: bytes | None
+    stderr: bytes | None
+
+
+def parse(run: Run, text: str) -> Report | None:
+    """The wrapper's report in ``text``; ``None`` if it printed none (it was killed)."""
+    for found in _REPORT.finditer(text):
+        if found["token"] != run.token:
+            continue
+        code = exit_code(int(found["rc"]))
+        if found["how"] == "files":
+            return Report(exit_code=code, stdout=None, stderr=None)
+        return Report(exit_code=code, stdout=base64.b64decode(found["out"]),
+                      stderr=base64.b64decode(found["err"]))
+    return None
+
+
+def exit_code(status: int) -> int:
+    """A shell's ``$?`` as a neutral exit code: ``128 + N`` is ``-N`` (signal N)."""
+    return -(status - 128) if 128 < status <= 192 else status

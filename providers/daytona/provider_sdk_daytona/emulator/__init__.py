@@ -1,0 +1,153 @@
+"""A Daytona-compatible emulator: the control plane under ``/api`` and the toolbox under
+``/toolbox``, on 127.0.0.1 only, backed by a real neutral provider (``local`` by default).
+
+The unmodified ``daytona`` SDK, sync and async, talks to it with
+``DaytonaConfig(api_url="http://127.0.0.1:PORT/api", api_key=KEY)``. Every request must
+carry ``Authorization: Bearer KEY``. Faults (see :data:`FAULTS`) are set with
+``--fault NAME=VALUE`` or, while it runs, ``POST /_emulator/faults`` with
+``{"NAME": VALUE}``; ``GET /_emulator/faults`` reports what was set and served.
+
+What it does not do: build images (a sandbox created from an image or a Dockerfile runs
+on the backend's default template, and the DTO records what was asked), give sandboxes a
+network (they have loopback only, whatever ``networkBlockAll`` says), enforce resources,
+or stop idle sandboxes by itself. Socket.IO events, PTYs, git, LSP and preview URLs are
+not served; the SDK falls back to polling for state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from provider_sdk.config import Secret, env_setting, open_provider
+from provider_sdk.emulators import EmulatorOptions, Faults, RunningEmulator
+from provider_sdk.errors import SandboxError
+from provider_sdk_daytona.emulator import _control as api
+from provider_sdk_daytona.emulator import _toolbox as toolbox
+from provider_sdk_daytona.emulator._http import (
+    FAULTS,
+    Context,
+    auth_middleware,
+    errors_middleware,
+    faults_middleware,
+    get_faults,
+    set_faults,
+)
+from provider_sdk_daytona.emulator._store import Store
+
+__all__ = ["FAULTS", "daytona_emulator", "routes"]
+
+_SANDBOX = "/api/sandbox/{sandbox}"
+_TOOLBOX = "/toolbox/{sandbox}"
+
+
+def routes() -> list[web.RouteDef]:
+    """The routing table: one handler per route."""
+    return [
+        # control plane: sandboxes
+        web.post("/api/sandbox", api.create_sandbox),
+        web.get("/api/sandbox", api.list_sandboxes),
+        web.get(_SANDBOX, api.get_sandbox),
+        web.delete(_SANDBOX, api.delete_sandbox),
+        web.post(f"{_SANDBOX}/start", api.start_sandbox),
+        web.post(f"{_SANDBOX}/stop", api.stop_sandbox),
+        web.post(f"{_SANDBOX}/archive", api.archive_sandbox),
+        web.put(f"{_SANDBOX}/labels", api.replace_labels),
+        web.post(_SANDBOX + "/{which:autostop|autoarchive|autodelete}/{minutes}",
+                 api.set_interval),
+        web.get(f"{_SANDBOX}/toolbox-proxy-url", api.toolbox_proxy_url),
+        web.post(f"{_SANDBOX}/snapshot", api.snapshot_sandbox),
+        # control plane: volumes
+        web.post("/api/volumes", api.create_volume),
+        web.get("/api/volumes", api.list_volumes),
+        web.get("/api/volumes/by-name/{volume}", api.get_volume),
+        web.get("/api/volumes/{volume}", api.get_volume),
+        web.delete("/api/volumes/{volume}", api.delete_volume),
+        # control plane: snapshots
+        web.post("/api/snapshots", api.create_snapshot),
+        web.get("/api/snapshots", api.list_snapshots),
+        web.get("/api/snapshots/{snapshot}", api.get_snapshot),
+        web.delete("/api/snapshots/{snapshot}", api.delete_snapshot),
+        web.post("/api/snapshots/{snapshot}/activate", api.activate_snapshot),
+        # toolbox: info, process, sessions
+        web.get(f"{_TOOLBOX}/work-dir", toolbox.work_dir),
+        web.get(f"{_TOOLBOX}/user-home-dir", toolbox.work_dir),
+        web.post(f"{_TOOLBOX}/process/execute", toolbox.execute),
+        web.post(f"{_TOOLBOX}/process/session", toolbox.create_session),
+        web.get(f"{_TOOLBOX}/process/session", toolbox.list_sessions),
+        web.get(_TOOLBOX + "/process/session/{session}", toolbox.get_session),
+        web.delete(_TOOLBOX + "/process/session/{session}", toolbox.delete_session),
+        web.post(_TOOLBOX + "/process/session/{session}/exec", toolbox.session_exec),
+        web.get(_TOOLBOX + "/process/session/{session}/command/{command}",
+                toolbox.get_command),
+        web.get(_TOOLBOX + "/process/session/{session}/command/{command}/logs",
+                toolbox.command_logs),
+        # toolbox: files
+        web.get(f"{_TOOLBOX}/files", toolbox.list_files),
+        web.delete(f"{_TOOLBOX}/files", toolbox.delete_file),
+        web.get(f"{_TOOLBOX}/files/info", toolbox.file_info),
+        web.post(f"{_TOOLBOX}/files/folder", toolbox.create_folder),
+        web.post(f"{_TOOLBOX}/files/move", toolbox.move_file),
+        web.post(f"{_TOOLBOX}/files/bulk-upload", toolbox.bulk_upload),
+        web.post(f"{_TOOLBOX}/files/bulk-download", toolbox.bulk_download),
+        # the emulator's own admin endpoint
+        web.get("/_emulator/faults", get_faults),
+        web.post("/_emulator/faults", set_faults),
+    ]
+
+
+@contextlib.asynccontextmanager
+async def daytona_emulator(options: EmulatorOptions) -> AsyncIterator[RunningEmulator]:
+    """Serve the Daytona API on 127.0.0.1 until the block exits.
+
+    The key is ``options.api_key``, else the ``DAYTONA_API_KEY`` setting. On exit every
+    sandbox, snapshot and volume it made on the backend is removed.
+
+    Raises:
+        ConfigError: no key, an unknown fault, or a backend that cannot be opened.
+    """
+    key = options.api_key or env_setting("DAYTONA_API_KEY", required=True, secret=True,
+                                         provider="daytona")
+    assert isinstance(key, Secret)  # env_setting(secret=True) and the options give one
+    faults = Faults(FAULTS, options.faults)
+    async with open_provider(options.backend) as backend:
+        ctx = Context(store=Store(backend=backend), faults=faults, api_key=key)
+        app = web.Application(middlewares=[errors_middleware, auth_middleware,
+                                           faults_middleware], client_max_size=1 << 30)
+        app["ctx"] = ctx
+        app.add_routes(routes())
+        runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        await runner.setup()
+        try:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", options.port))  # loopback only, always
+            await web.SockSite(runner, sock).start()
+            port = sock.getsockname()[1]
+            ctx.base_url = f"http://127.0.0.1:{port}"
+            yield RunningEmulator(
+                name="daytona", url=ctx.base_url,
+                settings={"DAYTONA_API_URL": f"{ctx.base_url}/api",  # type: ignore[arg-type]
+                          "DAYTONA_TARGET": "local"},
+                api_key_settings=("DAYTONA_API_KEY",), api_key=ctx.api_key)
+        finally:
+            await runner.cleanup()
+            await _clean_backend(ctx.store)
+
+
+async def _clean_backend(store: Store) -> None:
+    """Remove what the emulator made on the backend; its records die with it."""
+    for record in list(store.sandboxes.values()):
+        with contextlib.suppress(SandboxError):
+            await api.shut_down(store, record)
+    for snapshot in store.snapshots.values():
+        if snapshot.backend_snapshot is not None:
+            with contextlib.suppress(SandboxError):
+                await store.backend.delete_snapshot(snapshot.backend_snapshot)
+    for volume in store.volumes.values():
+        with contextlib.suppress(SandboxError):
+            await store.backend.delete_volume(volume.backend_name)
+

@@ -1,0 +1,450 @@
+"""The control plane (``/api``): sandboxes, their lifecycle, volumes and snapshots.
+
+Each handler translates one Daytona call into calls on the neutral backend provider;
+sandboxes are never reimplemented here. Daytona's stop keeps files but not processes, so
+a stop snapshots the backend sandbox's files and kills it, and a start creates a new
+backend sandbox from those files. State changes finish before the answer is sent (the
+SDK then never waits), except for fault ``start_delay``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+from aiohttp import web
+
+from provider_sdk.errors import Conflict, NotFound, SandboxError
+from provider_sdk.models import SandboxSpec, VolumeMount
+from provider_sdk_daytona.emulator._http import (
+    HttpError,
+    context,
+    json_response,
+    state_change,
+)
+from provider_sdk_daytona.emulator._store import (
+    SandboxRecord,
+    SnapshotRecord,
+    Store,
+    VolumeRecord,
+    new_id,
+    now,
+)
+
+BACKEND_TAG = "daytona-emulator"
+"""Metadata key on backend sandboxes: the Daytona sandbox id they serve."""
+_PAGE = 100
+
+
+def _dto(request: web.Request, record: SandboxRecord, *, listing: bool = False) -> dict[str, Any]:
+    ctx = context(request)
+    state = record.state
+    if state == "started" and asyncio.get_running_loop().time() < record.started_at:
+        state = "starting"
+    return record.to_json(ctx.toolbox_url, state=state, listing=listing)
+
+
+def _sandbox(request: web.Request) -> SandboxRecord:
+    key = request.match_info["sandbox"]
+    record = context(request).store.sandbox(key)
+    if record is None:
+        raise HttpError(404, f"Sandbox with ID or name {key} not found")
+    return record
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    if not request.can_read_body:
+        return {}
+    try:
+        body = await request.json()
+    except json.JSONDecodeError:
+        raise HttpError(400, "request body is not JSON") from None
+    if not isinstance(body, dict):
+        raise HttpError(400, "request body must be a JSON object")
+    return body
+
+
+def _int(body: dict[str, Any], key: str, default: int) -> int:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise HttpError(400, f"{key} must be a number")
+    return int(value)
+
+
+# ---------------------------------------------------------------- backend helpers
+
+async def boot(request: web.Request, record: SandboxRecord) -> None:
+    """Start the backend sandbox serving ``record`` (from its files if it was stopped)."""
+    ctx = context(request)
+    store = ctx.store
+    mounts = []
+    for mount in record.volumes:
+        volume = store.volumes.get(mount["volumeId"])
+        if volume is None:
+            raise HttpError(404, f"Volume {mount['volumeId']} not found")
+        mounts.append(VolumeMount(volume=volume.backend_name, path=mount["mountPath"]))
+    spec = SandboxSpec(env=record.env, metadata={BACKEND_TAG: record.id},
+                       snapshot=record.stopped_snapshot or record.backend_snapshot,
+                       volumes=mounts)  # type: ignore[arg-type]  # attrs converter
+    try:
+        handle = await store.backend.create(spec)
+        if record.workdir == "/":
+            record.workdir = (await handle.exec(["pwd"])).stdout.strip() or "/"
+    except NotFound as exc:
+        raise HttpError(404, exc.message) from exc
+    except SandboxError as exc:
+        raise HttpError(500, f"the backend failed to start the sandbox: {exc.message}") from exc
+    record.backend_id = handle.id
+    record.handle = handle
+    record.state = "started"
+    record.updated_at = now()
+    record.started_at = asyncio.get_running_loop().time() + ctx.faults.value("start_delay")
+    if ctx.faults.value("start_delay") > 0:
+        ctx.faults.served("start_delay")
+    record.toolbox_502 = ctx.faults.count("toolbox_502_after_start")
+
+
+async def _close_sessions(record: SandboxRecord) -> None:
+    for session in record.sessions.values():
+        for task in session.tasks:
+            task.cancel()
+        with contextlib.suppress(SandboxError):
+            await session.shell.aclose()
+    record.sessions.clear()
+
+
+async def shut_down(store: Store, record: SandboxRecord) -> None:
+    """Kill the backend sandbox and forget its files: the sandbox is destroyed."""
+    await _close_sessions(record)
+    if record.backend_id is not None:
+        await store.backend.kill(record.backend_id)
+    if record.stopped_snapshot is not None:
+        with contextlib.suppress(NotFound):
+            await store.backend.delete_snapshot(record.stopped_snapshot)
+    record.backend_id = record.handle = record.stopped_snapshot = None
+    record.state = "destroyed"
+    store.sandboxes.pop(record.id, None)
+
+
+async def _stop(store: Store, record: SandboxRecord) -> None:
+    """Keep the files, end the processes: snapshot, then kill the backend sandbox."""
+    assert record.handle is not None
+    assert record.backend_id is not None
+    await _close_sessions(record)
+    snap = await record.handle.snapshot()
+    await store.backend.kill(record.backend_id)
+    record.stopped_snapshot = snap.id
+    record.backend_id = record.handle = None
+    record.state = "stopped"
+    record.updated_at = now()
+
+
+# ---------------------------------------------------------------------- sandboxes
+
+async def create_sandbox(request: web.Request) -> web.Response:
+    """``POST /sandbox``."""
+    state_change(request)
+    store = context(request).store
+    body = await _body(request)
+    sandbox_id = new_id()
+    name = body.get("name") or sandbox_id
+    if store.sandbox(name) is not None:
+        raise HttpError(409, f"Sandbox with name {name} already exists")
+    snapshot_name = body.get("snapshot")
+    snapshot: SnapshotRecord | None = None
+    if snapshot_name:
+        snapshot = store.snapshot(snapshot_name)
+        if snapshot is None:
+            raise HttpError(404, f"Snapshot {snapshot_name} not found")
+    volumes = []
+    for mount in body.get("volumes") or []:
+        volume = store.volume(mount.get("volumeId", ""))
+        if volume is None:
+            raise HttpError(404, f"Volume {mount.get('volumeId')} not found")
+        if mount.get("subpath"):
+            raise HttpError(400, "volume subpaths are not supported by this emulator")
+        volumes.append({"volumeId": volume.id, "mountPath": mount.get("mountPath", "")})
+    block_all = body.get("networkBlockAll")
+    stamp = now()
+    record = SandboxRecord(
+        id=sandbox_id, name=name, state="creating", labels=dict(body.get("labels") or {}),
+        env=dict(body.get("env") or {}), created_at=stamp, updated_at=stamp,
+        snapshot=snapshot.name if snapshot else None,
+        target=body.get("target") or "local",
+        cpu=_int(body, "cpu", snapshot.cpu if snapshot else 1),
+        memory=_int(body, "memory", snapshot.memory if snapshot else 1),
+        disk=_int(body, "disk", snapshot.disk if snapshot else 3),
+        public=bool(body.get("public", False)), network_block_all=bool(block_all),
+        network_allow_list=body.get("networkAllowList"),
+        auto_stop_interval=_int(body, "autoStopInterval", 15),
+        auto_archive_interval=_int(body, "autoArchiveInterval", 10080),
+        auto_delete_interval=_int(body, "autoDeleteInterval", -1),
+        volumes=volumes, backend_snapshot=snapshot.backend_snapshot if snapshot else None,
+        build_info=_build_info(body.get("buildInfo"), stamp),
+    )
+    await boot(request, record)
+    store.sandboxes[record.id] = record
+    return json_response(_dto(request, record))
+
+
+def _build_info(given: Any, stamp: str) -> dict[str, Any] | None:
+    if not isinstance(given, dict):
+        return None
+    return {"dockerfileContent": given.get("dockerfileContent"),
+            "contextHashes": given.get("contextHashes") or [], "createdAt": stamp,
+            "updatedAt": stamp, "snapshotRef": f"emulated-{new_id()}"}
+
+
+async def get_sandbox(request: web.Request) -> web.Response:
+    """``GET /sandbox/{sandbox}``."""
+    return json_response(_dto(request, _sandbox(request)))
+
+
+async def list_sandboxes(request: web.Request) -> web.Response:
+    """``GET /sandbox``: filtered by labels (a JSON object) and states, cursor-paginated."""
+    store = context(request).store
+    query = request.query
+    try:
+        labels = json.loads(query["labels"]) if query.get("labels") else {}
+        limit = int(query.get("limit", _PAGE))
+        start = int(query.get("cursor") or 0)
+    except (ValueError, json.JSONDecodeError):
+        raise HttpError(400, "labels must be a JSON object; limit and cursor integers") from None
+    if not isinstance(labels, dict) or limit < 1:
+        raise HttpError(400, "labels must be a JSON object and limit positive")
+    states = set(query.getall("states", []))
+    found = [r for r in store.sandboxes.values()
+             if all(r.labels.get(k) == v for k, v in labels.items())
+             and (not states or _dto(request, r)["state"] in states)
+             and r.id.startswith(query.get("id", "")) and r.name.startswith(query.get("name", ""))]
+    page = found[start:start + limit]
+    more = start + limit < len(found)
+    return json_response({"items": [_dto(request, r, listing=True) for r in page],
+                          "nextCursor": str(start + limit) if more else None})
+
+
+async def delete_sandbox(request: web.Request) -> web.Response:
+    """``DELETE /sandbox/{sandbox}``: the sandbox is destroyed before the answer."""
+    state_change(request)
+    record = _sandbox(request)
+    await shut_down(context(request).store, record)
+    return json_response(_dto(request, record))
+
+
+async def start_sandbox(request: web.Request) -> web.Response:
+    """``POST /sandbox/{sandbox}/start``: from stopped or archived."""
+    state_change(request)
+    record = _sandbox(request)
+    if record.state in ("stopped", "archived"):
+        old = record.stopped_snapshot
+        await boot(request, record)
+        record.stopped_snapshot = None
+        if old is not None:
+            with contextlib.suppress(NotFound):
+                await context(request).store.backend.delete_snapshot(old)
+    elif record.state != "started":
+        raise HttpError(400, f"Sandbox is {record.state}: only a stopped or archived sandbox "
+                             "can be started")
+    return json_response(_dto(request, record))
+
+
+async def stop_sandbox(request: web.Request) -> web.Response:
+    """``POST /sandbox/{sandbox}/stop``: files kept, processes ended; an ephemeral
+    sandbox (auto-delete 0) is destroyed."""
+    state_change(request)
+    store = context(request).store
+    record = _sandbox(request)
+    if record.state == "started":
+        await _stop(store, record)
+    elif record.state not in ("stopped", "archived"):
+        raise HttpError(400, f"Sandbox is {record.state}: it cannot be stopped")
+    if record.auto_delete_interval == 0:
+        await shut_down(store, record)
+    return json_response(_dto(request, record))
+
+
+async def archive_sandbox(request: web.Request) -> web.Response:
+    """``POST /sandbox/{sandbox}/archive``: only a stopped sandbox."""
+    state_change(request)
+    record = _sandbox(request)
+    if record.state not in ("stopped", "archived"):
+        raise HttpError(400, "Sandbox must be stopped before it is archived")
+    record.state = "archived"
+    record.updated_at = now()
+    return json_response(_dto(request, record))
+
+
+async def replace_labels(request: web.Request) -> web.Response:
+    """``PUT /sandbox/{sandbox}/labels``: the labels are replaced whole."""
+    record = _sandbox(request)
+    labels = (await _body(request)).get("labels")
+    if not isinstance(labels, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise HttpError(400, "labels must be an object of strings")
+    record.labels = dict(labels)
+    return json_response({"labels": record.labels})
+
+
+async def set_interval(request: web.Request) -> web.Response:
+    """``POST /sandbox/{sandbox}/{autostop|autoarchive|autodelete}/{minutes}``."""
+    record = _sandbox(request)
+    try:
+        minutes = int(request.match_info["minutes"])
+    except ValueError:
+        raise HttpError(400, "the interval must be an integer") from None
+    field = {"autostop": "auto_stop_interval", "autoarchive": "auto_archive_interval",
+             "autodelete": "auto_delete_interval"}[request.match_info["which"]]
+    setattr(record, field, minutes)
+    return json_response(_dto(request, record))
+
+
+async def toolbox_proxy_url(request: web.Request) -> web.Response:
+    """``GET /sandbox/{sandbox}/toolbox-proxy-url``."""
+    _sandbox(request)
+    return json_response({"url": context(request).toolbox_url})
+
+
+async def snapshot_sandbox(request: web.Request) -> web.Response:
+    """``POST /sandbox/{sandbox}/snapshot``: a reusable snapshot of its files."""
+    state_change(request)
+    store = context(request).store
+    record = _sandbox(request)
+    name = (await _body(request)).get("name")
+    if not isinstance(name, str) or not name:
+        raise HttpError(400, "name is required")
+    if store.snapshot(name) is not None:
+        raise HttpError(409, f"Snapshot with name {name} already exists")
+    if record.handle is None:
+        raise HttpError(400, f"Sandbox is {record.state}: only a started sandbox can be "
+                             "snapshotted")
+    snap = await record.handle.snapshot()
+    snapshot = SnapshotRecord(id=new_id(), name=name, created_at=now(),
+                              backend_snapshot=snap.id, source_sandbox_id=record.id,
+                              cpu=record.cpu, memory=record.memory, disk=record.disk)
+    store.snapshots[snapshot.id] = snapshot
+    return json_response(_dto(request, record))
+
+
+# ------------------------------------------------------------------------ volumes
+
+def _volume(request: web.Request) -> VolumeRecord:
+    key = request.match_info["volume"]
+    volume = context(request).store.volume(key)
+    if volume is None:
+        raise HttpError(404, f"Volume {key} not found")
+    return volume
+
+
+async def create_volume(request: web.Request) -> web.Response:
+    """``POST /volumes``."""
+    store = context(request).store
+    name = (await _body(request)).get("name")
+    if not isinstance(name, str) or not name:
+        raise HttpError(400, "name is required")
+    if store.volume(name) is not None:
+        raise HttpError(409, f"Volume with name {name} already exists")
+    volume = VolumeRecord(id=new_id(), name=name, backend_name="", created_at=now())
+    volume.backend_name = f"daytona-{volume.id}"
+    await store.backend.create_volume(volume.backend_name)
+    store.volumes[volume.id] = volume
+    return json_response(volume.to_json())
+
+
+async def list_volumes(request: web.Request) -> web.Response:
+    """``GET /volumes``."""
+    return json_response([v.to_json() for v in context(request).store.volumes.values()])
+
+
+async def get_volume(request: web.Request) -> web.Response:
+    """``GET /volumes/{volume}`` and ``GET /volumes/by-name/{volume}``."""
+    return json_response(_volume(request).to_json())
+
+
+async def delete_volume(request: web.Request) -> web.Response:
+    """``DELETE /volumes/{volume}``: 409 while a started sandbox mounts it."""
+    store = context(request).store
+    volume = _volume(request)
+    users = [r.id for r in store.sandboxes.values()
+             if r.state == "started" and any(m["volumeId"] == volume.id for m in r.volumes)]
+    if users:
+        raise HttpError(409, f"Volume {volume.name} is in use by sandbox {users[0]}")
+    try:
+        await store.backend.delete_volume(volume.backend_name)
+    except Conflict as exc:
+        raise HttpError(409, exc.message) from exc
+    except NotFound:
+        pass
+    del store.volumes[volume.id]
+    return web.Response(status=200)
+
+
+# ---------------------------------------------------------------------- snapshots
+
+def _snapshot(request: web.Request) -> SnapshotRecord:
+    key = request.match_info["snapshot"]
+    snapshot = context(request).store.snapshot(key)
+    if snapshot is None:
+        raise HttpError(404, f"Snapshot {key} not found")
+    return snapshot
+
+
+async def create_snapshot(request: web.Request) -> web.Response:
+    """``POST /snapshots``: from an image name or a Dockerfile. Nothing is built: a
+    sandbox created from it runs on the backend's default template."""
+    store = context(request).store
+    body = await _body(request)
+    name = body.get("name")
+    if not isinstance(name, str) or not name:
+        raise HttpError(400, "name is required")
+    if store.snapshot(name) is not None:
+        raise HttpError(409, f"Snapshot with name {name} already exists")
+    stamp = now()
+    snapshot = SnapshotRecord(id=new_id(), name=name, created_at=stamp,
+                              image_name=body.get("imageName"),
+                              build_info=_build_info(body.get("buildInfo"), stamp),
+                              cpu=_int(body, "cpu", 1), memory=_int(body, "memory", 1),
+                              disk=_int(body, "disk", 3))
+    store.snapshots[snapshot.id] = snapshot
+    return json_response(snapshot.to_json())
+
+
+async def list_snapshots(request: web.Request) -> web.Response:
+    """``GET /snapshots``: page-numbered, optionally by source sandbox or name."""
+    store = context(request).store
+    try:
+        page = max(int(request.query.get("page", 1)), 1)
+        limit = max(int(request.query.get("limit", _PAGE)), 1)
+    except ValueError:
+        raise HttpError(400, "page and limit must be integers") from None
+    source = request.query.get("sourceSandboxId")
+    name = request.query.get("name", "")
+    found = [s for s in store.snapshots.values()
+             if (source is None or s.source_sandbox_id == source) and name in s.name]
+    items = found[(page - 1) * limit:page * limit]
+    return json_response({"items": [s.to_json() for s in items], "total": len(found),
+                          "page": page, "totalPages": max(-(-len(found) // limit), 1)})
+
+
+async def get_snapshot(request: web.Request) -> web.Response:
+    """``GET /snapshots/{snapshot}`` (id or name)."""
+    return json_response(_snapshot(request).to_json())
+
+
+async def delete_snapshot(request: web.Request) -> web.Response:
+    """``DELETE /snapshots/{snapshot}``."""
+    store = context(request).store
+    snapshot = _snapshot(request)
+    if snapshot.backend_snapshot is not None:
+        with contextlib.suppress(NotFound):
+            await store.backend.delete_snapshot(snapshot.backend_snapshot)
+    del store.snapshots[snapshot.id]
+    return web.Response(status=200)
+
+
+async def activate_snapshot(request: web.Request) -> web.Response:
+    """``POST /snapshots/{snapshot}/activate``: snapshots here are always active."""
+    return json_response(_snapshot(request).to_json())

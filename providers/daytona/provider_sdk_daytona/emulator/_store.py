@@ -1,0 +1,199 @@
+"""The emulator's state: Daytona's records (sandboxes, volumes, snapshots, sessions) and
+the JSON the SDK's generated models read for each.
+
+Records hold only what Daytona's API knows; the sandboxes themselves live in the neutral
+backend provider, named by ``backend_id``. Nothing here talks HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import uuid
+from typing import Any
+
+import attrs
+
+from provider_sdk.provider import SandboxProvider
+from provider_sdk.sandbox import Sandbox, Shell
+
+ORGANIZATION = "00000000-0000-4000-8000-00000000e1e1"
+"""The one organisation every record belongs to."""
+LANGUAGE_LABEL = "code-toolbox-language"
+
+
+def now() -> str:
+    """An ISO timestamp as Daytona's API writes them."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z")
+
+
+def new_id() -> str:
+    """A fresh UUID, Daytona's id format."""
+    return str(uuid.uuid4())
+
+
+@attrs.define(kw_only=True)
+class CommandRecord:
+    """One command run in a session; ``exit_code`` is ``None`` while it runs."""
+
+    id: str
+    command: str
+    exit_code: int | None = None
+    stdout: bytearray = attrs.field(factory=bytearray)
+    stderr: bytearray = attrs.field(factory=bytearray)
+    output: bytearray = attrs.field(factory=bytearray)
+    done: asyncio.Event = attrs.field(factory=asyncio.Event)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "command": self.command, "exitCode": self.exit_code}
+
+
+@attrs.define(kw_only=True)
+class SessionRecord:
+    """A session: one persistent backend shell, commands run one at a time."""
+
+    id: str
+    shell: Shell
+    commands: dict[str, CommandRecord] = attrs.field(factory=dict)
+    lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
+    tasks: set[asyncio.Task[None]] = attrs.field(factory=set)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sessionId": self.id, "commands": [c.to_json() for c in self.commands.values()]}
+
+
+@attrs.define(kw_only=True)
+class SandboxRecord:
+    """A Daytona sandbox. While stopped its files are kept in ``stopped_snapshot``."""
+
+    id: str
+    name: str
+    state: str
+    labels: dict[str, str]
+    env: dict[str, str]
+    created_at: str
+    updated_at: str
+    snapshot: str | None
+    target: str
+    cpu: int
+    memory: int
+    disk: int
+    public: bool
+    network_block_all: bool
+    network_allow_list: str | None
+    auto_stop_interval: int
+    auto_archive_interval: int
+    auto_delete_interval: int
+    volumes: list[dict[str, Any]]
+    build_info: dict[str, Any] | None = None
+    backend_id: str | None = None
+    backend_snapshot: str | None = None
+    """The backend snapshot to start from (its creation snapshot, or its stopped files)."""
+    stopped_snapshot: str | None = None
+    handle: Sandbox | None = None
+    workdir: str = "/"
+    started_at: float = 0.0
+    """Loop time before which GET still reports ``starting`` (fault ``start_delay``)."""
+    sessions: dict[str, SessionRecord] = attrs.field(factory=dict)
+    toolbox_502: int = 0
+    """Toolbox requests still to fail with 502 (fault ``toolbox_502_after_start``)."""
+
+    def to_json(self, toolbox_url: str, *, state: str | None = None,
+                listing: bool = False) -> dict[str, Any]:
+        """The ``Sandbox`` DTO (or, with ``listing``, a ``SandboxListItem``)."""
+        dto: dict[str, Any] = {
+            "id": self.id, "organizationId": ORGANIZATION, "name": self.name,
+            "snapshot": self.snapshot, "user": "daytona", "labels": dict(self.labels),
+            "public": self.public, "networkBlockAll": self.network_block_all,
+            "networkAllowList": self.network_allow_list, "target": self.target,
+            "cpu": self.cpu, "gpu": 0, "memory": self.memory, "disk": self.disk,
+            "state": state or self.state, "desiredState": _desired(self.state),
+            "errorReason": None, "recoverable": False, "backupState": "None",
+            "autoStopInterval": self.auto_stop_interval,
+            "autoArchiveInterval": self.auto_archive_interval,
+            "autoDeleteInterval": self.auto_delete_interval,
+            "createdAt": self.created_at, "updatedAt": self.updated_at,
+            "lastActivityAt": self.updated_at, "sandboxClass": "container",
+            "daemonVersion": "emulated", "toolboxProxyUrl": toolbox_url,
+        }
+        if not listing:
+            dto.update({"env": dict(self.env), "kvm": False, "volumes": list(self.volumes),
+                        "buildInfo": self.build_info})
+        return dto
+
+
+def _desired(state: str) -> str:
+    return {"stopped": "stopped", "stopping": "stopped", "archived": "archived",
+            "destroyed": "destroyed", "destroying": "destroyed"}.get(state, "started")
+
+
+@attrs.define(kw_only=True)
+class VolumeRecord:
+    """A Daytona volume; its data is the backend volume ``backend_name``."""
+
+    id: str
+    name: str
+    backend_name: str
+    created_at: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "organizationId": ORGANIZATION,
+                "state": "ready", "createdAt": self.created_at, "updatedAt": self.created_at,
+                "lastUsedAt": None, "errorReason": None}
+
+
+@attrs.define(kw_only=True)
+class SnapshotRecord:
+    """A Daytona snapshot: from an image (no files of its own) or from a sandbox."""
+
+    id: str
+    name: str
+    created_at: str
+    image_name: str | None = None
+    build_info: dict[str, Any] | None = None
+    backend_snapshot: str | None = None
+    source_sandbox_id: str | None = None
+    cpu: int = 1
+    memory: int = 1
+    disk: int = 3
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "organizationId": ORGANIZATION, "general": False,
+                "name": self.name, "imageName": self.image_name, "state": "active",
+                "size": None, "entrypoint": None, "cpu": self.cpu, "gpu": 0,
+                "mem": self.memory, "disk": self.disk, "errorReason": None,
+                "createdAt": self.created_at, "updatedAt": self.created_at,
+                "lastUsedAt": None, "buildInfo": self.build_info, "regionIds": [],
+                "sourceSandboxId": self.source_sandbox_id}
+
+
+@attrs.define(kw_only=True)
+class Store:
+    """Everything the emulator knows, and the backend provider holding the sandboxes."""
+
+    backend: SandboxProvider
+    sandboxes: dict[str, SandboxRecord] = attrs.field(factory=dict)
+    volumes: dict[str, VolumeRecord] = attrs.field(factory=dict)
+    snapshots: dict[str, SnapshotRecord] = attrs.field(factory=dict)
+
+    def sandbox(self, id_or_name: str) -> SandboxRecord | None:
+        """A sandbox by id, else by name."""
+        found = self.sandboxes.get(id_or_name)
+        if found is None:
+            found = next((s for s in self.sandboxes.values() if s.name == id_or_name), None)
+        return found
+
+    def volume(self, id_or_name: str) -> VolumeRecord | None:
+        """A volume by id, else by name."""
+        found = self.volumes.get(id_or_name)
+        if found is None:
+            found = next((v for v in self.volumes.values() if v.name == id_or_name), None)
+        return found
+
+    def snapshot(self, id_or_name: str) -> SnapshotRecord | None:
+        """A snapshot by id, else by name."""
+        found = self.snapshots.get(id_or_name)
+        if found is None:
+            found = next((s for s in self.snapshots.values() if s.name == id_or_name), None)
+        return found

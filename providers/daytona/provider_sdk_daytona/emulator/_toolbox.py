@@ -1,0 +1,392 @@
+"""The toolbox (``/toolbox/{sandboxId}/...``): what Daytona's in-sandbox daemon serves.
+
+Commands, sessions and files are translated to the neutral backend sandbox's ``exec``,
+``shell`` and ``files``. Wire formats follow the daemon: one-shot commands answer with
+stdout and stderr combined in ``result``; session logs are JSON; bulk upload and download
+are ``multipart/form-data`` (a download part echoes the requested path as its filename,
+a failure is a part named ``error`` holding a JSON error, and the closing boundary is
+always written).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import urllib.parse
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp import BodyPartReader, WSMsgType, web
+
+from provider_sdk.capabilities import Capability
+from provider_sdk.errors import (
+    CommandTimeout,
+    Conflict,
+    FileNotFound,
+    InvalidInput,
+    PermissionDenied,
+    SandboxError,
+)
+from provider_sdk.models import FileInfo, FileType
+from provider_sdk.sandbox import Sandbox
+from provider_sdk_daytona.emulator._http import HttpError, context, json_response
+from provider_sdk_daytona.emulator._store import CommandRecord, SandboxRecord, SessionRecord, new_id
+
+BOUNDARY = "DAYTONA-FILE-BOUNDARY"
+STDOUT_PREFIX = b"\x01\x01\x01"
+STDERR_PREFIX = b"\x02\x02\x02"
+# The daemon pipes a command to the first shell it finds, stderr merged into stdout.
+_SHELL = ('exec 2>&1; if command -v bash >/dev/null 2>&1; then exec bash -c "$1"; fi; '
+          'exec sh -c "$1"')
+
+
+def _running(request: web.Request) -> tuple[SandboxRecord, Sandbox]:
+    """The sandbox the path names, which must be started."""
+    ctx = context(request)
+    key = request.match_info["sandbox"]
+    record = ctx.store.sandboxes.get(key)
+    if record is None:
+        raise HttpError(404, f"sandbox {key} not found", "SANDBOX_NOT_FOUND")
+    if record.toolbox_502 > 0:
+        record.toolbox_502 -= 1
+        ctx.faults.served("toolbox_502_after_start")
+        raise HttpError(502, "Bad Gateway: failed to resolve container IP", "BAD_GATEWAY")
+    if record.handle is None or record.state != "started":
+        raise HttpError(409, f"sandbox {key} is {record.state}, not started",
+                        "SANDBOX_NOT_STARTED")
+    return record, record.handle
+
+
+def _file_error(exc: SandboxError) -> HttpError:
+    """The daemon's answer for a neutral file error."""
+    if isinstance(exc, FileNotFound):
+        return HttpError(404, f"file not found: {exc.message}", "FILE_NOT_FOUND")
+    if isinstance(exc, PermissionDenied):
+        return HttpError(403, f"permission denied: {exc.message}", "FILE_ACCESS_DENIED")
+    if isinstance(exc, InvalidInput):
+        return HttpError(400, exc.message, "INVALID_FILE_PATH")
+    if isinstance(exc, Conflict):
+        return HttpError(409, exc.message, "CONFLICT")
+    return HttpError(500, exc.message, "INTERNAL_ERROR")
+
+
+def _path(request: web.Request, name: str = "path") -> str:
+    value = request.query.get(name)
+    if not value:
+        raise HttpError(400, f"query parameter {name} is required", "INVALID_FILE_PATH")
+    return value
+
+
+# ------------------------------------------------------------------------ process
+
+async def execute(request: web.Request) -> web.Response:
+    """``POST /process/execute``: run to completion; 408 when the timeout kills it."""
+    _record, handle = _running(request)
+    body = await request.json()
+    command = body.get("command")
+    if not isinstance(command, str):
+        raise HttpError(400, "command is required", "BAD_REQUEST")
+    timeout = body.get("timeout") or None
+    try:
+        result = await handle.exec(["/bin/sh", "-c", _SHELL, "sh", command],
+                                   env=body.get("envs") or {}, cwd=body.get("cwd") or None,
+                                   timeout=timeout)
+    except CommandTimeout:
+        raise HttpError(408, f"command timed out after {timeout} seconds",
+                        "PROCESS_EXECUTION_TIMEOUT") from None
+    except SandboxError as exc:
+        raise HttpError(400, exc.message, "BAD_REQUEST") from exc
+    # Like the daemon (Go's ExitCode()), a command killed by a signal reports -1.
+    code = result.exit_code if result.exit_code >= 0 else -1
+    return json_response({"exitCode": code, "result": result.stdout})
+
+
+# ----------------------------------------------------------------------- sessions
+
+def _session(request: web.Request, record: SandboxRecord) -> SessionRecord:
+    key = request.match_info["session"]
+    session = record.sessions.get(key)
+    if session is None:
+        raise HttpError(404, f"session {key} not found", "SESSION_NOT_FOUND")
+    return session
+
+
+async def create_session(request: web.Request) -> web.Response:
+    """``POST /process/session``: a persistent shell."""
+    record, handle = _running(request)
+    session_id = (await request.json()).get("sessionId")
+    if not isinstance(session_id, str) or not session_id:
+        raise HttpError(400, "sessionId is required", "BAD_REQUEST")
+    if session_id in record.sessions:
+        raise HttpError(409, f"session {session_id} already exists", "CONFLICT")
+    record.sessions[session_id] = SessionRecord(id=session_id, shell=await handle.shell())
+    return web.Response(status=201)
+
+
+async def list_sessions(request: web.Request) -> web.Response:
+    """``GET /process/session``."""
+    record, _handle = _running(request)
+    return json_response([s.to_json() for s in record.sessions.values()])
+
+
+async def get_session(request: web.Request) -> web.Response:
+    """``GET /process/session/{session}``."""
+    record, _handle = _running(request)
+    return json_response(_session(request, record).to_json())
+
+
+async def delete_session(request: web.Request) -> web.Response:
+    """``DELETE /process/session/{session}``: ends the shell and what it runs."""
+    record, _handle = _running(request)
+    session = _session(request, record)
+    for task in session.tasks:
+        task.cancel()
+    del record.sessions[session.id]
+    with contextlib.suppress(SandboxError):
+        await session.shell.aclose()
+    return web.Response(status=204)
+
+
+async def _run(record: SandboxRecord, session: SessionRecord, cmd: CommandRecord) -> None:
+    """Run one command in the session's shell, keeping its output as it comes."""
+
+    def keep(stream: bytearray) -> Any:
+        def on_output(chunk: bytes) -> None:
+            stream.extend(chunk)
+            cmd.output.extend(chunk)
+        return on_output
+
+    streaming = record.handle is not None and record.handle.provider.supports(
+        Capability.EXEC_STREAM)
+    try:
+        async with session.lock:
+            if streaming:
+                result = await session.shell.run(cmd.command, on_stdout=keep(cmd.stdout),
+                                                 on_stderr=keep(cmd.stderr))
+            else:
+                result = await session.shell.run(cmd.command)
+                keep(cmd.stdout)(result.stdout_bytes)
+                keep(cmd.stderr)(result.stderr_bytes)
+        cmd.exit_code = result.exit_code if result.exit_code >= 0 else -1
+    except SandboxError as exc:
+        cmd.stderr.extend(exc.message.encode())
+        cmd.exit_code = -1
+    finally:
+        if cmd.exit_code is None:  # cancelled: the session was deleted
+            cmd.exit_code = -1
+        cmd.done.set()
+
+
+async def session_exec(request: web.Request) -> web.Response:
+    """``POST /process/session/{session}/exec``: sync (200 with output) or async (202)."""
+    record, _handle = _running(request)
+    session = _session(request, record)
+    body = await request.json()
+    command = body.get("command")
+    if not isinstance(command, str):
+        raise HttpError(400, "command is required", "BAD_REQUEST")
+    cmd = CommandRecord(id=new_id(), command=command)
+    session.commands[cmd.id] = cmd
+    if body.get("runAsync") or body.get("async"):
+        task = asyncio.create_task(_run(record, session, cmd))
+        session.tasks.add(task)
+        task.add_done_callback(session.tasks.discard)
+        return json_response({"cmdId": cmd.id}, status=202)
+    await _run(record, session, cmd)
+    return json_response({"cmdId": cmd.id, "output": _text(cmd.output),
+                          "stdout": _text(cmd.stdout), "stderr": _text(cmd.stderr),
+                          "exitCode": cmd.exit_code})
+
+
+def _text(data: bytearray) -> str:
+    return bytes(data).decode("utf-8", "replace")
+
+
+def _command(request: web.Request) -> CommandRecord:
+    record, _handle = _running(request)
+    session = _session(request, record)
+    key = request.match_info["command"]
+    cmd = session.commands.get(key)
+    if cmd is None:
+        raise HttpError(404, f"command {key} not found", "COMMAND_NOT_FOUND")
+    return cmd
+
+
+async def get_command(request: web.Request) -> web.Response:
+    """``GET /process/session/{session}/command/{command}``: exit code null while running."""
+    return json_response(_command(request).to_json())
+
+
+async def command_logs(request: web.Request) -> web.StreamResponse:
+    """``GET .../command/{command}/logs``: JSON, or with ``follow=true`` a WebSocket of
+    output frames (stdout prefixed ``\\x01\\x01\\x01``, stderr ``\\x02\\x02\\x02``)."""
+    cmd = _command(request)
+    if request.query.get("follow") != "true":
+        return json_response({"output": _text(cmd.output), "stdout": _text(cmd.stdout),
+                              "stderr": _text(cmd.stderr)})
+    ws = web.WebSocketResponse()
+    await ws.prepare(request)
+    sent_out = sent_err = 0
+    while True:
+        finished = cmd.done.is_set()
+        if len(cmd.stdout) > sent_out:
+            await ws.send_bytes(STDOUT_PREFIX + bytes(cmd.stdout[sent_out:]))
+            sent_out = len(cmd.stdout)
+        if len(cmd.stderr) > sent_err:
+            await ws.send_bytes(STDERR_PREFIX + bytes(cmd.stderr[sent_err:]))
+            sent_err = len(cmd.stderr)
+        if finished or ws.closed:
+            break
+        with contextlib.suppress(asyncio.TimeoutError):
+            msg = await ws.receive(timeout=0.05)
+            if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
+                break
+    await ws.close()
+    return ws
+
+
+# -------------------------------------------------------------------------- files
+
+def _file_info(info: FileInfo) -> dict[str, Any]:
+    kind = {FileType.DIRECTORY: "d", FileType.SYMLINK: "L"}.get(info.type, "-")
+    bits = "".join(ch if info.mode & (1 << (8 - i)) else "-"
+                   for i, ch in enumerate("rwxrwxrwx"))
+    modified = (info.modified_at or dt.datetime.now(dt.timezone.utc)).isoformat()
+    return {"name": info.name, "path": info.path, "isDir": info.type == FileType.DIRECTORY,
+            "size": info.size, "mode": kind + bits, "permissions": f"{info.mode & 0o7777:04o}",
+            "modTime": modified, "modifiedAt": modified, "owner": "daytona", "group": "daytona"}
+
+
+async def work_dir(request: web.Request) -> web.Response:
+    """``GET /work-dir`` and ``GET /user-home-dir``."""
+    record, _handle = _running(request)
+    return json_response({"dir": record.workdir})
+
+
+async def list_files(request: web.Request) -> web.Response:
+    """``GET /files?path=``."""
+    _record, handle = _running(request)
+    try:
+        entries = await handle.files.list(_path(request))
+    except SandboxError as exc:
+        raise _file_error(exc) from exc
+    return json_response([_file_info(e) for e in entries])
+
+
+async def file_info(request: web.Request) -> web.Response:
+    """``GET /files/info?path=``: the entry itself, a symlink not followed."""
+    _record, handle = _running(request)
+    try:
+        return json_response(_file_info(await handle.files.stat(_path(request))))
+    except SandboxError as exc:
+        raise _file_error(exc) from exc
+
+
+async def create_folder(request: web.Request) -> web.Response:
+    """``POST /files/folder?path=&mode=``: with its parents; existing is fine."""
+    _record, handle = _running(request)
+    try:
+        await handle.files.mkdir(_path(request), parents=True, exist_ok=True)
+    except SandboxError as exc:
+        raise _file_error(exc) from exc
+    return web.Response(status=201)
+
+
+async def delete_file(request: web.Request) -> web.Response:
+    """``DELETE /files?path=&recursive=``."""
+    _record, handle = _running(request)
+    try:
+        await handle.files.remove(_path(request),
+                                  recursive=request.query.get("recursive") == "true")
+    except SandboxError as exc:
+        raise _file_error(exc) from exc
+    return web.Response(status=204)
+
+
+async def move_file(request: web.Request) -> web.Response:
+    """``POST /files/move?source=&destination=``."""
+    _record, handle = _running(request)
+    try:
+        await handle.files.rename(_path(request, "source"), _path(request, "destination"))
+    except SandboxError as exc:
+        raise _file_error(exc) from exc
+    return web.Response(status=200)
+
+
+async def bulk_upload(request: web.Request) -> web.Response:
+    """``POST /files/bulk-upload``: parts ``files[i].path`` then ``files[i].file``, each
+    file streamed into the sandbox as it arrives."""
+    _record, handle = _running(request)
+    reader = await request.multipart()
+    paths: dict[str, str] = {}
+    written: list[dict[str, Any]] = []
+    while (part := await reader.next()) is not None:
+        if not isinstance(part, BodyPartReader) or part.name is None:
+            raise HttpError(400, "malformed multipart body", "BAD_REQUEST")
+        index, _, field = part.name.rpartition(".")
+        if field == "path":
+            paths[index] = await part.text()
+            continue
+        if field != "file":
+            raise HttpError(400, f"unexpected form field {part.name!r}", "BAD_REQUEST")
+        destination = paths.get(index) or part.filename
+        if not destination:
+            raise HttpError(400, f"no destination for {part.name}", "INVALID_FILE_PATH")
+        size = 0
+
+        async def chunks(p: BodyPartReader = part) -> AsyncIterator[bytes]:
+            nonlocal size
+            while chunk := await p.read_chunk(1 << 20):
+                size += len(chunk)
+                yield chunk
+
+        try:
+            await handle.files.write(destination, chunks())
+        except SandboxError as exc:
+            raise _file_error(exc) from exc
+        written.append({"path": destination, "bytes": size})
+    return json_response({"files": written})
+
+
+def _disposition(name: str, path: str) -> str:
+    # The SDK reads the plain filename as Latin-1 text; a path it cannot hold (or one
+    # with control characters) is sent percent-encoded there, whole in filename*.
+    plain = all(32 <= ord(c) < 256 and c != "\x7f" for c in path)
+    shown = path if plain else urllib.parse.quote(path, safe="/")
+    quoted = shown.replace("\\", "\\\\").replace('"', '\\"')
+    return (f'form-data; name="{name}"; filename="{quoted}"; '
+            f"filename*=utf-8''{urllib.parse.quote(path, safe='')}")
+
+
+async def bulk_download(request: web.Request) -> web.StreamResponse:
+    """``POST /files/bulk-download``: one part per requested path, in order."""
+    _record, handle = _running(request)
+    paths = (await request.json()).get("paths")
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        raise HttpError(400, "paths must be a list of strings", "BAD_REQUEST")
+    response = web.StreamResponse(
+        headers={"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"})
+    await response.prepare(request)
+    for path in paths:
+        stream = handle.files.stream(path)
+        try:
+            first = await anext(stream, b"")  # errors surface before the part starts
+        except SandboxError as exc:
+            error = _file_error(exc)
+            body = json.dumps({"message": error.message, "statusCode": error.status,
+                               "code": error.code, "source": "DAYTONA_DAEMON"}).encode()
+            await response.write(
+                f"--{BOUNDARY}\r\nContent-Disposition: {_disposition('error', path)}\r\n"
+                f"Content-Type: application/json\r\n\r\n".encode() + body + b"\r\n")
+            continue
+        await response.write(
+            f"--{BOUNDARY}\r\nContent-Disposition: {_disposition('file', path)}\r\n"
+            "Content-Type: application/octet-stream\r\n\r\n".encode() + first)
+        async for chunk in stream:
+            await response.write(chunk)
+        await response.write(b"\r\n")
+    await response.write(f"--{BOUNDARY}--\r\n".encode())
+    await response.write_eof()
+    return response

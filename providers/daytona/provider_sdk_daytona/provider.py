@@ -1,0 +1,818 @@
+"""``DaytonaProvider``: sandboxes on Daytona, through the ``daytona`` SDK's async client.
+
+Mapping, in short (the Daytona page of the docs has the whole table):
+
+- ``pause`` is Daytona's stop: files are kept, processes and memory are not, so
+  ``pause.memory`` is not declared. ``resume`` is Daytona's start; both are retried through
+  502/503 for ``unavailable_window`` seconds, and ``resume`` returns once the toolbox
+  answers. Archive and recover are the extensions :meth:`DaytonaProvider.ex_archive` and
+  :meth:`DaytonaProvider.ex_recover`.
+- The neutral idle policy is explicit: without ``Lifecycle(idle_timeout=...)`` a sandbox
+  never stops by itself (auto-stop 0, auto-delete off), instead of Daytona's silent
+  15-minute auto-stop. ``Lifecycle(idle_timeout=T, on_idle="kill")`` is auto-stop after
+  ``ceil(T / 60)`` minutes then immediate auto-delete.
+- Metadata is Daytona's labels, minus the SDK's ``code-toolbox-language`` label and this
+  provider's ``provider-sdk.cwd`` (where ``SandboxSpec.cwd`` is kept).
+- Commands run through a wrapper (see ``_exec``) so that stdout and stderr stay apart and
+  byte-exact, stdin works, a timeout keeps the partial output, and cancelling kills the
+  command's process tree.
+- The persistent shell is a Daytona session: every command is sourced into one
+  long-lived shell, so ``cd``, ``export`` (and plain variables, functions) carry over;
+  ``exit N`` inside a command ends that command with ``N``, not the session.
+- A snapshot's neutral id is its Daytona snapshot name, which is what Daytona creates
+  sandboxes from. Volumes are mounted by name (resolved to Daytona's id); Daytona has no
+  read-only mounts, so ``VolumeMount(read_only=True)`` is refused.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import datetime as dt
+import ipaddress
+import math
+import posixpath
+import secrets
+import shlex
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+import anyio
+from daytona import (
+    AsyncDaytona,
+    AsyncSandbox,
+    CreateSandboxFromImageParams,
+    CreateSandboxFromSnapshotParams,
+    DaytonaConfig,
+    DaytonaError,
+    DaytonaTimeoutError,
+    Image,
+    ListSandboxesQuery,
+    Resources,
+    SessionExecuteRequest,
+)
+from daytona import VolumeMount as DaytonaVolumeMount
+
+from provider_sdk import errors
+from provider_sdk.capabilities import Capability
+from provider_sdk.config import Secret, env_setting
+from provider_sdk.models import (
+    ExecResult,
+    FileInfo,
+    FileType,
+    NetworkPolicy,
+    SandboxInfo,
+    SandboxSpec,
+    SandboxState,
+    Snapshot,
+    Volume,
+)
+from provider_sdk.models import Resources as NeutralResources
+from provider_sdk.provider import Command, OutputCallback, SandboxProvider
+from provider_sdk.sandbox import Shell
+from provider_sdk_daytona import _exec as wrapper
+from provider_sdk_daytona._errors import PROVIDER, code_of, is_transient, neutral, status_of
+
+if TYPE_CHECKING:
+    from provider_sdk.sandbox import Sandbox
+
+__all__ = ["DaytonaProvider", "DaytonaShell"]
+
+T = TypeVar("T")
+
+LANGUAGE_LABEL = "code-toolbox-language"
+CWD_LABEL = "provider-sdk.cwd"
+RESERVED_LABELS = frozenset({LANGUAGE_LABEL, CWD_LABEL})
+EXTENSIONS = ("daytona.image", "daytona.name", "daytona.public",
+              "daytona.auto_archive_interval")
+_SMALL_WRITE = 4 << 20
+
+_STATES = {
+    "started": SandboxState.RUNNING, "snapshotting": SandboxState.RUNNING,
+    "forking": SandboxState.RUNNING, "resizing": SandboxState.RUNNING,
+    "creating": SandboxState.STARTING, "starting": SandboxState.STARTING,
+    "restoring": SandboxState.STARTING, "resuming": SandboxState.STARTING,
+    "pending_build": SandboxState.STARTING, "building_snapshot": SandboxState.STARTING,
+    "pulling_snapshot": SandboxState.STARTING,
+    "stopping": SandboxState.PAUSING, "archiving": SandboxState.PAUSING,
+    "pausing": SandboxState.PAUSING,
+    "stopped": SandboxState.PAUSED, "archived": SandboxState.PAUSED,
+    "paused": SandboxState.PAUSED,
+    "destroying": SandboxState.KILLED, "destroyed": SandboxState.KILLED,
+    "error": SandboxState.ERROR, "build_failed": SandboxState.ERROR,
+}
+
+
+def _state_name(sandbox: AsyncSandbox) -> str:
+    state = sandbox.state
+    return str(getattr(state, "value", state) or "unknown")
+
+
+class DaytonaProvider(SandboxProvider):
+    """Sandboxes on Daytona (or anything that speaks its API, like ``psdk emulate daytona``).
+
+    Args:
+        api_key: the API key; default the ``DAYTONA_API_KEY`` setting (required).
+        api_url: the API's URL, ending in ``/api``; default ``DAYTONA_API_URL``, else the
+            SDK's default (Daytona's cloud).
+        target: the region; default ``DAYTONA_TARGET``, else the organisation's default.
+        create_timeout: seconds a create, start or stop may take (Daytona's SDK default of
+            60 is too short for large images).
+        unavailable_window: seconds during which 502/503/504 answers around state changes,
+            and from a toolbox that is not reachable yet, are retried.
+    """
+
+    name: ClassVar[str] = "daytona"
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({
+        Capability.SHELL_PERSISTENT,
+        Capability.PAUSE,
+        Capability.SNAPSHOT_FILESYSTEM,
+        Capability.VOLUMES,
+        Capability.VOLUMES_SHARED,
+        Capability.NETWORK_POLICY,
+        Capability.LIST_METADATA,
+    })
+
+    def __init__(self, *, api_key: str | None = None, api_url: str | None = None,
+                 target: str | None = None, create_timeout: float = 300.0,
+                 unavailable_window: float = 30.0) -> None:
+        key = api_key or env_setting("DAYTONA_API_KEY", required=True, secret=True,
+                                     provider=self.name)
+        assert key is not None
+        self._api_key = key if isinstance(key, Secret) else Secret(key)
+        self._api_url = api_url or env_setting("DAYTONA_API_URL")
+        if self._api_url is not None and not self._api_url.startswith(("http://", "https://")):
+            raise errors.ConfigError(
+                f"DAYTONA_API_URL must be an http(s) URL ending in /api, got {self._api_url!r}",
+                provider=self.name)
+        self._target = target or env_setting("DAYTONA_TARGET")
+        for option, value in (("create_timeout", create_timeout),
+                              ("unavailable_window", unavailable_window)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise errors.ConfigError(f"{option} must be a positive number of seconds",
+                                         provider=self.name)
+        self._create_timeout = float(create_timeout)
+        self._window = float(unavailable_window)
+        self._daytona: AsyncDaytona | None = None
+        self._sandboxes: dict[str, AsyncSandbox] = {}
+        self._workdirs: dict[str, str] = {}
+
+    def __repr__(self) -> str:
+        return f"<DaytonaProvider api_url={self._api_url!r} target={self._target!r}>"
+
+    @property
+    def client(self) -> AsyncDaytona:
+        """The SDK's async client (made on first use), for what has no neutral call."""
+        if self._daytona is None:
+            try:
+                self._daytona = AsyncDaytona(DaytonaConfig(
+                    api_key=self._api_key.reveal(), api_url=self._api_url, target=self._target))
+            except DaytonaError as exc:
+                raise errors.ConfigError(f"cannot configure the Daytona client: {exc}",
+                                         provider=self.name) from exc
+        return self._daytona
+
+    async def aclose(self) -> None:
+        client, self._daytona = self._daytona, None
+        self._sandboxes.clear()
+        if client is not None:
+            await client.close()  # type: ignore[no-untyped-call]
+
+    # ---------------------------------------------------------------- plumbing
+
+    @contextlib.contextmanager
+    def _translate(self, sandbox_id: str | None = None,
+                   not_found: type[errors.NotFound] = errors.SandboxNotFound) -> Iterator[None]:
+        """The one place SDK errors become neutral ones."""
+        try:
+            yield
+        except DaytonaError as exc:
+            raise neutral(exc, sandbox_id=sandbox_id, not_found=not_found) from exc
+
+    async def _retrying(self, op: Callable[[], Awaitable[T]]) -> T:
+        """Run ``op``, retrying 502/503/504 and dropped connections for the window."""
+        deadline = anyio.current_time() + self._window
+        delay = 0.1
+        while True:
+            try:
+                return await op()
+            except DaytonaError as exc:
+                if not is_transient(exc) or anyio.current_time() + delay > deadline:
+                    raise
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    async def _sandbox(self, sandbox_id: str) -> AsyncSandbox:
+        """The SDK's handle (cached: it carries the toolbox URL)."""
+        found = self._sandboxes.get(sandbox_id)
+        if found is None:
+            found = await self._fetch(sandbox_id)
+        return found
+
+    async def _fetch(self, sandbox_id: str) -> AsyncSandbox:
+        with self._translate(sandbox_id):
+            found = await self._retrying(lambda: self.client.get(sandbox_id))
+        self._sandboxes[sandbox_id] = found
+        return found
+
+    async def _toolbox_error(self, sandbox_id: str, exc: DaytonaError) -> errors.SandboxError:
+        """Why a toolbox call failed: the sandbox gone or not started, else ``exc``."""
+        code = code_of(exc)
+        if code in ("FILE_NOT_FOUND", "FILE_ACCESS_DENIED") or status_of(exc) == 403:
+            return neutral(exc, sandbox_id=sandbox_id, not_found=errors.FileNotFound)
+        self._sandboxes.pop(sandbox_id, None)
+        try:
+            fresh = await self._fetch(sandbox_id)
+        except errors.SandboxNotFound as gone:
+            return gone
+        state = _STATES.get(_state_name(fresh), SandboxState.UNKNOWN)
+        if state != SandboxState.RUNNING:
+            hint = " (resume it first)" if state == SandboxState.PAUSED else ""
+            return errors.SandboxNotRunning(f"the sandbox is {state}{hint}", state=str(state),
+                                            provider=self.name, sandbox_id=sandbox_id)
+        return neutral(exc, sandbox_id=sandbox_id, not_found=errors.FileNotFound)
+
+    async def _toolbox(self, sandbox_id: str, call: Callable[[AsyncSandbox], Awaitable[T]]) -> T:
+        """Run a toolbox call; translate its failure once."""
+        sandbox = await self._sandbox(sandbox_id)
+        try:
+            return await call(sandbox)
+        except DaytonaError as exc:
+            raise await self._toolbox_error(sandbox_id, exc) from exc
+
+    async def _probe(self, sandbox: AsyncSandbox) -> None:
+        """Wait until the toolbox answers (502/503/504 retried), learning the workdir."""
+        with self._translate(sandbox.id):
+            workdir = await self._retrying(sandbox.get_work_dir)
+        self._workdirs[sandbox.id] = workdir or "/"
+
+    async def _cwd(self, sandbox_id: str) -> str:
+        """Where commands run and relative paths resolve: the spec's cwd, else Daytona's
+        working directory."""
+        sandbox = await self._sandbox(sandbox_id)
+        spec_cwd = (sandbox.labels or {}).get(CWD_LABEL)
+        if spec_cwd:
+            return spec_cwd
+        if sandbox_id not in self._workdirs:
+            await self._toolbox(sandbox_id, self._probe)
+        return self._workdirs[sandbox_id]
+
+    async def _path(self, sandbox_id: str, path: str) -> str:
+        """An absolute, normalized path inside the sandbox."""
+        if not path.startswith("/"):
+            path = posixpath.join(await self._cwd(sandbox_id), path)
+        normal = posixpath.normpath(path)
+        return "/" + normal.lstrip("/")  # normpath keeps a leading "//"
+
+    def _to_info(self, sandbox: AsyncSandbox) -> SandboxInfo:
+        labels = dict(sandbox.labels or {})
+        state = _state_name(sandbox)
+        return SandboxInfo(
+            id=sandbox.id, provider=self.name,
+            state=_STATES.get(state, SandboxState.UNKNOWN), template=sandbox.snapshot,
+            metadata={k: v for k, v in labels.items() if k not in RESERVED_LABELS},
+            created_at=_timestamp(sandbox.created_at), expires_at=None,
+            resources=NeutralResources(cpu=sandbox.cpu or None,
+                                       memory_mb=(sandbox.memory or 0) * 1024 or None,
+                                       disk_mb=(sandbox.disk or 0) * 1024 or None),
+            extra={"daytona_state": state, "name": sandbox.name, "target": sandbox.target,
+                   "auto_stop_interval": sandbox.auto_stop_interval,
+                   "auto_archive_interval": sandbox.auto_archive_interval,
+                   "auto_delete_interval": sandbox.auto_delete_interval,
+                   "cwd": labels.get(CWD_LABEL)},
+        )
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def _create(self, spec: SandboxSpec) -> SandboxInfo:
+        params = await self._params(spec)
+        not_found: type[errors.NotFound] = (
+            errors.SnapshotNotFound if spec.snapshot is not None else
+            errors.TemplateNotFound if spec.template is not None else errors.SandboxNotFound)
+        with self._translate(not_found=not_found):
+            sandbox = await self._retrying(
+                lambda: self.client.create(params, timeout=self._create_timeout))
+        self._sandboxes[sandbox.id] = sandbox
+        try:
+            await self._probe(sandbox)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._kill(sandbox.id)
+            raise
+        return self._to_info(sandbox)
+
+    async def _params(self, spec: SandboxSpec) -> (
+            CreateSandboxFromSnapshotParams | CreateSandboxFromImageParams):
+        unknown = sorted(k for k in spec.extensions
+                         if k.startswith("daytona.") and k not in EXTENSIONS)
+        if unknown:
+            raise errors.InvalidInput(f"unknown extensions {unknown}; Daytona's are "
+                                      f"{', '.join(EXTENSIONS)}", provider=self.name)
+        labels = dict(spec.metadata)
+        if spec.cwd is not None:
+            labels[CWD_LABEL] = spec.cwd
+        idle = spec.lifecycle.idle_timeout
+        common: dict[str, Any] = {
+            "env_vars": dict(spec.env), "labels": labels,
+            "volumes": [await self._mount(m) for m in spec.volumes],
+            # Never Daytona's surprise 15-minute auto-stop: off unless asked for.
+            "auto_stop_interval": math.ceil(idle / 60) if idle is not None else 0,
+            "auto_delete_interval": 0 if idle is not None else -1,
+            **_network(spec.network),
+        }
+        ext = spec.extensions
+        if "daytona.name" in ext:
+            common["name"] = str(ext["daytona.name"])
+        if "daytona.public" in ext:
+            common["public"] = bool(ext["daytona.public"])
+        if "daytona.auto_archive_interval" in ext:
+            common["auto_archive_interval"] = int(ext["daytona.auto_archive_interval"])
+        image = ext.get("daytona.image")
+        sources = [s for s in (spec.snapshot, spec.template, image) if s is not None]
+        if len(sources) > 1:
+            raise errors.InvalidInput("give one of snapshot, template and the extension "
+                                      "daytona.image", provider=self.name)
+        if image is not None:
+            if not isinstance(image, (str, Image)):
+                raise errors.InvalidInput("daytona.image must be an image name or a "
+                                          "daytona.Image", provider=self.name)
+            return CreateSandboxFromImageParams(image=image, resources=_resources(spec),
+                                                **common)
+        if spec.resources != NeutralResources():
+            raise errors.InvalidInput(
+                "resources: a Daytona sandbox made from a snapshot has the snapshot's size; "
+                "create from an image (extension daytona.image) to choose resources",
+                provider=self.name)
+        return CreateSandboxFromSnapshotParams(snapshot=spec.snapshot or spec.template,
+                                               **common)
+
+    async def _mount(self, mount: Any) -> DaytonaVolumeMount:
+        if mount.read_only:
+            raise errors.UnsupportedCapability(
+                "volumes.read_only", provider=self.name,
+                detail="Daytona volumes have no read-only mounts")
+        volume = await self._get_volume(mount.volume)
+        return DaytonaVolumeMount(volume_id=volume.id, mount_path=mount.path)
+
+    async def _info(self, sandbox_id: str) -> SandboxInfo:
+        return self._to_info(await self._fetch(sandbox_id))
+
+    async def _list(self, *, metadata: Mapping[str, str],
+                    state: SandboxState | None) -> builtins.list[SandboxInfo]:
+        query = ListSandboxesQuery(labels=dict(metadata) or None)
+        found: builtins.list[SandboxInfo] = []
+        with self._translate():
+            async for sandbox in self.client.list(query):
+                found.append(self._to_info(sandbox))
+        return found
+
+    async def _kill(self, sandbox_id: str) -> None:
+        self._workdirs.pop(sandbox_id, None)
+        try:
+            sandbox = await self._sandbox(sandbox_id)
+            with self._translate(sandbox_id):
+                await self._retrying(lambda: sandbox.delete(timeout=self._create_timeout))
+        except errors.SandboxNotFound:
+            pass
+        finally:
+            self._sandboxes.pop(sandbox_id, None)
+
+    async def _pause(self, sandbox_id: str) -> SandboxInfo:
+        sandbox = await self._fetch(sandbox_id)
+        state = _STATES.get(_state_name(sandbox), SandboxState.UNKNOWN)
+        if state == SandboxState.RUNNING:
+            with self._translate(sandbox_id):
+                await self._retrying(lambda: sandbox.stop(timeout=self._create_timeout))
+        elif state not in (SandboxState.PAUSED, SandboxState.PAUSING):
+            raise errors.SandboxNotRunning(f"the sandbox is {state}", state=str(state),
+                                           provider=self.name, sandbox_id=sandbox_id)
+        return self._to_info(sandbox)
+
+    async def _resume(self, sandbox_id: str) -> SandboxInfo:
+        sandbox = await self._fetch(sandbox_id)
+        if _state_name(sandbox) != "started":
+            with self._translate(sandbox_id):
+                await self._retrying(lambda: sandbox.start(timeout=self._create_timeout))
+        await self._probe(sandbox)
+        return self._to_info(sandbox)
+
+    async def ex_archive(self, sandbox_id: str) -> SandboxInfo:
+        """Archive a sandbox (Daytona only): its files move to cheaper storage; a running
+        sandbox is stopped first. ``resume`` starts it again (slower than from stopped)."""
+        sandbox = await self._fetch(sandbox_id)
+        with self._translate(sandbox_id):
+            if _state_name(sandbox) == "started":
+                await self._retrying(lambda: sandbox.stop(timeout=self._create_timeout))
+            await self._retrying(sandbox.archive)
+        return self._to_info(sandbox)
+
+    async def ex_recover(self, sandbox_id: str) -> SandboxInfo:
+        """Recover a sandbox from a recoverable error state (Daytona only)."""
+        sandbox = await self._fetch(sandbox_id)
+        with self._translate(sandbox_id):
+            await self._retrying(lambda: sandbox.recover(timeout=self._create_timeout))
+        await self._probe(sandbox)
+        return self._to_info(sandbox)
+
+    # -------------------------------------------------------------------- exec
+
+    async def _exec(self, sandbox_id: str, command: Command) -> ExecResult:
+        cwd = await self._path(sandbox_id, command.cwd or ".")
+        run = wrapper.wrap(command, cwd=cwd, env=dict(command.env))
+        timeout = math.ceil(command.timeout) if command.timeout is not None else None
+        start = anyio.current_time()
+        sandbox = await self._sandbox(sandbox_id)
+        if command.stdin is not None:
+            data = command.stdin
+            await self._toolbox(sandbox_id, lambda s: s.fs.upload_file(data, run.stdin_path))
+        try:
+            response = await sandbox.process.exec(run.script, timeout=timeout)
+        except DaytonaTimeoutError as exc:
+            if status_of(exc) not in (408, None) or command.timeout is None:
+                raise await self._toolbox_error(sandbox_id, exc) from exc
+            partial = await self._collect(sandbox_id, run, exit_code=-9, start=start)
+            raise errors.CommandTimeout(
+                f"the command ran longer than {command.timeout:g} s and was killed",
+                result=partial, provider=self.name, sandbox_id=sandbox_id) from exc
+        except DaytonaError as exc:
+            raise await self._toolbox_error(sandbox_id, exc) from exc
+        except BaseException:
+            with anyio.CancelScope(shield=True), contextlib.suppress(DaytonaError):
+                await sandbox.process.exec(run.kill_script(), timeout=30)
+            raise
+        report = wrapper.parse(run, response.result or "")
+        if report is None:
+            raise errors.SandboxError(
+                f"the command wrapper printed no report (exit {response.exit_code}): "
+                f"{(response.result or '')[-500:]}", provider=self.name, sandbox_id=sandbox_id)
+        if report.stdout is None or report.stderr is None:
+            return await self._collect(sandbox_id, run, exit_code=report.exit_code,
+                                       start=start)
+        return ExecResult(exit_code=report.exit_code, stdout_bytes=report.stdout,
+                          stderr_bytes=report.stderr, duration=anyio.current_time() - start)
+
+    async def _collect(self, sandbox_id: str, run: wrapper.Run, *, exit_code: int,
+                       start: float) -> ExecResult:
+        """Download a run's output files, then remove its directory."""
+        outputs: builtins.list[bytes] = []
+        try:
+            for path in (run.stdout_path, run.stderr_path):
+                try:
+                    outputs.append(b"".join([c async for c in self._read_file(sandbox_id,
+                                                                              path)]))
+                except errors.FileNotFound:
+                    outputs.append(b"")
+        finally:
+            with anyio.CancelScope(shield=True), contextlib.suppress(errors.SandboxError):
+                await self._toolbox(sandbox_id, lambda s: s.process.exec(run.cleanup_script()))
+        return ExecResult(exit_code=exit_code, stdout_bytes=outputs[0], stderr_bytes=outputs[1],
+                          duration=anyio.current_time() - start)
+
+    async def _open_shell(self, sandbox: Sandbox, *, cwd: str | None,
+                          env: Mapping[str, str]) -> Shell:
+        return await DaytonaShell.open(self, sandbox.id, cwd=cwd, env=env)
+
+    # ------------------------------------------------------------------- files
+
+    async def _read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
+        full = await self._path(sandbox_id, path)
+        sandbox = await self._sandbox(sandbox_id)
+        received = False
+        try:
+            stream = await sandbox.fs.download_file_stream(full)
+            async for chunk in stream:
+                received = True
+                yield chunk
+        except DaytonaError as exc:
+            if not received and code_of(exc) is None:
+                # The SDK's stream refuses a part with no bytes ("No file data
+                # received"): an empty file is a valid answer.
+                with contextlib.suppress(errors.SandboxError):
+                    info = await self._stat(sandbox_id, full)
+                    if info.type == FileType.FILE and info.size == 0:
+                        return
+            raise await self._file_error(sandbox_id, full, exc) from exc
+
+    async def _file_error(self, sandbox_id: str, path: str,
+                          exc: DaytonaError) -> errors.SandboxError:
+        """A file call failed: say why (missing, a directory, not running ...)."""
+        error = await self._toolbox_error(sandbox_id, exc)
+        if type(error) in (errors.SandboxError, errors.InvalidInput, errors.Conflict):
+            with contextlib.suppress(errors.SandboxError):
+                info = await self._stat(sandbox_id, path)
+                where: dict[str, Any] = {"provider": self.name, "sandbox_id": sandbox_id}
+                if info.type == FileType.DIRECTORY:
+                    return errors.IsADirectory(f"{path} is a directory", **where)
+        return error
+
+    async def _write_file(self, sandbox_id: str, path: str,
+                          chunks: AsyncIterator[bytes]) -> None:
+        full = await self._path(sandbox_id, path)
+        if not posixpath.basename(full).isprintable():
+            # The SDK sends the file's name in a multipart header, where control
+            # characters are refused: upload under a plain name, then move it.
+            staging = posixpath.join(posixpath.dirname(full),
+                                     f".psdk-upload-{secrets.token_hex(8)}")
+            await self._write_file(sandbox_id, staging, chunks)
+            await self._rename(sandbox_id, staging, full)
+            return
+        head = bytearray()
+        small = True
+        async for chunk in chunks:
+            head.extend(chunk)
+            if len(head) > _SMALL_WRITE:
+                small = False
+                break
+        # upload_file puts the whole path in a multipart header; upload_file_stream only
+        # its last component.
+        if small and full.isprintable():  # one request on the shared connection pool
+            data = bytes(head)
+            await self._upload(sandbox_id, full, lambda s: s.fs.upload_file(data, full))
+            return
+
+        async def everything() -> AsyncIterator[bytes]:
+            yield bytes(head)
+            async for rest in chunks:
+                yield rest
+
+        await self._upload(sandbox_id, full,
+                           lambda s: s.fs.upload_file_stream(everything(), full))
+
+    async def _upload(self, sandbox_id: str, path: str,
+                      call: Callable[[AsyncSandbox], Awaitable[None]]) -> None:
+        sandbox = await self._sandbox(sandbox_id)
+        try:
+            await call(sandbox)
+        except DaytonaError as exc:
+            if status_of(exc) == 403 or "permission denied" in str(exc).lower() or \
+                    "read-only" in str(exc).lower():
+                raise errors.PermissionDenied(f"cannot write {path}: {exc}", provider=self.name,
+                                              sandbox_id=sandbox_id) from exc
+            raise await self._file_error(sandbox_id, path, exc) from exc
+
+    async def _list_dir(self, sandbox_id: str, path: str) -> builtins.list[FileInfo]:
+        full = await self._path(sandbox_id, path)
+        sandbox = await self._sandbox(sandbox_id)
+        try:
+            entries = await sandbox.fs.list_files(full)
+        except DaytonaError as exc:
+            error = await self._toolbox_error(sandbox_id, exc)
+            if not isinstance(error, (errors.NotFound, errors.SandboxNotRunning)):
+                info = await self._stat(sandbox_id, full)
+                if info.type != FileType.DIRECTORY:
+                    raise errors.NotADirectory(f"{full} is not a directory", provider=self.name,
+                                               sandbox_id=sandbox_id) from exc
+            raise error from exc
+        return [_to_file_info(posixpath.join(full, e.name), e) for e in entries]
+
+    async def _stat(self, sandbox_id: str, path: str) -> FileInfo:
+        full = await self._path(sandbox_id, path)
+        entry = await self._toolbox(sandbox_id, lambda s: s.fs.get_file_info(full))
+        info = _to_file_info(full, entry)
+        if info.type == FileType.SYMLINK:
+            target = await self._toolbox(
+                sandbox_id, lambda s: s.process.exec(f"readlink -- {shlex.quote(full)}"))
+            info = FileInfo(path=info.path, type=info.type, size=info.size, mode=info.mode,
+                            modified_at=info.modified_at,
+                            symlink_target=(target.result or "").rstrip("\n") or None)
+        return info
+
+    async def _mkdir(self, sandbox_id: str, path: str, *, parents: bool,
+                     exist_ok: bool) -> None:
+        full = await self._path(sandbox_id, path)
+        where: dict[str, Any] = {"provider": self.name, "sandbox_id": sandbox_id}
+        try:
+            existing: FileInfo | None = await self._stat(sandbox_id, full)
+        except errors.FileNotFound:
+            existing = None
+        if existing is not None:
+            if existing.type != FileType.DIRECTORY or not exist_ok:
+                raise errors.FileExists(f"{full} already exists", **where)
+            return
+        if not parents and not await self._exists(sandbox_id, posixpath.dirname(full)):
+            raise errors.FileNotFound(f"{posixpath.dirname(full)}: no such directory", **where)
+        await self._toolbox(sandbox_id, lambda s: s.fs.create_folder(full, "755"))
+
+    async def _exists(self, sandbox_id: str, path: str) -> bool:
+        try:
+            await self._stat(sandbox_id, path)
+        except errors.FileNotFound:
+            return False
+        return True
+
+    async def _remove(self, sandbox_id: str, path: str, *, recursive: bool) -> None:
+        full = await self._path(sandbox_id, path)
+        sandbox = await self._sandbox(sandbox_id)
+        try:
+            await sandbox.fs.delete_file(full, recursive=recursive)
+        except DaytonaError as exc:
+            error = await self._toolbox_error(sandbox_id, exc)
+            if not recursive and not isinstance(error, (errors.NotFound,
+                                                        errors.SandboxNotRunning)):
+                raise errors.Conflict(f"{full} is a directory that is not empty (pass "
+                                      "recursive=True)", provider=self.name,
+                                      sandbox_id=sandbox_id) from exc
+            raise error from exc
+
+    async def _rename(self, sandbox_id: str, src: str, dst: str) -> None:
+        source = await self._path(sandbox_id, src)
+        target = await self._path(sandbox_id, dst)
+        await self._toolbox(sandbox_id, lambda s: s.fs.move_files(source, target))
+
+    # --------------------------------------------------------------- snapshots
+
+    async def _snapshot(self, sandbox_id: str) -> Snapshot:
+        sandbox = await self._sandbox(sandbox_id)
+        name = f"psdk-{sandbox_id[:8]}-{secrets.token_hex(6)}"
+        with self._translate(sandbox_id):
+            await self._retrying(lambda: sandbox.create_snapshot(name,
+                                                                 timeout=self._create_timeout))
+            made = await self.client.snapshot.get(name)
+        return _to_snapshot(made)
+
+    async def _list_snapshots(self, sandbox_id: str | None) -> builtins.list[Snapshot]:
+        found: builtins.list[Snapshot] = []
+        page = 1
+        with self._translate():
+            while True:
+                listing = await self.client.snapshot.list(page=page, limit=100,
+                                                          source_sandbox_id=sandbox_id)
+                found += [_to_snapshot(s) for s in listing.items]
+                if page >= listing.total_pages:
+                    return found
+                page += 1
+
+    async def _delete_snapshot(self, snapshot_id: str) -> None:
+        with self._translate(not_found=errors.SnapshotNotFound):
+            await self.client.snapshot.delete(snapshot_id)
+
+    # ----------------------------------------------------------------- volumes
+
+    async def _create_volume(self, name: str) -> Volume:
+        with self._translate(not_found=errors.VolumeNotFound):
+            return _to_volume(await self.client.volume.create(name))
+
+    async def _get_volume(self, name: str) -> Volume:
+        with self._translate(not_found=errors.VolumeNotFound):
+            return _to_volume(await self.client.volume.get(name))
+
+    async def _list_volumes(self) -> builtins.list[Volume]:
+        with self._translate(not_found=errors.VolumeNotFound):
+            return [_to_volume(v) for v in await self.client.volume.list()]
+
+    async def _delete_volume(self, name: str) -> None:
+        with self._translate(not_found=errors.VolumeNotFound):
+            volume = await self.client.volume.get(name)
+            await self.client.volume.delete(volume)
+
+
+class DaytonaShell(Shell):
+    """A persistent shell on a Daytona session: each command is sourced into one
+    long-lived shell, so ``cd``, ``export``, variables and functions carry over.
+
+    ``exit N`` in a command ends that command with status ``N`` and keeps the session
+    (the session shell has an ``exit`` function that returns instead). Output arrives
+    when the command ends (``exec.stream`` is not declared); there is no stdin.
+    """
+
+    # Defined once per command (cheap), so it holds in any session shell.
+    _EXIT = 'exit() { return "${1:-$?}"; }; '
+
+    def __init__(self, provider: DaytonaProvider, sandbox_id: str, session_id: str) -> None:
+        self._provider = provider
+        self._sandbox_id = sandbox_id
+        self._session = session_id
+        self._closed = False
+
+    @classmethod
+    async def open(cls, provider: DaytonaProvider, sandbox_id: str, *, cwd: str | None,
+                   env: Mapping[str, str]) -> DaytonaShell:
+        """Create the session and set its starting directory and variables."""
+        shell = cls(provider, sandbox_id, f"psdk-shell-{secrets.token_hex(8)}")
+        await provider._toolbox(sandbox_id,
+                                lambda s: s.process.create_session(shell._session))
+        setup = "".join(f"export {k}={shlex.quote(v)}; " for k, v in env.items())
+        start = await provider._path(sandbox_id, cwd or ".")
+        setup += f"cd -- {shlex.quote(start)}"
+        result = await shell.run(setup)
+        if not result.ok:
+            await shell.aclose()
+            raise errors.InvalidInput(f"shell: cannot start in {start!r}: "
+                                      f"{result.stderr.strip()}", provider=provider.name,
+                                      sandbox_id=sandbox_id)
+        return shell
+
+    async def run(self, cmd: str, *, timeout: float | None = None,
+                  stdin: bytes | str | None = None,
+                  on_stdout: OutputCallback | None = None,
+                  on_stderr: OutputCallback | None = None) -> ExecResult:
+        """Run ``cmd`` in the session; its result once it ends."""
+        where: dict[str, Any] = {"provider": self._provider.name, "sandbox_id": self._sandbox_id}
+        if not isinstance(cmd, str):
+            raise errors.InvalidInput("shell commands are strings", **where)
+        if stdin is not None:
+            raise errors.UnsupportedCapability("shell.stdin", detail="Daytona sessions take no "
+                                               "stdin for a synchronous command", **where)
+        if on_stdout is not None or on_stderr is not None:
+            raise errors.UnsupportedCapability(str(Capability.EXEC_STREAM), **where)
+        if self._closed:
+            raise errors.InvalidInput("the shell is closed", **where)
+        request = SessionExecuteRequest(command=self._EXIT + cmd, run_async=False)
+        limit = math.ceil(timeout) if timeout is not None else None
+        start = anyio.current_time()
+        try:
+            done = await self._provider._toolbox(
+                self._sandbox_id, lambda s: s.process.execute_session_command(
+                    self._session, request, timeout=limit))
+        except errors.Unavailable as exc:
+            if timeout is None:
+                raise
+            empty = ExecResult(exit_code=-9, duration=anyio.current_time() - start)
+            raise errors.CommandTimeout(f"the shell command ran longer than {timeout:g} s",
+                                        result=empty, **where) from exc
+        return ExecResult(exit_code=done.exit_code if done.exit_code is not None else -1,
+                          stdout_bytes=(done.stdout or "").encode(),
+                          stderr_bytes=(done.stderr or "").encode(),
+                          duration=anyio.current_time() - start)
+
+    async def aclose(self) -> None:
+        """Delete the session (what it still runs ends). Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(errors.SandboxError):
+            await self._provider._toolbox(self._sandbox_id,
+                                          lambda s: s.process.delete_session(self._session))
+
+
+# ------------------------------------------------------------------ conversions
+
+def _timestamp(value: str | None) -> dt.datetime | None:
+    if not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _network(policy: NetworkPolicy) -> dict[str, Any]:
+    """The create fields for a network policy. Default: nothing gets out."""
+    if policy.deny_out:
+        raise errors.UnsupportedCapability(
+            "network.deny_out", provider=PROVIDER,
+            detail="Daytona has allow lists only (network_allow_list, domain_allow_list)")
+    if policy.allow_internet:
+        return {"network_block_all": False}
+    cidrs: list[str] = []
+    domains: list[str] = []
+    for entry in policy.allow_out:
+        try:
+            cidrs.append(str(ipaddress.ip_network(entry, strict=False)))
+        except ValueError:
+            domains.append(entry)
+    if not cidrs and not domains:
+        return {"network_block_all": True}
+    fields: dict[str, Any] = {"network_block_all": False}
+    if cidrs:
+        fields["network_allow_list"] = ",".join(cidrs)
+    if domains:
+        fields["domain_allow_list"] = ",".join(domains)
+    return fields
+
+
+def _resources(spec: SandboxSpec) -> Resources | None:
+    r = spec.resources
+    if r == NeutralResources():
+        return None
+    return Resources(cpu=math.ceil(r.cpu) if r.cpu else None,
+                     memory=math.ceil(r.memory_mb / 1024) if r.memory_mb else None,
+                     disk=math.ceil(r.disk_mb / 1024) if r.disk_mb else None)
+
+
+def _to_file_info(path: str, entry: Any) -> FileInfo:
+    mode_text = str(entry.mode or "")
+    kind = (FileType.DIRECTORY if entry.is_dir else
+            FileType.SYMLINK if mode_text.startswith("L") else FileType.FILE)
+    try:
+        mode = int(str(entry.permissions), 8)
+    except ValueError:
+        mode = 0
+    return FileInfo(path=path, type=kind, size=int(entry.size or 0), mode=mode,
+                    modified_at=_timestamp(getattr(entry, "modified_at", None)
+                                           or entry.mod_time))
+
+
+def _to_snapshot(snapshot: Any) -> Snapshot:
+    return Snapshot(id=snapshot.name, provider=PROVIDER, sandbox_id=snapshot.source_sandbox_id,
+                    captures=frozenset({"filesystem"}),
+                    created_at=_timestamp(str(snapshot.created_at) if snapshot.created_at
+                                          else None),
+                    extra={"daytona_id": snapshot.id, "image_name": snapshot.image_name,
+                           "state": str(getattr(snapshot.state, "value", snapshot.state))})
+
+
+def _to_volume(volume: Any) -> Volume:
+    return Volume(id=volume.id, name=volume.name, provider=PROVIDER,
+                  created_at=_timestamp(str(volume.created_at) if volume.created_at else None),
+                  extra={"state": str(getattr(volume.state, "value", volume.state))})
