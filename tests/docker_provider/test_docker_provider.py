@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import docker
+import docker.errors
 import pytest
 from provider_sdk_docker import DEFAULT_TEMPLATE, DockerProvider
 from provider_sdk_docker.provider import CAPABILITIES_KEPT, LABEL
@@ -145,7 +146,7 @@ async def test_foreign_containers_are_neither_listed_nor_found(
 
 
 async def test_labels_are_the_metadata_and_survive_a_snapshot_cleanly(
-        provider: DockerProvider) -> None:
+        provider: DockerProvider, engine: docker.APIClient) -> None:
     source = await provider.create(metadata={"owner": "alice", "psdk-test": "labels"})
     snapshot = await source.snapshot()
     try:
@@ -155,6 +156,11 @@ async def test_labels_are_the_metadata_and_survive_a_snapshot_cleanly(
         assert [i.id for i in alice] == [source.id]
     finally:
         await provider.delete_snapshot(snapshot.id)
+    image_id = snapshot.extra["image_id"]
+    assert engine.inspect_image(image_id)["Id"] == image_id  # its sandbox still uses it
+    await copy.kill()
+    with pytest.raises(docker.errors.ImageNotFound):
+        engine.inspect_image(image_id)  # gone with its last sandbox
 
 
 async def test_process_tree_of_a_timed_out_command_is_gone_from_the_container(
