@@ -1,0 +1,294 @@
+"""The unmodified ``daytona`` SDK, sync and async, against the emulator: what the SDK
+sends is understood, and what the emulator answers is what the SDK's models accept."""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+from daytona import (
+    AsyncDaytona,
+    CreateSandboxFromImageParams,
+    CreateSandboxFromSnapshotParams,
+    CreateSnapshotParams,
+    Daytona,
+    DaytonaAuthenticationError,
+    DaytonaConfig,
+    DaytonaFileNotFoundError,
+    DaytonaNotFoundError,
+    DaytonaTimeoutError,
+    FileUpload,
+    Image,
+    ListSandboxesQuery,
+    SandboxState,
+    SessionExecuteRequest,
+    VolumeMount,
+)
+from daytona_emulator_fixtures import running
+
+
+def _label() -> dict[str, str]:
+    return {"fidelity": secrets.token_hex(4)}
+
+
+# ------------------------------------------------------------------------ sync SDK
+
+def test_sync_create_from_the_default_snapshot_get_and_delete(sync_client: Daytona) -> None:
+    sandbox = sync_client.create(CreateSandboxFromSnapshotParams(labels=_label()))
+    assert sandbox.state == SandboxState.STARTED
+    assert sandbox.toolbox_proxy_url.startswith("http://127.0.0.1:")
+    again = sync_client.get(sandbox.id)
+    assert (again.id, again.labels) == (sandbox.id, sandbox.labels)
+    sync_client.delete(sandbox, wait=True)
+    with pytest.raises(DaytonaNotFoundError):
+        sync_client.get(sandbox.id)
+
+
+def test_sync_create_from_an_image_keeps_env_and_resources(sync_client: Daytona) -> None:
+    sandbox = sync_client.create(CreateSandboxFromImageParams(
+        image="debian:12", env_vars={"FIDELITY": "image"}, labels=_label()))
+    try:
+        assert sandbox.build_info is not None
+        assert "FROM debian:12" in (sandbox.build_info.dockerfile_content or "")
+        assert sandbox.process.exec("printf %s \"$FIDELITY\"").result == "image"
+    finally:
+        sync_client.delete(sandbox)
+
+
+def test_sync_get_by_name(sync_client: Daytona) -> None:
+    name = f"fidelity-{secrets.token_hex(4)}"
+    sandbox = sync_client.create(CreateSandboxFromSnapshotParams(name=name))
+    try:
+        assert sync_client.get(name).id == sandbox.id
+    finally:
+        sync_client.delete(sandbox)
+
+
+def test_sync_list_by_labels_walks_every_page(sync_client: Daytona) -> None:
+    labels = _label()
+    made = [sync_client.create(CreateSandboxFromSnapshotParams(labels=labels))
+            for _ in range(3)]
+    try:
+        found = [s.id for s in sync_client.list(ListSandboxesQuery(labels=labels, limit=1))]
+        assert sorted(found) == sorted(s.id for s in made)
+    finally:
+        for sandbox in made:
+            sync_client.delete(sandbox)
+
+
+def test_sync_stop_start_and_archive_keep_files(sync_client: Daytona) -> None:
+    sandbox = sync_client.create()
+    try:
+        sandbox.fs.upload_file(b"kept", "/tmp/kept.txt")
+        sandbox.stop()
+        assert sandbox.state == SandboxState.STOPPED
+        sandbox.archive()
+        assert sandbox.state == SandboxState.ARCHIVED
+        sandbox.start()
+        assert sandbox.state == SandboxState.STARTED
+        assert sandbox.fs.download_file("/tmp/kept.txt") == b"kept"
+    finally:
+        sync_client.delete(sandbox)
+
+
+def test_sync_stop_ends_processes(sync_client: Daytona) -> None:
+    count = "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -o 'fidelity[-]bg' | wc -l"
+    sandbox = sync_client.create()
+    try:
+        sandbox.process.exec("(exec -a fidelity-bg sleep 300) > /dev/null 2>&1 &")
+        assert sandbox.process.exec(count).result.strip() == "1"
+        sandbox.stop()
+        sandbox.start()
+        assert sandbox.process.exec(count).result.strip() == "0"
+    finally:
+        sync_client.delete(sandbox)
+
+
+def test_sync_exec_with_cwd_env_and_exit_code(sync_client: Daytona) -> None:
+    sandbox = sync_client.create()
+    try:
+        result = sandbox.process.exec('echo "$A:$(pwd)"; echo to-stderr >&2; exit 3',
+                                      cwd="/tmp", env={"A": "b c"})
+        assert result.exit_code == 3
+        assert result.result == "b c:/tmp\nto-stderr\n"
+    finally:
+        sync_client.delete(sandbox)
+
+
+def test_sync_exec_timeout_is_a_timeout_error(sync_client: Daytona) -> None:
+    sandbox = sync_client.create()
+    try:
+        with pytest.raises(DaytonaTimeoutError):
+            sandbox.process.exec("sleep 30", timeout=1)
+    finally:
+        sync_client.delete(sandbox)
+
+
+def test_sync_session_keeps_cd_and_export(sync_client: Daytona) -> None:
+    sandbox = sync_client.create()
+    try:
+        sandbox.process.create_session("s")
+        sandbox.process.execute_session_command("s", SessionExecuteRequest(
+            command="cd /tmp && export FIDELITY=session"))
+        done = sandbox.process.execute_session_command("s", SessionExecuteRequest(
+            command='echo "$PWD $FIDELITY"; echo err >&2'))
+        assert (done.exit_code, done.stdout, done.stderr) == (0, "/tmp session\n", "err\n")
+        assert [s.session_id for s in sandbox.process.list_sessions()] == ["s"]
+        sandbox.process.delete_session("s")
+        assert sandbox.process.list_sessions() == []
+    finally:
+        sync_client.delete(sandbox)
+
+
+def test_sync_files_upload_download_list_and_errors(sync_client: Daytona) -> None:
+    sandbox = sync_client.create()
+    try:
+        sandbox.fs.upload_files([FileUpload(b"\x00one\xff", "/tmp/f/one.bin"),
+                                 FileUpload(b"two", "/tmp/f/two.txt")])
+        assert sandbox.fs.download_file("/tmp/f/one.bin") == b"\x00one\xff"
+        names = sorted(f.name for f in sandbox.fs.list_files("/tmp/f"))
+        assert names == ["one.bin", "two.txt"]
+        info = sandbox.fs.get_file_info("/tmp/f/two.txt")
+        assert (info.size, info.is_dir) == (3, False)
+        sandbox.fs.create_folder("/tmp/f/sub", "755")
+        sandbox.fs.move_files("/tmp/f/two.txt", "/tmp/f/sub/two.txt")
+        assert sandbox.fs.download_file("/tmp/f/sub/two.txt") == b"two"
+        sandbox.fs.delete_file("/tmp/f", recursive=True)
+        with pytest.raises(DaytonaFileNotFoundError):
+            sandbox.fs.download_file("/tmp/f/one.bin")
+    finally:
+        sync_client.delete(sandbox)
+
+
+def test_sync_volumes(sync_client: Daytona) -> None:
+    name = f"fidelity-{secrets.token_hex(4)}"
+    volume = sync_client.volume.create(name)
+    try:
+        assert sync_client.volume.get(name).id == volume.id
+        assert name in [v.name for v in sync_client.volume.list()]
+        mount = [VolumeMount(volume_id=volume.id, mount_path="/mnt/v")]
+        writer = sync_client.create(CreateSandboxFromSnapshotParams(volumes=mount))
+        writer.fs.upload_file(b"shared", "/mnt/v/data.txt")
+        reader = sync_client.create(CreateSandboxFromSnapshotParams(volumes=mount))
+        assert reader.fs.download_file("/mnt/v/data.txt") == b"shared"
+        sync_client.delete(writer)
+        sync_client.delete(reader)
+    finally:
+        sync_client.volume.delete(volume)
+    with pytest.raises(DaytonaNotFoundError):
+        sync_client.volume.get(name)
+
+
+def test_sync_snapshots_from_an_image_and_from_a_sandbox(sync_client: Daytona) -> None:
+    image_snapshot = sync_client.snapshot.create(CreateSnapshotParams(
+        name=f"fidelity-image-{secrets.token_hex(4)}",
+        image=Image.debian_slim("3.12").pip_install("requests")))
+    assert image_snapshot.state == "active"
+    source = sync_client.create()
+    name = f"fidelity-{secrets.token_hex(4)}"
+    try:
+        source.fs.upload_file(b"in the snapshot", "/tmp/snap.txt")
+        source.create_snapshot(name)
+        snapshot = sync_client.snapshot.get(name)
+        assert snapshot.source_sandbox_id == source.id
+        listed = sync_client.snapshot.list(source_sandbox_id=source.id)
+        assert [s.name for s in listed.items] == [name]
+        copy = sync_client.create(CreateSandboxFromSnapshotParams(snapshot=name))
+        assert copy.fs.download_file("/tmp/snap.txt") == b"in the snapshot"
+        sync_client.delete(copy)
+    finally:
+        sync_client.delete(source)
+        sync_client.snapshot.delete(sync_client.snapshot.get(name))
+        sync_client.snapshot.delete(image_snapshot)
+    with pytest.raises(DaytonaNotFoundError):
+        sync_client.snapshot.get(name)
+
+
+def test_sync_wrong_key_is_refused() -> None:
+    em = running()
+    client = Daytona(DaytonaConfig(api_key="not-the-key",
+                                   api_url=em.settings["DAYTONA_API_URL"]))
+    with pytest.raises(DaytonaAuthenticationError, match="Unauthorized"):
+        client.get("anything")
+
+
+# ----------------------------------------------------------------------- async SDK
+
+@pytest.mark.anyio
+async def test_async_lifecycle_list_and_labels(async_client: AsyncDaytona) -> None:
+    labels = _label()
+    sandbox = await async_client.create(CreateSandboxFromSnapshotParams(labels=labels))
+    try:
+        found = [s.id async for s in async_client.list(ListSandboxesQuery(labels=labels))]
+        assert found == [sandbox.id]
+        await sandbox.set_labels({"replaced": "yes"})
+        assert (await async_client.get(sandbox.id)).labels == {"replaced": "yes"}
+        await sandbox.stop()
+        assert sandbox.state == SandboxState.STOPPED
+        await sandbox.start()
+        assert sandbox.state == SandboxState.STARTED
+    finally:
+        await sandbox.delete(wait=True)
+
+
+@pytest.mark.anyio
+async def test_async_exec_and_files(async_client: AsyncDaytona) -> None:
+    sandbox = await async_client.create()
+    try:
+        assert (await sandbox.process.exec("echo hi")).result == "hi\n"
+        await sandbox.fs.upload_file(bytes(range(256)) * 1000, "/tmp/bin")
+        assert await sandbox.fs.download_file("/tmp/bin") == bytes(range(256)) * 1000
+        chunks = [c async for c in await sandbox.fs.download_file_stream("/tmp/bin")]
+        assert b"".join(chunks) == bytes(range(256)) * 1000
+        assert [f.name for f in await sandbox.fs.list_files("/tmp")] == ["bin"]
+        assert await sandbox.get_work_dir()
+    finally:
+        await async_client.delete(sandbox)
+
+
+@pytest.mark.anyio
+async def test_async_session_commands_sync_async_and_logs(async_client: AsyncDaytona) -> None:
+    sandbox = await async_client.create()
+    try:
+        await sandbox.process.create_session("s")
+        await sandbox.process.execute_session_command("s", SessionExecuteRequest(
+            command="export GREETING=hello"))
+        started = await sandbox.process.execute_session_command("s", SessionExecuteRequest(
+            command='echo "$GREETING out"; echo "$GREETING err" >&2; exit 4', run_async=True))
+        assert started.exit_code is None
+        out: list[str] = []
+        err: list[str] = []
+        await sandbox.process.get_session_command_logs_async("s", started.cmd_id, out.append,
+                                                             err.append)
+        assert ("".join(out), "".join(err)) == ("hello out\n", "hello err\n")
+        command = await sandbox.process.get_session_command("s", started.cmd_id)
+        assert command.exit_code == 4
+        logs = await sandbox.process.get_session_command_logs("s", started.cmd_id)
+        assert (logs.stdout, logs.stderr) == ("hello out\n", "hello err\n")
+        session = await sandbox.process.get_session("s")
+        assert [c.id for c in session.commands][-1] == started.cmd_id
+    finally:
+        await async_client.delete(sandbox)
+
+
+@pytest.mark.anyio
+async def test_async_volumes_and_snapshots(async_client: AsyncDaytona) -> None:
+    volume = await async_client.volume.get(f"fidelity-{secrets.token_hex(4)}", create=True)
+    sandbox = await async_client.create(CreateSandboxFromSnapshotParams(
+        volumes=[VolumeMount(volume_id=volume.id, mount_path="/mnt/v")]))
+    name = f"fidelity-{secrets.token_hex(4)}"
+    try:
+        await sandbox.fs.upload_file(b"v", "/mnt/v/x")
+        await sandbox.create_snapshot(name)
+        page = await async_client.snapshot.list()
+        assert name in [s.name for s in page.items]
+        await async_client.snapshot.delete(name)
+    finally:
+        await async_client.delete(sandbox)
+        await async_client.volume.delete(volume)
+
+
+@pytest.mark.anyio
+async def test_async_unknown_sandbox_is_not_found(async_client: AsyncDaytona) -> None:
+    with pytest.raises(DaytonaNotFoundError):
+        await async_client.get("no-such-sandbox")
