@@ -32,9 +32,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 import docker.types
-from provider_sdk_docker import _scripts
-from provider_sdk_docker._engine import Engine, ExecStream, Kind
-from provider_sdk_docker._tar import ArchiveReader, one_file_archive
 
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
@@ -63,6 +60,9 @@ from provider_sdk.provider import (
     SandboxProvider,
 )
 from provider_sdk.sandbox import EmulatedShell
+from provider_sdk_docker import _scripts
+from provider_sdk_docker._engine import Engine, ExecStream, Kind
+from provider_sdk_docker._tar import ArchiveReader, one_file_archive
 
 if TYPE_CHECKING:
     from provider_sdk.sandbox import Sandbox, Shell
