@@ -314,6 +314,29 @@ class World:
             with anyio.CancelScope(shield=True):
                 await old.kill()
 
+    async def fork(self, record: SandboxRecord, count: int,
+                   timeout: float | None) -> list[SandboxRecord | ApiError]:
+        """``count`` new sandboxes from a snapshot of this one; each fails alone."""
+        self.provider.require(Capability.SNAPSHOT_FILESYSTEM, sandbox_id=record.id)
+        snap = await record.sandbox.snapshot()
+        results: list[SandboxRecord | ApiError] = []
+        try:
+            for _ in range(count):
+                try:
+                    results.append(await self.create(
+                        spec=attrs.evolve(record.spec, template=None, snapshot=snap.id),
+                        template_id=record.template_id, timeout=timeout,
+                        auto_pause=record.auto_pause, auto_resume=record.auto_resume,
+                        pause_memory=record.pause_memory, network=dict(record.network),
+                        allow_internet=record.allow_internet,
+                        volume_mounts=list(record.volume_mounts)))
+                except errors.SandboxError as exc:
+                    results.append(ApiError(500, f"fork failed: {exc}"))
+        finally:
+            with anyio.CancelScope(shield=True), contextlib.suppress(errors.SandboxError):
+                await self.provider.delete_snapshot(snap.id)
+        return results
+
     async def snapshot(self, record: SandboxRecord, name: str | None) -> SnapshotRecord:
         self.provider.require(Capability.SNAPSHOT_FILESYSTEM, sandbox_id=record.id)
         snap = await record.sandbox.snapshot()

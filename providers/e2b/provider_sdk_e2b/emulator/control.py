@@ -134,7 +134,8 @@ class ControlPlane:
         ]
         if self.flavor.v2_create:
             routes += [("POST", "/v2/sandboxes", self.create),
-                       ("POST", "/v2/sandboxes/{id}/connect", self.connect)]
+                       ("POST", "/v2/sandboxes/{id}/connect", self.connect),
+                       ("POST", "/sandboxes/{id}/fork", self.fork)]
         if self.flavor.metrics:
             routes.append(("GET", "/sandboxes/{id}/metrics", self.metrics))
         if self.flavor.cube_extras:
@@ -407,6 +408,18 @@ class ControlPlane:
             "memUsed": reading.memory_bytes or 0, "memTotal": total, "memCache": 0,
             "diskUsed": reading.disk_bytes or 0, "diskTotal": _DISK_MB << 20,
         }])
+
+    async def fork(self, request: Request) -> Response:
+        record = self._record(request)
+        body = await _body(request)
+        count = body.get("count", 1)
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 20:
+            raise ApiError(400, "count must be between 1 and 20")
+        timeout = self._timeout(body.get("timeout"), default=self.flavor.default_timeout)
+        results = await self.world.fork(record, count, timeout)
+        return json_response(201, [
+            {"error": {"code": r.status, "message": r.message}} if isinstance(r, ApiError)
+            else {"sandbox": self.sandbox_json(r)} for r in results])
 
     async def create_snapshot(self, request: Request) -> Response:
         record = self._record(request)
