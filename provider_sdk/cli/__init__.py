@@ -11,6 +11,7 @@
     psdk cp SRC DST                      either side may be ID:PATH
     psdk contract --provider P [--emulator [--backend B]] [-- PYTEST ARGS]
     psdk emulate NAME [--port P] [--backend B] [--api-key KEY] [--fault NAME=VALUE]...
+    psdk reap [--provider P] [--store URL] [--older-than DURATION] [--dry-run] [--json]
     psdk demo
 
 Exit status: 0 on success; a command's own code for ``run`` and ``exec`` (124 when it
@@ -34,6 +35,7 @@ from provider_sdk.cli.contract import cmd_contract
 from provider_sdk.cli.demo import cmd_demo
 from provider_sdk.cli.emulate import cmd_emulate
 from provider_sdk.cli.parser import build_parser, parse_args
+from provider_sdk.cli.reap import cmd_reap
 from provider_sdk.errors import CommandTimeout, SandboxError
 
 __all__ = ["main"]
@@ -54,6 +56,7 @@ _ASYNC: dict[str, AsyncHandler] = {
     "cp": commands.cmd_cp,
     "demo": cmd_demo,
     "emulate": cmd_emulate,
+    "reap": cmd_reap,
 }
 
 

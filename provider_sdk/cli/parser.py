@@ -8,6 +8,7 @@ after the first ``--`` is the command to run (``run``, ``exec``) or pytest's arg
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -40,6 +41,19 @@ def _seconds(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
     return value
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration(text: str) -> float:
+    """``90``, ``90s``, ``15m``, ``2h``, ``1d``, or a sum of them (``1h30m``) in seconds."""
+    parts = re.findall(r"(\d+(?:\.\d+)?)([smhd]?)", text)
+    if not text or "".join(n + u for n, u in parts) != text or (len(parts) > 1 and not all(
+            u for _, u in parts)):
+        raise argparse.ArgumentTypeError(
+            f"expected a duration such as 90, 90s, 15m, 2h, 1d or 1h30m, got {text!r}")
+    return sum(float(n) * _UNITS[u or "s"] for n, u in parts)
 
 
 def _port(text: str) -> int:
@@ -138,6 +152,17 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
                    help="the key clients must present (default: the vendor's usual setting)")
     p.add_argument("--fault", metavar="NAME=VALUE", type=_key_value, action="append",
                    default=[], help="inject a fault (repeatable; see the emulator's docs)")
+
+    p = add("reap", "kill owner-tagged sandboxes that no manager binding holds")
+    p.add_argument("--store", metavar="URL",
+                   help="the binding store: sqlite:///PATH, redis://..., postgresql://... "
+                        "(default: $PSDK_MANAGER_STORE, then the default SQLite file)")
+    p.add_argument("--owner-key", metavar="K", default="owner",
+                   help="the metadata key sandboxes are tagged with (default: owner)")
+    p.add_argument("--older-than", metavar="DURATION", type=_duration,
+                   help="spare sandboxes younger than this (90s, 15m, 2h, 1d)")
+    p.add_argument("--dry-run", action="store_true", help="list what would be killed")
+    p.add_argument("--json", action="store_true", help="print JSON")
 
     add("demo", "a guided tour on the embedded local provider")
     return parser

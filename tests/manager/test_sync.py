@@ -1,0 +1,55 @@
+"""The blocking twin: the same manager, driven from plain functions."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from provider_sdk.errors import InvalidInput
+from provider_sdk.manager import SQLiteStore
+from provider_sdk.manager.sync import SyncManagedSandbox, SyncSandboxManager
+from provider_sdk.sync import SyncProvider, open_provider
+
+from .conftest import missing
+
+
+@pytest.fixture
+def sync_provider(tmp_path: Path) -> Iterator[SyncProvider]:
+    if shutil.which("bwrap") is None:
+        missing("bubblewrap (bwrap) is not installed")
+    with open_provider("local", home=tmp_path / "home") as provider:
+        try:
+            yield provider
+        finally:
+            for info in provider.list():
+                provider.kill(info.id)
+
+
+def test_acquire_set_env_and_release_block(sync_provider: SyncProvider,
+                                           db_path: Path) -> None:
+    with SyncSandboxManager(sync_provider, SQLiteStore(db_path)) as manager:
+        sandbox = manager.acquire("alice")
+        assert isinstance(sandbox, SyncManagedSandbox)
+        assert sandbox.owner == "alice"
+        sandbox.set_env(STAGE="installed")
+        assert manager.acquire("alice").id == sandbox.id
+    with SyncSandboxManager(sync_provider, SQLiteStore(db_path)) as manager:
+        again = manager.acquire("alice")
+        assert again.id == sandbox.id
+        assert again.exec("echo $STAGE").stdout == "installed\n"
+        assert again.env == {"STAGE": "installed"}
+        binding = manager.binding("alice")
+        assert binding is not None
+        assert binding.sandbox_id == sandbox.id
+        manager.release("alice")
+        assert manager.binding("alice") is None
+    assert sync_provider.list() == []
+
+
+def test_errors_are_the_async_managers(sync_provider: SyncProvider, db_path: Path) -> None:
+    with SyncSandboxManager(sync_provider, SQLiteStore(db_path)) as manager, \
+            pytest.raises(InvalidInput, match="owner"):
+        manager.acquire("")
