@@ -1,0 +1,271 @@
+"""``CubeProvider``: CubeSandbox, which speaks E2B's protocol. Every difference from
+:class:`~provider_sdk_e2b.provider.E2BProvider` lives in this module, and only here.
+
+What differs, and how it is handled:
+
+- settings: ``CUBE_API_URL`` (required), ``CUBE_API_KEY``, ``CUBE_TEMPLATE_ID`` (Cube
+  has no ``base``), ``CUBE_SANDBOX_DOMAIN``; the data plane is CubeProxy, reached like
+  the Cube SDK does: plain HTTP to ``CUBE_PROXY_NODE_IP:CUBE_PROXY_PORT_HTTP`` with
+  ``Host: <port>-<id>.<domain>`` (unset: the SDK's ``https://<port>-<id>.<domain>``);
+- released versions answer 405 to ``POST /v2/sandboxes``: create falls back to the v1
+  route, remembered per provider; Cube-only requests (read-only mounts, never-expiring
+  sandboxes) go to v1 directly, and so does connect (every release serves v1);
+- the timeout is an idle window, not a deadline: ``Lifecycle.idle_timeout`` maps onto
+  it as is (``None``: ``-1``, never), with nothing to renew;
+- sandbox info comes in camelCase and snake_case, ``endAt`` is absent for
+  never-expiring sandboxes and ``state`` may be ``pausing``: info and lists are parsed
+  here, tolerantly, from the raw JSON;
+- pause answers at once and the sandbox is ``pausing`` before ``paused``: pause waits;
+- extras: volumes (read-only per mount), network update, in-place rollback
+  (:meth:`CubeProvider.ex_rollback`); no metrics.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+import time
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import anyio
+from e2b import exceptions as e2bx
+from e2b.api import handle_api_exception
+from e2b.api.client_async import get_api_client
+
+from provider_sdk import errors
+from provider_sdk.capabilities import Capability
+from provider_sdk.config import env_setting
+from provider_sdk.models import (
+    Lifecycle,
+    NetworkPolicy,
+    SandboxInfo,
+    SandboxSpec,
+    SandboxState,
+    Volume,
+)
+from provider_sdk.provider import SandboxProvider
+from provider_sdk_e2b.provider import ENVD_PORT, E2BProvider, Remote
+
+__all__ = ["CubeProvider"]
+
+
+class CubeProvider(E2BProvider):
+    """Sandboxes on CubeSandbox, through the ``e2b`` SDK plus Cube's own routes.
+
+    Takes :class:`E2BProvider`'s options, read from Cube's settings: ``api_key``
+    [``CUBE_API_KEY``, required], ``api_url`` [``CUBE_API_URL``, required], ``domain``
+    [``CUBE_SANDBOX_DOMAIN``], ``template`` [``CUBE_TEMPLATE_ID``], ``ready_timeout``
+    [``PSDK_CUBE_READY_TIMEOUT``]; ``proxy_node_ip`` [``CUBE_PROXY_NODE_IP``] and
+    ``proxy_port`` [``CUBE_PROXY_PORT_HTTP``, default 80]: when set, the data plane is
+    reached over plain HTTP there, with CubeProxy's ``Host`` header. There is no
+    ``max_timeout``: Cube's timeout is an idle window, and ``None`` means never.
+    """
+
+    name: ClassVar[str] = "cube"
+    capabilities: ClassVar[frozenset[Capability]] = (
+        E2BProvider.capabilities - {Capability.METRICS}) | {
+        Capability.VOLUMES, Capability.VOLUMES_SHARED, Capability.NETWORK_UPDATE,
+        Capability.SNAPSHOT_ROLLBACK}
+    SETTINGS: ClassVar[Mapping[str, str]] = {
+        "api_key": "CUBE_API_KEY", "api_url": "CUBE_API_URL", "domain": "CUBE_SANDBOX_DOMAIN",
+        "template": "CUBE_TEMPLATE_ID", "ready_timeout": "PSDK_CUBE_READY_TIMEOUT",
+    }
+    DEFAULT_TEMPLATE: ClassVar[str | None] = None
+    _STATES: ClassVar[Mapping[str, SandboxState]] = {
+        **E2BProvider._STATES, "pausing": SandboxState.PAUSING,
+    }
+    _metrics = SandboxProvider._metrics  # Cube has no metrics endpoint
+
+    def __init__(self, *, api_key: str | None = None, api_url: str | None = None,
+                 domain: str | None = None, sandbox_url: str | None = None,
+                 template: str | None = None, ready_timeout: float | None = None,
+                 request_timeout: float = 60.0, retries: int = 3,
+                 proxy_node_ip: str | None = None, proxy_port: int | None = None) -> None:
+        super().__init__(api_key=api_key, api_url=api_url, domain=domain,
+                         sandbox_url=sandbox_url, template=template,
+                         ready_timeout=ready_timeout, request_timeout=request_timeout,
+                         retries=retries)
+        if not self._api_url:
+            raise errors.ConfigError("the setting CUBE_API_URL is required: set it in the "
+                                     "environment", provider=self.name)
+        self._node = proxy_node_ip or env_setting("CUBE_PROXY_NODE_IP")
+        self._node_port = proxy_port or env_setting("CUBE_PROXY_PORT_HTTP", default="80")
+        if self._node and not self._sandbox_url:
+            self._sandbox_url = f"http://{self._node}:{self._node_port}"
+        self._v1 = False  # set once the control plane answered 405 to a v2 route
+
+    def _sandbox_headers(self, sandbox_id: str, domain: str | None) -> dict[str, str]:
+        headers = super()._sandbox_headers(sandbox_id, domain)
+        if self._node:  # CubeProxy routes by Host
+            headers["Host"] = f"{ENVD_PORT}-{sandbox_id}.{domain or self._domain or 'cube.app'}"
+        return headers
+
+    async def _call(self, method: str, path: str, *, json: Any = None,
+                    params: Mapping[str, str] | None = None) -> Any:
+        """One raw control-plane request with the SDK's client (auth, retries)."""
+        client = get_api_client(self._config()).get_async_httpx_client()
+        response = await client.request(method, path, json=json, params=params)
+        if response.status_code >= 300:
+            raise handle_api_exception(response)
+        return response.json() if response.content else None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def _timeouts(self, lifecycle: Lifecycle) -> tuple[int, int | None]:
+        idle = lifecycle.idle_timeout
+        return (math.ceil(idle) if idle is not None else -1), None
+
+    def _lifecycle(self, lifecycle: Lifecycle) -> dict[str, Any] | None:
+        return {"on_timeout": lifecycle.on_idle, "auto_resume": lifecycle.auto_resume}
+
+    async def _create_remote(self, spec: SandboxSpec, *, timeout: int,
+                             lifecycle: dict[str, Any] | None, allow_internet: bool,
+                             network: dict[str, Any] | None,
+                             metadata: dict[str, str]) -> Remote:
+        lc = lifecycle or {}
+        v1_only = timeout < 0 or bool(spec.volumes) or (
+            bool(lc.get("auto_resume")) and lc.get("on_timeout") == "kill")
+        if not (self._v1 or v1_only):
+            try:
+                return await super()._create_remote(
+                    spec, timeout=timeout, lifecycle=lifecycle, allow_internet=allow_internet,
+                    network=network, metadata=metadata)
+            except e2bx.SandboxException as exc:
+                if exc.status_code != 405:
+                    raise
+                self._v1 = True
+        body: dict[str, Any] = {
+            "templateID": self._template_for(spec), "timeout": timeout, "metadata": metadata,
+            "envVars": self._create_env(spec), "allow_internet_access": allow_internet,
+            "lifecycle": {"onTimeout": lc.get("on_timeout", "kill"),
+                          "autoResume": bool(lc.get("auto_resume"))},
+        }
+        if network:
+            body["network"] = {"allowOut": network.get("allow_out", []),
+                               "denyOut": network.get("deny_out", [])}
+        if spec.volumes:
+            ids = {v.name: v.id for v in await self._list_volumes()}
+            missing = [m.volume for m in spec.volumes if m.volume not in ids]
+            if missing:
+                raise errors.VolumeNotFound(f"no volume {missing[0]!r}", provider=self.name)
+            body["volumeMounts"] = [{"name": ids[m.volume], "path": m.path,
+                                     "readOnly": m.read_only} for m in spec.volumes]
+        return _to_remote(await self._call("POST", "/sandboxes", json=body))
+
+    async def _connect_remote(self, sandbox_id: str, timeout: int | None) -> Remote:
+        # Every release serves v1 connect; v2's 404 would read as "no such sandbox".
+        body = {"timeout": timeout} if timeout else {}
+        return _to_remote(await self._call("POST", f"/sandboxes/{_quote(sandbox_id)}/connect",
+                                           json=body))
+
+    async def _describe(self, sandbox_id: str) -> Remote:
+        with self._translate(sandbox_id):
+            return _to_remote(await self._call("GET", f"/sandboxes/{_quote(sandbox_id)}"))
+
+    async def _list(self, *, metadata: Mapping[str, str],
+                    state: SandboxState | None) -> list[SandboxInfo]:
+        params = {"metadata": urllib.parse.urlencode(
+            {urllib.parse.quote(k): urllib.parse.quote(v) for k, v in metadata.items()})
+        } if metadata else None
+        with self._translate():
+            items = await self._call("GET", "/sandboxes", params=params)
+        return [self._to_info(_to_remote(item)) for item in items or []]
+
+    async def _pause(self, sandbox_id: str) -> SandboxInfo:
+        info = await super()._pause(sandbox_id)
+        deadline = time.monotonic() + self._ready_timeout
+        while info.state == SandboxState.PAUSING:
+            if time.monotonic() > deadline:
+                raise errors.OperationTimeout(
+                    f"still pausing after {self._ready_timeout:g} s", provider=self.name,
+                    sandbox_id=sandbox_id)
+            await anyio.sleep(0.05)
+            info = await self._info(sandbox_id)
+        return info
+
+    # ------------------------------------------------------------ extras
+
+    async def _update_network(self, sandbox_id: str, policy: NetworkPolicy) -> None:
+        body = {"allow_internet_access": policy.allow_internet,
+                "allowOut": list(policy.allow_out), "denyOut": list(policy.deny_out)}
+        with self._translate(sandbox_id):
+            await self._call("PUT", f"/sandboxes/{_quote(sandbox_id)}/network", json=body)
+
+    async def ex_rollback(self, sandbox_id: str, snapshot_id: str) -> SandboxInfo:
+        """Restore a sandbox in place (same id) from a snapshot: files and memory.
+
+        Cube only; also reachable as ``sandbox.rollback(snapshot)``. Returns once the
+        sandbox's data plane answers again.
+        """
+        with self._translate(sandbox_id, what="snapshot"):
+            await self._call("POST", f"/sandboxes/{_quote(sandbox_id)}/rollback",
+                             json={"snapshotID": snapshot_id})
+        self._handles.pop(sandbox_id, None)  # CubeProxy's routes changed: new clients
+        await self._wait_ready(sandbox_id, await self._handle(sandbox_id))
+        return await self._info(sandbox_id)
+
+    async def _rollback(self, sandbox_id: str, snapshot_id: str) -> SandboxInfo:
+        return await self.ex_rollback(sandbox_id, snapshot_id)
+
+    async def _create_volume(self, name: str) -> Volume:
+        if name in {v.name for v in await self._list_volumes()}:
+            raise errors.Conflict(f"volume {name!r} already exists", provider=self.name)
+        with self._translate(what="volume"):
+            return self._to_volume(await self._call("POST", "/volumes", json={"name": name}))
+
+    async def _get_volume(self, name: str) -> Volume:
+        for volume in await self._list_volumes():
+            if volume.name == name:
+                return volume
+        raise errors.VolumeNotFound(f"no volume {name!r}", provider=self.name)
+
+    async def _list_volumes(self) -> list[Volume]:
+        with self._translate(what="volume"):
+            return [self._to_volume(v) for v in await self._call("GET", "/volumes") or []]
+
+    async def _delete_volume(self, name: str) -> None:
+        volume = await self._get_volume(name)
+        with self._translate(what="volume"):
+            await self._call("DELETE", f"/volumes/{_quote(volume.id)}")
+
+    def _to_volume(self, data: Mapping[str, Any]) -> Volume:
+        return Volume(id=_pick(data, "volumeID", "volume_id"), name=_pick(data, "name"),
+                      provider=self.name)
+
+
+def _quote(value: str) -> str:
+    return urllib.parse.quote(value, safe="")
+
+
+def _pick(data: Mapping[str, Any], *keys: str) -> Any:
+    """The first of ``keys`` present: Cube answers in camelCase, snake_case, or both."""
+    for key in keys:
+        if data.get(key) is not None:
+            return data[key]
+    return None
+
+
+def _time(value: Any) -> dt.datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    text = re.sub(r"(\.\d{6})\d+", r"\1", value.replace("Z", "+00:00"))  # RFC 3339
+    return dt.datetime.fromisoformat(text)
+
+
+def _to_remote(data: Mapping[str, Any]) -> Remote:
+    return Remote(
+        id=_pick(data, "sandboxID", "sandbox_id"), state=_pick(data, "state") or "running",
+        template=_pick(data, "templateID", "template_id"),
+        metadata=dict(_pick(data, "metadata") or {}),
+        started_at=_time(_pick(data, "startedAt", "started_at")),
+        end_at=_time(_pick(data, "endAt", "end_at")),  # absent: never expires
+        cpu=_pick(data, "cpuCount", "cpu_count"), memory_mb=_pick(data, "memoryMB", "memory_mb"),
+        disk_mb=_pick(data, "diskSizeMB", "disk_size_mb"),
+        envd_version=_pick(data, "envdVersion", "envd_version"),
+        access_token=_pick(data, "envdAccessToken", "envd_access_token"),
+        domain=_pick(data, "domain", "sandbox_domain"),
+        extra={"cpu_milli": _pick(data, "cpuMilli", "cpu_milli"),
+               "alias": _pick(data, "alias")})
