@@ -90,3 +90,27 @@ async def test_list_by_metadata(e2b_emulator: RunningEmulator) -> None:
             await AsyncSandbox.create(metadata={"team": "b"}):
         found = await AsyncSandbox.list(query=SandboxQuery(metadata={"team": "a"})).next_items()
         assert [s.sandbox_id for s in found] == [mine.sandbox_id]
+
+
+async def test_kill_signals_the_process_not_its_children(e2b_emulator: RunningEmulator) -> None:
+    # envd signals the command's own process: a child it put in the background survives,
+    # and the command's stream still ends as soon as the process itself is dead.
+    async with await AsyncSandbox.create() as sandbox:
+        lines: list[str] = []
+        started = anyio.Event()
+
+        def on_stdout(text: str) -> None:
+            lines.append(text)
+            started.set()
+
+        handle = await sandbox.commands.run("sleep 600 & echo $!; wait", background=True,
+                                            on_stdout=on_stdout, timeout=0)
+        with anyio.fail_after(10):
+            await started.wait()
+        child = int(lines[0])
+        assert await sandbox.commands.kill(handle.pid) is True
+        with anyio.fail_after(10), pytest.raises(CommandExitException) as killed:
+            await handle.wait()
+        assert killed.value.exit_code == -1
+        alive = await sandbox.commands.run(f"kill -0 {child} && echo alive")
+        assert alive.stdout == "alive\n"

@@ -94,6 +94,8 @@ class ProcessEntry:
                 self.subscribers.remove(send)
 
     def finish(self, message: dict[str, Any]) -> None:
+        if self.ended is not None:
+            return
         self.ended = message
         self.broadcast(message)
         for send in self.subscribers:
@@ -421,6 +423,26 @@ class World:
             ["/bin/sh", "-c", f"kill -s {sig.name[3:]} {int(pid)} 2>/dev/null"])
         if result.exit_code != 0 and pid in record.processes:
             raise RpcError("internal", f"failed to signal process {pid}")
+        entry = record.processes.get(pid)
+        if entry is not None and sig in (signal.SIGKILL, signal.SIGTERM):
+            self.tg.start_soon(self._end_when_dead, record, entry, sig)
+
+    async def _end_when_dead(self, record: SandboxRecord, entry: ProcessEntry,
+                             sig: signal.Signals) -> None:
+        """End the process's streams once it is dead, even while children it left
+        behind still hold its output open: envd reports the end when the process
+        itself exits, and the backend would wait for the output to close."""
+        probe = ["/bin/sh", "-c", f"cat /proc/{entry.pid}/stat 2>/dev/null"]
+        with contextlib.suppress(errors.SandboxError):
+            while entry.ended is None:
+                stat = (await record.sandbox.exec(probe)).stdout
+                state = stat[stat.rfind(")") + 2:stat.rfind(")") + 3] if ")" in stat else ""
+                if state in ("", "Z", "X"):
+                    entry.finish({"event": {"end": end_event(-sig.value)}})
+                    if record.processes.get(entry.pid) is entry:
+                        del record.processes[entry.pid]
+                    return
+                await anyio.sleep(0.05)
 
     def find_process(self, record: SandboxRecord, selector: Mapping[str, Any]) -> ProcessEntry:
         if "pid" in selector:
