@@ -17,8 +17,9 @@ Mapping, in short (the Daytona page of the docs has the whole table):
   byte-exact, stdin works, a timeout keeps the partial output, and cancelling kills the
   command's process tree.
 - The persistent shell is a Daytona session: every command is sourced into one
-  long-lived shell, so ``cd``, ``export`` (and plain variables, functions) carry over;
-  ``exit N`` inside a command ends that command with ``N``, not the session.
+  long-lived shell, so ``cd`` and ``export`` carry over (on Daytona, plain variables
+  and functions too); ``exit N`` in a command ends that command with ``N``, not the
+  session.
 - A snapshot's neutral id is its Daytona snapshot name, which is what Daytona creates
   sandboxes from. Volumes are mounted by name (resolved to Daytona's id); Daytona has no
   read-only mounts, so ``VolumeMount(read_only=True)`` is refused.
@@ -37,6 +38,7 @@ import shlex
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+import aiohttp
 import anyio
 from daytona import (
     AsyncDaytona,
@@ -492,6 +494,13 @@ class DaytonaProvider(SandboxProvider):
                     if info.type == FileType.FILE and info.size == 0:
                         return
             raise await self._file_error(sandbox_id, full, exc) from exc
+        except aiohttp.ClientResponseError as exc:
+            # The SDK's download stream lets the HTTP error through untranslated.
+            vendor = DaytonaError(exc.message, status_code=exc.status)
+            raise await self._file_error(sandbox_id, full, vendor) from exc
+        except aiohttp.ClientError as exc:
+            raise errors.Unavailable(f"reading {full} failed: {exc}", provider=self.name,
+                                     sandbox_id=sandbox_id) from exc
 
     async def _file_error(self, sandbox_id: str, path: str,
                           exc: DaytonaError) -> errors.SandboxError:
@@ -668,7 +677,7 @@ class DaytonaProvider(SandboxProvider):
 
 class DaytonaShell(Shell):
     """A persistent shell on a Daytona session: each command is sourced into one
-    long-lived shell, so ``cd``, ``export``, variables and functions carry over.
+    long-lived shell, so ``cd`` and ``export`` carry over.
 
     ``exit N`` in a command ends that command with status ``N`` and keeps the session
     (the session shell has an ``exit`` function that returns instead). Output arrives

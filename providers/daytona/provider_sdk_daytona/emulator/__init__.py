@@ -55,6 +55,7 @@ def routes() -> list[web.RouteDef]:
         web.post(f"{_SANDBOX}/start", api.start_sandbox),
         web.post(f"{_SANDBOX}/stop", api.stop_sandbox),
         web.post(f"{_SANDBOX}/archive", api.archive_sandbox),
+        web.post(f"{_SANDBOX}/recover", api.recover_sandbox),
         web.put(f"{_SANDBOX}/labels", api.replace_labels),
         web.post(_SANDBOX + "/{which:autostop|autoarchive|autodelete}/{minutes}",
                  api.set_interval),

@@ -278,6 +278,13 @@ async def archive_sandbox(request: web.Request) -> web.Response:
     return json_response(_dto(request, record))
 
 
+async def recover_sandbox(request: web.Request) -> web.Response:
+    """``POST /sandbox/{sandbox}/recover``: sandboxes here never enter an error state."""
+    state_change(request)
+    record = _sandbox(request)
+    raise HttpError(400, f"Sandbox is {record.state}, not in a recoverable error state")
+
+
 async def replace_labels(request: web.Request) -> web.Response:
     """``PUT /sandbox/{sandbox}/labels``: the labels are replaced whole."""
     record = _sandbox(request)

@@ -1,0 +1,232 @@
+"""DaytonaProvider beyond the contract: settings, the mapping onto Daytona's fields,
+extensions, and resilience to the faults the emulator injects."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from daytona_emulator_fixtures import admin, provider_options
+from provider_sdk_daytona.provider import DaytonaProvider
+
+from provider_sdk import open_provider
+from provider_sdk.errors import (
+    ConfigError,
+    InvalidInput,
+    RateLimited,
+    SandboxNotRunning,
+    Unavailable,
+    UnsupportedCapability,
+)
+from provider_sdk.models import Lifecycle, NetworkPolicy, SandboxState, VolumeMount
+from provider_sdk.provider import SandboxProvider
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def provider() -> AsyncIterator[DaytonaProvider]:
+    async with DaytonaProvider(**provider_options(), unavailable_window=5) as provider:
+        yield provider
+
+
+@pytest.fixture(autouse=True)
+def no_faults_left() -> Any:
+    yield
+    admin({name: 0 for name in admin()["known"]})
+
+
+async def _daytona_fields(provider: DaytonaProvider, sandbox_id: str) -> Any:
+    return await provider.client.get(sandbox_id)
+
+
+# ------------------------------------------------------------------------- settings
+
+def test_a_missing_api_key_is_a_config_error_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DAYTONA_API_KEY", raising=False)
+    with pytest.raises(ConfigError, match="DAYTONA_API_KEY"):
+        open_provider("daytona")
+
+
+def test_a_malformed_api_url_is_a_config_error_naming_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DAYTONA_API_KEY", "k")
+    monkeypatch.setenv("DAYTONA_API_URL", "127.0.0.1:9/api")
+    with pytest.raises(ConfigError, match="DAYTONA_API_URL"):
+        open_provider("daytona")
+
+
+def test_settings_come_from_the_environment_and_the_key_is_never_shown(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    options = provider_options()
+    monkeypatch.setenv("DAYTONA_API_KEY", options["api_key"])
+    monkeypatch.setenv("DAYTONA_API_URL", options["api_url"])
+    monkeypatch.setenv("DAYTONA_TARGET", "local")
+    provider = open_provider("daytona")
+    assert isinstance(provider, DaytonaProvider)
+    assert options["api_key"] not in repr(provider)
+    assert options["api_url"] in repr(provider)
+
+
+async def test_a_wrong_key_is_an_authentication_error() -> None:
+    from provider_sdk.errors import AuthenticationError
+
+    options = {**provider_options(), "api_key": "wrong-key-value"}
+    async with DaytonaProvider(**options) as provider:
+        with pytest.raises(AuthenticationError) as caught:
+            await provider.list()
+    assert "wrong-key-value" not in str(caught.value)
+
+
+# ------------------------------------------------------------------------- mapping
+
+async def test_the_default_idle_policy_turns_daytonas_auto_stop_off(
+        provider: DaytonaProvider) -> None:
+    async with provider.create() as sandbox:
+        fields = await _daytona_fields(provider, sandbox.id)
+        assert (fields.auto_stop_interval, fields.auto_delete_interval) == (0, -1)
+
+
+async def test_idle_kill_maps_to_auto_stop_then_delete(provider: DaytonaProvider) -> None:
+    async with provider.create(lifecycle=Lifecycle(idle_timeout=90, on_idle="kill")) as sandbox:
+        fields = await _daytona_fields(provider, sandbox.id)
+        assert (fields.auto_stop_interval, fields.auto_delete_interval) == (2, 0)
+
+
+async def test_idle_pause_is_not_declared(provider: DaytonaProvider) -> None:
+    with pytest.raises(UnsupportedCapability, match=r"lifecycle\.auto_pause"):
+        await provider.create(lifecycle=Lifecycle(idle_timeout=60, on_idle="pause"))
+
+
+async def test_network_policy_maps_to_block_all_and_allow_lists(
+        provider: DaytonaProvider) -> None:
+    async with provider.create() as closed:
+        assert (await _daytona_fields(provider, closed.id)).network_block_all is True
+    policy = NetworkPolicy(allow_out=("10.1.0.0/16",))
+    async with provider.create(network=policy) as allowed:
+        fields = await _daytona_fields(provider, allowed.id)
+        assert (fields.network_block_all, fields.network_allow_list) == (False, "10.1.0.0/16")
+    with pytest.raises(UnsupportedCapability, match="deny_out"):
+        await provider.create(network=NetworkPolicy(allow_internet=True, deny_out=("1.2.3.4",)))
+
+
+async def test_metadata_hides_the_sdk_and_provider_labels(provider: DaytonaProvider) -> None:
+    async with provider.create(metadata={"team": "a"}, cwd="/tmp") as sandbox:
+        assert sandbox.metadata == {"team": "a"}
+        labels = (await _daytona_fields(provider, sandbox.id)).labels
+        assert labels["code-toolbox-language"] == "python"
+        assert labels["provider-sdk.cwd"] == "/tmp"
+
+
+async def test_an_image_is_created_through_the_image_extension(
+        provider: DaytonaProvider) -> None:
+    async with provider.create(extensions={"daytona.image": "debian:12"}) as sandbox:
+        fields = await _daytona_fields(provider, sandbox.id)
+        assert "FROM debian:12" in fields.build_info.dockerfile_content
+
+
+async def test_resources_without_an_image_are_refused(provider: DaytonaProvider) -> None:
+    from provider_sdk.models import Resources
+
+    with pytest.raises(InvalidInput, match=r"daytona\.image"):
+        await provider.create(resources=Resources(cpu=2))
+
+
+async def test_unknown_daytona_extensions_are_refused(provider: DaytonaProvider) -> None:
+    with pytest.raises(InvalidInput, match=r"daytona\.nope"):
+        await provider.create(extensions={"daytona.nope": 1})
+
+
+async def test_read_only_volume_mounts_are_refused(provider: DaytonaProvider) -> None:
+    volume = await provider.create_volume("psdk-daytona-ro")
+    try:
+        with pytest.raises(UnsupportedCapability, match="read_only"):
+            await provider.create(volumes=[VolumeMount(volume=volume.name, path="/mnt/v",
+                                                       read_only=True)])
+    finally:
+        await provider.delete_volume(volume.name)
+
+
+async def test_pause_is_daytona_stop_and_loses_processes(provider: DaytonaProvider) -> None:
+    async with provider.create() as sandbox:
+        await sandbox.exec("(exec -a psdk-daytona-bg sleep 300) > /dev/null 2>&1 &")
+        assert (await sandbox.pause()).state == SandboxState.PAUSED
+        assert (await _daytona_fields(provider, sandbox.id)).state == "stopped"
+        with pytest.raises(SandboxNotRunning):
+            await sandbox.files.read("/etc/hostname")
+        await sandbox.resume()
+        scan = await sandbox.exec(["sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"])
+        assert "psdk-daytona-bg" not in scan.stdout
+
+
+async def test_archive_extension_then_resume(provider: DaytonaProvider) -> None:
+    async with provider.create() as sandbox:
+        await sandbox.files.write("kept.txt", b"archived")
+        info = await provider.ex_archive(sandbox.id)
+        assert (info.state, info.extra["daytona_state"]) == (SandboxState.PAUSED, "archived")
+        again = await provider.connect(sandbox.id)
+        assert await again.files.read("kept.txt") == b"archived"
+
+
+async def test_recover_extension_of_a_healthy_sandbox_is_refused(
+        provider: DaytonaProvider) -> None:
+    async with provider.create() as sandbox:
+        with pytest.raises(InvalidInput):
+            await provider.ex_recover(sandbox.id)
+
+
+async def test_shell_exit_ends_the_command_not_the_session(
+        provider: DaytonaProvider) -> None:
+    async with provider.create() as sandbox, await sandbox.shell() as shell:
+        await shell.run("cd /tmp && export KEPT=yes")
+        assert (await shell.run("echo before; exit 5")).exit_code == 5
+        result = await shell.run('echo "$PWD $KEPT"')
+        assert result.stdout == "/tmp yes\n"
+
+
+async def test_large_output_is_downloaded_from_files(provider: DaytonaProvider) -> None:
+    async with provider.create() as sandbox:
+        result = await sandbox.exec("head -c 6000000 /dev/zero | tr '\\0' x")
+        assert result.stdout_bytes == b"x" * 6_000_000
+
+
+# ---------------------------------------------------------------------- resilience
+
+async def test_502s_around_a_create_are_retried(provider: DaytonaProvider) -> None:
+    admin({"transition_502": 2, "toolbox_502_after_start": 2})
+    async with provider.create() as sandbox:
+        assert (await sandbox.exec(["echo", "up"])).stdout == "up\n"
+    served = admin()["served"]
+    assert (served["transition_502"], served["toolbox_502_after_start"]) == (2, 2)
+
+
+async def test_502s_around_a_resume_are_retried(provider: DaytonaProvider) -> None:
+    async with provider.create() as sandbox:
+        await sandbox.pause()
+        admin({"transition_502": 1, "toolbox_502_after_start": 3})
+        await sandbox.resume()
+        assert (await sandbox.exec(["true"])).exit_code == 0
+
+
+async def test_502s_past_the_window_are_unavailable() -> None:
+    async with DaytonaProvider(**provider_options(), unavailable_window=0.5) as provider:
+        admin({"transition_502": 1000})
+        with pytest.raises(Unavailable):
+            await provider.create()
+
+
+async def test_a_429_is_rate_limited_with_retry_after(provider: SandboxProvider) -> None:
+    admin({"rate_limit_429": 1})
+    with pytest.raises(RateLimited) as caught:
+        await provider.list()
+    assert caught.value.retry_after == 1.0
+
+
+async def test_a_slow_start_is_waited_for(provider: DaytonaProvider) -> None:
+    admin({"start_delay": 1.5, "latency": 0.05})
+    async with provider.create() as sandbox:
+        assert (await sandbox.exec(["true"])).exit_code == 0
+    served = admin()["served"]
+    assert served["start_delay"] >= 1
+    assert served["latency"] >= 1
