@@ -16,7 +16,7 @@ What differs, and how it is handled:
   never-expiring sandboxes and ``state`` may be ``pausing``: info and lists are parsed
   here, tolerantly, from the raw JSON;
 - pause answers at once and the sandbox is ``pausing`` before ``paused``: pause waits;
-- extras: volumes (read-only per mount), network update, in-place rollback
+- extras: volumes (read-only per mount), in-place rollback
   (:meth:`CubeProvider.ex_rollback`); no metrics.
 """
 
@@ -40,7 +40,6 @@ from provider_sdk.capabilities import Capability
 from provider_sdk.config import env_setting
 from provider_sdk.models import (
     Lifecycle,
-    NetworkPolicy,
     SandboxInfo,
     SandboxSpec,
     SandboxState,
@@ -67,8 +66,7 @@ class CubeProvider(E2BProvider):
     name: ClassVar[str] = "cube"
     capabilities: ClassVar[frozenset[Capability]] = (
         E2BProvider.capabilities - {Capability.METRICS}) | {
-        Capability.VOLUMES, Capability.VOLUMES_SHARED, Capability.NETWORK_UPDATE,
-        Capability.SNAPSHOT_ROLLBACK}
+        Capability.VOLUMES, Capability.VOLUMES_SHARED, Capability.SNAPSHOT_ROLLBACK}
     SETTINGS: ClassVar[Mapping[str, str]] = {
         "api_key": "CUBE_API_KEY", "api_url": "CUBE_API_URL", "domain": "CUBE_SANDBOX_DOMAIN",
         "template": "CUBE_TEMPLATE_ID", "ready_timeout": "PSDK_CUBE_READY_TIMEOUT",
@@ -188,12 +186,6 @@ class CubeProvider(E2BProvider):
 
     # ------------------------------------------------------------ extras
 
-    async def _update_network(self, sandbox_id: str, policy: NetworkPolicy) -> None:
-        body = {"allow_internet_access": policy.allow_internet,
-                "allowOut": list(policy.allow_out), "denyOut": list(policy.deny_out)}
-        with self._translate(sandbox_id):
-            await self._call("PUT", f"/sandboxes/{_quote(sandbox_id)}/network", json=body)
-
     async def ex_rollback(self, sandbox_id: str, snapshot_id: str) -> SandboxInfo:
         """Restore a sandbox in place (same id) from a snapshot: files and memory.
 
@@ -267,5 +259,6 @@ def _to_remote(data: Mapping[str, Any]) -> Remote:
         envd_version=_pick(data, "envdVersion", "envd_version"),
         access_token=_pick(data, "envdAccessToken", "envd_access_token"),
         domain=_pick(data, "domain", "sandbox_domain"),
-        extra={"cpu_milli": _pick(data, "cpuMilli", "cpu_milli"),
-               "alias": _pick(data, "alias")})
+        extra={"cpu_milli": _pick(data, "cpuMilli", "cpu_milli"), "alias": _pick(data, "alias"),
+               "allow_internet": _pick(data, "allowInternetAccess", "allow_internet_access"),
+               "network": _pick(data, "network")})

@@ -178,6 +178,7 @@ class E2BProvider(SandboxProvider):
         Capability.LIFECYCLE_AUTO_RESUME,
         Capability.SNAPSHOT_FILESYSTEM,
         Capability.NETWORK_POLICY,
+        Capability.NETWORK_UPDATE,
         Capability.LIST_METADATA,
         Capability.METRICS,
     })
@@ -995,7 +996,14 @@ class E2BProvider(SandboxProvider):
         if not deleted:
             raise errors.SnapshotNotFound(f"no snapshot {snapshot_id!r}", provider=self.name)
 
-    # ------------------------------------------------------------ metrics
+    # ------------------------------------------------------------ network, metrics
+
+    async def _update_network(self, sandbox_id: str, policy: NetworkPolicy) -> None:
+        allow_internet, network = self._network(policy)
+        update: dict[str, Any] = {"allow_internet_access": allow_internet, **(network or {})}
+        with self._translate(sandbox_id):
+            await AsyncSandbox.update_network(  # type: ignore[call-overload]
+                sandbox_id, update, **self._params())
 
     async def _metrics(self, sandbox_id: str) -> Metrics:
         with self._translate(sandbox_id):
@@ -1118,6 +1126,7 @@ def _optional(value: Any) -> Any:
 
 def _detail_to_remote(detail: SandboxDetail) -> Remote:
     metadata = _optional(detail.metadata)
+    network = _optional(detail.network)
     return Remote(
         id=detail.sandbox_id, state=str(getattr(detail.state, "value", detail.state)),
         template=detail.template_id,
@@ -1125,4 +1134,7 @@ def _detail_to_remote(detail: SandboxDetail) -> Remote:
         started_at=detail.started_at, end_at=detail.end_at, cpu=detail.cpu_count,
         memory_mb=detail.memory_mb, disk_mb=detail.disk_size_mb,
         envd_version=detail.envd_version, access_token=_optional(detail.envd_access_token),
-        domain=_optional(detail.domain), extra={"alias": _optional(detail.alias)})
+        domain=_optional(detail.domain), extra={
+            "alias": _optional(detail.alias),
+            "allow_internet": _optional(detail.allow_internet_access),
+            "network": network.to_dict() if network is not None else None})
