@@ -1,13 +1,14 @@
 """``ManagedSandbox``: the handle :meth:`SandboxManager.acquire` returns.
 
-It is a :class:`~provider_sdk.sandbox.Sandbox` with three additions, and nothing else:
+It is a :class:`~provider_sdk.sandbox.Sandbox` with these additions, and nothing else:
 
 - the owner's environment (:meth:`ManagedSandbox.set_env`), kept in the binding store,
   applies under every call's own ``env``, so what an install phase sets is there for the
   run phase, in another process too, on every provider;
-- a command that finds the sandbox paused (another replica paused it for being idle)
-  resumes it and runs once more; a command never started in a paused sandbox, so this
-  cannot run it twice;
+- a command or file operation that the provider refused because the sandbox is paused
+  (another replica paused it for being idle) resumes it and runs once more; a refused
+  call did not run, so none runs twice;
+- commands and file operations count as use for the idle policy;
 - a data-plane failure marks the owner's cached entry, so the next ``acquire`` walks
   the lookup chain again instead of handing out the same broken sandbox.
 
@@ -17,20 +18,24 @@ It is a :class:`~provider_sdk.sandbox.Sandbox` with three additions, and nothing
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+import builtins
+import os
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from provider_sdk.capabilities import Capability
 from provider_sdk.errors import SandboxNotFound, SandboxNotRunning, Unavailable
-from provider_sdk.models import ExecResult, SandboxInfo, _env_map
+from provider_sdk.models import ExecResult, FileInfo, SandboxInfo, _env_map
 from provider_sdk.provider import Command, OutputCallback
-from provider_sdk.sandbox import Process, Sandbox, Shell
+from provider_sdk.sandbox import Data, Files, Process, Sandbox, Shell
 
 if TYPE_CHECKING:
     from provider_sdk.manager.manager import SandboxManager
     from provider_sdk.provider import SandboxProvider
 
 __all__ = ["ManagedSandbox"]
+
+T = TypeVar("T")
 
 _RESUMABLE = frozenset({"paused", "pausing", "stopped"})
 
@@ -49,6 +54,8 @@ class ManagedSandbox(Sandbox):
         self._manager = manager
         self._env: dict[str, str] = dict(env)
         self._keep = True  # resident: ``async with`` must not kill it
+        self.files = _ManagedFiles(self)
+        """File operations inside the sandbox (they count as use, like commands)."""
 
     def __repr__(self) -> str:
         return (f"<ManagedSandbox {self.id} owner={self.owner!r} "
@@ -105,43 +112,80 @@ class ManagedSandbox(Sandbox):
     ) -> ExecResult:
         """Run a command with the owner's environment under ``env``; see
         :meth:`Sandbox.exec <provider_sdk.sandbox.Sandbox.exec>`."""
-        with self._manager._in_use(self):
-            for attempt in (1, 2):
-                try:
-                    return await super().exec(cmd, env=env, cwd=cwd, user=user,
-                                              timeout=timeout, stdin=stdin,
-                                              on_stdout=on_stdout, on_stderr=on_stderr)
-                except SandboxNotRunning as exc:
-                    await self._after_not_running(exc, attempt)
-                except (Unavailable, SandboxNotFound):
-                    self._manager._suspect(self.owner, self.id)
-                    raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        return await self._guarded(lambda: Sandbox.exec(
+            self, cmd, env=env, cwd=cwd, user=user, timeout=timeout, stdin=stdin,
+            on_stdout=on_stdout, on_stderr=on_stderr))
 
     async def start(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None = None,
                     cwd: str | None = None, user: str | None = None) -> Process:
         """Start a background process with the owner's environment under ``env``."""
-        with self._manager._in_use(self):
-            for attempt in (1, 2):
-                try:
-                    return await super().start(cmd, env=env, cwd=cwd, user=user)
-                except SandboxNotRunning as exc:
-                    await self._after_not_running(exc, attempt)
-                except (Unavailable, SandboxNotFound):
-                    self._manager._suspect(self.owner, self.id)
-                    raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        return await self._guarded(lambda: Sandbox.start(self, cmd, env=env, cwd=cwd,
+                                                         user=user))
 
     async def shell(self, *, cwd: str | None = None,
                     env: Mapping[str, str] | None = None) -> Shell:
         """Open a persistent shell that starts with the owner's environment."""
         return await super().shell(cwd=cwd, env={**self._env, **(env or {})})
 
-    async def _after_not_running(self, exc: SandboxNotRunning, attempt: int) -> None:
-        """Resume a sandbox someone paused, so the command can run once more."""
-        if (attempt > 1 or exc.state not in _RESUMABLE
-                or not self.provider.supports(Capability.PAUSE)):
-            self._manager._suspect(self.owner, self.id)
-            raise exc
-        self.info = await self._manager._resume(self)
+    async def _guarded(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Run one call: count it as use; if the provider refused it because the sandbox
+        is paused (so it did not run), resume and run it once more; on a data-plane
+        failure, make the next ``acquire`` look again."""
+        with self._manager._in_use(self):
+            try:
+                return await call()
+            except SandboxNotRunning as exc:
+                if exc.state not in _RESUMABLE or not self.provider.supports(Capability.PAUSE):
+                    self._manager._suspect(self.owner, self.id)
+                    raise
+            except (Unavailable, SandboxNotFound):
+                self._manager._suspect(self.owner, self.id)
+                raise
+            self.info = await self._manager._resume(self)
+            try:
+                return await call()
+            except (SandboxNotRunning, Unavailable, SandboxNotFound):
+                self._manager._suspect(self.owner, self.id)
+                raise
 
+
+class _ManagedFiles(Files):
+    """File operations that count as use and resume a sandbox paused elsewhere, like
+    the commands of :class:`ManagedSandbox`. Streaming (``stream``) is left as is: a
+    half-read stream cannot be replayed."""
+
+    def __init__(self, sandbox: ManagedSandbox) -> None:
+        super().__init__(sandbox)
+        self._managed = sandbox
+
+    async def read(self, path: str) -> bytes:
+        return await self._managed._guarded(lambda: Files.read(self, path))
+
+    async def write(self, path: str, data: Data) -> None:
+        if not isinstance(data, (bytes, bytearray, memoryview, str)):
+            # A stream cannot be sent twice: no resume-and-retry for it.
+            await Files.write(self, path, data)
+            return
+        await self._managed._guarded(lambda: Files.write(self, path, data))
+
+    async def list(self, path: str = ".") -> builtins.list[FileInfo]:
+        return await self._managed._guarded(lambda: Files.list(self, path))
+
+    async def stat(self, path: str) -> FileInfo:
+        return await self._managed._guarded(lambda: Files.stat(self, path))
+
+    async def mkdir(self, path: str, *, parents: bool = True, exist_ok: bool = True) -> None:
+        await self._managed._guarded(lambda: Files.mkdir(self, path, parents=parents,
+                                                         exist_ok=exist_ok))
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        await self._managed._guarded(lambda: Files.remove(self, path, recursive=recursive))
+
+    async def rename(self, src: str, dst: str) -> None:
+        await self._managed._guarded(lambda: Files.rename(self, src, dst))
+
+    async def upload(self, local_path: str | os.PathLike[str], path: str) -> None:
+        await self._managed._guarded(lambda: Files.upload(self, local_path, path))
+
+    async def download(self, path: str, local_path: str | os.PathLike[str]) -> None:
+        await self._managed._guarded(lambda: Files.download(self, path, local_path))

@@ -750,11 +750,22 @@ class SandboxManager:
     async def _sweeper(self) -> None:
         while True:
             await anyio.sleep(self.sweep_interval)
+            await self._heartbeat()
             for sweep in (self.pause_idle, self.snapshot_due):
                 with contextlib.suppress(Exception):
                     async with span("manager.sweep", self.provider.name,
                                     sweep=sweep.__name__):
                         await sweep()
+
+    async def _heartbeat(self) -> None:
+        """Tell the store that sandboxes running a command here are in use, so no
+        replica's idle sweep pauses one in the middle of a long command."""
+        now = time.time()
+        for owner, entry in builtins.list(self._cache.items()):
+            if entry.busy and now - entry.stored_used >= self._touch_every:
+                entry.stored_used = now
+                await self._quietly(self._update(owner, entry.sandbox.id,
+                                                 lambda b: attrs.evolve(b, last_used=now)))
 
     @contextlib.asynccontextmanager
     async def _owner_lock(self, owner: str) -> AsyncIterator[None]:

@@ -80,6 +80,40 @@ async def test_a_command_on_a_handle_paused_elsewhere_resumes_it(
     assert await _state(provider, sandbox.id) == SandboxState.RUNNING
 
 
+async def test_a_long_command_in_one_replica_is_not_paused_by_anothers_sweep(
+        provider: LocalProvider, store: SQLiteStore) -> None:
+    other = SandboxManager(provider, store, idle_pause=0.5)  # another replica's sweeps
+    async with SandboxManager(provider, store, idle_pause=0.5) as manager:
+        sandbox = await manager.acquire("alice")
+        paused: list[str] = []
+
+        async def sweep_meanwhile() -> None:
+            while True:
+                paused.extend(await other.pause_idle())
+                await anyio.sleep(0.05)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sweep_meanwhile)
+            with anyio.fail_after(10):
+                result = await sandbox.exec("sleep 2; echo done")
+            tg.cancel_scope.cancel()
+        assert result.stdout == "done\n"
+        assert paused == []
+    # Once it is idle, the other replica does pause it.
+    await anyio.sleep(0.6)
+    assert await other.pause_idle() == ["alice"]
+    assert await _state(provider, sandbox.id) == SandboxState.PAUSED
+
+
+async def test_a_file_operation_on_a_handle_paused_elsewhere_resumes_it(
+        provider: LocalProvider, store: SQLiteStore) -> None:
+    sandbox = await SandboxManager(provider, store).acquire("alice")
+    await (await provider.connect(sandbox.id)).pause()
+    await sandbox.files.write("/home/user/a.txt", "written after a pause")
+    assert await sandbox.files.read_text("/home/user/a.txt") == "written after a pause"
+    assert await _state(provider, sandbox.id) == SandboxState.RUNNING
+
+
 async def test_idle_pause_on_a_provider_with_native_auto_pause_is_left_to_it(
         provider: LocalProvider) -> None:
     manager = SandboxManager(provider, MemoryStore(), idle_pause=60)
