@@ -82,8 +82,8 @@ async def test_a_command_on_a_handle_paused_elsewhere_resumes_it(
 
 async def test_a_long_command_in_one_replica_is_not_paused_by_anothers_sweep(
         provider: LocalProvider, store: SQLiteStore) -> None:
-    other = SandboxManager(provider, store, idle_pause=0.5)  # another replica's sweeps
-    async with SandboxManager(provider, store, idle_pause=0.5) as manager:
+    other = SandboxManager(provider, store, idle_pause=1.0)  # another replica's sweeps
+    async with SandboxManager(provider, store, idle_pause=1.0) as manager:
         sandbox = await manager.acquire("alice")
         paused: list[str] = []
 
@@ -95,12 +95,12 @@ async def test_a_long_command_in_one_replica_is_not_paused_by_anothers_sweep(
         async with anyio.create_task_group() as tg:
             tg.start_soon(sweep_meanwhile)
             with anyio.fail_after(10):
-                result = await sandbox.exec("sleep 2; echo done")
+                result = await sandbox.exec("sleep 3; echo done")
             tg.cancel_scope.cancel()
         assert result.stdout == "done\n"
         assert paused == []
     # Once it is idle, the other replica does pause it.
-    await anyio.sleep(0.6)
+    await anyio.sleep(1.1)
     assert await other.pause_idle() == ["alice"]
     assert await _state(provider, sandbox.id) == SandboxState.PAUSED
 
