@@ -11,10 +11,11 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime as dt
+import logging
 import math
 import secrets
 import signal
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -44,6 +45,8 @@ FAULTS = {
     "pause_delay": "extra seconds a pause takes (Cube: the sandbox stays 'pausing')",
 }
 FAULT_DEFAULTS = {"retry_after": "1"}
+
+log = logging.getLogger(__name__)
 
 _OUTPUT_CHUNK = 32 * 1024  # envd sends stdout/stderr in chunks of at most this
 _SIGNALS = {signal.SIGKILL: "killed", signal.SIGTERM: "terminated", signal.SIGINT: "interrupt",
@@ -195,13 +198,21 @@ class World:
                 if record.lock.locked():
                     continue
                 if record.auto_pause:
-                    self.tg.start_soon(self._quietly, self.pause(record))
+                    self.background(self.pause, record)
                 else:
-                    self.tg.start_soon(self._quietly, self.kill(record))
+                    self.background(self.kill, record)
 
-    async def _quietly(self, operation: Any) -> None:
-        with contextlib.suppress(errors.SandboxError, ApiError):
-            await operation
+    def background(self, func: Callable[..., Awaitable[None]], *args: Any) -> None:
+        """Run a task that the server outlives: a failure is logged, never raised."""
+        async def guarded() -> None:
+            try:
+                await func(*args)
+            except ApiError:
+                pass  # a lifecycle change that no longer applies (e.g. already paused)
+            except Exception:
+                log.warning("emulator: %s failed", func.__name__, exc_info=True)
+
+        self.tg.start_soon(guarded)
 
     # --------------------------------------------------------------- lifecycle
 
@@ -246,7 +257,7 @@ class World:
             return
         record.state = "pausing"
         record.pausing = anyio.Event()
-        self.tg.start_soon(self._pause_in_background, record, record.pausing)
+        self.background(self._pause_in_background, record, record.pausing)
 
     async def _pause_in_background(self, record: SandboxRecord, done: anyio.Event) -> None:
         try:
@@ -377,7 +388,7 @@ class World:
         entry = ProcessEntry(pid=process.pid, config=config, tag=tag, process=process)
         record.processes[entry.pid] = entry
         events = entry.subscribe()
-        self.tg.start_soon(self._pump, record, entry, timeout)
+        self.background(self._pump, record, entry, timeout)
         return entry, events
 
     async def _pump(self, record: SandboxRecord, entry: ProcessEntry,
@@ -399,7 +410,7 @@ class World:
                             elif isinstance(event, ProcessExit):
                                 end = {"event": {"end": end_event(event.exit_code)}}
                                 break
-                    except errors.SandboxError as exc:
+                    except Exception as exc:  # the backend lost it (or the sandbox)
                         end = {"error": RpcError("unavailable", f"the process was lost: "
                                                  f"{exc}")}
                     tg.cancel_scope.cancel()
@@ -414,10 +425,13 @@ class World:
         # envd runs each process under a context with the request's deadline: when it
         # passes, the process is killed, even a background one.
         await anyio.sleep(timeout)
-        with contextlib.suppress(errors.SandboxError, RpcError):  # paused or gone
-            await self.signal(record, entry.pid, signal.SIGKILL)
+        try:
+            await self.send_signal(record, entry.pid, signal.SIGKILL)
+        except Exception:  # the sandbox is paused or gone: nothing left to kill
+            log.debug("emulator: timeout kill of %s failed", entry.pid, exc_info=True)
 
-    async def signal(self, record: SandboxRecord, pid: int, sig: signal.Signals) -> None:
+    async def send_signal(self, record: SandboxRecord, pid: int,
+                          sig: signal.Signals) -> None:
         """Send ``sig`` to the process itself (not its children), as envd does."""
         result = await record.sandbox.exec(
             ["/bin/sh", "-c", f"kill -s {sig.name[3:]} {int(pid)} 2>/dev/null"])
@@ -425,7 +439,7 @@ class World:
             raise RpcError("internal", f"failed to signal process {pid}")
         entry = record.processes.get(pid)
         if entry is not None and sig in (signal.SIGKILL, signal.SIGTERM):
-            self.tg.start_soon(self._end_when_dead, record, entry, sig)
+            self.background(self._end_when_dead, record, entry, sig)
 
     async def _end_when_dead(self, record: SandboxRecord, entry: ProcessEntry,
                              sig: signal.Signals) -> None:
@@ -433,8 +447,8 @@ class World:
         behind still hold its output open: envd reports the end when the process
         itself exits, and the backend would wait for the output to close."""
         probe = ["/bin/sh", "-c", f"cat /proc/{entry.pid}/stat 2>/dev/null"]
-        with contextlib.suppress(errors.SandboxError):
-            while entry.ended is None:
+        with contextlib.suppress(Exception):  # the sandbox went away: nothing to end
+            while entry.ended is None and record.id in self.sandboxes:
                 stat = (await record.sandbox.exec(probe)).stdout
                 state = stat[stat.rfind(")") + 2:stat.rfind(")") + 3] if ")" in stat else ""
                 if state in ("", "Z", "X"):

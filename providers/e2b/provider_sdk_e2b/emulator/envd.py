@@ -422,7 +422,7 @@ class Envd:
         sig = _SIGNALS.get(str(message.get("signal")))
         if sig is None:
             raise RpcError("invalid_argument", f"unknown signal {message.get('signal')!r}")
-        await self.world.signal(record, entry.pid, sig)
+        await self.world.send_signal(record, entry.pid, sig)
         return {}
 
     async def close_stdin(self, record: SandboxRecord, message: dict[str, Any],
