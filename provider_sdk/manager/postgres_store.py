@@ -14,6 +14,7 @@ import builtins
 import contextlib
 import re
 from collections.abc import AsyncIterator
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -53,11 +54,7 @@ class PostgresStore(BindingStore):
     @contextlib.asynccontextmanager
     async def _db(self) -> AsyncIterator[AsyncConnection[Any]]:
         """The connection, used by one call at a time; errors become neutral ones."""
-        try:
-            import psycopg
-        except ImportError as exc:
-            raise ConfigError("PostgresStore needs psycopg: "
-                              "pip install 'provider-sdk[postgres]'") from exc
+        psycopg = _driver()
         where = _safe(self._dsn.reveal())
         async with self._lock:
             try:
@@ -79,8 +76,7 @@ class PostgresStore(BindingStore):
                                   f"{_safe(str(exc))}") from exc
 
     async def _create_tables(self, conn: AsyncConnection[Any]) -> None:
-        from psycopg import sql
-
+        sql = _driver().sql
         async with conn.transaction():
             # Two processes creating the same table at once would collide on the catalog.
             await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.table,))
@@ -96,8 +92,7 @@ class PostgresStore(BindingStore):
     async def _query(self, query: str, params: tuple[Any, ...] = ()
                      ) -> builtins.list[tuple[Any, ...]]:
         """Run ``query`` (``{b}``: the bindings table, ``{c}``: the claims table)."""
-        from psycopg import sql
-
+        sql = _driver().sql
         statement = sql.SQL(query).format(b=sql.Identifier(self.table),
                                           c=sql.Identifier(f"{self.table}_claims"))
         async with self._db() as conn:
@@ -163,3 +158,14 @@ class PostgresStore(BindingStore):
             if self._conn is not None:
                 conn, self._conn = self._conn, None
                 await conn.close()
+
+
+def _driver() -> ModuleType:
+    """psycopg, imported on first use: the core does not need it."""
+    try:
+        import psycopg
+        import psycopg.sql
+    except ImportError as exc:
+        raise ConfigError("PostgresStore needs psycopg: "
+                          "pip install 'provider-sdk[postgres]'") from exc
+    return psycopg

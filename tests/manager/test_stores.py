@@ -5,6 +5,8 @@ Redis and a real PostgreSQL."""
 from __future__ import annotations
 
 import secrets
+import sys
+from typing import Any
 
 import anyio
 import pytest
@@ -161,3 +163,14 @@ async def test_an_unreachable_store_is_unavailable_without_its_password() -> Non
             await store.get("alice")
         assert "hunter2" not in str(info.value)
         await store.aclose()
+
+
+@pytest.mark.parametrize(("module", "store", "extra"), [
+    ("redis", lambda: RedisStore("redis://127.0.0.1:9/0"), "redis"),
+    ("psycopg", lambda: PostgresStore("postgresql://127.0.0.1:9/x"), "postgres"),
+])
+async def test_a_store_without_its_driver_names_the_extra_to_install(
+        module: str, store: Any, extra: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # as if it were not installed
+    with pytest.raises(ConfigError, match=rf"provider-sdk\[{extra}\]"):
+        await store().get("alice")
