@@ -48,7 +48,9 @@ def installed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(emulators, "_entry_points", lambda: {"memory": lambda: echo_emulator})
 
 
-def test_an_unknown_emulator_names_the_distribution_to_install() -> None:
+def test_an_unknown_emulator_names_the_distribution_to_install(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(emulators, "_entry_points", dict)
     with pytest.raises(ConfigError, match=r"pip install provider-sdk-daytona"):
         emulators.load("daytona")
     with pytest.raises(ConfigError, match=r"no emulator named 'nope'; installed: "):

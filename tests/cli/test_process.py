@@ -84,8 +84,18 @@ def test_unknown_provider_names_the_installed_ones() -> None:
     assert result.stdout == ""
 
 
+# Runs psdk as if the daytona plugin were not installed (this checkout installs it).
+_WITHOUT_DAYTONA = (
+    "import sys; from provider_sdk import registry; found = registry._entry_points; "
+    "registry._entry_points = lambda: {k: v for k, v in found().items() if k != 'daytona'}; "
+    "from provider_sdk.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
 def test_unknown_well_known_provider_says_what_to_install() -> None:
-    result = psdk("ls", "--provider", "daytona")
+    result = subprocess.run([sys.executable, "-c", _WITHOUT_DAYTONA, "ls", "--provider",
+                             "daytona"], capture_output=True, text=True,
+                            stdin=subprocess.DEVNULL, env=_env(), timeout=120)
     assert result.returncode == 1
     assert "pip install provider-sdk-daytona" in _one_error_line(result.stderr)
 
