@@ -5,7 +5,7 @@ not UTF-8), has no stdin, and reports a signal death as ``-1``. So the provider 
 small POSIX ``sh`` wrapper instead of the bare command: it runs the argv in a subshell
 with the call's environment and directory, stdin from an uploaded file (or
 ``/dev/null``), stdout and stderr into files, then prints one marker line with the exit
-status followed by both outputs in base64, and removes its directory. Outputs above
+status followed by both outputs in base64 (``base64 -w0``), and removes its files. Outputs above
 :data:`INLINE_LIMIT` stay in the files, which the provider downloads (multipart, in
 chunks) and removes. After a timeout (Daytona kills the command's process group and
 answers 408) the partial outputs are downloaded the same way. A cancelled call kills the
@@ -28,7 +28,7 @@ from provider_sdk.provider import Command
 
 INLINE_LIMIT = 4 << 20
 """Bytes of combined output returned inline; more is downloaded from files."""
-ROOT = "/tmp/.psdk-exec"
+ROOT = "/tmp/.psdk-exec-"
 
 _MARK = "psdk-exec-"
 _REPORT = re.compile(
@@ -44,59 +44,63 @@ _KILL_TREE = (
 
 @attrs.frozen
 class Run:
-    """One wrapped command: its private directory inside the sandbox and its script."""
+    """One wrapped command: the prefix of its files inside the sandbox, and its script."""
 
     token: str
-    directory: str
+    prefix: str
     script: str
 
     @property
     def stdin_path(self) -> str:
         """Where the call's stdin is uploaded before the script runs."""
-        return f"{self.directory}/in"
+        return f"{self.prefix}.in"
 
     @property
     def stdout_path(self) -> str:
         """Where the command's standard output is written."""
-        return f"{self.directory}/out"
+        return f"{self.prefix}.out"
 
     @property
     def stderr_path(self) -> str:
         """Where the command's standard error is written."""
-        return f"{self.directory}/err"
+        return f"{self.prefix}.err"
 
     def kill_script(self) -> str:
-        """A command that kills what this run started and removes its directory."""
-        d = shlex.quote(self.directory)
-        return (f"{_KILL_TREE}p=$(cat {d}/pid 2>/dev/null) && [ -n \"$p\" ] && k \"$p\"; "
-                f"rm -rf -- {d}")
+        """A command that kills what this run started and removes its files."""
+        p = self.prefix
+        return (f'{_KILL_TREE}p=$(cat {p}.pid 2>/dev/null) && [ -n "$p" ] && k "$p"; '
+                f"{self.cleanup_script()}")
 
     def cleanup_script(self) -> str:
-        """A command that removes this run's directory."""
-        return f"rm -rf -- {shlex.quote(self.directory)}"
+        """A command that removes this run's files."""
+        p = self.prefix
+        return f"rm -f -- {p}.pid {p}.in {p}.out {p}.err"
 
 
 def wrap(command: Command, *, cwd: str, env: dict[str, str]) -> Run:
-    """The wrapper script for ``command``, run in ``cwd`` with ``env`` exported."""
+    """The wrapper script for ``command``, run in ``cwd`` with ``env`` exported.
+
+    Few processes besides the command's own: ``wc`` once, ``base64`` per non-empty
+    output, ``rm`` once (shell builtins do the rest).
+    """
     token = secrets.token_hex(8)
-    d = f"{ROOT}/{token}"
-    qd = shlex.quote(d)
+    p = f"{ROOT}{token}"  # hex only: nothing to quote
     exports = "".join(f"export {k}={shlex.quote(v)} && " for k, v in env.items())
-    stdin = f"{qd}/in" if command.stdin is not None else "/dev/null"
+    stdin = f"{p}.in" if command.stdin is not None else "/dev/null"
     script = (
-        f"mkdir -p {qd} && echo $$ > {qd}/pid || exit 97\n"
+        f"echo $$ > {p}.pid || exit 97\n"
         f"( cd -- {shlex.quote(cwd)} && {exports}exec {shlex.join(command.argv)} ) "
-        f"< {stdin} > {qd}/out 2> {qd}/err\n"
+        f"< {stdin} > {p}.out 2> {p}.err\n"
         "rc=$?\n"
-        f"set -- $(wc -c < {qd}/out) $(wc -c < {qd}/err)\n"
-        f'if [ $(($1 + $2)) -le {INLINE_LIMIT} ]; then\n'
+        f"set -- $(wc -c {p}.out {p}.err)\n"
+        f'if [ "$5" -le {INLINE_LIMIT} ]; then\n'
         f'  printf "{_MARK}{token} %s inline\\n" "$rc"\n'
-        f"  base64 < {qd}/out | tr -d '\\n'; echo\n"
-        f"  base64 < {qd}/err | tr -d '\\n'; echo\n"
-        f"  rm -rf -- {qd}\n"
+        f'  [ "$1" -gt 0 ] && base64 -w0 {p}.out; echo\n'
+        f'  [ "$3" -gt 0 ] && base64 -w0 {p}.err; echo\n'
+        f"  rm -f {p}.pid {p}.in {p}.out {p}.err\n"
         f'else printf "{_MARK}{token} %s files\\n\\n\\n" "$rc"; fi\n'
     )
-    return Run(token=token, directory=d, script=script)
+    return Run(token=token, prefix=p, script=script)
 
 
 @attrs.frozen
