@@ -114,6 +114,8 @@ class Remote:
     access_token: str | None = attrs.field(default=None, repr=False)
     domain: str | None = None
     extra: dict[str, Any] = attrs.field(factory=dict)
+    sdk: AsyncSandbox | None = attrs.field(default=None, repr=False, eq=False)
+    """The SDK's handle, when the SDK made one (create, connect)."""
 
 
 class _Handle:
@@ -268,21 +270,23 @@ class E2BProvider(SandboxProvider):
         """Headers every data-plane request of this sandbox carries."""
         return {"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": str(ENVD_PORT)}
 
-    def _new_handle(self, sandbox_id: str, *, domain: str | None, envd_version: str | None,
-                    access_token: str | None, psdk: Mapping[str, Any]) -> _Handle:
-        headers = self._sandbox_headers(sandbox_id, domain)
-        if access_token:
-            headers["X-Access-Token"] = access_token
-        sandbox = AsyncSandbox(
-            sandbox_id=sandbox_id, sandbox_domain=domain,
-            envd_version=Version(envd_version or "0.1.0"), envd_access_token=access_token,
-            traffic_access_token=None, connection_config=self._config(
-                extra_sandbox_headers=headers),
-        )
+    def _new_handle(self, remote: Remote, psdk: Mapping[str, Any]) -> _Handle:
+        headers = self._sandbox_headers(remote.id, remote.domain)
+        if remote.access_token:
+            headers["X-Access-Token"] = remote.access_token
+        sandbox = remote.sdk
+        if sandbox is None or not headers.items() <= \
+                sandbox.connection_config.sandbox_headers.items():
+            sandbox = AsyncSandbox(
+                sandbox_id=remote.id, sandbox_domain=remote.domain,
+                envd_version=Version(remote.envd_version or "0.1.0"),
+                envd_access_token=remote.access_token, traffic_access_token=None,
+                connection_config=self._config(extra_sandbox_headers=headers),
+            )
         renew = psdk.get("idle")
         handle = _Handle(sandbox, workdir=psdk.get("cwd"),
                          renew=int(renew) if isinstance(renew, (int, float)) else None)
-        self._handles[sandbox_id] = handle
+        self._handles[remote.id] = handle
         return handle
 
     async def _handle(self, sandbox_id: str) -> _Handle:
@@ -290,10 +294,7 @@ class E2BProvider(SandboxProvider):
         handle = self._handles.get(sandbox_id)
         if handle is None:
             remote = await self._describe(sandbox_id)
-            handle = self._new_handle(sandbox_id, domain=remote.domain,
-                                      envd_version=remote.envd_version,
-                                      access_token=remote.access_token,
-                                      psdk=_psdk(remote.metadata))
+            handle = self._new_handle(remote, _psdk(remote.metadata))
             handle.renewed_at = 0.0  # unknown: renew on this first use
         self._touch(sandbox_id, handle)
         return handle
@@ -561,19 +562,22 @@ class E2BProvider(SandboxProvider):
                                                 allow_internet=allow_internet,
                                                 network=network, metadata=metadata)
         try:
-            handle = self._new_handle(created.id, domain=created.domain,
-                                      envd_version=created.envd_version,
-                                      access_token=created.access_token,
-                                      psdk={"cwd": spec.cwd, "idle": renew})
+            handle = self._new_handle(created, {"cwd": spec.cwd, "idle": renew})
             await self._wait_ready(created.id, handle)
             if spec.cwd is not None:
                 with self._translate(created.id, what="file", path=spec.cwd):
                     await handle.sandbox.files.make_dir(spec.cwd)
-            return await self._info(created.id)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._kill(created.id)
             raise
+        # What create answered, completed from the request (the client's clock for the
+        # times) rather than asked again: ``get_info`` gives the control plane's view.
+        started = created.started_at or _now()
+        ends = started + dt.timedelta(seconds=timeout) if timeout > 0 else None
+        return self._to_info(attrs.evolve(
+            created, state="running", metadata=metadata, started_at=started,
+            end_at=created.end_at or ends, template=self._template_for(spec)))
 
     async def _create_remote(self, spec: SandboxSpec, *, timeout: int,
                              lifecycle: dict[str, Any] | None, allow_internet: bool,
@@ -587,7 +591,7 @@ class E2BProvider(SandboxProvider):
             **self._params())
         return Remote(id=sandbox.sandbox_id, state="running", template=spec.template,
                       domain=sandbox.sandbox_domain, envd_version=str(sandbox._envd_version),
-                      access_token=sandbox._envd_access_token)
+                      access_token=sandbox._envd_access_token, sdk=sandbox)
 
     async def _describe(self, sandbox_id: str) -> Remote:
         """The control plane's view of one sandbox; ``SandboxNotFound`` if unknown."""
@@ -661,9 +665,7 @@ class E2BProvider(SandboxProvider):
             remote = await self._connect_remote(sandbox_id, handle.renew if handle else None)
         if psdk is None:
             psdk = _psdk((await self._describe(sandbox_id)).metadata)
-        handle = self._new_handle(sandbox_id, domain=remote.domain,
-                                  envd_version=remote.envd_version,
-                                  access_token=remote.access_token, psdk=psdk)
+        handle = self._new_handle(remote, psdk)
         await self._wait_ready(sandbox_id, handle)
         return await self._info(sandbox_id)
 
@@ -672,7 +674,7 @@ class E2BProvider(SandboxProvider):
         sandbox = await AsyncSandbox.connect(sandbox_id, timeout=timeout, **self._params())
         return Remote(id=sandbox.sandbox_id, state="running", domain=sandbox.sandbox_domain,
                       envd_version=str(sandbox._envd_version),
-                      access_token=sandbox._envd_access_token)
+                      access_token=sandbox._envd_access_token, sdk=sandbox)
 
     # ------------------------------------------------------------ exec
 
