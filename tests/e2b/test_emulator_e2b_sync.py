@@ -158,3 +158,10 @@ def test_kill_is_reported_once(e2b_emulator: RunningEmulator) -> None:
 def test_wrong_api_key_is_refused(e2b_emulator: RunningEmulator) -> None:
     with pytest.raises(AuthenticationException, match="API key"):
         Sandbox.create(api_key="not-the-key")
+
+
+def test_any_file_name_round_trips(sandbox: Sandbox) -> None:
+    path = "/tmp/odd/\x1f \"quoted\" é;.txt"
+    sandbox.files.write(path, b"odd")
+    assert bytes(sandbox.files.read(path, format="bytes")) == b"odd"
+    assert [e.name for e in sandbox.files.list("/tmp/odd")] == ["\x1f \"quoted\" é;.txt"]

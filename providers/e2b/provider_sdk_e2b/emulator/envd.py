@@ -22,6 +22,7 @@ import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
@@ -601,9 +602,11 @@ class Envd:
                 if aclose is not None:
                     await aclose()
 
-        name = posixpath.basename(path.rstrip("/"))
+        # Any byte may be in a file name; header values take only printable ASCII.
+        name = quote(posixpath.basename(path.rstrip("/")), safe="")
         return Response(200, (("content-type", "application/octet-stream"),
-                              ("content-disposition", f'attachment; filename="{name}"')), body())
+                              ("content-disposition", f"inline; filename*=UTF-8''{name}")),
+                        body())
 
     async def upload(self, record: SandboxRecord, request: Request) -> Response:
         path = request.query.get("path", "")
