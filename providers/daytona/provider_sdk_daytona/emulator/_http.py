@@ -105,6 +105,11 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         headers = {"Retry-After": "1"} if error.status == 429 else None
         return web.json_response(_envelope(request, error), status=error.status,
                                  headers=headers)
+    except web.HTTPException as exc:  # aiohttp's own: no such route, wrong method
+        if exc.status < 400:
+            raise
+        plain = HttpError(exc.status, f"{exc.reason}: {request.method} {request.path}")
+        return web.json_response(_envelope(request, plain), status=exc.status)
 
 
 @web.middleware
