@@ -25,6 +25,8 @@ __all__ = ["ControlPlane", "Route"]
 
 Route = tuple[str, str, Callable[[Request], Awaitable[Response]]]
 
+HOME = "/home/user"
+"""The working directory of E2B's templates (and Cube's images), whatever the backend."""
 _LIST_LIMIT = 100
 _CPU_COUNT = 2
 _MEMORY_MB = 512
@@ -244,7 +246,7 @@ class ControlPlane:
         volumes: tuple[VolumeMount, ...] = tuple([world.volume_mount(m) for m in mounts])
         try:
             spec = SandboxSpec(
-                template=template, snapshot=snapshot,
+                template=template, snapshot=snapshot, cwd=HOME,
                 env=_str_map(body, "envVars", "envs"), metadata=_str_map(body, "metadata"),
                 # (mypy reads attrs' tuple converter as a generic it cannot solve)
                 volumes=volumes,  # type: ignore[arg-type]
