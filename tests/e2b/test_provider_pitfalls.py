@@ -226,3 +226,24 @@ async def test_cube_rollback_restores_in_place(running: RunningEmulator,
             assert await sandbox.files.read("psdk-roll.txt") == b"before"
         finally:
             await provider.delete_snapshot(snap.id)
+
+
+@pytest.mark.parametrize("spelling", ["camel", "snake"])
+def test_cube_info_is_read_in_either_spelling(spelling: str) -> None:
+    """A payload in only one of Cube's spellings, without ``endAt``, parses the same."""
+    from provider_sdk_e2b.cube import _to_remote
+
+    camel = {"sandboxID": "c1", "templateID": "tpl-x", "startedAt": "2026-12-02T10:00:00Z",
+             "cpuCount": 2, "memoryMB": 512, "diskSizeMB": 1024, "envdVersion": "0.6.13",
+             "state": "pausing", "metadata": {"k": "v"}}
+    snake = {"sandbox_id": "c1", "template_id": "tpl-x",
+             "started_at": "2026-12-02T10:00:00.123456789+00:00", "cpu_count": 2,
+             "memory_mb": 512, "disk_size_mb": 1024, "envd_version": "0.6.13",
+             "state": "pausing", "metadata": {"k": "v"}}
+    remote = _to_remote(camel if spelling == "camel" else snake)
+    assert (remote.id, remote.template, remote.state, remote.metadata) == (
+        "c1", "tpl-x", "pausing", {"k": "v"})
+    assert (remote.cpu, remote.memory_mb, remote.disk_mb) == (2, 512, 1024)
+    assert remote.started_at is not None
+    assert (remote.started_at.year, remote.started_at.hour) == (2026, 10)
+    assert remote.end_at is None
