@@ -149,3 +149,21 @@ def test_e2b_sdk_create_fails_with_405_as_on_released_cube(
         created = api.post("/sandboxes", json={"templateID": "tpl-base"})
         assert created.status_code == 201
         assert api.delete(f"/sandboxes/{created.json()['sandboxID']}").status_code == 204
+
+
+def test_cube_statuses_for_resume_delete_and_the_data_plane(
+        cube_emulator: RunningEmulator, sandbox: Sandbox) -> None:
+    host = f"49983-{sandbox.sandbox_id}.{cube_emulator.settings['CUBE_SANDBOX_DOMAIN']}"
+    with _api(cube_emulator) as api:
+        path = f"/sandboxes/{sandbox.sandbox_id}"
+        assert api.post(f"{path}/resume", json={}).status_code == 409  # running
+        assert api.post(f"{path}/connect", json={"timeout": 0}).status_code == 400
+        assert api.post(f"{path}/pause").status_code == 204
+        busy = api.delete(path)  # still pausing
+        assert (busy.status_code, busy.headers["retry-after"]) == (503, "2")
+        resumed = api.post(f"{path}/resume", json={})  # waits out the pause
+        assert resumed.status_code == 201
+        assert api.delete(path).status_code == 204
+        gone = httpx.get(f"{cube_emulator.url}/health", headers={"Host": host})
+        assert gone.status_code == 410  # CubeProxy: killed, do not retry
+        assert api.get("/v2/sandboxes/x/connect").status_code == 404
