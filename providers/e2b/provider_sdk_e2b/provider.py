@@ -27,6 +27,7 @@ Everything vendor-specific about errors happens in :meth:`E2BProvider._translate
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import datetime as dt
 import inspect
@@ -134,15 +135,32 @@ class _Handle:
 
 
 class _Proc:
-    """A background process started through this provider: its events so far."""
+    """A background process this provider started or attached to: its events so far.
+
+    Output is kept up to ``LIMIT`` bytes; beyond that the oldest output is dropped
+    (``first`` counts the events gone), never the exit.
+    """
+
+    LIMIT = 64 << 20
 
     def __init__(self) -> None:
-        self.events: list[ProcessEvent | BaseException] = []
+        self.events: collections.deque[ProcessEvent | BaseException] = collections.deque()
+        self.first = 0
+        self.size = 0
         self.changed = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 
+    @property
+    def done(self) -> bool:
+        return bool(self.events) and not isinstance(self.events[-1], ProcessOutput)
+
     def push(self, event: ProcessEvent | BaseException) -> None:
         self.events.append(event)
+        if isinstance(event, ProcessOutput):
+            self.size += len(event.data)
+            while self.size > self.LIMIT and isinstance(self.events[0], ProcessOutput):
+                self.size -= len(self.events.popleft().data)  # type: ignore[union-attr]
+                self.first += 1
         self.changed.set()
         self.changed = asyncio.Event()
 
@@ -242,11 +260,13 @@ class E2BProvider(SandboxProvider):
         return f"<{type(self).__name__} api_url={self._api_url!r}>"
 
     async def aclose(self) -> None:
-        for proc in self._procs.values():
-            if proc.task is not None:
-                proc.task.cancel()
-        for task in list(self._background):
+        tasks = [p.task for p in self._procs.values() if p.task is not None]
+        tasks += list(self._background)
+        for task in tasks:
             task.cancel()
+        if tasks:
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait(tasks, timeout=5)
         self._procs.clear()
         self._handles.clear()
 
@@ -807,10 +827,17 @@ class E2BProvider(SandboxProvider):
         handle = await self._handle(sandbox_id)
         events, pid = await self._open_process(sandbox_id, handle, command, stdin=True,
                                                timeout=None)
-        proc = _Proc()
-        self._procs[(sandbox_id, pid)] = proc
+        proc = self._new_proc(sandbox_id, pid)
         proc.task = asyncio.ensure_future(self._pump(sandbox_id, proc, events))
         return pid
+
+    def _new_proc(self, sandbox_id: str, pid: int) -> _Proc:
+        """Keep a new process's events; forget the oldest finished ones past 256."""
+        finished = [key for key, proc in self._procs.items() if proc.done]
+        for key in finished[:max(0, len(finished) - 256)]:
+            del self._procs[key]
+        proc = self._procs[(sandbox_id, pid)] = _Proc()
+        return proc
 
     async def _pump(self, sandbox_id: str, proc: _Proc, events: AsyncIterator[
             process_pb.StartResponse] | AsyncIterator[process_pb.ConnectResponse]) -> None:
@@ -849,7 +876,7 @@ class E2BProvider(SandboxProvider):
 
         with self._translate(sandbox_id, what="process"):
             stream = await self._retrying(sandbox_id, attach)
-        proc = self._procs.setdefault((sandbox_id, pid), _Proc())
+        proc = self._procs.get((sandbox_id, pid)) or self._new_proc(sandbox_id, pid)
         if proc.task is None:
             proc.task = asyncio.ensure_future(self._pump(sandbox_id, proc, stream))
         else:
@@ -861,8 +888,9 @@ class E2BProvider(SandboxProvider):
         index = 0
         while True:
             changed = proc.changed
-            while index < len(proc.events):
-                item = proc.events[index]
+            while index < proc.first + len(proc.events):
+                index = max(index, proc.first)  # output beyond the limit was dropped
+                item = proc.events[index - proc.first]
                 index += 1
                 if isinstance(item, BaseException):
                     raise item

@@ -1,0 +1,59 @@
+"""Background processes on the E2B provider: what envd forgets, the provider keeps,
+within a bound."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from provider_emulators import emulator, provider_options
+from provider_sdk_e2b import provider as e2b_provider
+
+from provider_sdk import open_provider
+from provider_sdk.emulators import RunningEmulator
+from provider_sdk.provider import SandboxProvider
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningEmulator]:
+    home: Path = tmp_path_factory.mktemp("e2b-processes")
+    with emulator("e2b", home) as em:
+        yield em
+
+
+@pytest.fixture
+async def provider(running: RunningEmulator) -> AsyncIterator[SandboxProvider]:
+    async with open_provider("e2b", **provider_options(running)) as opened:
+        yield opened
+
+
+async def test_wait_after_the_process_exited_still_gets_its_exit(
+        provider: SandboxProvider) -> None:
+    """envd forgets a process when it exits; ``wait`` afterwards still has its output."""
+    async with provider.create() as sandbox:
+        process = await sandbox.start(["sh", "-c", "echo done; exit 7"])
+        await sandbox.exec(["sleep", "0.5"])  # long after the process exited
+        with anyio.fail_after(30):
+            result = await process.wait()
+        assert (result.exit_code, result.stdout) == (7, "done\n")
+
+
+async def test_kept_output_is_bounded_oldest_dropped_first(
+        provider: SandboxProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unread output beyond the limit drops its oldest part; the newest and the exit stay."""
+    monkeypatch.setattr(e2b_provider._Proc, "LIMIT", 64 << 10)
+    async with provider.create() as sandbox:
+        process = await sandbox.start(
+            ["sh", "-c", "head -c 1048576 /dev/zero | tr '\\0' a; echo end"])
+        kept = provider._procs[(sandbox.id, process.pid)]  # type: ignore[attr-defined]
+        with anyio.fail_after(60):
+            while not kept.done:  # every event is in before anything reads them
+                await kept.changed.wait()
+            result = await process.wait()
+        assert result.exit_code == 0
+        assert result.stdout.endswith("aaaaend\n")
+        assert 0 < len(result.stdout_bytes) <= (64 << 10) + (32 << 10)  # a chunk of slack
