@@ -680,11 +680,12 @@ class E2BProvider(SandboxProvider):
 
     async def _resume(self, sandbox_id: str) -> SandboxInfo:
         handle = self._handles.get(sandbox_id)
-        psdk = {"cwd": handle.workdir, "idle": handle.renew} if handle else None
-        with self._translate(sandbox_id):
-            remote = await self._connect_remote(sandbox_id, handle.renew if handle else None)
-        if psdk is None:
-            psdk = _psdk((await self._describe(sandbox_id)).metadata)
+        psdk = ({"cwd": handle.workdir, "idle": handle.renew} if handle
+                else _psdk((await self._describe(sandbox_id)).metadata))
+        renew = psdk.get("idle")
+        with self._translate(sandbox_id):  # the resumed sandbox gets its window again
+            remote = await self._connect_remote(
+                sandbox_id, int(renew) if isinstance(renew, (int, float)) else None)
         handle = self._new_handle(remote, psdk)
         await self._wait_ready(sandbox_id, handle)
         return await self._info(sandbox_id)
