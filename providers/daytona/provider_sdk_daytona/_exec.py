@@ -36,7 +36,7 @@ _REPORT = re.compile(
     r"(?P<out>[A-Za-z0-9+/=]*)\n(?P<err>[A-Za-z0-9+/=]*)\n?")
 
 # Kills a process tree: stop it top-down (nothing forks away), then kill it.
-_KILL_TREE = (
+KILL_TREE = (
     'k() { kill -STOP "$1" 2>/dev/null; for s in /proc/[0-9]*/stat; do '
     'read -r c _ _ pp _ < "$s" 2>/dev/null || continue; [ "$pp" = "$1" ] && k "$c"; done; '
     'kill -9 "$1" 2>/dev/null; }; ')
@@ -68,7 +68,7 @@ class Run:
     def kill_script(self) -> str:
         """A command that kills what this run started and removes its files."""
         p = self.prefix
-        return (f'{_KILL_TREE}p=$(cat {p}.pid 2>/dev/null) && [ -n "$p" ] && k "$p"; '
+        return (f'{KILL_TREE}p=$(cat {p}.pid 2>/dev/null) && [ -n "$p" ] && k "$p"; '
                 f"{self.cleanup_script()}")
 
     def cleanup_script(self) -> str:

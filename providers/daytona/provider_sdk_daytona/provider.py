@@ -16,6 +16,8 @@ Mapping, in short (the Daytona page of the docs has the whole table):
 - Commands run through a wrapper (see ``_exec``) so that stdout and stderr stay apart and
   byte-exact, stdin works, a timeout keeps the partial output, and cancelling kills the
   command's process tree.
+- A background process is a Daytona session of its own running one asynchronous
+  command (see ``_processes``); its pid is the real pid inside the sandbox.
 - The persistent shell is a Daytona session: every command is sourced into one
   long-lived shell, so ``cd`` and ``export`` carry over (on Daytona, plain variables
   and functions too); ``exit N`` in a command ends that command with ``N``, not the
@@ -70,9 +72,17 @@ from provider_sdk.models import (
     Volume,
 )
 from provider_sdk.models import Resources as NeutralResources
-from provider_sdk.provider import Command, OutputCallback, SandboxProvider
+from provider_sdk.provider import (
+    Command,
+    OutputCallback,
+    ProcessEvent,
+    ProcessExit,
+    ProcessOutput,
+    SandboxProvider,
+)
 from provider_sdk.sandbox import Shell
 from provider_sdk_daytona import _exec as wrapper
+from provider_sdk_daytona import _processes as procs
 from provider_sdk_daytona._errors import PROVIDER, code_of, is_transient, neutral, status_of
 
 if TYPE_CHECKING:
@@ -126,6 +136,7 @@ class DaytonaProvider(SandboxProvider):
 
     name: ClassVar[str] = "daytona"
     capabilities: ClassVar[frozenset[Capability]] = frozenset({
+        Capability.PROCESS_BACKGROUND,
         Capability.SHELL_PERSISTENT,
         Capability.PAUSE,
         Capability.SNAPSHOT_FILESYSTEM,
@@ -158,6 +169,8 @@ class DaytonaProvider(SandboxProvider):
         self._daytona: AsyncDaytona | None = None
         self._sandboxes: dict[str, AsyncSandbox] = {}
         self._workdirs: dict[str, str] = {}
+        self._processes: dict[tuple[str, int], tuple[str, str]] = {}
+        """(sandbox, pid) -> (token, session command id) of background processes."""
 
     def __repr__(self) -> str:
         return f"<DaytonaProvider api_url={self._api_url!r} target={self._target!r}>"
@@ -474,6 +487,94 @@ class DaytonaProvider(SandboxProvider):
                           env: Mapping[str, str]) -> Shell:
         return await DaytonaShell.open(self, sandbox.id, cwd=cwd, env=env)
 
+    # ---------------------------------------------------- background processes
+
+    async def _run_quietly(self, sandbox_id: str, script: str) -> str:
+        """Run a helper script with Daytona's plain exec; its merged output."""
+        done = await self._toolbox(sandbox_id, lambda s: s.process.exec(script, timeout=60))
+        return done.result or ""
+
+    async def _start(self, sandbox_id: str, command: Command) -> int:
+        cwd = await self._path(sandbox_id, command.cwd or ".")
+        token = secrets.token_hex(8)
+        session = procs.session_id(token)
+        script = procs.start_script(command, token, cwd=cwd, env=dict(command.env))
+        await self._toolbox(sandbox_id, lambda s: s.process.create_session(session))
+        started = await self._toolbox(sandbox_id, lambda s: s.process.execute_session_command(
+            session, SessionExecuteRequest(command=DaytonaShell.EXIT + script, run_async=True)))
+        deadline = anyio.current_time() + self._window
+        while True:  # the wrapper writes the pid as soon as the child exists
+            with contextlib.suppress(errors.FileNotFound, ValueError):
+                pid = int((await self._read_all(sandbox_id, procs.pid_path(token))).strip())
+                self._processes[(sandbox_id, pid)] = (token, started.cmd_id)
+                return pid
+            state = await self._toolbox(sandbox_id, lambda s: s.process.get_session_command(
+                session, started.cmd_id))
+            if state.exit_code is not None or anyio.current_time() > deadline:
+                logs = await self._toolbox(sandbox_id, lambda s: (
+                    s.process.get_session_command_logs(session, started.cmd_id)))
+                raise errors.SandboxError(f"the process did not start (exit "
+                                          f"{state.exit_code}): {logs.stderr or logs.output}",
+                                          provider=self.name, sandbox_id=sandbox_id)
+            await anyio.sleep(0.01)
+
+    async def _read_all(self, sandbox_id: str, path: str) -> bytes:
+        return b"".join([chunk async for chunk in self._read_file(sandbox_id, path)])
+
+    async def _process(self, sandbox_id: str, pid: int) -> tuple[str, str]:
+        """The token and session command of the background process ``pid``."""
+        found = self._processes.get((sandbox_id, pid))
+        if found is not None:
+            return found
+        try:
+            token = (await self._read_all(sandbox_id, procs.map_path(pid))).decode().strip()
+        except errors.FileNotFound:
+            raise errors.ProcessNotFound(f"no background process {pid}", provider=self.name,
+                                         sandbox_id=sandbox_id) from None
+        session = await self._toolbox(sandbox_id,
+                                      lambda s: s.process.get_session(procs.session_id(token)))
+        found = (token, session.commands[0].id)
+        self._processes[(sandbox_id, pid)] = found
+        return found
+
+    async def _process_events(self, sandbox_id: str, pid: int) -> AsyncIterator[ProcessEvent]:
+        token, command_id = await self._process(sandbox_id, pid)
+        session = procs.session_id(token)
+        sent_out = sent_err = 0
+        delay = 0.02
+        while True:
+            # Status first: logs read after the exit is seen are complete.
+            state = await self._toolbox(sandbox_id, lambda s: s.process.get_session_command(
+                session, command_id))
+            logs = await self._toolbox(sandbox_id, lambda s: (
+                s.process.get_session_command_logs(session, command_id)))
+            out, err = logs.stdout or "", logs.stderr or ""
+            if len(out) > sent_out:
+                yield ProcessOutput("stdout", out[sent_out:].encode())
+                sent_out = len(out)
+            if len(err) > sent_err:
+                yield ProcessOutput("stderr", err[sent_err:].encode())
+                sent_err = len(err)
+            if state.exit_code is not None:
+                yield ProcessExit(wrapper.exit_code(state.exit_code))
+                return
+            await anyio.sleep(delay)
+            delay = min(delay * 1.5, 0.25)
+
+    async def _send_stdin(self, sandbox_id: str, pid: int, data: bytes) -> None:
+        token, _command = await self._process(sandbox_id, pid)
+        staged = f"{procs.PREFIX}{token}.w-{secrets.token_hex(4)}"
+        await self._toolbox(sandbox_id, lambda s: s.fs.upload_file(data, staged))
+        await self._run_quietly(sandbox_id, procs.write_script(token, staged))
+
+    async def _close_stdin(self, sandbox_id: str, pid: int) -> None:
+        token, _command = await self._process(sandbox_id, pid)
+        await self._run_quietly(sandbox_id, procs.close_stdin_script(token))
+
+    async def _kill_process(self, sandbox_id: str, pid: int) -> None:
+        await self._process(sandbox_id, pid)
+        await self._run_quietly(sandbox_id, procs.kill_script(pid))
+
     # ------------------------------------------------------------------- files
 
     async def _read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
@@ -684,8 +785,8 @@ class DaytonaShell(Shell):
     when the command ends (``exec.stream`` is not declared); there is no stdin.
     """
 
-    # Defined once per command (cheap), so it holds in any session shell.
-    _EXIT = 'exit() { return "${1:-$?}"; }; '
+    EXIT = 'exit() { return "${1:-$?}"; }; '
+    """Prefixed to every command: ``exit`` returns from the command, the session lives."""
 
     def __init__(self, provider: DaytonaProvider, sandbox_id: str, session_id: str) -> None:
         self._provider = provider
@@ -726,7 +827,7 @@ class DaytonaShell(Shell):
             raise errors.UnsupportedCapability(str(Capability.EXEC_STREAM), **where)
         if self._closed:
             raise errors.InvalidInput("the shell is closed", **where)
-        request = SessionExecuteRequest(command=self._EXIT + cmd, run_async=False)
+        request = SessionExecuteRequest(command=self.EXIT + cmd, run_async=False)
         limit = math.ceil(timeout) if timeout is not None else None
         start = anyio.current_time()
         try:
