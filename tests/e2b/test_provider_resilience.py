@@ -108,6 +108,27 @@ async def test_a_command_the_gateway_refused_runs_exactly_once(
         assert _served(running, "resume_504") - before == 3
 
 
+async def test_file_calls_the_gateway_refused_are_retried(
+        running: RunningEmulator, provider: SandboxProvider) -> None:
+    """Resumed behind the provider's back, the data plane answers 504 to the file
+    service too; stat, list and read are retried until they go through."""
+    if running.name != "e2b":
+        pytest.skip("the raw e2b SDK resumes through the e2b flavor's v2 connect")
+    options = provider_options(running)
+    async with provider.create() as sandbox:
+        await sandbox.files.write("/tmp/psdk-file.txt", b"there")
+        await sandbox.pause()
+        faults(running, {"resume_504": 3})
+        before = _served(running, "resume_504")
+        await AsyncSandbox.connect(sandbox.id, api_key=options["api_key"],
+                                   api_url=options["api_url"],
+                                   sandbox_url=options["sandbox_url"])
+        assert (await sandbox.files.stat("/tmp/psdk-file.txt")).size == 5
+        assert "psdk-file.txt" in {e.name for e in await sandbox.files.list("/tmp")}
+        assert await sandbox.files.read("/tmp/psdk-file.txt") == b"there"
+        assert _served(running, "resume_504") - before == 3
+
+
 async def test_429_on_create_is_retried_honouring_retry_after(
         running: RunningEmulator, provider: SandboxProvider) -> None:
     """Two 429s (Retry-After: 0) on create are retried; the third attempt creates."""

@@ -1099,6 +1099,10 @@ def _refused_by_gateway(exc: BaseException) -> bool:
         return True
     if isinstance(exc, e2bx.SandboxException) and \
             not isinstance(exc, e2bx.SandboxNotRunningException):
+        # The SDK maps a gateway's 504 on an RPC to TimeoutException, raised while
+        # handling the wire error: judge by that.
+        if isinstance(exc.__context__, ConnectError):
+            return _refused_by_gateway(exc.__context__)
         return _status_prefix(str(exc)) in (502, 503, 504)
     return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
 
