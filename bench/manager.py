@@ -13,13 +13,16 @@ each a ratio against a baseline measured in the same run.
   work done by hand (read the binding from the store, ``connect``, probe with a
   ``stat``). Goal: the manager adds under 5% (ratio <= 1.05).
 
-Prints one JSON object per line, like ``bench/run.py``. Not a test: goals are reported,
+Prints one JSON object per line with ``bench/run.py``'s fields; ``ratio`` is the median
+of per-pair ratios (see :func:`report_paired`). Not a test: goals are reported,
 not asserted. Usage: ``python bench/manager.py [--rounds N]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import json
 import shutil
 import statistics
 import sys
@@ -32,10 +35,6 @@ import anyio
 
 from provider_sdk.local import LocalProvider
 from provider_sdk.manager import SandboxManager, SQLiteStore
-
-# The JSON-lines reporter is bench/run.py's, so every benchmark prints the same fields.
-sys.path.insert(0, str(Path(__file__).parent))
-from run import report
 
 Timed = Callable[[], Awaitable[float]]
 
@@ -50,16 +49,38 @@ def timed(fn: Callable[[], Awaitable[object]]) -> Timed:
     return run
 
 
-async def interleaved(a: Timed, b: Timed, rounds: int) -> tuple[float, float]:
-    """Medians of ``a`` and ``b`` measured alternately (so drift hits both alike), after
-    one untimed warm-up call of each."""
+async def paired(a: Timed, b: Timed, rounds: int) -> tuple[list[float], list[float]]:
+    """Times of ``a`` and ``b`` measured in pairs, in alternating order (so load that
+    changes during the run hits both alike), with garbage collected between pairs only,
+    after one untimed warm-up call of each."""
     await a()
     await b()
-    ta, tb = [], []
-    for _ in range(rounds):
-        ta.append(await a())
-        tb.append(await b())
-    return statistics.median(ta), statistics.median(tb)
+    ta: list[float] = []
+    tb: list[float] = []
+    gc.disable()  # a collection lands on whichever call is unlucky: collect between pairs
+    try:
+        for i in range(rounds):
+            if i % 20 == 0:
+                gc.collect()
+            if i % 2:
+                tb.append(await b())
+                ta.append(await a())
+            else:
+                ta.append(await a())
+                tb.append(await b())
+    finally:
+        gc.enable()
+    return ta, tb
+
+
+def report_paired(name: str, ta: list[float], tb: list[float], goal: float) -> None:
+    """One JSON line like ``bench/run.py``'s; ``value`` and ``baseline`` are medians and
+    ``ratio`` is the median of the per-pair ratios, which a noisy neighbour moves least."""
+    value, baseline = statistics.median(ta), statistics.median(tb)
+    ratio = statistics.median(x / y for x, y in zip(ta, tb, strict=True))
+    print(json.dumps({"name": name, "value": round(value, 6), "baseline": round(baseline, 6),
+                      "ratio": round(ratio, 3), "goal": goal, "unit": "s",
+                      "met": ratio <= goal}), flush=True)
 
 
 async def main(rounds: int) -> None:
@@ -75,9 +96,9 @@ async def main(rounds: int) -> None:
                 async def dict_and_info() -> None:
                     await provider.get_info(plain["alice"])
 
-                value, baseline = await interleaved(timed(lambda: manager.acquire("alice")),
-                                                    timed(dict_and_info), rounds * 50)
-                report("manager_acquire_cache_hit_p50", value, baseline, goal=1.0)
+                ta, tb = await paired(timed(lambda: manager.acquire("alice")),
+                                      timed(dict_and_info), rounds * 50)
+                report_paired("manager_acquire_cache_hit_p50", ta, tb, goal=1.0)
 
             async def fresh_acquire() -> float:
                 # A new manager: an empty cache, as after a restart of the application.
@@ -96,10 +117,10 @@ async def main(rounds: int) -> None:
             async def raw_connect() -> None:
                 await provider.connect(sandbox.id)
 
-            value, baseline = await interleaved(fresh_acquire, timed(raw_connect), rounds * 10)
-            report("manager_acquire_store_hit_vs_connect_p50", value, baseline, goal=1.05)
-            value, baseline = await interleaved(fresh_acquire, timed(by_hand), rounds * 10)
-            report("manager_acquire_store_hit_overhead_p50", value, baseline, goal=1.05)
+            ta, tb = await paired(fresh_acquire, timed(raw_connect), rounds * 10)
+            report_paired("manager_acquire_store_hit_vs_connect_p50", ta, tb, goal=1.05)
+            ta, tb = await paired(fresh_acquire, timed(by_hand), rounds * 10)
+            report_paired("manager_acquire_store_hit_overhead_p50", ta, tb, goal=1.05)
             await provider.kill(sandbox.id)
 
 
