@@ -133,3 +133,15 @@ def test_v1_create_route_is_served_too(e2b_emulator: RunningEmulator) -> None:
         assert api.delete(f"/sandboxes/{sandbox_id}").status_code == 204
         unknown = api.post("/sandboxes", json={"templateID": "no-such-template"})
         assert unknown.status_code == 404
+
+
+def test_a_pause_without_memory_keeps_files_and_ends_processes(
+        e2b_emulator: RunningEmulator) -> None:
+    with Sandbox.create() as sandbox:
+        sandbox.files.write("/tmp/kept", "kept")
+        handle = sandbox.commands.run("sleep 600", background=True)
+        assert sandbox.pause(keep_memory=False) is True
+        resumed = Sandbox.connect(sandbox.sandbox_id)
+        assert resumed.files.read("/tmp/kept") == "kept"
+        assert handle.pid not in [p.pid for p in resumed.commands.list()]
+        assert resumed.commands.run("echo alive").stdout == "alive\n"

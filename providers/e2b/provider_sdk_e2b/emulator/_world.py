@@ -132,6 +132,9 @@ class SandboxRecord:
     processes: dict[int, ProcessEntry] = attrs.Factory(dict)
     lock: anyio.Lock = attrs.Factory(anyio.Lock)
     last_cpu: tuple[float, float] | None = None
+    files_only: Snapshot | None = None
+    """While paused without memory: the snapshot its files are kept in."""
+    paused_with_memory: bool = True
     pausing: anyio.Event | None = None
     """Set when the last pause finished (flavors with a ``pausing`` state)."""
 
@@ -235,10 +238,12 @@ class World:
             return
         self.killed.add(record.id)
         record.state = "killed"
-        for entry in list(record.processes.values()):
-            if entry.scope is not None:
-                entry.scope.cancel()
+        self._end_processes(record)
         with anyio.CancelScope(shield=True):
+            if record.files_only is not None:  # paused without memory: only files remain
+                with contextlib.suppress(errors.SandboxError):
+                    await self.provider.delete_snapshot(record.files_only.id)
+                return
             if record.sandbox.info.state == SandboxState.PAUSED:
                 # The local backend kills a frozen tree only after a grace period;
                 # thawing it just before the kill makes the kill prompt.
@@ -246,23 +251,30 @@ class World:
                     await record.sandbox.resume()
             await record.sandbox.kill()
 
-    async def pause(self, record: SandboxRecord) -> None:
-        """Pause a running sandbox. A flavor with a ``pausing`` state returns at once
-        and finishes in the background."""
+    async def pause(self, record: SandboxRecord, memory: bool | None = None) -> None:
+        """Pause a running sandbox, keeping its memory unless ``memory`` is false (or,
+        when ``None``, its create said ``autoPauseMemory: false``) and the flavor can
+        drop it. A flavor with a ``pausing`` state returns at once and finishes in the
+        background."""
         if record.state != "running":
             raise ApiError(409, f"sandbox {record.id} is already {record.state}")
+        keep = True
+        if self.flavor.filesystem_pause:
+            keep = record.pause_memory if memory is None else memory
         if not self.flavor.pausing_state:
             async with record.lock:
-                await self._do_pause(record)
+                await self._do_pause(record, keep_memory=keep)
             return
         record.state = "pausing"
         record.pausing = anyio.Event()
-        self.background(self._pause_in_background, record, record.pausing)
+        self.background(self._pause_in_background, record, record.pausing, keep)
 
-    async def _pause_in_background(self, record: SandboxRecord, done: anyio.Event) -> None:
+    async def _pause_in_background(self, record: SandboxRecord, done: anyio.Event,
+                                   keep_memory: bool) -> None:
         try:
             async with record.lock:
-                await self._do_pause(record, minimum=self.flavor.pausing_seconds)
+                await self._do_pause(record, keep_memory=keep_memory,
+                                     minimum=self.flavor.pausing_seconds)
         except errors.SandboxError:
             if record.id in self.sandboxes:
                 record.state = "running"
@@ -274,9 +286,18 @@ class World:
         if record.pausing is not None:
             await record.pausing.wait()
 
-    async def _do_pause(self, record: SandboxRecord, minimum: float = 0.0) -> None:
+    async def _do_pause(self, record: SandboxRecord, *, keep_memory: bool,
+                        minimum: float = 0.0) -> None:
         started = anyio.current_time()
-        await record.sandbox.pause()
+        if keep_memory:
+            await record.sandbox.pause()
+        else:
+            # E2B's filesystem-only pause: the files are kept, the processes end.
+            snapshot = await record.sandbox.snapshot()
+            self._end_processes(record)
+            await record.sandbox.kill()
+            record.files_only = snapshot
+        record.paused_with_memory = keep_memory
         extra = self.faults.value("pause_delay")
         if extra:
             self.faults.served("pause_delay")
@@ -292,8 +313,15 @@ class World:
             if record.id not in self.sandboxes:
                 raise ApiError(404, f"sandbox {record.id} not found")
             resumed = record.state == "paused"
-            if resumed:
+            if resumed and record.files_only is not None:
+                snapshot, record.files_only = record.files_only, None
+                record.sandbox = await self.provider.create(
+                    attrs.evolve(record.spec, template=None, snapshot=snapshot.id))
+                with contextlib.suppress(errors.SandboxError):
+                    await self.provider.delete_snapshot(snapshot.id)
+            elif resumed:
                 await record.sandbox.resume()
+            if resumed:
                 record.state = "running"
                 self.arm_unavailable(record)
             self.extend(record, timeout, reset=resumed)
@@ -309,6 +337,11 @@ class World:
         if record.end_at is not None and wanted is not None and (reset or wanted > record.end_at):
             record.end_at = wanted
 
+    def _end_processes(self, record: SandboxRecord) -> None:
+        for entry in list(record.processes.values()):
+            if entry.scope is not None:
+                entry.scope.cancel()
+
     def arm_unavailable(self, record: SandboxRecord) -> None:
         record.unavailable_left = self.faults.count("resume_504")
 
@@ -319,9 +352,7 @@ class World:
             spec = attrs.evolve(record.spec, template=None, snapshot=snapshot.snapshot.id)
             fresh = await self.provider.create(spec)
             old, record.sandbox = record.sandbox, fresh
-            for entry in list(record.processes.values()):
-                if entry.scope is not None:
-                    entry.scope.cancel()
+            self._end_processes(record)
             record.state = "running"
             self.arm_unavailable(record)
             with anyio.CancelScope(shield=True):

@@ -192,7 +192,8 @@ class ControlPlane:
             data["network"] = record.network
             if record.allow_internet is not None:
                 data["allowInternetAccess"] = record.allow_internet
-            data["pauseMode"] = "full" if record.pause_memory else "filesystem"
+            if record.state == "paused":
+                data["pauseMode"] = "full" if record.paused_with_memory else "filesystem"
         if self.flavor.snake_case_info:
             data["cpuMilli"] = cpu * 1000
             data.update({
@@ -332,7 +333,11 @@ class ControlPlane:
 
     async def pause(self, request: Request) -> Response:
         record = self._record(request)
-        await self.world.pause(record)
+        body = await _body(request)
+        memory = body.get("memory")
+        if memory is not None and not isinstance(memory, bool):
+            raise ApiError(400, "memory must be a boolean")
+        await self.world.pause(record, memory)
         return _no_content()
 
     async def resume(self, request: Request) -> Response:

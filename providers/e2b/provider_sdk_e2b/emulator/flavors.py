@@ -45,6 +45,8 @@ class Flavor:
     """Pause answers at once and the sandbox shows ``pausing`` before ``paused``."""
     pausing_seconds: float
     """How long, at least, a pause stays in ``pausing``."""
+    filesystem_pause: bool
+    """A pause may drop memory (E2B's ``memory: false``); Cube's always keeps it."""
     envd_access_token: bool
     """Create returns an ``envdAccessToken`` that the data plane then requires."""
     snake_case_info: bool
@@ -95,6 +97,7 @@ E2B = Flavor(
     never_timeout=False,
     pausing_state=False,
     pausing_seconds=0.0,
+    filesystem_pause=True,
     envd_access_token=True,
     snake_case_info=False,
     killed_status=502,
@@ -118,6 +121,7 @@ CUBE = Flavor(
     never_timeout=True,
     pausing_state=True,
     pausing_seconds=0.3,
+    filesystem_pause=False,
     envd_access_token=False,
     snake_case_info=True,
     killed_status=410,
