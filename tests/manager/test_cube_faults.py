@@ -19,6 +19,7 @@ from provider_sdk import open_provider
 from provider_sdk.emulators import EmulatorOptions, RunningEmulator
 from provider_sdk.errors import Unavailable
 from provider_sdk.manager import SandboxManager, SnapshotPolicy, SQLiteStore
+from provider_sdk.models import SandboxState
 from provider_sdk.provider import SandboxProvider
 
 emulator = pytest.importorskip("provider_sdk_e2b.emulator",
@@ -135,3 +136,24 @@ async def test_without_replacement_a_504_window_is_unavailable_within_the_bound(
             await manager.acquire("alice")
         assert info.value.sandbox_id == first.id
         assert [i.id for i in await provider.list()] == [first.id]
+
+
+async def test_idle_pause_is_left_to_cubes_own_auto_pause(
+        start_cube: Start, cube_provider: Callable[..., SandboxProvider],
+        db_path: Path) -> None:
+    start_cube({})
+    provider = cube_provider()
+    async with SQLiteStore(db_path) as store, \
+            SandboxManager(provider, store, idle_pause=1) as manager:
+        assert manager.spec.lifecycle.on_idle == "pause"  # asked of the backend
+        assert await manager.pause_idle() == []           # so no sweep of its own
+        sandbox = await manager.acquire("alice")
+        with anyio.fail_after(20):
+            while True:  # the backend pauses it once idle (listing is not activity)
+                if [i.id for i in await provider.list(state=SandboxState.PAUSED)] == [sandbox.id]:
+                    break
+                await anyio.sleep(0.2)
+        manager.forget("alice")
+        again = await manager.acquire("alice")
+        assert again.id == sandbox.id
+        assert (await again.exec("echo awake")).stdout == "awake\n"
