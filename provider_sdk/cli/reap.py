@@ -5,15 +5,19 @@ from __future__ import annotations
 import argparse
 
 from provider_sdk.cli.commands import provider_from
-from provider_sdk.cli.console import Console, dump_json
-from provider_sdk.manager import open_store, reap
+from provider_sdk.cli.console import CliError, Console, dump_json
+from provider_sdk.manager import MemoryStore, open_store, reap
 
 __all__ = ["cmd_reap"]
 
 
 async def cmd_reap(args: argparse.Namespace, console: Console) -> int:
     """Kill (or with ``--dry-run`` list) the sandboxes the store's bindings do not hold."""
-    async with provider_from(args) as provider, open_store(args.store) as store:
+    store = open_store(args.store)
+    if isinstance(store, MemoryStore):
+        raise CliError("--store memory: is empty in a new process, so every owner-tagged "
+                       "sandbox would be killed; name the store the managers use", code=2)
+    async with provider_from(args) as provider, store:
         victims = await reap(provider, store, owner_key=args.owner_key,
                              older_than=args.older_than, dry_run=args.dry_run)
     if args.json:

@@ -104,5 +104,10 @@ async def test_psdk_reap_kills_unbound_sandboxes_and_says_how_many(
 @pytest.mark.parametrize("text", ["", "soon", "1h30", "-5m", "1.5.5"])
 def test_psdk_reap_refuses_a_malformed_duration(
         text: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["reap", f"--older-than={text}", "--store", "memory:"]) == 2
+    assert main(["reap", f"--older-than={text}", "--store", "sqlite:///nonexistent/x"]) == 2
     assert "expected a duration" in capsys.readouterr().err
+
+
+def test_psdk_reap_refuses_a_memory_store(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["reap", "--store", "memory:"]) == 2
+    assert "every owner-tagged sandbox would be killed" in capsys.readouterr().err
