@@ -165,3 +165,14 @@ def test_any_file_name_round_trips(sandbox: Sandbox) -> None:
     sandbox.files.write(path, b"odd")
     assert bytes(sandbox.files.read(path, format="bytes")) == b"odd"
     assert [e.name for e in sandbox.files.list("/tmp/odd")] == ["\x1f \"quoted\" é;.txt"]
+
+
+def test_watch_dir_polls_changes(sandbox: Sandbox) -> None:
+    sandbox.files.make_dir("/tmp/watched")
+    sandbox.files.write("/tmp/watched/old.txt", "old")
+    handle = sandbox.files.watch_dir("/tmp/watched")
+    sandbox.files.write("/tmp/watched/new.txt", "new")
+    sandbox.files.remove("/tmp/watched/old.txt")
+    events = {(e.name, e.type.name) for e in handle.get_new_events()}
+    handle.stop()
+    assert events == {("new.txt", "CREATE"), ("old.txt", "REMOVE")}

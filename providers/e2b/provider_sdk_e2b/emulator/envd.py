@@ -276,9 +276,14 @@ class Envd:
             if not request.headers.get("content-type", "").startswith(
                     "application/connect+json"):
                 raise RpcError("invalid_argument", "only the JSON codec is served")
-            message = await EnvelopeReader(request.stream()).next()
+            reader = EnvelopeReader(request.stream())
+            message = await reader.next()
             if not isinstance(message, dict):
                 raise RpcError("invalid_argument", "a request message is required")
+            # One message and the end of the body: then the server notices if the
+            # client goes away while the stream is quiet.
+            if await reader.next() is not None:
+                raise RpcError("invalid_argument", "a server stream takes one message")
         except RpcError as exc:
             failed = exc
 
