@@ -10,7 +10,7 @@ way. ``on_idle="pause"`` is E2B's auto-pause; ``auto_resume`` its auto-resume.
 The pitfalls this module absorbs (each is proven by a test through the emulator):
 
 - envd runs commands as ``bash -l -c``, whose profile resets ``PATH``: the environment
-  travels in a script that runs after the profile (see :mod:`provider_sdk_e2b._shell`);
+  travels in a script that runs after the profile (see ``provider_sdk_e2b._shell``);
 - the SDK decodes command output as UTF-8 and its ``timeout`` (60 s by default) kills
   commands: exec talks to envd's process service directly, with bytes, and no deadline
   unless the caller gives one;
@@ -21,7 +21,7 @@ The pitfalls this module absorbs (each is proven by a test through the emulator)
 - 429s are retried by the SDK's transport honouring ``Retry-After`` (``retries``), then
   raise ``RateLimited``.
 
-Everything vendor-specific about errors happens in :meth:`E2BProvider._translate`.
+Everything vendor-specific about errors happens in ``E2BProvider._translate``.
 """
 
 from __future__ import annotations
