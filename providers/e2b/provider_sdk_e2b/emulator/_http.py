@@ -214,8 +214,8 @@ async def _serve_connection(stream: anyio.abc.ByteStream, handler: Handler) -> N
 
 
 async def _send_error(conn: _Connection, status: int, message: str) -> None:
-    if conn.h11.our_state is not h11.SEND_RESPONSE:
-        return
+    if conn.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+        return  # a response is already under way
     body = json.dumps({"code": status, "message": message}).encode()
     try:
         await conn.send(h11.Response(status_code=status, headers=[

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+import gzip
 import hashlib
 import hmac
 import posixpath
@@ -134,17 +135,12 @@ def _multipart(body: bytes, content_type: str) -> list[tuple[str, str | None, by
     return parts
 
 
-async def _gunzip(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    async for chunk in chunks:
-        try:
-            out = inflater.decompress(chunk)
-        except zlib.error as exc:
-            raise errors.InvalidInput(f"the gzip body is corrupt: {exc}") from None
-        if out:
-            yield out
-    if tail := inflater.flush():
-        yield tail
+def _gunzip(data: bytes) -> bytes:
+    """Decompress a whole gzip body first, so a corrupt one overwrites no file."""
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise errors.InvalidInput(f"the gzip body is corrupt: {exc}") from None
 
 
 class _Watcher:
@@ -638,10 +634,10 @@ class Envd:
             else:
                 if not path:
                     return json_response(400, {"code": 400, "message": "path is required"})
-                chunks = request.stream()
                 if "gzip" in request.headers.get("content-encoding", ""):
-                    chunks = _gunzip(chunks)
-                await record.sandbox.files.write(path, chunks)
+                    await record.sandbox.files.write(path, _gunzip(await request.read()))
+                else:
+                    await record.sandbox.files.write(path, request.stream())
                 written.append(path)
             infos = [await record.sandbox.files.stat(p) for p in written]
         except errors.NotFound as exc:

@@ -1,0 +1,84 @@
+"""The emulator's HTTP layer: keep-alive, malformed requests, streamed and compressed
+uploads, and the Connect framing envd's clients rely on."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import struct
+from collections.abc import Iterator
+
+import httpx
+from e2b import Sandbox
+
+from provider_sdk.emulators import RunningEmulator
+
+
+def _port(running: RunningEmulator) -> int:
+    return int(running.url.rsplit(":", 1)[1])
+
+
+def test_keep_alive_serves_several_requests_on_one_connection(
+        e2b_emulator: RunningEmulator) -> None:
+    with socket.create_connection(("127.0.0.1", _port(e2b_emulator)), timeout=10) as sock:
+        request = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+        sock.sendall(request + request)  # pipelined: answered in order
+        data = b""
+        while data.count(b"HTTP/1.1 200") < 2:
+            chunk = sock.recv(65536)
+            assert chunk, f"connection closed early: {data!r}"
+            data += chunk
+
+
+def test_a_malformed_request_gets_400_and_the_connection_closes(
+        e2b_emulator: RunningEmulator) -> None:
+    with socket.create_connection(("127.0.0.1", _port(e2b_emulator)), timeout=10) as sock:
+        sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 400")
+
+
+def test_streamed_and_gzipped_uploads(e2b_emulator: RunningEmulator) -> None:
+    data = bytes(range(256)) * 8192  # 2 MiB
+
+    def chunks() -> Iterator[bytes]:
+        for i in range(0, len(data), 100_000):
+            yield data[i:i + 100_000]
+
+    with Sandbox.create() as sandbox:
+        sandbox.files.write("/tmp/streamed.bin", chunks())  # octet-stream, chunked
+        assert bytes(sandbox.files.read("/tmp/streamed.bin", format="bytes")) == data
+        sandbox.files.write("/tmp/gzipped.bin", data, gzip=True)
+        assert bytes(sandbox.files.read("/tmp/gzipped.bin", format="bytes")) == data
+        headers = {"E2b-Sandbox-Id": sandbox.sandbox_id,
+                   "X-Access-Token": sandbox._envd_access_token or ""}
+        corrupt = httpx.post(f"{e2b_emulator.url}/files", params={"path": "/tmp/bad"},
+                             content=gzip.compress(b"x")[:-4] + b"oops",
+                             headers={**headers, "Content-Type": "application/octet-stream",
+                                      "Content-Encoding": "gzip"})
+        assert corrupt.status_code == 400
+
+
+def test_connect_framing_of_a_streamed_call(e2b_emulator: RunningEmulator) -> None:
+    with Sandbox.create() as sandbox:
+        message = json.dumps({"process": {"cmd": "/bin/echo", "args": ["framed"]}}).encode()
+        answer = httpx.post(
+            f"{e2b_emulator.url}/process.Process/Start",
+            content=struct.pack(">BI", 0, len(message)) + message,
+            headers={"E2b-Sandbox-Id": sandbox.sandbox_id,
+                     "X-Access-Token": sandbox._envd_access_token or "",
+                     "Content-Type": "application/connect+json"})
+        assert answer.status_code == 200
+        assert answer.headers["content-type"] == "application/connect+json"
+        frames = []
+        body = answer.content
+        while body:
+            flags, size = struct.unpack(">BI", body[:5])
+            frames.append((flags, json.loads(body[5:5 + size])))
+            body = body[5 + size:]
+        assert "start" in frames[0][1]["event"]
+        assert frames[-2][1]["event"]["end"]["exited"] is True
+        assert frames[-1] == (2, {})  # the end-stream frame
