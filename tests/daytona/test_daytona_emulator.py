@@ -58,7 +58,7 @@ def test_the_admin_endpoint_sets_and_reports_faults() -> None:
         report = admin({"latency": 0.01})
         assert report["set"]["latency"] == 0.01
         assert {"latency", "rate_limit_429", "transition_502", "toolbox_502_after_start",
-                "start_delay"} == set(report["known"])
+                "start_delay", "minute_seconds"} == set(report["known"])
         _get("/api/sandbox", running().api_key.reveal())
         assert admin()["served"]["latency"] >= 1
     finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import pytest
 from daytona_emulator_fixtures import admin, provider_options
 from provider_sdk_daytona.provider import DaytonaProvider
@@ -15,6 +16,7 @@ from provider_sdk.errors import (
     ConfigError,
     InvalidInput,
     RateLimited,
+    SandboxNotFound,
     SandboxNotRunning,
     Unavailable,
     UnsupportedCapability,
@@ -94,9 +96,39 @@ async def test_idle_kill_maps_to_auto_stop_then_delete(provider: DaytonaProvider
         assert (fields.auto_stop_interval, fields.auto_delete_interval) == (2, 0)
 
 
-async def test_idle_pause_is_not_declared(provider: DaytonaProvider) -> None:
-    with pytest.raises(UnsupportedCapability, match=r"lifecycle\.auto_pause"):
-        await provider.create(lifecycle=Lifecycle(idle_timeout=60, on_idle="pause"))
+async def test_idle_pause_maps_to_auto_stop_only(provider: DaytonaProvider) -> None:
+    async with provider.create(lifecycle=Lifecycle(idle_timeout=600, on_idle="pause")) as sb:
+        fields = await _daytona_fields(provider, sb.id)
+        assert (fields.auto_stop_interval, fields.auto_delete_interval) == (10, -1)
+
+
+async def _eventually_state(provider: DaytonaProvider, sandbox_id: str,
+                            state: SandboxState | None) -> None:
+    """Poll (reads are not activity) until the sandbox is in ``state``; None: gone."""
+    with anyio.fail_after(30):
+        while True:
+            try:
+                if (await provider.get_info(sandbox_id)).state == state:
+                    return
+            except SandboxNotFound:
+                if state is None:
+                    return
+            await anyio.sleep(0.1)
+
+
+async def test_an_idle_sandbox_is_paused_and_resumes(provider: DaytonaProvider) -> None:
+    admin({"minute_seconds": 1})  # the emulator's minute lasts a second
+    async with provider.create(lifecycle=Lifecycle(idle_timeout=30, on_idle="pause")) as sb:
+        await sb.files.write("kept.txt", b"idle")
+        await _eventually_state(provider, sb.id, SandboxState.PAUSED)
+        again = await provider.connect(sb.id)
+        assert await again.files.read("kept.txt") == b"idle"
+
+
+async def test_an_idle_sandbox_is_killed(provider: DaytonaProvider) -> None:
+    admin({"minute_seconds": 1})
+    sandbox = await provider.create(lifecycle=Lifecycle(idle_timeout=30, on_idle="kill"))
+    await _eventually_state(provider, sandbox.id, None)
 
 
 async def test_network_policy_maps_to_block_all_and_allow_lists(

@@ -9,8 +9,9 @@ Mapping, in short (the Daytona page of the docs has the whole table):
   :meth:`DaytonaProvider.ex_recover`.
 - The neutral idle policy is explicit: without ``Lifecycle(idle_timeout=...)`` a sandbox
   never stops by itself (auto-stop 0, auto-delete off), instead of Daytona's silent
-  15-minute auto-stop. ``Lifecycle(idle_timeout=T, on_idle="kill")`` is auto-stop after
-  ``ceil(T / 60)`` minutes then immediate auto-delete.
+  15-minute auto-stop. ``Lifecycle(idle_timeout=T, on_idle="pause")`` is auto-stop after
+  ``ceil(T / 60)`` minutes (``lifecycle.auto_pause``); ``on_idle="kill"`` adds immediate
+  auto-delete. Daytona counts requests as activity, not processes inside the sandbox.
 - Metadata is Daytona's labels, minus the SDK's ``code-toolbox-language`` label and this
   provider's ``provider-sdk.cwd`` (where ``SandboxSpec.cwd`` is kept).
 - Commands run through a wrapper (see ``_exec``) so that stdout and stderr stay apart and
@@ -139,6 +140,7 @@ class DaytonaProvider(SandboxProvider):
         Capability.PROCESS_BACKGROUND,
         Capability.SHELL_PERSISTENT,
         Capability.PAUSE,
+        Capability.LIFECYCLE_AUTO_PAUSE,
         Capability.SNAPSHOT_FILESYSTEM,
         Capability.VOLUMES,
         Capability.VOLUMES_SHARED,
@@ -327,12 +329,14 @@ class DaytonaProvider(SandboxProvider):
         if spec.cwd is not None:
             labels[CWD_LABEL] = spec.cwd
         idle = spec.lifecycle.idle_timeout
+        kill_when_idle = idle is not None and spec.lifecycle.on_idle == "kill"
         common: dict[str, Any] = {
             "env_vars": dict(spec.env), "labels": labels,
             "volumes": [await self._mount(m) for m in spec.volumes],
-            # Never Daytona's surprise 15-minute auto-stop: off unless asked for.
+            # Never Daytona's surprise 15-minute auto-stop: off unless asked for. Idle
+            # "pause" is auto-stop; idle "kill" is auto-stop, then deletion at once.
             "auto_stop_interval": math.ceil(idle / 60) if idle is not None else 0,
-            "auto_delete_interval": 0 if idle is not None else -1,
+            "auto_delete_interval": 0 if kill_when_idle else -1,
             **_network(spec.network),
         }
         ext = spec.extensions

@@ -10,12 +10,14 @@ carry ``Authorization: Bearer KEY``. Faults (see :data:`FAULTS`) are set with
 What it does not do: build images (a sandbox created from an image or a Dockerfile runs
 on the backend's default template, and the DTO records what was asked), give sandboxes a
 network (they have loopback only, whatever ``networkBlockAll`` says), enforce resources,
-or stop idle sandboxes by itself. Socket.IO events, PTYs, git, LSP and preview URLs are
+or archive stopped ones (auto-stop and auto-delete are kept, on a clock whose minute
+fault ``minute_seconds`` can shorten). Socket.IO events, PTYs, git, LSP and preview URLs are
 not served; the SDK falls back to polling for state.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 from collections.abc import AsyncIterator
@@ -121,6 +123,7 @@ async def daytona_emulator(options: EmulatorOptions) -> AsyncIterator[RunningEmu
         app["ctx"] = ctx
         app.add_routes(routes())
         runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        reaper: asyncio.Task[None] | None = None
         await runner.setup()
         try:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -129,12 +132,17 @@ async def daytona_emulator(options: EmulatorOptions) -> AsyncIterator[RunningEmu
             await web.SockSite(runner, sock).start()
             port = sock.getsockname()[1]
             ctx.base_url = f"http://127.0.0.1:{port}"
+            reaper = asyncio.create_task(api.reap(ctx))
             yield RunningEmulator(
                 name="daytona", url=ctx.base_url,
                 settings={"DAYTONA_API_URL": f"{ctx.base_url}/api",  # type: ignore[arg-type]
                           "DAYTONA_TARGET": "local"},
                 api_key_settings=("DAYTONA_API_KEY",), api_key=ctx.api_key)
         finally:
+            if reaper is not None:
+                reaper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reaper
             await runner.cleanup()
             await _clean_backend(ctx.store)
 

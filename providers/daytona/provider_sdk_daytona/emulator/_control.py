@@ -19,6 +19,7 @@ from aiohttp import web
 from provider_sdk.errors import Conflict, NotFound, SandboxError
 from provider_sdk.models import SandboxSpec, VolumeMount
 from provider_sdk_daytona.emulator._http import (
+    Context,
     HttpError,
     context,
     json_response,
@@ -103,6 +104,7 @@ async def boot(request: web.Request, record: SandboxRecord) -> None:
     record.state = "started"
     record.updated_at = now()
     record.started_at = asyncio.get_running_loop().time() + ctx.faults.value("start_delay")
+    record.active_at = record.started_at
     if ctx.faults.value("start_delay") > 0:
         ctx.faults.served("start_delay")
     record.toolbox_502 = ctx.faults.count("toolbox_502_after_start")
@@ -141,6 +143,26 @@ async def _stop(store: Store, record: SandboxRecord) -> None:
     record.backend_id = record.handle = None
     record.state = "stopped"
     record.updated_at = now()
+    record.stopped_at = asyncio.get_running_loop().time()
+
+
+async def reap(ctx: Context) -> None:
+    """Daytona's lifecycle timers, checked forever: a started sandbox idle for its
+    auto-stop interval is stopped; a stopped one is deleted after its auto-delete
+    interval (0: at once). Only toolbox requests count as activity, as on Daytona."""
+    store = ctx.store
+    while True:
+        minute = ctx.faults.value("minute_seconds") or 60.0
+        clock = asyncio.get_running_loop().time()
+        for record in list(store.sandboxes.values()):
+            with contextlib.suppress(SandboxError):
+                if (record.state == "started" and record.auto_stop_interval > 0
+                        and clock - record.active_at >= record.auto_stop_interval * minute):
+                    await _stop(store, record)
+                if (record.state == "stopped" and record.auto_delete_interval >= 0
+                        and clock - record.stopped_at >= record.auto_delete_interval * minute):
+                    await shut_down(store, record)
+        await asyncio.sleep(min(minute / 20, 1.0))
 
 
 # ---------------------------------------------------------------------- sandboxes

@@ -29,6 +29,8 @@ FAULTS = {
     "toolbox_502_after_start": "after each create or start, the sandbox's first N toolbox "
                                "requests answer 502",
     "start_delay": "seconds a created or started sandbox reports 'starting' before 'started'",
+    "minute_seconds": "the length, in seconds, of the minutes that auto-stop and auto-delete "
+                      "intervals count (0: a real minute)",
 }
 
 

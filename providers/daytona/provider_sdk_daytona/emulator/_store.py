@@ -95,6 +95,10 @@ class SandboxRecord:
     workdir: str = "/"
     started_at: float = 0.0
     """Loop time before which GET still reports ``starting`` (fault ``start_delay``)."""
+    active_at: float = 0.0
+    """Loop time of the last toolbox request, create or start: what auto-stop counts."""
+    stopped_at: float = 0.0
+    """Loop time of the last stop: what auto-delete counts."""
     sessions: dict[str, SessionRecord] = attrs.field(factory=dict)
     toolbox_502: int = 0
     """Toolbox requests still to fail with 502 (fault ``toolbox_502_after_start``)."""

@@ -56,6 +56,7 @@ def _running(request: web.Request) -> tuple[SandboxRecord, Sandbox]:
     if record.handle is None or record.state != "started":
         raise HttpError(409, f"sandbox {key} is {record.state}, not started",
                         "SANDBOX_NOT_STARTED")
+    record.active_at = asyncio.get_running_loop().time()
     return record, record.handle
 
 
