@@ -19,6 +19,13 @@ def _port(running: RunningEmulator) -> int:
     return int(running.url.rsplit(":", 1)[1])
 
 
+def _envd_headers(running: RunningEmulator, sandbox_id: str) -> dict[str, str]:
+    """What the SDK sends to a sandbox's envd: its id, and the token create returned."""
+    detail = httpx.get(f"{running.url}/sandboxes/{sandbox_id}",
+                       headers={"X-API-Key": running.api_key.reveal()}).json()
+    return {"E2b-Sandbox-Id": sandbox_id, "X-Access-Token": detail["envdAccessToken"]}
+
+
 def test_keep_alive_serves_several_requests_on_one_connection(
         e2b_emulator: RunningEmulator) -> None:
     with socket.create_connection(("127.0.0.1", _port(e2b_emulator)), timeout=10) as sock:
@@ -53,8 +60,7 @@ def test_streamed_and_gzipped_uploads(e2b_emulator: RunningEmulator) -> None:
         assert bytes(sandbox.files.read("/tmp/streamed.bin", format="bytes")) == data
         sandbox.files.write("/tmp/gzipped.bin", data, gzip=True)
         assert bytes(sandbox.files.read("/tmp/gzipped.bin", format="bytes")) == data
-        headers = {"E2b-Sandbox-Id": sandbox.sandbox_id,
-                   "X-Access-Token": sandbox._envd_access_token or ""}
+        headers = _envd_headers(e2b_emulator, sandbox.sandbox_id)
         corrupt = httpx.post(f"{e2b_emulator.url}/files", params={"path": "/tmp/bad"},
                              content=gzip.compress(b"x")[:-4] + b"oops",
                              headers={**headers, "Content-Type": "application/octet-stream",
@@ -68,8 +74,7 @@ def test_connect_framing_of_a_streamed_call(e2b_emulator: RunningEmulator) -> No
         answer = httpx.post(
             f"{e2b_emulator.url}/process.Process/Start",
             content=struct.pack(">BI", 0, len(message)) + message,
-            headers={"E2b-Sandbox-Id": sandbox.sandbox_id,
-                     "X-Access-Token": sandbox._envd_access_token or "",
+            headers={**_envd_headers(e2b_emulator, sandbox.sandbox_id),
                      "Content-Type": "application/connect+json"})
         assert answer.status_code == 200
         assert answer.headers["content-type"] == "application/connect+json"
