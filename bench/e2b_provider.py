@@ -1,6 +1,7 @@
 """Benchmarks of the E2B provider against the raw ``e2b`` async SDK doing the same work
 (create, exec, write, read, kill) on the same emulator, in the same run, rounds
-interleaved (and their order alternated), so the ratio is what the provider adds.
+interleaved operation by operation (who goes first alternates), so the ratio is what
+the provider adds.
 
 The emulator (E2B flavor, local backend) runs on its own event loop in a thread, as a
 remote service would. Prints JSON lines as ``bench/run.py`` does: one per operation
@@ -18,7 +19,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 
 import anyio
 from e2b import AsyncSandbox
@@ -28,6 +28,7 @@ from run import report
 from provider_sdk import open_provider
 from provider_sdk.emulators import EmulatorOptions, RunningEmulator
 from provider_sdk.provider import SandboxProvider
+from provider_sdk.sandbox import Sandbox
 
 FILE = "/tmp/psdk-bench.bin"
 DATA = secrets.token_bytes(256 << 10)
@@ -36,52 +37,84 @@ OPS = ("create", "exec", "write", "read", "kill")
 Timings = dict[str, list[float]]
 
 
-async def _timed(timings: Timings, op: str, call: Callable[[], Awaitable[object]]) -> object:
-    start = time.perf_counter()
-    result = await call()
-    timings[op].append(time.perf_counter() - start)
-    return result
-
-
-async def raw_round(params: dict[str, str], timings: Timings) -> None:
+class Raw:
     """The sequence with the ``e2b`` SDK alone."""
-    sandbox = await _timed(timings, "create", lambda: AsyncSandbox.create(**params))
-    assert isinstance(sandbox, AsyncSandbox)
-    await _timed(timings, "exec", lambda: sandbox.commands.run("true"))
-    await _timed(timings, "write", lambda: sandbox.files.write(FILE, DATA))
-    data = await _timed(timings, "read", lambda: sandbox.files.read(FILE, format="bytes"))
-    assert data == DATA
-    await _timed(timings, "kill", sandbox.kill)
+
+    def __init__(self, params: dict[str, str]) -> None:
+        self.params = params
+        self.sandbox: AsyncSandbox | None = None
+
+    async def create(self) -> None:
+        self.sandbox = await AsyncSandbox.create(**self.params)
+
+    async def exec(self) -> None:
+        assert self.sandbox is not None
+        await self.sandbox.commands.run("true")
+
+    async def write(self) -> None:
+        assert self.sandbox is not None
+        await self.sandbox.files.write(FILE, DATA)
+
+    async def read(self) -> None:
+        assert self.sandbox is not None
+        assert await self.sandbox.files.read(FILE, format="bytes") == DATA
+
+    async def kill(self) -> None:
+        assert self.sandbox is not None
+        await self.sandbox.kill()
 
 
-async def provider_round(provider: SandboxProvider, timings: Timings) -> None:
+class Ours:
     """The same sequence through ``E2BProvider``."""
-    sandbox = await _timed(timings, "create", lambda: provider.create())
-    from provider_sdk.sandbox import Sandbox
-    assert isinstance(sandbox, Sandbox)
-    await _timed(timings, "exec", lambda: sandbox.exec(["true"]))
-    await _timed(timings, "write", lambda: sandbox.files.write(FILE, DATA))
-    data = await _timed(timings, "read", lambda: sandbox.files.read(FILE))
-    assert data == DATA
-    await _timed(timings, "kill", sandbox.kill)
+
+    def __init__(self, provider: SandboxProvider) -> None:
+        self.provider = provider
+        self.sandbox: Sandbox | None = None
+
+    async def create(self) -> None:
+        self.sandbox = await self.provider.create()
+
+    async def exec(self) -> None:
+        assert self.sandbox is not None
+        await self.sandbox.exec(["true"])
+
+    async def write(self) -> None:
+        assert self.sandbox is not None
+        await self.sandbox.files.write(FILE, DATA)
+
+    async def read(self) -> None:
+        assert self.sandbox is not None
+        assert await self.sandbox.files.read(FILE) == DATA
+
+    async def kill(self) -> None:
+        assert self.sandbox is not None
+        await self.sandbox.kill()
+
+
+async def round_pair(first: Raw | Ours, second: Raw | Ours,
+                     timings: dict[int, Timings]) -> None:
+    """One round of each, step by step: every operation of one is timed right next to
+    the same operation of the other, so both see the same machine."""
+    for op in OPS:
+        for side in (first, second):
+            start = time.perf_counter()
+            await getattr(side, op)()
+            timings[id(side)][op].append(time.perf_counter() - start)
 
 
 async def main(running: RunningEmulator, rounds: int) -> None:
     settings = running.settings
     params = {"api_key": running.api_key.reveal(), "api_url": settings["E2B_API_URL"],
               "sandbox_url": settings["E2B_SANDBOX_URL"], "domain": settings["E2B_DOMAIN"]}
-    raw: Timings = {op: [] for op in OPS}
-    ours: Timings = {op: [] for op in OPS}
     async with open_provider("e2b", **params) as provider:
-        await raw_round(params, {op: [] for op in OPS})  # warm up both paths
-        await provider_round(provider, {op: [] for op in OPS})
-        for i in range(rounds):
-            if i % 2:
-                await raw_round(params, raw)
-                await provider_round(provider, ours)
-            else:
-                await provider_round(provider, ours)
-                await raw_round(params, raw)
+        raw_side, our_side = Raw(params), Ours(provider)
+        timings: dict[int, Timings] = {id(raw_side): {op: [] for op in OPS},
+                                       id(our_side): {op: [] for op in OPS}}
+        await round_pair(raw_side, our_side, {k: {op: [] for op in OPS} for k in timings})
+        for i in range(rounds):  # who goes first alternates
+            await round_pair(*((raw_side, our_side) if i % 2 else (our_side, raw_side)),
+                             timings)
+    raw, ours = timings[id(raw_side)], timings[id(our_side)]
     for op in OPS:
         report(f"e2b_{op}_p50_vs_raw_sdk", statistics.median(ours[op]),
                statistics.median(raw[op]), goal=1.05)
