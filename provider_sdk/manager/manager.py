@@ -110,6 +110,14 @@ class _Lost(Exception):
         self.reason = reason
 
 
+class _Rebound(Exception):
+    """Someone else bound the owner while we repaired it (our claim had expired)."""
+
+    def __init__(self, binding: Binding) -> None:
+        super().__init__(binding.sandbox_id)
+        self.binding = binding
+
+
 class SandboxManager:
     """One resident sandbox per owner, over any provider and any binding store.
 
@@ -302,6 +310,9 @@ class SandboxManager:
                     binding = current  # bound between our read and our claim
                     continue
                 return await self._repair(owner, current, token)
+            except _Rebound as rebound:  # theirs wins; ours was killed or is a duplicate
+                binding, tried = rebound.binding, None
+                continue
             finally:
                 with anyio.CancelScope(shield=True):
                     await self.store.release(owner_claim(owner), token)
@@ -408,6 +419,8 @@ class SandboxManager:
             except _Lost:
                 continue
             bound = await self._bind(owner, sandbox.id, broken)
+            if bound.sandbox_id != sandbox.id:
+                raise _Rebound(bound)
             others = {i.id for i in tagged if i.id != sandbox.id} | bad
             await self._background(self._kill_all(sorted(others)))
             return self._managed(sandbox, owner, bound.env), "list"
@@ -415,6 +428,8 @@ class SandboxManager:
         sandbox, level = await self._create(owner, broken)
         try:
             bound = await self._bind(owner, sandbox.id, broken)
+            if bound.sandbox_id != sandbox.id:
+                raise _Rebound(bound)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._kill_quietly(sandbox.id)
@@ -443,10 +458,14 @@ class SandboxManager:
         return sandbox, "create"
 
     async def _bind(self, owner: str, sandbox_id: str, broken: Binding | None) -> Binding:
-        """Bind ``owner`` to ``sandbox_id``, keeping its env and snapshots."""
+        """Bind ``owner`` to ``sandbox_id``, keeping its env and snapshots. If someone
+        else bound the owner to another sandbox meanwhile, return their binding."""
         now = time.time()
         for _ in range(20):
             current = await self.store.get(owner)
+            if current is not None and current.sandbox_id not in (
+                    sandbox_id, broken.sandbox_id if broken is not None else None):
+                return current
             base = current or broken
             binding = Binding(
                 owner=owner, sandbox_id=sandbox_id, provider=self.provider.name,

@@ -226,6 +226,31 @@ async def test_many_tasks_acquiring_one_owner_get_one_sandbox(
     assert len(await provider.list()) == 2
 
 
+class _ExpiringClaims(MemoryStore):
+    """Claims that never exclude anyone: every claim has (as if) expired at once."""
+
+    async def claim(self, name: str, token: str, ttl: float) -> bool:
+        return True
+
+
+async def test_when_claims_fail_the_first_binding_wins_and_the_other_sandbox_dies(
+        provider: LocalProvider) -> None:
+    store = _ExpiringClaims()
+    first, second = SandboxManager(provider, store), SandboxManager(provider, store)
+    got: list[str] = []
+
+    async def acquire(manager: SandboxManager) -> None:
+        got.append((await manager.acquire("alice")).id)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(acquire, first)
+        tg.start_soon(acquire, second)
+    binding = await store.get("alice")
+    assert binding is not None
+    assert got == [binding.sandbox_id] * 2
+    assert [i.id for i in await provider.list()] == [binding.sandbox_id]
+
+
 async def test_release_kills_the_sandbox_and_drops_the_binding(
         provider: LocalProvider, store: SQLiteStore) -> None:
     manager = SandboxManager(provider, store)
