@@ -48,6 +48,14 @@ def test_a_malformed_ready_timeout_is_a_config_error_naming_it(
         open_provider(name, api_key="k", api_url="http://127.0.0.1:9")
 
 
+async def test_cube_without_a_template_names_cube_template_id() -> None:
+    """Cube has no default template: a create naming none says which setting to set,
+    before any request is sent."""
+    async with open_provider("cube", api_key="k", api_url="http://127.0.0.1:9") as provider:
+        with pytest.raises(ConfigError, match="CUBE_TEMPLATE_ID"):
+            await provider.create()
+
+
 def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every documented setting is read; the key is kept as a masked Secret."""
     monkeypatch.setenv("CUBE_API_KEY", "cube-secret-value")

@@ -475,7 +475,8 @@ class E2BProvider(SandboxProvider):
             wait = delay
             with anyio.move_on_after(max(remaining, 0.01)):
                 try:
-                    response = await handle.health.get("/health", timeout=min(5.0, remaining))
+                    response = await handle.health.get("/health",
+                                                      timeout=max(0.01, min(5.0, remaining)))
                 except httpx.HTTPError as exc:
                     last = f"{type(exc).__name__}: {exc}"
                 else:
