@@ -1,0 +1,81 @@
+"""The Daytona emulator on the Docker backend (``--backend docker``): the provider's
+everyday operations through containers instead of bubblewrap sandboxes.
+
+Skipped, with the reason, where the Docker provider is not installed or no engine
+answers, except under CI (``CI=true``), where a missing engine is a failure."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import AsyncIterator, Iterator
+
+import anyio
+import pytest
+from anyio.from_thread import start_blocking_portal
+from provider_sdk_daytona.provider import DaytonaProvider
+
+from provider_sdk import emulators, open_provider, registry
+from provider_sdk.errors import SandboxError
+from provider_sdk.models import SandboxState
+
+pytestmark = pytest.mark.anyio
+
+
+def _require_docker() -> None:
+    if "docker" not in registry.available():
+        pytest.skip("the docker provider's plugin is not installed")
+
+    async def probe() -> None:
+        async with open_provider("docker") as provider:
+            await provider.list()
+
+    try:
+        anyio.run(probe)
+    except (SandboxError, OSError) as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the Docker engine does not answer under CI: {exc}")
+        pytest.skip(f"no Docker engine answers here: {exc}")
+
+
+@pytest.fixture(scope="module")
+def docker_emulator() -> Iterator[emulators.RunningEmulator]:
+    _require_docker()
+    options = emulators.EmulatorOptions(api_key=secrets.token_urlsafe(16), backend="docker")
+    with start_blocking_portal() as portal, \
+            portal.wrap_async_context_manager(emulators.run("daytona", options)) as running:
+        yield running
+
+
+@pytest.fixture
+async def provider(docker_emulator: emulators.RunningEmulator
+                   ) -> AsyncIterator[DaytonaProvider]:
+    settings = docker_emulator.settings
+    async with DaytonaProvider(api_key=docker_emulator.api_key.reveal(),
+                               api_url=settings["DAYTONA_API_URL"]) as provider:
+        yield provider
+
+
+async def test_exec_files_and_shell_on_docker(provider: DaytonaProvider) -> None:
+    async with provider.create(env={"FROM_SPEC": "yes"}) as sandbox:
+        result = await sandbox.exec('echo "$FROM_SPEC"; echo err >&2; exit 2')
+        assert (result.exit_code, result.stdout, result.stderr) == (2, "yes\n", "err\n")
+        await sandbox.files.write("/tmp/d/x.bin", b"\x00\xff" * 1000)
+        assert await sandbox.files.read("/tmp/d/x.bin") == b"\x00\xff" * 1000
+        async with await sandbox.shell() as shell:
+            await shell.run("cd /tmp/d && export K=v")
+            assert (await shell.run('echo "$PWD $K"')).stdout == "/tmp/d v\n"
+
+
+async def test_pause_resume_and_snapshot_on_docker(provider: DaytonaProvider) -> None:
+    async with provider.create() as sandbox:
+        await sandbox.files.write("/tmp/kept.txt", b"kept")
+        assert (await sandbox.pause()).state == SandboxState.PAUSED
+        await sandbox.resume()
+        assert await sandbox.files.read("/tmp/kept.txt") == b"kept"
+        snapshot = await sandbox.snapshot()
+        try:
+            async with provider.create(snapshot=snapshot.id) as copy:
+                assert await copy.files.read("/tmp/kept.txt") == b"kept"
+        finally:
+            await provider.delete_snapshot(snapshot.id)
