@@ -18,7 +18,7 @@ from provider_emulators import emulator, faults, provider_options
 from provider_sdk import open_provider
 from provider_sdk.emulators import RunningEmulator
 from provider_sdk.errors import RateLimited, Unavailable
-from provider_sdk.models import SandboxState
+from provider_sdk.models import Lifecycle, SandboxState
 from provider_sdk.provider import SandboxProvider
 
 pytestmark = pytest.mark.anyio
@@ -40,6 +40,11 @@ async def provider(running: RunningEmulator) -> AsyncIterator[SandboxProvider]:
     async with open_provider(running.name, **provider_options(running)) as opened:
         yield opened
     faults(running, _CLEAR)
+
+
+async def _state(provider: SandboxProvider, sandbox_id: str) -> SandboxState | None:
+    """The sandbox's state, by listing (asking Cube about it would count as use)."""
+    return {i.id: i.state for i in await provider.list()}.get(sandbox_id)
 
 
 def _served(running: RunningEmulator, name: str) -> float:
@@ -126,6 +131,22 @@ async def test_file_calls_the_gateway_refused_are_retried(
         assert (await sandbox.files.stat("/tmp/psdk-file.txt")).size == 5
         assert "psdk-file.txt" in {e.name for e in await sandbox.files.list("/tmp")}
         assert await sandbox.files.read("/tmp/psdk-file.txt") == b"there"
+        assert _served(running, "resume_504") - before == 3
+
+
+async def test_auto_resume_rides_out_504s(running: RunningEmulator,
+                                          provider: SandboxProvider) -> None:
+    """A sandbox paused on idle resumes on the next command, whose first tries meet
+    504s; the command still runs, once."""
+    lifecycle = Lifecycle(idle_timeout=1, on_idle="pause", auto_resume=True)
+    async with provider.create(lifecycle=lifecycle) as sandbox:
+        faults(running, {"resume_504": 3})
+        with anyio.fail_after(30):
+            while await _state(provider, sandbox.id) != SandboxState.PAUSED:  # noqa: ASYNC110
+                await anyio.sleep(0.1)  # the backend's idle timer: nothing to wait on
+        before = _served(running, "resume_504")
+        result = await sandbox.exec(["sh", "-c", "echo ran >> /tmp/psdk-once; cat /tmp/psdk-once"])
+        assert (result.exit_code, result.stdout) == (0, "ran\n")
         assert _served(running, "resume_504") - before == 3
 
 
