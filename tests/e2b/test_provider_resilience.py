@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 from e2b import AsyncSandbox
 from e2b.exceptions import RateLimitException
@@ -40,6 +41,20 @@ async def provider(running: RunningEmulator) -> AsyncIterator[SandboxProvider]:
     async with open_provider(running.name, **provider_options(running)) as opened:
         yield opened
     faults(running, _CLEAR)
+
+
+async def _resume_behind_its_back(running: RunningEmulator, sandbox_id: str) -> None:
+    """Resume on the control plane alone, as another client would: no readiness probe."""
+    options = provider_options(running)
+    if running.name == "e2b":  # the raw SDK's connect (v2)
+        await AsyncSandbox.connect(sandbox_id, api_key=options["api_key"],
+                                   api_url=options["api_url"],
+                                   sandbox_url=options["sandbox_url"])
+        return
+    async with httpx.AsyncClient() as client:  # Cube's v1 connect, on 127.0.0.1
+        answer = await client.post(f"{options['api_url']}/sandboxes/{sandbox_id}/connect",
+                                   json={}, headers={"X-API-Key": options["api_key"]})
+        answer.raise_for_status()
 
 
 async def _state(provider: SandboxProvider, sandbox_id: str) -> SandboxState | None:
@@ -96,18 +111,13 @@ async def test_resume_past_the_window_raises_unavailable(running: RunningEmulato
 
 async def test_a_command_the_gateway_refused_runs_exactly_once(
         running: RunningEmulator, provider: SandboxProvider) -> None:
-    """Resumed behind the provider's back (the raw SDK, no probe), the data plane answers
-    504; the provider's command is retried until it runs, and it runs once."""
-    if running.name != "e2b":
-        pytest.skip("the raw e2b SDK resumes through the e2b flavor's v2 connect")
-    options = provider_options(running)
+    """Resumed behind the provider's back (no probe), the data plane answers 504; the
+    provider's command is retried until it runs, and it runs once."""
     async with provider.create() as sandbox:
         await sandbox.pause()
         faults(running, {"resume_504": 3})
         before = _served(running, "resume_504")
-        await AsyncSandbox.connect(sandbox.id, api_key=options["api_key"],
-                                   api_url=options["api_url"],
-                                   sandbox_url=options["sandbox_url"])
+        await _resume_behind_its_back(running, sandbox.id)
         result = await sandbox.exec(["sh", "-c", "echo ran >> /tmp/psdk-once; cat /tmp/psdk-once"])
         assert (result.exit_code, result.stdout) == (0, "ran\n")
         assert _served(running, "resume_504") - before == 3
@@ -117,17 +127,12 @@ async def test_file_calls_the_gateway_refused_are_retried(
         running: RunningEmulator, provider: SandboxProvider) -> None:
     """Resumed behind the provider's back, the data plane answers 504 to the file
     service too; stat, list and read are retried until they go through."""
-    if running.name != "e2b":
-        pytest.skip("the raw e2b SDK resumes through the e2b flavor's v2 connect")
-    options = provider_options(running)
     async with provider.create() as sandbox:
         await sandbox.files.write("/tmp/psdk-file.txt", b"there")
         await sandbox.pause()
         faults(running, {"resume_504": 3})
         before = _served(running, "resume_504")
-        await AsyncSandbox.connect(sandbox.id, api_key=options["api_key"],
-                                   api_url=options["api_url"],
-                                   sandbox_url=options["sandbox_url"])
+        await _resume_behind_its_back(running, sandbox.id)
         assert (await sandbox.files.stat("/tmp/psdk-file.txt")).size == 5
         assert "psdk-file.txt" in {e.name for e in await sandbox.files.list("/tmp")}
         assert await sandbox.files.read("/tmp/psdk-file.txt") == b"there"
