@@ -167,3 +167,11 @@ def test_cube_statuses_for_resume_delete_and_the_data_plane(
         gone = httpx.get(f"{cube_emulator.url}/health", headers={"Host": host})
         assert gone.status_code == 410  # CubeProxy: killed, do not retry
         assert api.get("/v2/sandboxes/x/connect").status_code == 404
+
+
+def test_watch_dir_streams_changes(sandbox: Sandbox) -> None:
+    sandbox.files.make_dir("/tmp/watched")
+    with sandbox.files.watch_dir("/tmp/watched") as watcher:
+        sandbox.files.write("/tmp/watched/new.txt", "x")
+        event = next(iter(watcher))
+    assert (event.name, event.type) == ("new.txt", "EVENT_TYPE_CREATE")

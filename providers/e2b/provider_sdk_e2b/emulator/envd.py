@@ -264,9 +264,12 @@ class Envd:
 
     async def _serve_stream(self, record: SandboxRecord, request: Request,
                             handler: Streaming) -> Response:
-        # The request message is read before the response starts, as envd does: a
-        # client may stop sending its body once it sees the response's headers.
-        message: Any = None
+        # As envd does, the request is read and the first message produced before the
+        # response starts: a client may stop sending its body once it sees the
+        # response's headers, and one that sees the first message (a process's start, a
+        # watch's start) may rely on what it says having happened.
+        items: AsyncIterator[dict[str, Any]] | None = None
+        first: dict[str, Any] | None = None
         failed: RpcError | None = None
         try:
             if not request.headers.get("content-type", "").startswith(
@@ -280,21 +283,32 @@ class Envd:
             # client goes away while the stream is quiet.
             if await reader.next() is not None:
                 raise RpcError("invalid_argument", "a server stream takes one message")
+            items = handler(record, message, request)
+            first = await anext(items, None)
         except RpcError as exc:
             failed = exc
+        except errors.SandboxError as exc:
+            failed = _rpc_error(exc)
 
         async def body() -> AsyncIterator[bytes]:
             try:
                 if failed is not None:
                     raise failed
-                async for item in handler(record, message, request):
-                    yield envelope(item)
+                if first is not None:
+                    yield envelope(first)
+                if items is not None:
+                    async for item in items:
+                        yield envelope(item)
             except RpcError as exc:
                 yield end_stream(exc)
                 return
             except errors.SandboxError as exc:
                 yield end_stream(_rpc_error(exc))
                 return
+            finally:
+                aclose = getattr(items, "aclose", None)
+                if aclose is not None:
+                    await aclose()
             yield end_stream()
 
         return Response(200, (("content-type", "application/connect+json"),), body())
