@@ -708,21 +708,30 @@ class SandboxManager:
         async with span("manager.snapshot", self.provider.name, binding.sandbox_id,
                         owner=binding.owner) as ev:
             sandbox = await self.provider.connect(binding.sandbox_id, resume=False)
-            snap = await sandbox.snapshot()
-            ev["snapshot_id"] = snap.id
-            keep = self.snapshots.keep if self.snapshots is not None else None
-            pruned: builtins.list[str] = []
-            now = time.time()
+            # Once started, a snapshot is recorded even if the manager is stopping:
+            # an unrecorded one would be nobody's, and never deleted.
+            with anyio.CancelScope(shield=True):
+                snap = await self._take_snapshot(binding, sandbox, ev)
+        return snap
 
-            def record(b: Binding) -> Binding:
-                snaps = (*b.snapshots, snap.id)
-                cut = len(snaps) - keep if keep is not None and len(snaps) > keep else 0
-                pruned[:] = snaps[:cut]
-                return attrs.evolve(b, snapshots=snaps[cut:], snapshot_at=now)
+    async def _take_snapshot(self, binding: Binding, sandbox: Sandbox,
+                             ev: dict[str, Any]) -> Snapshot:
+        """Snapshot, record it in the binding, delete those past the policy's ``keep``."""
+        snap = await sandbox.snapshot()
+        ev["snapshot_id"] = snap.id
+        keep = self.snapshots.keep if self.snapshots is not None else None
+        pruned: builtins.list[str] = []
+        now = time.time()
 
-            if await self._update(binding.owner, binding.sandbox_id, record) is None:
-                pruned[:] = [snap.id]  # rebound meanwhile: this snapshot is nobody's
-            await self._delete_snapshots(pruned)
+        def record(b: Binding) -> Binding:
+            snaps = (*b.snapshots, snap.id)
+            cut = len(snaps) - keep if keep is not None and len(snaps) > keep else 0
+            pruned[:] = snaps[:cut]
+            return attrs.evolve(b, snapshots=snaps[cut:], snapshot_at=now)
+
+        if await self._update(binding.owner, binding.sandbox_id, record) is None:
+            pruned[:] = [snap.id]  # rebound meanwhile: this snapshot is nobody's
+        await self._delete_snapshots(pruned)
         return snap
 
     async def _delete_snapshots(self, snapshot_ids: tuple[str, ...] | builtins.list[str]
