@@ -24,7 +24,7 @@ from provider_sdk.provider import SandboxProvider
 
 pytestmark = pytest.mark.anyio
 
-_CLEAR = {"resume_504": 0, "create_429": 0, "retry_after": 1}
+_CLEAR = {"resume_504": 0, "create_429": 0, "retry_after": 1, "latency": 0}
 
 
 @pytest.fixture(scope="module", params=["e2b", "cube"])
@@ -107,6 +107,20 @@ async def test_resume_past_the_window_raises_unavailable(running: RunningEmulato
         with anyio.fail_after(60), pytest.raises(Unavailable, match="did not answer"):
             await (await impatient.connect(sandbox.id, resume=False)).resume()
         faults(running, {"resume_504": 0})
+
+
+async def test_a_data_plane_that_never_answers_does_not_hang_exec(
+        running: RunningEmulator) -> None:
+    """A data plane that takes the request and stays silent past ``request_timeout``:
+    exec raises Unavailable rather than waiting forever."""
+    async with open_provider(running.name, **provider_options(
+            running, request_timeout=1.0)) as provider, provider.create() as sandbox:
+        faults(running, {"latency": 3})
+        try:
+            with anyio.fail_after(60), pytest.raises(Unavailable, match="did not start"):
+                await sandbox.exec(["true"])
+        finally:
+            faults(running, {"latency": 0})
 
 
 async def test_a_command_the_gateway_refused_runs_exactly_once(

@@ -724,7 +724,7 @@ class E2BProvider(SandboxProvider):
             events = as_stream(handle.rpc.start(request, headers=_KEEPALIVE,
                                                 timeout_ms=backstop))
             try:
-                first = await events.__anext__()
+                first = await self._first(sandbox_id, events)
             except BaseException:
                 with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                     await events.aclose()
@@ -738,6 +738,22 @@ class E2BProvider(SandboxProvider):
 
         with self._translate(sandbox_id):
             return await self._retrying(sandbox_id, start)
+
+    async def _first(self, sandbox_id: str, events: AsyncIterator[T]) -> T:
+        """The event that opens a process stream, within ``request_timeout``: a data
+        plane that accepts the request and never answers does not hang the caller."""
+        try:
+            with anyio.fail_after(self._request_timeout):
+                try:
+                    return await events.__anext__()
+                except ConnectError as exc:  # connectrpc wraps the scope's cancellation
+                    if isinstance(exc.__cause__, asyncio.CancelledError):
+                        raise exc.__cause__ from None
+                    raise
+        except TimeoutError:
+            raise errors.Unavailable(f"envd did not start the process within "
+                                     f"{self._request_timeout:g} s", provider=self.name,
+                                     sandbox_id=sandbox_id) from None
 
     async def _exec(self, sandbox_id: str, command: Command) -> ExecResult:
         handle = await self._handle(sandbox_id)
@@ -870,7 +886,7 @@ class E2BProvider(SandboxProvider):
             stream = as_stream(handle.rpc.connect(
                 process_pb.ConnectRequest(process=_selector(pid)), headers=_KEEPALIVE))
             try:
-                await stream.__anext__()  # the start event
+                await self._first(sandbox_id, stream)  # the start event
             except BaseException:
                 await _aclose(stream)
                 raise
