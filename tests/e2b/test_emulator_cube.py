@@ -59,6 +59,9 @@ def test_binary_files_stay_binary_on_the_wire(cube_emulator: RunningEmulator,
                        headers={"Host": host})
     assert answer.status_code == 200
     assert answer.content == data
+    by_path = httpx.get(f"{cube_emulator.url}/sandbox/{sandbox.sandbox_id}/49983/files",
+                        params={"path": "/tmp/blob"})  # CubeProxy's path routing
+    assert by_path.content == data
 
 
 def test_info_has_both_spellings_and_no_end_for_a_never_expiring_sandbox(

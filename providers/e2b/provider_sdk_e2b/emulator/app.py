@@ -1,8 +1,9 @@
 """The emulator's front door: which plane a request is for, auth, faults, and routing.
 
 A request is for a sandbox's data plane when its ``Host`` is ``<port>-<id>.<domain>``
-(as CubeProxy and E2B's edge route) or it carries ``E2b-Sandbox-Id`` (as the e2b SDK
-sends to one sandbox URL); everything else is the control plane, or the admin API under
+(as CubeProxy and E2B's edge route), it carries ``E2b-Sandbox-Id`` (as the e2b SDK
+sends to one sandbox URL), or, on Cube, its path is ``/sandbox/<id>/<port>/...``
+(CubeProxy's path form); everything else is the control plane, or the admin API under
 ``/_emulator/``.
 """
 
@@ -32,6 +33,7 @@ __all__ = ["App", "serve"]
 log = logging.getLogger(__name__)
 
 _HOST = re.compile(r"^(\d+)-([a-z0-9]+)\.")
+_PATH = re.compile(r"^/sandbox/([a-z0-9]+)/(\d+)(/.*)?$")
 
 
 def _compile(pattern: str) -> re.Pattern[str]:
@@ -76,6 +78,9 @@ class App:
         return await self.control_plane(request)
 
     def _sandbox_target(self, request: Request) -> tuple[str, int] | None:
+        if self.flavor.path_routing and (path := _PATH.match(request.path)):
+            request.path = path.group(3) or "/"  # CubeProxy's /sandbox/<id>/<port>/...
+            return path.group(1), int(path.group(2))
         host = request.headers.get("host", "").lower()
         match = _HOST.match(host)
         if match is not None and host.split(":")[0].endswith("." + self.flavor.domain):

@@ -59,6 +59,8 @@ class Flavor:
     """Rollback, volumes and ``/resume`` with Cube's statuses are served."""
     list_next_token: bool
     """``GET /v2/sandboxes`` pages with ``x-next-token`` (Cube returns one page)."""
+    path_routing: bool
+    """``/sandbox/<id>/<port>/...`` reaches a sandbox's port (CubeProxy's path form)."""
     id_prefix: str
     environment: Callable[[Flavor, str, int], dict[str, str]]
     """The settings that point the vendor's SDK at an emulator (URL, port)."""
@@ -104,6 +106,7 @@ E2B = Flavor(
     metrics=True,
     cube_extras=False,
     list_next_token=True,
+    path_routing=False,
     id_prefix="i",
     environment=_e2b_settings,
 )
@@ -128,6 +131,7 @@ CUBE = Flavor(
     metrics=False,
     cube_extras=True,
     list_next_token=False,
+    path_routing=True,
     id_prefix="c",
     environment=_cube_settings,
 )
