@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator
 
 import pytest
@@ -176,3 +177,12 @@ def test_watch_dir_polls_changes(sandbox: Sandbox) -> None:
     events = {(e.name, e.type.name) for e in handle.get_new_events()}
     handle.stop()
     assert events == {("new.txt", "CREATE"), ("old.txt", "REMOVE")}
+
+
+def test_list_filters_by_template_and_start_time(sandbox: Sandbox) -> None:
+    started = Sandbox.get_info(sandbox.sandbox_id).started_at
+    mine = [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(
+        template="base", started_after=started - dt.timedelta(seconds=1))).next_items()]
+    assert mine == [sandbox.sandbox_id]
+    assert Sandbox.list(query=SandboxQuery(template="other")).next_items() == []
+    assert Sandbox.list(query=SandboxQuery(started_after=started)).next_items() == []

@@ -295,11 +295,15 @@ class ControlPlane:
     async def _list(self, request: Request, *, paged: bool) -> Response:
         wanted = _metadata_query(request.query.get("metadata", ""))
         states = {s for s in request.query.get("state", "").split(",") if s}
+        template = request.query.get("template")
+        after = self._moment(request.query.get("startedAfter"))
         records = sorted(self.world.sandboxes.values(), key=lambda r: r.started_at,
                          reverse=request.query.get("order") == "desc")
         found = [r for r in records
                  if all(r.spec.metadata.get(k) == v for k, v in wanted.items())
-                 and (not states or r.state in states)]
+                 and (not states or r.state in states)
+                 and template in (None, r.template_id)
+                 and (after is None or r.started_at > after)]
         headers = {}
         if paged:
             try:
@@ -313,6 +317,16 @@ class ControlPlane:
                 headers["x-next-token"] = str(start + limit)
             found = found[start:start + limit]
         return json_response(200, [self.detail_json(r, listed=True) for r in found], headers)
+
+    def _moment(self, value: str | None) -> dt.datetime | None:
+        if not value:
+            return None
+        try:
+            moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise ApiError(400, f"startedAfter must be an RFC 3339 time, got {value!r}") \
+                from None
+        return moment if moment.tzinfo else moment.replace(tzinfo=dt.timezone.utc)
 
     async def info(self, request: Request) -> Response:
         record = self._record(request)
