@@ -382,7 +382,7 @@ class E2BProvider(SandboxProvider):
             return errors.PermissionDenied(about, **where)
         if "not a directory" in text:
             return errors.NotADirectory(about, **where)
-        if "is a directory" in text or ("directory" in text and "file" in text):
+        if "is a directory" in text:
             return errors.IsADirectory(about, **where)
         if "not empty" in text:
             return errors.Conflict(about, **where)
