@@ -145,3 +145,16 @@ def test_a_pause_without_memory_keeps_files_and_ends_processes(
         assert resumed.files.read("/tmp/kept") == "kept"
         assert handle.pid not in [p.pid for p in resumed.commands.list()]
         assert resumed.commands.run("echo alive").stdout == "alive\n"
+
+
+def test_a_create_repeated_with_its_idempotency_key_returns_the_same_sandbox(
+        e2b_emulator: RunningEmulator) -> None:
+    first = Sandbox.create(idempotency_key="job-42")
+    try:
+        again = Sandbox.create(idempotency_key="job-42")
+        assert again.sandbox_id == first.sandbox_id
+        other = Sandbox.create(idempotency_key="job-43")
+        assert other.sandbox_id != first.sandbox_id
+        other.kill()
+    finally:
+        first.kill()

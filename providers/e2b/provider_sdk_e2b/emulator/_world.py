@@ -161,12 +161,19 @@ class World:
         self.killed: set[str] = set()
         self.snapshots: dict[str, SnapshotRecord] = {}
         self.create_429_left = faults.count("create_429")
+        self.idempotent: dict[str, str] = {}
+        """Idempotency-Key -> the sandbox its first create made."""
+        self._idempotency_locks: dict[str, anyio.Lock] = {}
 
     def set_fault(self, name: str, value: str | float) -> None:
         """Set a fault; setting ``create_429`` re-arms it."""
         self.faults.set(name, value)
         if name == "create_429":
             self.create_429_left = self.faults.count(name)
+
+    def idempotency_lock(self, key: str) -> anyio.Lock:
+        """One lock per Idempotency-Key, so two creates with it make one sandbox."""
+        return self._idempotency_locks.setdefault(key, anyio.Lock())
 
     def new_id(self) -> str:
         while True:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import re
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -28,6 +29,7 @@ Route = tuple[str, str, Callable[[Request], Awaitable[Response]]]
 HOME = "/home/user"
 """The working directory of E2B's templates (and Cube's images), whatever the backend."""
 _LIST_LIMIT = 100
+_IDEMPOTENCY_KEY = re.compile(r"[a-z0-9-]{1,255}")
 _CPU_COUNT = 2
 _MEMORY_MB = 512
 _DISK_MB = 1024
@@ -243,6 +245,29 @@ class ControlPlane:
         mounts = body.get("volumeMounts") or []
         if not isinstance(mounts, list) or not all(isinstance(m, dict) for m in mounts):
             raise ApiError(400, "volumeMounts must be a list of objects")
+        key = request.headers.get("idempotency-key")
+        if key is not None and not _IDEMPOTENCY_KEY.fullmatch(key):
+            raise ApiError(400, "Idempotency-Key takes 1-255 of a-z, 0-9 and '-'")
+        options: dict[str, Any] = {
+            "timeout": timeout, "auto_pause": auto_pause, "auto_resume": auto_resume,
+            "pause_memory": pause_memory, "network": network,
+            "allow_internet": allow_internet, "mounts": mounts}
+        if key is None:
+            return json_response(201, self.sandbox_json(
+                await self._create(body, template_id, **options)))
+        # A create retried with the same key gets the sandbox the first one made.
+        async with self.world.idempotency_lock(key):
+            record = self.world.sandboxes.get(self.world.idempotent.get(key, ""))
+            if record is None:
+                record = await self._create(body, template_id, **options)
+                self.world.idempotent[key] = record.id
+            return json_response(201, self.sandbox_json(record))
+
+    async def _create(self, body: dict[str, Any], template_id: str, *, timeout: float | None,
+                      auto_pause: bool, auto_resume: bool, pause_memory: bool,
+                      network: dict[str, Any], allow_internet: bool | None,
+                      mounts: list[dict[str, Any]]) -> SandboxRecord:
+        world = self.world
         template, snapshot = self._template(template_id)
         volumes: tuple[VolumeMount, ...] = tuple([world.volume_mount(m) for m in mounts])
         try:
@@ -264,7 +289,7 @@ class ControlPlane:
                                for m in mounts])
         except errors.TemplateNotFound:
             raise ApiError(404, f"template '{template_id}' not found") from None
-        return json_response(201, self.sandbox_json(record))
+        return record
 
     def _template(self, template_id: str) -> tuple[str | None, str | None]:
         """The backend template, or snapshot, a vendor template id names."""
