@@ -36,6 +36,7 @@ import math
 import posixpath
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
@@ -609,7 +610,8 @@ class E2BProvider(SandboxProvider):
             template=self._template_for(spec), timeout=timeout, metadata=metadata,
             envs=self._create_env(spec), allow_internet_access=allow_internet,
             network=network, lifecycle=lifecycle,  # type: ignore[arg-type]
-            **self._params())
+            # The SDK retries 429/502/503/504; one key makes every retry the same create.
+            idempotency_key=uuid.uuid4().hex, **self._params())
         return Remote(id=sandbox.sandbox_id, state="running", template=spec.template,
                       domain=sandbox.sandbox_domain, envd_version=str(sandbox._envd_version),
                       access_token=sandbox._envd_access_token, sdk=sandbox)
