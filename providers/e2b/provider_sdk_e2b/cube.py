@@ -27,6 +27,7 @@ import math
 import re
 import time
 import urllib.parse
+import uuid
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -102,10 +103,12 @@ class CubeProvider(E2BProvider):
         return headers
 
     async def _call(self, method: str, path: str, *, json: Any = None,
-                    params: Mapping[str, str] | None = None) -> Any:
+                    params: Mapping[str, str] | None = None,
+                    headers: Mapping[str, str] | None = None) -> Any:
         """One raw control-plane request with the SDK's client (auth, retries)."""
         client = get_api_client(self._config()).get_async_httpx_client()
-        response = await client.request(method, path, json=json, params=params)
+        response = await client.request(method, path, json=json, params=params,
+                                        headers=headers)
         if response.status_code >= 300:
             raise handle_api_exception(response)
         return response.json() if response.content else None
@@ -151,7 +154,8 @@ class CubeProvider(E2BProvider):
                 raise errors.VolumeNotFound(f"no volume {missing[0]!r}", provider=self.name)
             body["volumeMounts"] = [{"name": ids[m.volume], "path": m.path,
                                      "readOnly": m.read_only} for m in spec.volumes]
-        return _to_remote(await self._call("POST", "/sandboxes", json=body))
+        return _to_remote(await self._call("POST", "/sandboxes", json=body, headers={
+            "Idempotency-Key": uuid.uuid4().hex}))
 
     async def _connect_remote(self, sandbox_id: str, timeout: int | None) -> Remote:
         # Every release serves v1 connect; v2's 404 would read as "no such sandbox".
