@@ -9,8 +9,9 @@ import httpx
 import pytest
 from e2b import Sandbox
 from e2b.exceptions import RateLimitException
+from provider_sdk_e2b.emulator import run_in_thread
 
-from provider_sdk.emulators import RunningEmulator
+from provider_sdk.emulators import EmulatorOptions, RunningEmulator
 from provider_sdk.errors import ConfigError
 
 EmulatorFactory = Callable[..., RunningEmulator]  # the conftest fixture's type
@@ -110,3 +111,15 @@ def test_keys_and_tokens_are_checked(e2b_emulator: RunningEmulator) -> None:
         assert no_token.json()["code"] == "unauthenticated"
     finally:
         sandbox.kill()
+
+
+def test_a_missing_api_key_names_the_setting(local_backend: object,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUBE_API_KEY", raising=False)
+    with pytest.raises(ConfigError, match="CUBE_API_KEY"), \
+            run_in_thread("cube", EmulatorOptions()):
+        pass
+    monkeypatch.setenv("E2B_API_KEY", "from-the-environment")
+    with run_in_thread("e2b", EmulatorOptions()) as running:
+        assert running.api_key.reveal() == "from-the-environment"
+        assert "from-the-environment" not in repr(running)
