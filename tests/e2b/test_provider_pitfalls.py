@@ -106,11 +106,11 @@ async def test_create_refuses_resources_the_backend_sizes_by_template(
 
 async def test_idle_timeout_slides_with_use_then_ends_the_sandbox(
         provider: SandboxProvider) -> None:
-    """``Lifecycle(idle_timeout=2)``: used every half second for 5 s it lives on (Cube's
+    """``Lifecycle(idle_timeout=3)``: used every half second for 6 s it lives on (Cube's
     idle window; E2B's deadline renewed on use); left alone, it ends."""
-    sandbox = await provider.create(lifecycle=Lifecycle(idle_timeout=2))
+    sandbox = await provider.create(lifecycle=Lifecycle(idle_timeout=3))
     try:
-        for _ in range(10):
+        for _ in range(12):
             assert (await sandbox.exec(["true"])).exit_code == 0
             await anyio.sleep(0.5)
         assert {i.id: i.state for i in await provider.list()}.get(sandbox.id) == \
