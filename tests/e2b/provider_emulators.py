@@ -1,6 +1,8 @@
 """Emulators for the E2B and Cube providers' own tests: one per flavor and test module
-(or contract class), in a thread with its own event loop, backed by the local provider in
-a temporary home. Provider options point at it; faults are set through its admin API."""
+(or, for the contract suite, per session), in a thread with its own event loop, backed
+by the local provider in a temporary home. (``conftest.py``'s fixtures start one per
+test, which is what the emulator's own tests want.) Provider options point at it;
+faults are set through its admin API."""
 
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from anyio.from_thread import start_blocking_portal
 from provider_sdk_contract import ProviderContract
+from provider_sdk_e2b.emulator import run_in_thread
 
 from provider_sdk import emulators
 
@@ -34,8 +36,7 @@ def emulator(name: str, home: Path) -> Iterator[emulators.RunningEmulator]:
     saved = os.environ.get("PSDK_HOME")
     os.environ["PSDK_HOME"] = str(home)  # read once, when the backend is opened
     try:
-        with start_blocking_portal() as portal, \
-                portal.wrap_async_context_manager(emulators.run(name, options)) as running:
+        with run_in_thread(name, options) as running:
             _restore("PSDK_HOME", saved)
             yield running
     finally:
