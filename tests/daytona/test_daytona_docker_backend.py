@@ -16,8 +16,8 @@ from anyio.from_thread import start_blocking_portal
 from provider_sdk_daytona.provider import DaytonaProvider
 
 from provider_sdk import emulators, open_provider, registry
-from provider_sdk.errors import SandboxError
-from provider_sdk.models import SandboxState
+from provider_sdk.errors import SandboxError, TemplateBuildError, TemplateNotFound
+from provider_sdk.models import SandboxState, TemplateSpec
 
 pytestmark = pytest.mark.anyio
 
@@ -79,3 +79,42 @@ async def test_pause_resume_and_snapshot_on_docker(provider: DaytonaProvider) ->
                 assert await copy.files.read("/tmp/kept.txt") == b"kept"
         finally:
             await provider.delete_snapshot(snapshot.id)
+
+
+@pytest.fixture
+def base_image() -> str:
+    """The image the Docker backend's sandboxes start from (a local one: nothing is
+    pulled)."""
+    provider = open_provider("docker")
+    return str(provider.template)  # type: ignore[attr-defined]
+
+
+async def test_templates_build_from_a_dockerfile(provider: DaytonaProvider,
+                                                 base_image: str) -> None:
+    spec = TemplateSpec(name="psdk-daytona-build",
+                        dockerfile=f"FROM {base_image}\nRUN echo built > /etc/psdk-built\n")
+    progress: list[str] = []
+    template = await provider.build_template(spec, on_progress=progress.append)
+    try:
+        assert progress, "no build progress reported"
+        again = await provider.build_template(spec)
+        assert (again.id, again.content_hash) == (template.id, template.content_hash)
+        assert template.id in {t.id for t in await provider.list_templates()}
+        assert template.id not in {s.id for s in await provider.list_snapshots()}
+        async with provider.create(template=template.id) as sandbox:
+            assert await sandbox.files.read("/etc/psdk-built") == b"built\n"
+    finally:
+        await provider.delete_template(template.id)
+    with pytest.raises(TemplateNotFound):
+        await provider.delete_template(template.id)
+
+
+async def test_a_failing_build_is_a_template_build_error(provider: DaytonaProvider,
+                                                         base_image: str) -> None:
+    spec = TemplateSpec(name="psdk-daytona-fails", dockerfile=f"FROM {base_image}\nRUN exit 3\n")
+    with pytest.raises(TemplateBuildError) as caught:
+        await provider.build_template(spec)
+    assert caught.value.step == "build"
+    failed = [t for t in await provider.list_templates() if t.id.startswith(spec.name)]
+    assert [t.extra["state"] for t in failed] == ["build_failed"]
+    await provider.delete_template(failed[0].id)

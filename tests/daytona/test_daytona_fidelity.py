@@ -14,6 +14,7 @@ from daytona import (
     Daytona,
     DaytonaAuthenticationError,
     DaytonaConfig,
+    DaytonaError,
     DaytonaFileNotFoundError,
     DaytonaNotFoundError,
     DaytonaTimeoutError,
@@ -181,9 +182,8 @@ def test_sync_volumes(sync_client: Daytona) -> None:
 
 def test_sync_snapshots_from_an_image_and_from_a_sandbox(sync_client: Daytona) -> None:
     image_snapshot = sync_client.snapshot.create(CreateSnapshotParams(
-        name=f"fidelity-image-{secrets.token_hex(4)}",
-        image=Image.debian_slim("3.12").pip_install("requests")))
-    assert image_snapshot.state == "active"
+        name=f"fidelity-image-{secrets.token_hex(4)}", image="debian:12"))
+    assert (image_snapshot.state, image_snapshot.image_name) == ("active", "debian:12")
     source = sync_client.create()
     name = f"fidelity-{secrets.token_hex(4)}"
     try:
@@ -202,6 +202,19 @@ def test_sync_snapshots_from_an_image_and_from_a_sandbox(sync_client: Daytona) -
         sync_client.snapshot.delete(image_snapshot)
     with pytest.raises(DaytonaNotFoundError):
         sync_client.snapshot.get(name)
+
+
+def test_sync_a_dockerfile_snapshot_fails_where_the_backend_cannot_build(
+        sync_client: Daytona) -> None:
+    """The local backend builds no images: the build fails, and says so."""
+    params = CreateSnapshotParams(name=f"fidelity-build-{secrets.token_hex(4)}",
+                                  image=Image.debian_slim("3.12").pip_install("requests"))
+    with pytest.raises(DaytonaError, match="cannot build images"):
+        sync_client.snapshot.create(params)
+    failed = sync_client.snapshot.get(params.name)
+    assert failed.state == "build_failed"
+    assert "pip install" in (failed.build_info.dockerfile_content or "")
+    sync_client.snapshot.delete(failed)
 
 
 def test_sync_wrong_key_is_refused() -> None:

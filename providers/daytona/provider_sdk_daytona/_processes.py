@@ -49,13 +49,13 @@ def start_script(command: Command, token: str, *, cwd: str, env: dict[str, str])
     exports = "".join(f"export {k}={shlex.quote(v)} && " for k, v in env.items())
     return (
         f"if mkfifo {p}.in && exec 3<>{p}.in; then\n"
-        "  trap 'exec 3>&-' USR1\n"
+        "  trap 'exec 3>&-; i=1' USR1\n"
         f"  ( exec 3>&-; cd -- {shlex.quote(cwd)} && {exports}"
         f"exec {shlex.join(command.argv)} ) < {p}.in &\n"
         "  c=$!\n"
         f'  echo "$$" > {p}.wpid; echo "$c" > {p}.pid; echo {token} > {PID_MAP}"$c"\n'
-        '  while :; do wait "$c"; rc=$?; '
-        '[ "$rc" -gt 128 ] && kill -0 "$c" 2>/dev/null && continue; break; done\n'
+        # A wait the USR1 interrupted (i=1) is waited again for the real status.
+        '  while :; do i=0; wait "$c"; rc=$?; [ "$i" = 1 ] || break; done\n'
         "  exec 3>&-\n"
         "else rc=126; fi\n"
         '(exit "$rc")\n'

@@ -24,7 +24,9 @@ Mapping, in short (the Daytona page of the docs has the whole table):
   and functions too); ``exit N`` in a command ends that command with ``N``, not the
   session.
 - A snapshot's neutral id is its Daytona snapshot name, which is what Daytona creates
-  sandboxes from. Volumes are mounted by name (resolved to Daytona's id); Daytona has no
+  sandboxes from; ``templates.build`` makes Daytona snapshots too, from
+  ``Image.from_dockerfile``. Snapshots taken from a sandbox are the neutral snapshots,
+  the others are templates. Volumes are mounted by name (resolved to Daytona's id); Daytona has no
   read-only mounts, so ``VolumeMount(read_only=True)`` is refused.
 """
 
@@ -33,11 +35,14 @@ from __future__ import annotations
 import builtins
 import contextlib
 import datetime as dt
+import hashlib
 import ipaddress
 import math
+import os
 import posixpath
 import secrets
 import shlex
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -48,6 +53,7 @@ from daytona import (
     AsyncSandbox,
     CreateSandboxFromImageParams,
     CreateSandboxFromSnapshotParams,
+    CreateSnapshotParams,
     DaytonaConfig,
     DaytonaError,
     DaytonaTimeoutError,
@@ -70,6 +76,8 @@ from provider_sdk.models import (
     SandboxSpec,
     SandboxState,
     Snapshot,
+    Template,
+    TemplateSpec,
     Volume,
 )
 from provider_sdk.models import Resources as NeutralResources
@@ -146,6 +154,7 @@ class DaytonaProvider(SandboxProvider):
         Capability.VOLUMES_SHARED,
         Capability.NETWORK_POLICY,
         Capability.LIST_METADATA,
+        Capability.TEMPLATES_BUILD,
     })
 
     def __init__(self, *, api_key: str | None = None, api_url: str | None = None,
@@ -744,21 +753,79 @@ class DaytonaProvider(SandboxProvider):
             made = await self.client.snapshot.get(name)
         return _to_snapshot(made)
 
-    async def _list_snapshots(self, sandbox_id: str | None) -> builtins.list[Snapshot]:
-        found: builtins.list[Snapshot] = []
+    async def _daytona_snapshots(self, sandbox_id: str | None) -> builtins.list[Any]:
+        """Every Daytona snapshot (of one sandbox), page by page."""
+        found: builtins.list[Any] = []
         page = 1
         with self._translate():
             while True:
                 listing = await self.client.snapshot.list(page=page, limit=100,
                                                           source_sandbox_id=sandbox_id)
-                found += [_to_snapshot(s) for s in listing.items]
+                found += listing.items
                 if page >= listing.total_pages:
                     return found
                 page += 1
 
+    async def _list_snapshots(self, sandbox_id: str | None) -> builtins.list[Snapshot]:
+        # Snapshots taken from sandboxes; the others are images (templates).
+        return [_to_snapshot(s) for s in await self._daytona_snapshots(sandbox_id)
+                if s.source_sandbox_id]
+
     async def _delete_snapshot(self, snapshot_id: str) -> None:
         with self._translate(not_found=errors.SnapshotNotFound):
             await self.client.snapshot.delete(snapshot_id)
+
+    # --------------------------------------------------------------- templates
+
+    async def _build_template(self, spec: TemplateSpec, *, force: bool,
+                              on_progress: Callable[[str], None] | None) -> Template:
+        where: dict[str, Any] = {"provider": self.name}
+        if spec.context is not None:
+            raise errors.TemplateBuildError(
+                "a build context would go through Daytona's object storage, which this "
+                "provider does not use: build from a Dockerfile without COPY or ADD",
+                step="context", **where)
+        if spec.start_cmd is not None or spec.ready_cmd is not None:
+            raise errors.TemplateBuildError("start_cmd and ready_cmd are not supported on "
+                                            "Daytona snapshots", step="parse", **where)
+        digest = hashlib.sha256(
+            f"{spec.dockerfile}\0{spec.cpu}\0{spec.memory_mb}".encode()).hexdigest()
+        name = f"{spec.name}-{digest[:12]}"
+        try:
+            with self._translate(not_found=errors.TemplateNotFound):
+                existing = await self.client.snapshot.get(name)
+        except errors.TemplateNotFound:
+            existing = None
+        if existing is not None and not force and _state_of(existing) == "active":
+            return _to_template(spec.name, digest, existing)
+        with self._translate(not_found=errors.TemplateNotFound):
+            if existing is not None:
+                await self.client.snapshot.delete(existing)
+            image = _image_from_dockerfile(spec.dockerfile)
+            resources = None
+            if spec.cpu or spec.memory_mb:
+                resources = Resources(cpu=math.ceil(spec.cpu) if spec.cpu else None,
+                                      memory=math.ceil(spec.memory_mb / 1024)
+                                      if spec.memory_mb else None)
+            try:
+                made = await self.client.snapshot.create(
+                    CreateSnapshotParams(name=name, image=image, resources=resources),
+                    on_logs=on_progress, timeout=self._create_timeout)
+            except DaytonaError as exc:
+                if status_of(exc) is None and "Failed to create snapshot" in str(exc):
+                    raise errors.TemplateBuildError(str(exc), step="build",
+                                                    log_tail=str(exc)[-2000:],
+                                                    **where) from exc
+                raise
+        return _to_template(spec.name, digest, made)
+
+    async def _list_templates(self) -> builtins.list[Template]:
+        return [_to_template(s.name, None, s) for s in await self._daytona_snapshots(None)
+                if not s.source_sandbox_id]
+
+    async def _delete_template(self, template_id: str) -> None:
+        with self._translate(not_found=errors.TemplateNotFound):
+            await self.client.snapshot.delete(template_id)
 
     # ----------------------------------------------------------------- volumes
 
@@ -923,7 +990,27 @@ def _to_snapshot(snapshot: Any) -> Snapshot:
                     created_at=_timestamp(str(snapshot.created_at) if snapshot.created_at
                                           else None),
                     extra={"daytona_id": snapshot.id, "image_name": snapshot.image_name,
-                           "state": str(getattr(snapshot.state, "value", snapshot.state))})
+                           "state": _state_of(snapshot)})
+
+
+def _image_from_dockerfile(dockerfile: str) -> Image:
+    """``Image.from_dockerfile`` on a Dockerfile's text (a small temporary file)."""
+    with tempfile.TemporaryDirectory(prefix="psdk-daytona-") as directory:
+        path = os.path.join(directory, "Dockerfile")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(dockerfile)
+        return Image.from_dockerfile(path)
+
+
+def _state_of(snapshot: Any) -> str:
+    return str(getattr(snapshot.state, "value", snapshot.state))
+
+
+def _to_template(name: str, digest: str | None, snapshot: Any) -> Template:
+    return Template(id=snapshot.name, name=name, provider=PROVIDER, content_hash=digest,
+                    created_at=_timestamp(str(snapshot.created_at) if snapshot.created_at
+                                          else None),
+                    extra={"daytona_id": snapshot.id, "state": _state_of(snapshot)})
 
 
 def _to_volume(volume: Any) -> Volume:

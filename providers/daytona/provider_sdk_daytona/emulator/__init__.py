@@ -7,12 +7,14 @@ carry ``Authorization: Bearer KEY``. Faults (see :data:`FAULTS`) are set with
 ``--fault NAME=VALUE`` or, while it runs, ``POST /_emulator/faults`` with
 ``{"NAME": VALUE}``; ``GET /_emulator/faults`` reports what was set and served.
 
-What it does not do: build images (a sandbox created from an image or a Dockerfile runs
-on the backend's default template, and the DTO records what was asked), give sandboxes a
-network (they have loopback only, whatever ``networkBlockAll`` says), enforce resources,
-or archive stopped ones (auto-stop and auto-delete are kept, on a clock whose minute
-fault ``minute_seconds`` can shorten). Socket.IO events, PTYs, git, LSP and preview URLs are
-not served; the SDK falls back to polling for state.
+What it does not do: pull images (a sandbox or snapshot made from an image name, or a
+sandbox made from an image definition, runs on the backend's default template, and the
+DTO records what was asked); build snapshots from a Dockerfile except on a backend that
+builds templates (``docker``; elsewhere the build fails and says why); give sandboxes a
+network (they have loopback only, whatever ``networkBlockAll`` says); enforce resources;
+or archive stopped sandboxes by itself (auto-stop and auto-delete are kept, on a clock
+whose minute fault ``minute_seconds`` can shorten). Socket.IO events, PTYs, git, LSP and
+preview URLs are not served; the SDK falls back to polling for state.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from provider_sdk.errors import SandboxError
 from provider_sdk_daytona.emulator import _control as api
 from provider_sdk_daytona.emulator import _toolbox as toolbox
 from provider_sdk_daytona.emulator._http import (
+    CONTEXT,
     FAULTS,
     Context,
     auth_middleware,
@@ -120,7 +123,7 @@ async def daytona_emulator(options: EmulatorOptions) -> AsyncIterator[RunningEmu
         ctx = Context(store=Store(backend=backend), faults=faults, api_key=key)
         app = web.Application(middlewares=[errors_middleware, auth_middleware,
                                            faults_middleware], client_max_size=1 << 30)
-        app["ctx"] = ctx
+        app[CONTEXT] = ctx
         app.add_routes(routes())
         runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         reaper: asyncio.Task[None] | None = None
@@ -156,6 +159,9 @@ async def _clean_backend(store: Store) -> None:
         if snapshot.backend_snapshot is not None:
             with contextlib.suppress(SandboxError):
                 await store.backend.delete_snapshot(snapshot.backend_snapshot)
+        if snapshot.backend_template is not None:
+            with contextlib.suppress(SandboxError):
+                await store.backend.delete_template(snapshot.backend_template)
     for volume in store.volumes.values():
         with contextlib.suppress(SandboxError):
             await store.backend.delete_volume(volume.backend_name)

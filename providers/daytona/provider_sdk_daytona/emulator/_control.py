@@ -16,8 +16,9 @@ from typing import Any
 
 from aiohttp import web
 
-from provider_sdk.errors import Conflict, NotFound, SandboxError
-from provider_sdk.models import SandboxSpec, VolumeMount
+from provider_sdk.capabilities import Capability
+from provider_sdk.errors import Conflict, NotFound, SandboxError, TemplateBuildError
+from provider_sdk.models import SandboxSpec, TemplateSpec, VolumeMount
 from provider_sdk_daytona.emulator._http import (
     Context,
     HttpError,
@@ -88,8 +89,9 @@ async def boot(request: web.Request, record: SandboxRecord) -> None:
         if volume is None:
             raise HttpError(404, f"Volume {mount['volumeId']} not found")
         mounts.append(VolumeMount(volume=volume.backend_name, path=mount["mountPath"]))
-    spec = SandboxSpec(env=record.env, metadata={BACKEND_TAG: record.id},
-                       snapshot=record.stopped_snapshot or record.backend_snapshot,
+    snapshot = record.stopped_snapshot or record.backend_snapshot
+    spec = SandboxSpec(env=record.env, metadata={BACKEND_TAG: record.id}, snapshot=snapshot,
+                       template=record.backend_template if snapshot is None else None,
                        volumes=mounts)  # type: ignore[arg-type]  # attrs converter
     try:
         handle = await store.backend.create(spec)
@@ -182,6 +184,8 @@ async def create_sandbox(request: web.Request) -> web.Response:
         snapshot = store.snapshot(snapshot_name)
         if snapshot is None:
             raise HttpError(404, f"Snapshot {snapshot_name} not found")
+        if snapshot.state != "active":
+            raise HttpError(400, f"Snapshot {snapshot_name} is {snapshot.state}")
     volumes = []
     for mount in body.get("volumes") or []:
         volume = store.volume(mount.get("volumeId", ""))
@@ -206,6 +210,7 @@ async def create_sandbox(request: web.Request) -> web.Response:
         auto_archive_interval=_int(body, "autoArchiveInterval", 10080),
         auto_delete_interval=_int(body, "autoDeleteInterval", -1),
         volumes=volumes, backend_snapshot=snapshot.backend_snapshot if snapshot else None,
+        backend_template=snapshot.backend_template if snapshot else None,
         build_info=_build_info(body.get("buildInfo"), stamp),
     )
     await boot(request, record)
@@ -422,8 +427,10 @@ def _snapshot(request: web.Request) -> SnapshotRecord:
 
 
 async def create_snapshot(request: web.Request) -> web.Response:
-    """``POST /snapshots``: from an image name or a Dockerfile. Nothing is built: a
-    sandbox created from it runs on the backend's default template."""
+    """``POST /snapshots``: from an image name or a Dockerfile. A Dockerfile is built,
+    before the answer, by a backend that builds templates (``docker``); on another the
+    build fails, saying why. An image name is not pulled: sandboxes created from it run
+    on the backend's default template."""
     store = context(request).store
     body = await _body(request)
     name = body.get("name")
@@ -437,6 +444,22 @@ async def create_snapshot(request: web.Request) -> web.Response:
                               build_info=_build_info(body.get("buildInfo"), stamp),
                               cpu=_int(body, "cpu", 1), memory=_int(body, "memory", 1),
                               disk=_int(body, "disk", 3))
+    dockerfile = (snapshot.build_info or {}).get("dockerfileContent")
+    if dockerfile and not store.backend.supports(Capability.TEMPLATES_BUILD):
+        # A build's steps cannot be faked: say so, as a failed build.
+        snapshot.state = "build_failed"
+        snapshot.error_reason = (f"this emulator's backend ({store.backend.name}) cannot "
+                                 "build images; run it with --backend docker")
+    elif dockerfile:
+        if snapshot.build_info and snapshot.build_info["contextHashes"]:
+            raise HttpError(400, "build contexts (COPY sources) are not supported here")
+        try:
+            built = await store.backend.build_template(
+                TemplateSpec(name=f"daytona-{snapshot.id}", dockerfile=dockerfile))
+            snapshot.backend_template = built.id
+        except TemplateBuildError as exc:
+            snapshot.state = "build_failed"
+            snapshot.error_reason = f"{exc.message}\n{exc.log_tail}".strip()
     store.snapshots[snapshot.id] = snapshot
     return json_response(snapshot.to_json())
 
@@ -470,6 +493,9 @@ async def delete_snapshot(request: web.Request) -> web.Response:
     if snapshot.backend_snapshot is not None:
         with contextlib.suppress(NotFound):
             await store.backend.delete_snapshot(snapshot.backend_snapshot)
+    if snapshot.backend_template is not None:
+        with contextlib.suppress(NotFound):
+            await store.backend.delete_template(snapshot.backend_template)
     del store.snapshots[snapshot.id]
     return web.Response(status=200)
 

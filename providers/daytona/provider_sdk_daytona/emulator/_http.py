@@ -69,10 +69,13 @@ class Context:
         return True
 
 
+CONTEXT = web.AppKey("context", Context)
+"""Where the application keeps the emulator's :class:`Context`."""
+
+
 def context(request: web.Request) -> Context:
     """The emulator's context, from any handler."""
-    ctx: Context = request.app["ctx"]
-    return ctx
+    return request.app[CONTEXT]
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:

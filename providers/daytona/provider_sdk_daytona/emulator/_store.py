@@ -90,6 +90,8 @@ class SandboxRecord:
     backend_id: str | None = None
     backend_snapshot: str | None = None
     """The backend snapshot to start from (its creation snapshot, or its stopped files)."""
+    backend_template: str | None = None
+    """The backend template to start from, when its snapshot was built from a Dockerfile."""
     stopped_snapshot: str | None = None
     handle: Sandbox | None = None
     workdir: str = "/"
@@ -157,6 +159,10 @@ class SnapshotRecord:
     image_name: str | None = None
     build_info: dict[str, Any] | None = None
     backend_snapshot: str | None = None
+    backend_template: str | None = None
+    """The backend template built from ``build_info`` (backends that build images)."""
+    state: str = "active"
+    error_reason: str | None = None
     source_sandbox_id: str | None = None
     cpu: int = 1
     memory: int = 1
@@ -164,9 +170,9 @@ class SnapshotRecord:
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "organizationId": ORGANIZATION, "general": False,
-                "name": self.name, "imageName": self.image_name, "state": "active",
+                "name": self.name, "imageName": self.image_name, "state": self.state,
                 "size": None, "entrypoint": None, "cpu": self.cpu, "gpu": 0,
-                "mem": self.memory, "disk": self.disk, "errorReason": None,
+                "mem": self.memory, "disk": self.disk, "errorReason": self.error_reason,
                 "createdAt": self.created_at, "updatedAt": self.created_at,
                 "lastUsedAt": None, "buildInfo": self.build_info, "regionIds": [],
                 "sourceSandboxId": self.source_sandbox_id}
