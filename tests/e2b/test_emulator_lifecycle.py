@@ -158,3 +158,14 @@ def test_a_create_repeated_with_its_idempotency_key_returns_the_same_sandbox(
         other.kill()
     finally:
         first.kill()
+
+
+def test_connect_with_reboot_keeps_files_and_ends_processes(
+        e2b_emulator: RunningEmulator) -> None:
+    with Sandbox.create() as sandbox:
+        sandbox.files.write("/tmp/kept", "kept")
+        handle = sandbox.commands.run("sleep 600", background=True)
+        sandbox.pause()
+        rebooted = Sandbox.connect(sandbox.sandbox_id, on_resume="reboot")
+        assert rebooted.files.read("/tmp/kept") == "kept"
+        assert handle.pid not in [p.pid for p in rebooted.commands.list()]

@@ -312,14 +312,22 @@ class World:
         if record.id in self.sandboxes:
             record.state = "paused"
 
-    async def resume(self, record: SandboxRecord, timeout: float | None) -> bool:
+    async def resume(self, record: SandboxRecord, timeout: float | None, *,
+                     memory: bool = True) -> bool:
         """Resume if paused (waiting out a ``pausing``); extend the timeout. Returns
-        whether it resumed."""
+        whether it resumed. ``memory=False`` (where the flavor can drop memory) starts
+        it afresh from its files, as E2B's reboot on resume does."""
         await self.settled(record)
         async with record.lock:
             if record.id not in self.sandboxes:
                 raise ApiError(404, f"sandbox {record.id} not found")
             resumed = record.state == "paused"
+            if resumed and not memory and self.flavor.filesystem_pause and \
+                    record.files_only is None:
+                record.files_only = await record.sandbox.snapshot()
+                self._end_processes(record)
+                await record.sandbox.resume()  # a thawed sandbox is killed at once
+                await record.sandbox.kill()
             if resumed and record.files_only is not None:
                 snapshot, record.files_only = record.files_only, None
                 record.sandbox = await self.provider.create(

@@ -397,7 +397,7 @@ class ControlPlane:
                 isinstance(value, (int, float)) and value < -1)):
             raise ApiError(400, "timeout must be > 0, or -1 for never")
         timeout = self._timeout(value, default=None)
-        resumed = await self.world.resume(record, timeout)
+        resumed = await self.world.resume(record, timeout, memory=body.get("memory") is not False)
         status = self.flavor.connect_resumed_status if resumed else 200
         return json_response(status, self.sandbox_json(record))
 
