@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Iterator
 
 import pytest
-from e2b import CommandExitException, Sandbox, SandboxQuery, SandboxState
+from e2b import CommandExitException, PtySize, Sandbox, SandboxQuery, SandboxState
 from e2b.exceptions import (
     AuthenticationException,
     FileNotFoundException,
@@ -186,3 +186,26 @@ def test_list_filters_by_template_and_start_time(sandbox: Sandbox) -> None:
     assert mine == [sandbox.sandbox_id]
     assert Sandbox.list(query=SandboxQuery(template="other")).next_items() == []
     assert Sandbox.list(query=SandboxQuery(started_after=started)).next_items() == []
+
+
+def test_pty_runs_an_interactive_shell_that_can_be_resized(sandbox: Sandbox) -> None:
+    output = bytearray()
+    terminal = sandbox.pty.create(PtySize(rows=24, cols=80))
+    assert [p.args for p in sandbox.commands.list() if p.pid == terminal.pid] == [["-i", "-l"]]
+    sandbox.pty.send_stdin(terminal.pid, b"stty size; tty\n")
+    sandbox.pty.resize(terminal.pid, PtySize(rows=40, cols=100))
+    sandbox.pty.send_stdin(terminal.pid, b"stty size; exit 3\n")
+    with pytest.raises(CommandExitException) as exited:
+        terminal.wait(on_pty=output.extend)
+    assert exited.value.exit_code == 3
+    text = output.decode(errors="replace")
+    assert "24 80" in text
+    assert "/dev/pts/" in text
+    assert "40 100" in text
+
+
+def test_pty_is_killed(sandbox: Sandbox) -> None:
+    terminal = sandbox.pty.create(PtySize(rows=24, cols=80))
+    assert sandbox.pty.kill(terminal.pid) is True
+    with pytest.raises(CommandExitException):
+        terminal.wait()

@@ -14,6 +14,7 @@ import datetime as dt
 import logging
 import math
 import secrets
+import shlex
 import signal
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -49,6 +50,9 @@ FAULT_DEFAULTS = {"retry_after": "1"}
 log = logging.getLogger(__name__)
 
 _OUTPUT_CHUNK = 32 * 1024  # envd sends stdout/stderr in chunks of at most this
+_PTY_CHUNK = 16 * 1024  # and terminal output in chunks of at most this
+SCRIPT = "/usr/bin/script"
+"""util-linux's ``script``, which gives a command a terminal inside the sandbox."""
 _SIGNALS = {signal.SIGKILL: "killed", signal.SIGTERM: "terminated", signal.SIGINT: "interrupt",
             signal.SIGHUP: "hangup"}
 
@@ -78,6 +82,8 @@ class ProcessEntry:
     subscribers: list[MemoryObjectSendStream[dict[str, Any]]] = attrs.Factory(list)
     ended: dict[str, Any] | None = None
     scope: anyio.CancelScope | None = None
+    pty: bool = False
+    """It runs on a terminal: its output is the terminal's."""
 
     def subscribe(self) -> MemoryObjectReceiveStream[dict[str, Any]]:
         """A stream of this process's events from now on, ending with its end."""
@@ -418,20 +424,30 @@ class World:
 
     async def start_process(self, record: SandboxRecord, *, argv: list[str],
                             env: dict[str, str], cwd: str | None, user: str | None,
-                            tag: str | None, stdin: bool,
-                            timeout: float | None) -> tuple[ProcessEntry,
-                                                            MemoryObjectReceiveStream[
-                                                                dict[str, Any]]]:
-        """Start a process and subscribe to it before any of its output is sent."""
+                            tag: str | None, stdin: bool, timeout: float | None,
+                            pty: tuple[int, int] | None = None) -> tuple[
+                                ProcessEntry, MemoryObjectReceiveStream[dict[str, Any]]]:
+        """Start a process and subscribe to it before any of its output is sent.
+
+        With ``pty`` (columns, rows) it runs on a terminal: util-linux's ``script``
+        inside the sandbox gives it one, and relays the terminal through its own stdin
+        and stdout.
+        """
         if user is not None and not self.provider.supports(Capability.EXEC_USER):
             user = None  # the backend runs every command as its one user
-        process = await record.sandbox.start(argv, env=env, cwd=cwd, user=user)
-        if not stdin:
+        command = argv
+        if pty is not None:
+            cols, rows = pty
+            command = [SCRIPT, "-q", "-e", "-f", "-c",
+                       f"stty cols {cols} rows {rows}; exec {shlex.join(argv)}", "/dev/null"]
+        process = await record.sandbox.start(command, env=env, cwd=cwd, user=user)
+        if not stdin and pty is None:
             await process.close_stdin()
         config: dict[str, Any] = {"cmd": argv[0], "args": argv[1:], "envs": env}
         if cwd:
             config["cwd"] = cwd
-        entry = ProcessEntry(pid=process.pid, config=config, tag=tag, process=process)
+        entry = ProcessEntry(pid=process.pid, config=config, tag=tag, process=process,
+                             pty=pty is not None)
         record.processes[entry.pid] = entry
         events = entry.subscribe()
         self.background(self._pump, record, entry, timeout)
@@ -449,10 +465,12 @@ class World:
                     try:
                         async for event in entry.process.events():
                             if isinstance(event, ProcessOutput):
-                                for i in range(0, len(event.data), _OUTPUT_CHUNK):
-                                    piece = event.data[i:i + _OUTPUT_CHUNK]
+                                key = "pty" if entry.pty else event.stream
+                                size = _PTY_CHUNK if entry.pty else _OUTPUT_CHUNK
+                                for i in range(0, len(event.data), size):
+                                    piece = event.data[i:i + size]
                                     entry.broadcast({"event": {"data": {
-                                        event.stream: base64.b64encode(piece).decode()}}})
+                                        key: base64.b64encode(piece).decode()}}})
                             elif isinstance(event, ProcessExit):
                                 end = {"event": {"end": end_event(event.exit_code)}}
                                 break
@@ -503,6 +521,18 @@ class World:
                         del record.processes[entry.pid]
                     return
                 await anyio.sleep(0.05)
+
+    async def resize(self, record: SandboxRecord, entry: ProcessEntry, cols: int,
+                     rows: int) -> None:
+        """Resize a process's terminal (the one ``script`` made for its child)."""
+        if not entry.pty:
+            raise RpcError("failed_precondition", f"process {entry.pid} has no PTY")
+        pid = int(entry.pid)
+        result = await record.sandbox.exec(["/bin/sh", "-c", (
+            f"child=$(cut -d' ' -f1 /proc/{pid}/task/{pid}/children) && "
+            f"stty -F \"$(readlink /proc/$child/fd/0)\" cols {int(cols)} rows {int(rows)}")])
+        if result.exit_code != 0:
+            raise RpcError("internal", f"resizing the terminal failed: {result.stderr.strip()}")
 
     def find_process(self, record: SandboxRecord, selector: Mapping[str, Any]) -> ProcessEntry:
         if "pid" in selector:

@@ -38,7 +38,7 @@ from provider_sdk_e2b.emulator._connect import (
     envelope,
 )
 from provider_sdk_e2b.emulator._http import Request, Response, json_response
-from provider_sdk_e2b.emulator._world import SandboxRecord, World
+from provider_sdk_e2b.emulator._world import SCRIPT, ProcessEntry, SandboxRecord, World
 
 __all__ = ["Envd"]
 
@@ -99,6 +99,16 @@ def _user(request: Request) -> str | None:
     except (binascii.Error, UnicodeDecodeError):
         raise RpcError("unauthenticated", "malformed Authorization header") from None
     return decoded.split(":", 1)[0] or None
+
+
+def _pty_size(value: Any) -> tuple[int, int]:
+    size = value.get("size") if isinstance(value, dict) else None
+    cols = size.get("cols") if isinstance(size, dict) else None
+    rows = size.get("rows") if isinstance(size, dict) else None
+    if not isinstance(cols, int) or not isinstance(rows, int) or not (
+            0 < cols < 10000 and 0 < rows < 10000):
+        raise RpcError("invalid_argument", "pty.size needs positive cols and rows")
+    return cols, rows
 
 
 def _selector(message: dict[str, Any]) -> dict[str, Any]:
@@ -320,8 +330,9 @@ class Envd:
         process = message.get("process")
         if not isinstance(process, dict) or not isinstance(process.get("cmd"), str):
             raise RpcError("invalid_argument", "process.cmd is required")
-        if message.get("pty"):
-            raise RpcError("unimplemented", "PTY processes are not served by the emulator")
+        pty = _pty_size(message.get("pty")) if message.get("pty") else None
+        if pty is not None:
+            await self._check_script(record)
         args = process.get("args") or []
         envs = process.get("envs") or {}
         if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
@@ -337,12 +348,19 @@ class Envd:
             entry, events = await self.world.start_process(
                 record, argv=[process["cmd"], *args], env=envs, cwd=cwd,
                 user=_user(request), tag=message.get("tag") or None,
-                stdin=bool(message.get("stdin", False)), timeout=timeout)
+                stdin=bool(message.get("stdin", False)), timeout=timeout, pty=pty)
         except errors.InvalidInput as exc:
             raise RpcError("invalid_argument", str(exc)) from None
         yield {"event": {"start": {"pid": entry.pid}}}
         async for item in self._relay(events, request):
             yield item
+
+    async def _check_script(self, record: SandboxRecord) -> None:
+        try:
+            await record.sandbox.files.stat(SCRIPT)
+        except errors.NotFound:
+            raise RpcError("unimplemented", f"PTYs need {SCRIPT} (util-linux) in the "
+                                            "sandbox, and this one has none") from None
 
     async def _check_cwd(self, record: SandboxRecord, cwd: str) -> None:
         try:
@@ -400,18 +418,19 @@ class Envd:
     async def send_input(self, record: SandboxRecord, message: dict[str, Any],
                          request: Request) -> dict[str, Any]:
         entry = self.world.find_process(record, _selector(message))
-        await entry.process.write_stdin(self._input(message.get("input")))
+        await entry.process.write_stdin(self._input(entry, message.get("input")))
         return {}
 
-    def _input(self, value: Any) -> bytes:
+    def _input(self, entry: ProcessEntry, value: Any) -> bytes:
         if not isinstance(value, dict):
             raise RpcError("invalid_argument", "input is required")
-        if "pty" in value:
-            raise RpcError("failed_precondition", "the process has no PTY")
+        key = "pty" if "pty" in value else "stdin"
+        if key == "pty" and not entry.pty:
+            raise RpcError("failed_precondition", f"process {entry.pid} has no PTY")
         try:
-            return base64.b64decode(value.get("stdin", ""), validate=True)
+            return base64.b64decode(value.get(key, ""), validate=True)
         except (binascii.Error, TypeError):
-            raise RpcError("invalid_argument", "input.stdin must be base64") from None
+            raise RpcError("invalid_argument", f"input.{key} must be base64") from None
 
     async def stream_input(self, record: SandboxRecord, request: Request) -> Response:
         """The client-streaming ``StreamInput``: a start, then data and keepalives."""
@@ -424,7 +443,7 @@ class Envd:
             while (message := await reader.next()) is not None:
                 data = message.get("data") if isinstance(message, dict) else None
                 if isinstance(data, dict):
-                    await entry.process.write_stdin(self._input(data.get("input")))
+                    await entry.process.write_stdin(self._input(entry, data.get("input")))
             body = envelope({}) + end_stream()
         except RpcError as exc:
             body = end_stream(exc)
@@ -449,7 +468,11 @@ class Envd:
 
     async def update(self, record: SandboxRecord, message: dict[str, Any],
                      request: Request) -> dict[str, Any]:
-        raise RpcError("unimplemented", "PTY processes are not served by the emulator")
+        entry = self.world.find_process(record, _selector(message))
+        if message.get("pty"):
+            cols, rows = _pty_size(message["pty"])
+            await self.world.resize(record, entry, cols, rows)
+        return {}
 
     # ------------------------------------------------------------- filesystem
 
