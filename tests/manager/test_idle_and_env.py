@@ -37,13 +37,13 @@ async def test_an_idle_sandbox_is_paused_then_resumed_by_acquire(
         sandbox = await manager.acquire("alice")
         await sandbox.exec("echo $$ > /tmp/pid; sleep 1000 >/dev/null 2>&1 &")
         with anyio.fail_after(10):
-            while True:
-                if await _state(provider, sandbox.id) == SandboxState.PAUSED:
+            while True:  # the sweep pauses it, then records that in the store
+                binding = await store.get("alice")
+                assert binding is not None
+                if binding.paused:
                     break
                 await anyio.sleep(0.05)
-        binding = await store.get("alice")
-        assert binding is not None
-        assert binding.paused
+        assert await _state(provider, sandbox.id) == SandboxState.PAUSED
         with capture_logs() as logs:
             again = await manager.acquire("alice")
         assert _level(logs) == "store"  # the cache no longer vouches for a paused one
