@@ -65,6 +65,21 @@ async def test_a_second_acquire_is_answered_by_the_cache_without_the_provider(
                                          "sandbox.manager.acquire.complete"]
 
 
+async def test_the_least_recently_used_owner_leaves_a_full_cache(
+        provider: LocalProvider, store: SQLiteStore) -> None:
+    manager = SandboxManager(provider, store, cache_size=2)
+    alice = await manager.acquire("alice")
+    await manager.acquire("bob")
+    await manager.acquire("alice")  # bob is now the least recently used
+    await manager.acquire("carol")
+    with capture_logs() as logs:
+        assert (await manager.acquire("alice")) is alice
+    assert _level(logs) == "cache"
+    with capture_logs() as logs:
+        await manager.acquire("bob")
+    assert _level(logs) == "store"
+
+
 async def test_a_new_manager_on_the_same_sqlite_file_finds_the_same_sandbox(
         provider: LocalProvider, db_path: Path) -> None:
     async with SQLiteStore(db_path) as store, SandboxManager(provider, store) as manager:
