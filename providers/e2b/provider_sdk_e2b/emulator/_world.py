@@ -35,7 +35,6 @@ from provider_sdk_e2b.emulator.flavors import Flavor
 
 __all__ = ["FAULTS", "ApiError", "ProcessEntry", "SandboxRecord", "World"]
 
-#: Every fault the emulator knows, with what its value means.
 FAULTS = {
     "resume_504": "after each resume (connect, resume, auto-resume, rollback), this many "
                   "data-plane requests to that sandbox answer 504",
@@ -45,6 +44,7 @@ FAULTS = {
     "latency": "seconds added before every request is handled",
     "pause_delay": "extra seconds a pause takes (Cube: the sandbox stays 'pausing')",
 }
+"""Every fault the emulator knows, with what its value means."""
 FAULT_DEFAULTS = {"retry_after": "1"}
 
 log = logging.getLogger(__name__)
