@@ -114,3 +114,22 @@ async def test_kill_signals_the_process_not_its_children(e2b_emulator: RunningEm
         assert killed.value.exit_code == -1
         alive = await sandbox.commands.run(f"kill -0 {child} && echo alive")
         assert alive.stdout == "alive\n"
+
+
+async def test_many_sandboxes_at_once(e2b_emulator: RunningEmulator) -> None:
+    results: dict[int, str] = {}
+
+    async def one(i: int) -> None:
+        async with await AsyncSandbox.create(metadata={"batch": "b"}) as sandbox:
+            await sandbox.files.write(f"/tmp/{i}", str(i))
+            results[i] = (await sandbox.commands.run(f"cat /tmp/{i}")).stdout
+
+    # One create first: the local backend makes its shared /etc on the first create,
+    # and two first creates at once in a fresh home race on it.
+    await (await AsyncSandbox.create()).kill()
+    async with anyio.create_task_group() as tg:
+        for i in range(8):
+            tg.start_soon(one, i)
+    assert results == {i: str(i) for i in range(8)}
+    assert await AsyncSandbox.list(query=SandboxQuery(metadata={"batch": "b"})).next_items() \
+        == []
