@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -174,7 +175,12 @@ def test_cube_statuses_for_resume_delete_and_the_data_plane(
 
 def test_watch_dir_streams_changes(sandbox: Sandbox) -> None:
     sandbox.files.make_dir("/tmp/watched")
-    with sandbox.files.watch_dir("/tmp/watched") as watcher:
+    watcher = sandbox.files.watch_dir("/tmp/watched")
+    pool = ThreadPoolExecutor(1)
+    try:
         sandbox.files.write("/tmp/watched/new.txt", "x")
-        event = next(iter(watcher))
+        event = pool.submit(next, iter(watcher)).result(timeout=15)  # bounded wait
+    finally:
+        watcher.close()
+        pool.shutdown(wait=False)
     assert (event.name, event.type) == ("new.txt", "EVENT_TYPE_CREATE")
