@@ -3,9 +3,10 @@
 Needs the ``redis`` extra (``pip install 'provider-sdk[redis]'``); the driver is imported
 when the store first connects. Each binding is a hash ``{prefix}binding:{owner}`` with a
 ``version`` field; a set ``{prefix}owners`` indexes them. Compare-and-set and
-compare-and-delete are Lua scripts, which Redis runs atomically; a claim is
-``SET {prefix}claim:{name} TOKEN NX PX TTL``, released by a script that deletes it only
-for its holder.
+compare-and-delete are Lua scripts, which Redis runs atomically; a claim is a key
+``{prefix}claim:{name}`` holding the holder's token with a ``PX`` expiry, taken (or
+renewed by its holder) by a script that sets it only if it is absent or already the
+caller's (``SET NX`` plus renewal), and deleted by a script only for its holder.
 """
 
 from __future__ import annotations
