@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import secrets
 import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -174,3 +175,16 @@ async def test_a_store_without_its_driver_names_the_extra_to_install(
     monkeypatch.setitem(sys.modules, module, None)  # as if it were not installed
     with pytest.raises(ConfigError, match=rf"provider-sdk\[{extra}\]"):
         await store().get("alice")
+
+
+def test_open_store_reads_the_setting_then_defaults_to_a_sqlite_file(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PSDK_MANAGER_STORE", f"sqlite://{tmp_path}/from-env.sqlite3")
+    chosen = open_store()
+    assert isinstance(chosen, SQLiteStore)
+    assert chosen.path == tmp_path / "from-env.sqlite3"
+    monkeypatch.delenv("PSDK_MANAGER_STORE")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    default = open_store()
+    assert isinstance(default, SQLiteStore)
+    assert default.path == tmp_path / "data" / "psdk" / "manager.sqlite3"
