@@ -17,6 +17,7 @@ from daytona import (
     DaytonaError,
     DaytonaFileNotFoundError,
     DaytonaNotFoundError,
+    DaytonaSessionEndedError,
     DaytonaTimeoutError,
     FileUpload,
     Image,
@@ -137,6 +138,23 @@ def test_sync_session_keeps_cd_and_export(sync_client: Daytona) -> None:
         assert [s.session_id for s in sandbox.process.list_sessions()] == ["s"]
         sandbox.process.delete_session("s")
         assert sandbox.process.list_sessions() == []
+    finally:
+        sync_client.delete(sandbox)
+
+
+def test_sync_session_is_one_shell_and_a_bare_exit_ends_it(sync_client: Daytona) -> None:
+    """Commands are sourced into one shell: plain variables and functions carry over,
+    and ``exit`` ends the session, as on Daytona."""
+    sandbox = sync_client.create()
+    try:
+        sandbox.process.create_session("one")
+        run = sandbox.process.execute_session_command
+        run("one", SessionExecuteRequest(command="PLAIN=kept; f() { echo from-f; }"))
+        done = run("one", SessionExecuteRequest(command='echo "$PLAIN"; f'))
+        assert done.stdout == "kept\nfrom-f\n"
+        assert run("one", SessionExecuteRequest(command="exit 7")).exit_code == 7
+        with pytest.raises(DaytonaSessionEndedError):
+            run("one", SessionExecuteRequest(command="true"))
     finally:
         sync_client.delete(sandbox)
 

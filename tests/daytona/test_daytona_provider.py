@@ -217,6 +217,13 @@ async def test_shell_exit_ends_the_command_not_the_session(
         assert result.stdout == "/tmp yes\n"
 
 
+async def test_shell_keeps_plain_variables_and_functions(provider: DaytonaProvider) -> None:
+    async with provider.create() as sandbox, await sandbox.shell() as shell:
+        await shell.run("PLAIN=not-exported; f() { echo from-function; }")
+        result = await shell.run('echo "$PLAIN"; f')
+        assert result.stdout == "not-exported\nfrom-function\n"
+
+
 async def test_large_output_is_downloaded_from_files(provider: DaytonaProvider) -> None:
     async with provider.create() as sandbox:
         result = await sandbox.exec("head -c 6000000 /dev/zero | tr '\\0' x")

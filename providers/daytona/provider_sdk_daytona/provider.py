@@ -20,9 +20,8 @@ Mapping, in short (the Daytona page of the docs has the whole table):
 - A background process is a Daytona session of its own running one asynchronous
   command (see ``_processes``); its pid is the real pid inside the sandbox.
 - The persistent shell is a Daytona session: every command is sourced into one
-  long-lived shell, so ``cd`` and ``export`` carry over (on Daytona, plain variables
-  and functions too); ``exit N`` in a command ends that command with ``N``, not the
-  session.
+  long-lived shell, so ``cd``, ``export``, plain variables and functions carry over;
+  ``exit N`` in a command ends that command with ``N``, not the session.
 - A snapshot's neutral id is its Daytona snapshot name, which is what Daytona creates
   sandboxes from; ``templates.build`` makes Daytona snapshots too, from
   ``Image.from_dockerfile``. Snapshots taken from a sandbox are the neutral snapshots,
@@ -849,7 +848,7 @@ class DaytonaProvider(SandboxProvider):
 
 class DaytonaShell(Shell):
     """A persistent shell on a Daytona session: each command is sourced into one
-    long-lived shell, so ``cd`` and ``export`` carry over.
+    long-lived shell, so ``cd``, ``export``, variables and functions carry over.
 
     ``exit N`` in a command ends that command with status ``N`` and keeps the session
     (the session shell has an ``exit`` function that returns instead). Output arrives

@@ -6,6 +6,7 @@ The unmodified ``daytona`` SDK, sync and async, talks to it with
 carry ``Authorization: Bearer KEY``. Faults (see :data:`FAULTS`) are set with
 ``--fault NAME=VALUE`` or, while it runs, ``POST /_emulator/faults`` with
 ``{"NAME": VALUE}``; ``GET /_emulator/faults`` reports what was set and served.
+Sessions are a real long-lived shell in the sandbox (see ``_sessions``).
 
 What it does not do: pull images (a sandbox or snapshot made from an image name, or a
 sandbox made from an image definition, runs on the backend's default template, and the

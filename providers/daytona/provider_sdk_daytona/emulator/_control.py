@@ -114,10 +114,8 @@ async def boot(request: web.Request, record: SandboxRecord) -> None:
 
 async def _close_sessions(record: SandboxRecord) -> None:
     for session in record.sessions.values():
-        for task in session.tasks:
-            task.cancel()
         with contextlib.suppress(SandboxError):
-            await session.shell.aclose()
+            await session.shell.close()
     record.sessions.clear()
 
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from provider_sdk.provider import SandboxProvider
-from provider_sdk.sandbox import Sandbox, Shell
+from provider_sdk.sandbox import Sandbox
+
+if TYPE_CHECKING:
+    from provider_sdk_daytona.emulator._sessions import SessionShell
 
 ORGANIZATION = "00000000-0000-4000-8000-00000000e1e1"
 """The one organisation every record belongs to."""
@@ -51,13 +54,11 @@ class CommandRecord:
 
 @attrs.define(kw_only=True)
 class SessionRecord:
-    """A session: one persistent backend shell, commands run one at a time."""
+    """A session: one persistent shell in the sandbox, commands run one at a time."""
 
     id: str
-    shell: Shell
+    shell: SessionShell
     commands: dict[str, CommandRecord] = attrs.field(factory=dict)
-    lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
-    tasks: set[asyncio.Task[None]] = attrs.field(factory=set)
 
     def to_json(self) -> dict[str, Any]:
         return {"sessionId": self.id, "commands": [c.to_json() for c in self.commands.values()]}

@@ -20,7 +20,6 @@ from typing import Any
 
 from aiohttp import BodyPartReader, WSMsgType, web
 
-from provider_sdk.capabilities import Capability
 from provider_sdk.errors import (
     CommandTimeout,
     Conflict,
@@ -32,6 +31,7 @@ from provider_sdk.errors import (
 from provider_sdk.models import FileInfo, FileType
 from provider_sdk.sandbox import Sandbox
 from provider_sdk_daytona.emulator._http import HttpError, context, json_response
+from provider_sdk_daytona.emulator._sessions import open_shell
 from provider_sdk_daytona.emulator._store import CommandRecord, SandboxRecord, SessionRecord, new_id
 
 BOUNDARY = "DAYTONA-FILE-BOUNDARY"
@@ -122,7 +122,11 @@ async def create_session(request: web.Request) -> web.Response:
         raise HttpError(400, "sessionId is required", "BAD_REQUEST")
     if session_id in record.sessions:
         raise HttpError(409, f"session {session_id} already exists", "CONFLICT")
-    record.sessions[session_id] = SessionRecord(id=session_id, shell=await handle.shell())
+    try:
+        shell = await open_shell(handle)
+    except SandboxError as exc:
+        raise HttpError(500, f"cannot start the session's shell: {exc.message}") from exc
+    record.sessions[session_id] = SessionRecord(id=session_id, shell=shell)
     return web.Response(status=201)
 
 
@@ -142,60 +146,31 @@ async def delete_session(request: web.Request) -> web.Response:
     """``DELETE /process/session/{session}``: ends the shell and what it runs."""
     record, _handle = _running(request)
     session = _session(request, record)
-    for task in session.tasks:
-        task.cancel()
     del record.sessions[session.id]
-    with contextlib.suppress(SandboxError):
-        await session.shell.aclose()
+    await session.shell.close()
     return web.Response(status=204)
 
 
-async def _run(record: SandboxRecord, session: SessionRecord, cmd: CommandRecord) -> None:
-    """Run one command in the session's shell, keeping its output as it comes."""
-
-    def keep(stream: bytearray) -> Any:
-        def on_output(chunk: bytes) -> None:
-            stream.extend(chunk)
-            cmd.output.extend(chunk)
-        return on_output
-
-    streaming = record.handle is not None and record.handle.provider.supports(
-        Capability.EXEC_STREAM)
-    try:
-        async with session.lock:
-            if streaming:
-                result = await session.shell.run(cmd.command, on_stdout=keep(cmd.stdout),
-                                                 on_stderr=keep(cmd.stderr))
-            else:
-                result = await session.shell.run(cmd.command)
-                keep(cmd.stdout)(result.stdout_bytes)
-                keep(cmd.stderr)(result.stderr_bytes)
-        cmd.exit_code = result.exit_code if result.exit_code >= 0 else -1
-    except SandboxError as exc:
-        cmd.stderr.extend(exc.message.encode())
-        cmd.exit_code = -1
-    finally:
-        if cmd.exit_code is None:  # cancelled: the session was deleted
-            cmd.exit_code = -1
-        cmd.done.set()
-
-
 async def session_exec(request: web.Request) -> web.Response:
-    """``POST /process/session/{session}/exec``: sync (200 with output) or async (202)."""
+    """``POST /process/session/{session}/exec``: sync (200 with output) or async (202).
+    Commands run one after another; a session whose shell exited answers 410."""
     record, _handle = _running(request)
     session = _session(request, record)
     body = await request.json()
     command = body.get("command")
     if not isinstance(command, str):
         raise HttpError(400, "command is required", "BAD_REQUEST")
+    if session.shell.ended:
+        raise HttpError(410, f"session {session.id} has ended", "SESSION_ENDED")
     cmd = CommandRecord(id=new_id(), command=command)
     session.commands[cmd.id] = cmd
+    try:
+        await session.shell.submit(cmd)
+    except SandboxError as exc:
+        raise HttpError(410, f"session {session.id}: {exc.message}", "SESSION_ENDED") from exc
     if body.get("runAsync") or body.get("async"):
-        task = asyncio.create_task(_run(record, session, cmd))
-        session.tasks.add(task)
-        task.add_done_callback(session.tasks.discard)
         return json_response({"cmdId": cmd.id}, status=202)
-    await _run(record, session, cmd)
+    await cmd.done.wait()
     return json_response({"cmdId": cmd.id, "output": _text(cmd.output),
                           "stdout": _text(cmd.stdout), "stderr": _text(cmd.stderr),
                           "exitCode": cmd.exit_code})
@@ -205,33 +180,41 @@ def _text(data: bytearray) -> str:
     return bytes(data).decode("utf-8", "replace")
 
 
-def _command(request: web.Request) -> CommandRecord:
+async def _command(request: web.Request) -> CommandRecord:
+    """The command the path names, its logs brought up to date."""
     record, _handle = _running(request)
     session = _session(request, record)
     key = request.match_info["command"]
     cmd = session.commands.get(key)
     if cmd is None:
         raise HttpError(404, f"command {key} not found", "COMMAND_NOT_FOUND")
+    with contextlib.suppress(SandboxError):
+        await session.shell.refresh(cmd)
     return cmd
 
 
 async def get_command(request: web.Request) -> web.Response:
     """``GET /process/session/{session}/command/{command}``: exit code null while running."""
-    return json_response(_command(request).to_json())
+    return json_response((await _command(request)).to_json())
 
 
 async def command_logs(request: web.Request) -> web.StreamResponse:
     """``GET .../command/{command}/logs``: JSON, or with ``follow=true`` a WebSocket of
     output frames (stdout prefixed ``\\x01\\x01\\x01``, stderr ``\\x02\\x02\\x02``)."""
-    cmd = _command(request)
+    cmd = await _command(request)
     if request.query.get("follow") != "true":
         return json_response({"output": _text(cmd.output), "stdout": _text(cmd.stdout),
                               "stderr": _text(cmd.stderr)})
     ws = web.WebSocketResponse()
     await ws.prepare(request)
     sent_out = sent_err = 0
+    record, _handle = _running(request)
+    shell = _session(request, record).shell
     while True:
         finished = cmd.done.is_set()
+        if not finished:
+            with contextlib.suppress(SandboxError):
+                await shell.refresh(cmd)
         if len(cmd.stdout) > sent_out:
             await ws.send_bytes(STDOUT_PREFIX + bytes(cmd.stdout[sent_out:]))
             sent_out = len(cmd.stdout)

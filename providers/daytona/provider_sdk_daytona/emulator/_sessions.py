@@ -1,0 +1,185 @@
+"""Daytona sessions on the neutral backend: one long-lived shell that sources each
+command, as Daytona's daemon does (``{ . cmd.sh; } > stdout 2> stderr``).
+
+On a backend with background processes the session is a real ``bash`` driver loop in the
+sandbox: it reads one command directory per line on its stdin, sources that directory's
+``cmd.sh`` with stdout and stderr into files there, and prints a line when it is done. So
+everything carries over (``cd``, variables, functions, open file descriptors, traps),
+commands run one at a time, and a bare ``exit`` ends the session, all as on Daytona.
+Elsewhere the backend's persistent shell stands in (``cd`` and ``export`` carry over).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import secrets
+from collections.abc import Callable
+
+from provider_sdk.capabilities import Capability
+from provider_sdk.errors import FileNotFound, SandboxError
+from provider_sdk.provider import ProcessExit, ProcessOutput
+from provider_sdk.sandbox import Process, Sandbox, Shell
+from provider_sdk_daytona.emulator._store import CommandRecord
+
+_DONE = "psdk-session-done"
+_DRIVER = (
+    'while IFS= read -r __psdk_d; do '
+    '{ . "$__psdk_d/cmd.sh"; } < /dev/null > "$__psdk_d/stdout" 2> "$__psdk_d/stderr"; '
+    f'printf "{_DONE} %s %s\\n" "$__psdk_d" "$?"; '
+    'done'
+)
+
+
+class SessionShell(abc.ABC):
+    """Where a session's commands run."""
+
+    ended = False
+    """The session's shell is gone (a command called ``exit``)."""
+
+    @abc.abstractmethod
+    async def submit(self, cmd: CommandRecord) -> None:
+        """Queue ``cmd``; it is finished (``cmd.done``) when it has run."""
+
+    async def refresh(self, cmd: CommandRecord) -> None:
+        """Bring a running command's logs up to date."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """End the shell and everything it started."""
+
+
+async def open_shell(handle: Sandbox) -> SessionShell:
+    """The most faithful session the backend allows."""
+    if handle.provider.supports(Capability.PROCESS_BACKGROUND):
+        return await DriverSession.open(handle)
+    return EmulatedSession(handle, await handle.shell())
+
+
+class DriverSession(SessionShell):
+    """A bash loop in the sandbox sourcing one command at a time."""
+
+    def __init__(self, handle: Sandbox, process: Process, root: str) -> None:
+        self._handle = handle
+        self._process = process
+        self._root = root
+        self._running: dict[str, CommandRecord] = {}
+        self._reader = asyncio.create_task(self._read())
+
+    @classmethod
+    async def open(cls, handle: Sandbox) -> DriverSession:
+        process = await handle.start(["bash", "--noprofile", "--norc", "-c", _DRIVER])
+        return cls(handle, process, f"/tmp/.daytona-sessions/{secrets.token_hex(8)}")
+
+    def _dir(self, cmd: CommandRecord) -> str:
+        return f"{self._root}/{cmd.id}"
+
+    async def submit(self, cmd: CommandRecord) -> None:
+        if self.ended:
+            raise SandboxError("the session has ended")
+        directory = self._dir(cmd)
+        await self._handle.files.write(f"{directory}/cmd.sh", cmd.command)
+        self._running[directory] = cmd
+        await self._process.write_stdin(f"{directory}\n")
+
+    async def refresh(self, cmd: CommandRecord) -> None:
+        if cmd.done.is_set():
+            return
+        await self._collect(cmd)
+
+    async def _collect(self, cmd: CommandRecord) -> None:
+        directory = self._dir(cmd)
+        outputs = []
+        for name in ("stdout", "stderr"):
+            try:
+                outputs.append(await self._handle.files.read(f"{directory}/{name}"))
+            except FileNotFound:
+                outputs.append(b"")
+        cmd.stdout[:] = outputs[0]
+        cmd.stderr[:] = outputs[1]
+        cmd.output[:] = outputs[0] + outputs[1]
+
+    async def _finish(self, cmd: CommandRecord, code: int) -> None:
+        with contextlib.suppress(SandboxError):
+            await self._collect(cmd)
+        cmd.exit_code = code
+        cmd.done.set()
+
+    async def _read(self) -> None:
+        """Follow the driver: each done line finishes a command; its end ends them all."""
+        pending = b""
+        code = -1
+        try:
+            async for event in self._process.events():
+                if isinstance(event, ProcessOutput) and event.stream == "stdout":
+                    pending += event.data
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        mark, _, rest = line.decode(errors="replace").partition(" ")
+                        directory, _, status = rest.rpartition(" ")
+                        cmd = self._running.pop(directory, None)
+                        if mark == _DONE and cmd is not None:
+                            await self._finish(cmd, int(status))
+                elif isinstance(event, ProcessExit):
+                    code = event.exit_code
+        except SandboxError:
+            pass
+        finally:
+            self.ended = True
+            # A command that ended the shell (``exit N``) ends with the shell's status.
+            for cmd in self._running.values():
+                await self._finish(cmd, code if code >= 0 else -1)
+            self._running.clear()
+
+    async def close(self) -> None:
+        with contextlib.suppress(SandboxError):
+            await self._process.kill()
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+
+
+class EmulatedSession(SessionShell):
+    """The backend's persistent shell, one command at a time."""
+
+    def __init__(self, handle: Sandbox, shell: Shell) -> None:
+        self._handle = handle
+        self._shell = shell
+        self._lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def submit(self, cmd: CommandRecord) -> None:
+        task = asyncio.create_task(self._run(cmd))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, cmd: CommandRecord) -> None:
+        def keep(stream: bytearray) -> Callable[[bytes], None]:
+            def on_output(chunk: bytes) -> None:
+                stream.extend(chunk)
+                cmd.output.extend(chunk)
+            return on_output
+
+        try:
+            async with self._lock:
+                if self._handle.provider.supports(Capability.EXEC_STREAM):
+                    result = await self._shell.run(cmd.command, on_stdout=keep(cmd.stdout),
+                                                   on_stderr=keep(cmd.stderr))
+                else:
+                    result = await self._shell.run(cmd.command)
+                    keep(cmd.stdout)(result.stdout_bytes)
+                    keep(cmd.stderr)(result.stderr_bytes)
+            cmd.exit_code = result.exit_code if result.exit_code >= 0 else -1
+        except SandboxError as exc:
+            cmd.stderr.extend(exc.message.encode())
+        finally:
+            if cmd.exit_code is None:
+                cmd.exit_code = -1
+            cmd.done.set()
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        with contextlib.suppress(SandboxError):
+            await self._shell.aclose()
