@@ -18,6 +18,7 @@ import datetime as dt
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -224,7 +225,8 @@ class LocalProvider(SandboxProvider):
         etc = self._home.path / "base" / "etc"
         if etc.is_dir():
             return etc
-        staging = self._home.path / "base" / f".etc-{os.getpid()}-{id(self)}"
+        # Unique per call: concurrent first creates, in one process or several, race here.
+        staging = self._home.path / "base" / f".etc-{os.getpid()}-{secrets.token_hex(6)}"
         staging.mkdir(parents=True)
         for name in ETC_COPIED:
             src = Path("/etc") / name

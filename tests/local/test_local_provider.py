@@ -285,3 +285,18 @@ async def test_client_refuses_an_oversized_frame_from_the_agent(tmp_path: Path) 
         await client.call("ping")
     thread.join()
     server.close()
+
+
+async def test_concurrent_first_creates_in_a_fresh_home_all_succeed(
+        provider: LocalProvider) -> None:
+    """The home's shared /etc is made once even when the first creates race for it."""
+    sandboxes = []
+
+    async def create() -> None:
+        sandboxes.append(await provider.create())
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(4):
+            tg.start_soon(create)
+    assert len({s.id for s in sandboxes}) == 4
+    assert not [p for p in (provider.home / "base").iterdir() if p.name.startswith(".etc-")]
