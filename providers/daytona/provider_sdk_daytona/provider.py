@@ -33,15 +33,11 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import datetime as dt
 import hashlib
-import ipaddress
 import math
-import os
 import posixpath
 import secrets
 import shlex
-import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -70,7 +66,6 @@ from provider_sdk.models import (
     ExecResult,
     FileInfo,
     FileType,
-    NetworkPolicy,
     SandboxInfo,
     SandboxSpec,
     SandboxState,
@@ -82,16 +77,17 @@ from provider_sdk.models import (
 from provider_sdk.models import Resources as NeutralResources
 from provider_sdk.provider import (
     Command,
-    OutputCallback,
     ProcessEvent,
     ProcessExit,
     ProcessOutput,
     SandboxProvider,
 )
 from provider_sdk.sandbox import Shell
+from provider_sdk_daytona import _convert as convert
 from provider_sdk_daytona import _exec as wrapper
 from provider_sdk_daytona import _processes as procs
-from provider_sdk_daytona._errors import PROVIDER, code_of, is_transient, neutral, status_of
+from provider_sdk_daytona._errors import code_of, is_transient, neutral, status_of
+from provider_sdk_daytona._shell import DaytonaShell
 
 if TYPE_CHECKING:
     from provider_sdk.sandbox import Sandbox
@@ -296,7 +292,7 @@ class DaytonaProvider(SandboxProvider):
             id=sandbox.id, provider=self.name,
             state=_STATES.get(state, SandboxState.UNKNOWN), template=sandbox.snapshot,
             metadata={k: v for k, v in labels.items() if k not in RESERVED_LABELS},
-            created_at=_timestamp(sandbox.created_at), expires_at=None,
+            created_at=convert.timestamp(sandbox.created_at), expires_at=None,
             resources=NeutralResources(cpu=sandbox.cpu or None,
                                        memory_mb=(sandbox.memory or 0) * 1024 or None,
                                        disk_mb=(sandbox.disk or 0) * 1024 or None),
@@ -345,7 +341,7 @@ class DaytonaProvider(SandboxProvider):
             # "pause" is auto-stop; idle "kill" is auto-stop, then deletion at once.
             "auto_stop_interval": math.ceil(idle / 60) if idle is not None else 0,
             "auto_delete_interval": 0 if kill_when_idle else -1,
-            **_network(spec.network),
+            **convert.network_fields(spec.network),
         }
         ext = spec.extensions
         if "daytona.name" in ext:
@@ -363,7 +359,7 @@ class DaytonaProvider(SandboxProvider):
             if not isinstance(image, (str, Image)):
                 raise errors.InvalidInput("daytona.image must be an image name or a "
                                           "daytona.Image", provider=self.name)
-            return CreateSandboxFromImageParams(image=image, resources=_resources(spec),
+            return CreateSandboxFromImageParams(image=image, resources=convert.resources(spec),
                                                 **common)
         if spec.resources != NeutralResources():
             raise errors.InvalidInput(
@@ -685,12 +681,12 @@ class DaytonaProvider(SandboxProvider):
                     raise errors.NotADirectory(f"{full} is not a directory", provider=self.name,
                                                sandbox_id=sandbox_id) from exc
             raise error from exc
-        return [_to_file_info(posixpath.join(full, e.name), e) for e in entries]
+        return [convert.to_file_info(posixpath.join(full, e.name), e) for e in entries]
 
     async def _stat(self, sandbox_id: str, path: str) -> FileInfo:
         full = await self._path(sandbox_id, path)
         entry = await self._toolbox(sandbox_id, lambda s: s.fs.get_file_info(full))
-        info = _to_file_info(full, entry)
+        info = convert.to_file_info(full, entry)
         if info.type == FileType.SYMLINK:
             target = await self._toolbox(
                 sandbox_id, lambda s: s.process.exec(f"readlink -- {shlex.quote(full)}"))
@@ -750,7 +746,7 @@ class DaytonaProvider(SandboxProvider):
             await self._retrying(lambda: sandbox.create_snapshot(name,
                                                                  timeout=self._create_timeout))
             made = await self.client.snapshot.get(name)
-        return _to_snapshot(made)
+        return convert.to_snapshot(made)
 
     async def _daytona_snapshots(self, sandbox_id: str | None) -> builtins.list[Any]:
         """Every Daytona snapshot (of one sandbox), page by page."""
@@ -767,7 +763,7 @@ class DaytonaProvider(SandboxProvider):
 
     async def _list_snapshots(self, sandbox_id: str | None) -> builtins.list[Snapshot]:
         # Snapshots taken from sandboxes; the others are images (templates).
-        return [_to_snapshot(s) for s in await self._daytona_snapshots(sandbox_id)
+        return [convert.to_snapshot(s) for s in await self._daytona_snapshots(sandbox_id)
                 if s.source_sandbox_id]
 
     async def _delete_snapshot(self, snapshot_id: str) -> None:
@@ -795,12 +791,12 @@ class DaytonaProvider(SandboxProvider):
                 existing = await self.client.snapshot.get(name)
         except errors.TemplateNotFound:
             existing = None
-        if existing is not None and not force and _state_of(existing) == "active":
-            return _to_template(spec.name, digest, existing)
+        if existing is not None and not force and convert.state_of(existing) == "active":
+            return convert.to_template(spec.name, digest, existing)
         with self._translate(not_found=errors.TemplateNotFound):
             if existing is not None:
                 await self.client.snapshot.delete(existing)
-            image = _image_from_dockerfile(spec.dockerfile)
+            image = convert.image_from_dockerfile(spec.dockerfile)
             resources = None
             if spec.cpu or spec.memory_mb:
                 resources = Resources(cpu=math.ceil(spec.cpu) if spec.cpu else None,
@@ -816,10 +812,10 @@ class DaytonaProvider(SandboxProvider):
                                                     log_tail=str(exc)[-2000:],
                                                     **where) from exc
                 raise
-        return _to_template(spec.name, digest, made)
+        return convert.to_template(spec.name, digest, made)
 
     async def _list_templates(self) -> builtins.list[Template]:
-        return [_to_template(s.name, None, s) for s in await self._daytona_snapshots(None)
+        return [convert.to_template(s.name, None, s) for s in await self._daytona_snapshots(None)
                 if not s.source_sandbox_id]
 
     async def _delete_template(self, template_id: str) -> None:
@@ -830,189 +826,17 @@ class DaytonaProvider(SandboxProvider):
 
     async def _create_volume(self, name: str) -> Volume:
         with self._translate(not_found=errors.VolumeNotFound):
-            return _to_volume(await self.client.volume.create(name))
+            return convert.to_volume(await self.client.volume.create(name))
 
     async def _get_volume(self, name: str) -> Volume:
         with self._translate(not_found=errors.VolumeNotFound):
-            return _to_volume(await self.client.volume.get(name))
+            return convert.to_volume(await self.client.volume.get(name))
 
     async def _list_volumes(self) -> builtins.list[Volume]:
         with self._translate(not_found=errors.VolumeNotFound):
-            return [_to_volume(v) for v in await self.client.volume.list()]
+            return [convert.to_volume(v) for v in await self.client.volume.list()]
 
     async def _delete_volume(self, name: str) -> None:
         with self._translate(not_found=errors.VolumeNotFound):
             volume = await self.client.volume.get(name)
             await self.client.volume.delete(volume)
-
-
-class DaytonaShell(Shell):
-    """A persistent shell on a Daytona session: each command is sourced into one
-    long-lived shell, so ``cd``, ``export``, variables and functions carry over.
-
-    ``exit N`` in a command ends that command with status ``N`` and keeps the session
-    (the session shell has an ``exit`` function that returns instead). Output arrives
-    when the command ends (``exec.stream`` is not declared); there is no stdin.
-    """
-
-    EXIT = 'exit() { return "${1:-$?}"; }; '
-    """Prefixed to every command: ``exit`` returns from the command, the session lives."""
-
-    def __init__(self, provider: DaytonaProvider, sandbox_id: str, session_id: str) -> None:
-        self._provider = provider
-        self._sandbox_id = sandbox_id
-        self._session = session_id
-        self._closed = False
-
-    @classmethod
-    async def open(cls, provider: DaytonaProvider, sandbox_id: str, *, cwd: str | None,
-                   env: Mapping[str, str]) -> DaytonaShell:
-        """Create the session and set its starting directory and variables."""
-        shell = cls(provider, sandbox_id, f"psdk-shell-{secrets.token_hex(8)}")
-        await provider._toolbox(sandbox_id,
-                                lambda s: s.process.create_session(shell._session))
-        setup = "".join(f"export {k}={shlex.quote(v)}; " for k, v in env.items())
-        start = await provider._path(sandbox_id, cwd or ".")
-        setup += f"cd -- {shlex.quote(start)}"
-        result = await shell.run(setup)
-        if not result.ok:
-            await shell.aclose()
-            raise errors.InvalidInput(f"shell: cannot start in {start!r}: "
-                                      f"{result.stderr.strip()}", provider=provider.name,
-                                      sandbox_id=sandbox_id)
-        return shell
-
-    async def run(self, cmd: str, *, timeout: float | None = None,
-                  stdin: bytes | str | None = None,
-                  on_stdout: OutputCallback | None = None,
-                  on_stderr: OutputCallback | None = None) -> ExecResult:
-        """Run ``cmd`` in the session; its result once it ends."""
-        where: dict[str, Any] = {"provider": self._provider.name, "sandbox_id": self._sandbox_id}
-        if not isinstance(cmd, str):
-            raise errors.InvalidInput("shell commands are strings", **where)
-        if stdin is not None:
-            raise errors.UnsupportedCapability("shell.stdin", detail="Daytona sessions take no "
-                                               "stdin for a synchronous command", **where)
-        if on_stdout is not None or on_stderr is not None:
-            raise errors.UnsupportedCapability(str(Capability.EXEC_STREAM), **where)
-        if self._closed:
-            raise errors.InvalidInput("the shell is closed", **where)
-        request = SessionExecuteRequest(command=self.EXIT + cmd, run_async=False)
-        limit = math.ceil(timeout) if timeout is not None else None
-        start = anyio.current_time()
-        try:
-            done = await self._provider._toolbox(
-                self._sandbox_id, lambda s: s.process.execute_session_command(
-                    self._session, request, timeout=limit))
-        except errors.Unavailable as exc:
-            if timeout is None:
-                raise
-            empty = ExecResult(exit_code=-9, duration=anyio.current_time() - start)
-            raise errors.CommandTimeout(f"the shell command ran longer than {timeout:g} s",
-                                        result=empty, **where) from exc
-        return ExecResult(exit_code=done.exit_code if done.exit_code is not None else -1,
-                          stdout_bytes=(done.stdout or "").encode(),
-                          stderr_bytes=(done.stderr or "").encode(),
-                          duration=anyio.current_time() - start)
-
-    async def aclose(self) -> None:
-        """Delete the session (what it still runs ends). Safe to call twice."""
-        if self._closed:
-            return
-        self._closed = True
-        with contextlib.suppress(errors.SandboxError):
-            await self._provider._toolbox(self._sandbox_id,
-                                          lambda s: s.process.delete_session(self._session))
-
-
-# ------------------------------------------------------------------ conversions
-
-def _timestamp(value: str | None) -> dt.datetime | None:
-    if not value:
-        return None
-    try:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def _network(policy: NetworkPolicy) -> dict[str, Any]:
-    """The create fields for a network policy. Default: nothing gets out."""
-    if policy.deny_out:
-        raise errors.UnsupportedCapability(
-            "network.deny_out", provider=PROVIDER,
-            detail="Daytona has allow lists only (network_allow_list, domain_allow_list)")
-    if policy.allow_internet:
-        return {"network_block_all": False}
-    cidrs: list[str] = []
-    domains: list[str] = []
-    for entry in policy.allow_out:
-        try:
-            cidrs.append(str(ipaddress.ip_network(entry, strict=False)))
-        except ValueError:
-            domains.append(entry)
-    if not cidrs and not domains:
-        return {"network_block_all": True}
-    fields: dict[str, Any] = {"network_block_all": False}
-    if cidrs:
-        fields["network_allow_list"] = ",".join(cidrs)
-    if domains:
-        fields["domain_allow_list"] = ",".join(domains)
-    return fields
-
-
-def _resources(spec: SandboxSpec) -> Resources | None:
-    r = spec.resources
-    if r == NeutralResources():
-        return None
-    return Resources(cpu=math.ceil(r.cpu) if r.cpu else None,
-                     memory=math.ceil(r.memory_mb / 1024) if r.memory_mb else None,
-                     disk=math.ceil(r.disk_mb / 1024) if r.disk_mb else None)
-
-
-def _to_file_info(path: str, entry: Any) -> FileInfo:
-    mode_text = str(entry.mode or "")
-    kind = (FileType.DIRECTORY if entry.is_dir else
-            FileType.SYMLINK if mode_text.startswith("L") else FileType.FILE)
-    try:
-        mode = int(str(entry.permissions), 8)
-    except ValueError:
-        mode = 0
-    return FileInfo(path=path, type=kind, size=int(entry.size or 0), mode=mode,
-                    modified_at=_timestamp(getattr(entry, "modified_at", None)
-                                           or entry.mod_time))
-
-
-def _to_snapshot(snapshot: Any) -> Snapshot:
-    return Snapshot(id=snapshot.name, provider=PROVIDER, sandbox_id=snapshot.source_sandbox_id,
-                    captures=frozenset({"filesystem"}),
-                    created_at=_timestamp(str(snapshot.created_at) if snapshot.created_at
-                                          else None),
-                    extra={"daytona_id": snapshot.id, "image_name": snapshot.image_name,
-                           "state": _state_of(snapshot)})
-
-
-def _image_from_dockerfile(dockerfile: str) -> Image:
-    """``Image.from_dockerfile`` on a Dockerfile's text (a small temporary file)."""
-    with tempfile.TemporaryDirectory(prefix="psdk-daytona-") as directory:
-        path = os.path.join(directory, "Dockerfile")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(dockerfile)
-        return Image.from_dockerfile(path)
-
-
-def _state_of(snapshot: Any) -> str:
-    return str(getattr(snapshot.state, "value", snapshot.state))
-
-
-def _to_template(name: str, digest: str | None, snapshot: Any) -> Template:
-    return Template(id=snapshot.name, name=name, provider=PROVIDER, content_hash=digest,
-                    created_at=_timestamp(str(snapshot.created_at) if snapshot.created_at
-                                          else None),
-                    extra={"daytona_id": snapshot.id, "state": _state_of(snapshot)})
-
-
-def _to_volume(volume: Any) -> Volume:
-    return Volume(id=volume.id, name=volume.name, provider=PROVIDER,
-                  created_at=_timestamp(str(volume.created_at) if volume.created_at else None),
-                  extra={"state": str(getattr(volume.state, "value", volume.state))})

@@ -1,0 +1,103 @@
+"""``DaytonaShell``: the neutral persistent shell on a Daytona session."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import secrets
+import shlex
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from daytona import SessionExecuteRequest
+
+from provider_sdk import errors
+from provider_sdk.capabilities import Capability
+from provider_sdk.models import ExecResult
+from provider_sdk.provider import OutputCallback
+from provider_sdk.sandbox import Shell
+
+if TYPE_CHECKING:
+    from provider_sdk_daytona.provider import DaytonaProvider
+
+__all__ = ["DaytonaShell"]
+
+
+class DaytonaShell(Shell):
+    """A persistent shell on a Daytona session: each command is sourced into one
+    long-lived shell, so ``cd``, ``export``, variables and functions carry over.
+
+    ``exit N`` in a command ends that command with status ``N`` and keeps the session
+    (the session shell has an ``exit`` function that returns instead). Output arrives
+    when the command ends (``exec.stream`` is not declared); there is no stdin.
+    """
+
+    EXIT = 'exit() { return "${1:-$?}"; }; '
+    """Prefixed to every command: ``exit`` returns from the command, the session lives."""
+
+    def __init__(self, provider: DaytonaProvider, sandbox_id: str, session_id: str) -> None:
+        self._provider = provider
+        self._sandbox_id = sandbox_id
+        self._session = session_id
+        self._closed = False
+
+    @classmethod
+    async def open(cls, provider: DaytonaProvider, sandbox_id: str, *, cwd: str | None,
+                   env: Mapping[str, str]) -> DaytonaShell:
+        """Create the session and set its starting directory and variables."""
+        shell = cls(provider, sandbox_id, f"psdk-shell-{secrets.token_hex(8)}")
+        await provider._toolbox(sandbox_id,
+                                lambda s: s.process.create_session(shell._session))
+        setup = "".join(f"export {k}={shlex.quote(v)}; " for k, v in env.items())
+        start = await provider._path(sandbox_id, cwd or ".")
+        setup += f"cd -- {shlex.quote(start)}"
+        result = await shell.run(setup)
+        if not result.ok:
+            await shell.aclose()
+            raise errors.InvalidInput(f"shell: cannot start in {start!r}: "
+                                      f"{result.stderr.strip()}", provider=provider.name,
+                                      sandbox_id=sandbox_id)
+        return shell
+
+    async def run(self, cmd: str, *, timeout: float | None = None,
+                  stdin: bytes | str | None = None,
+                  on_stdout: OutputCallback | None = None,
+                  on_stderr: OutputCallback | None = None) -> ExecResult:
+        """Run ``cmd`` in the session; its result once it ends."""
+        where: dict[str, Any] = {"provider": self._provider.name, "sandbox_id": self._sandbox_id}
+        if not isinstance(cmd, str):
+            raise errors.InvalidInput("shell commands are strings", **where)
+        if stdin is not None:
+            raise errors.UnsupportedCapability("shell.stdin", detail="Daytona sessions take no "
+                                               "stdin for a synchronous command", **where)
+        if on_stdout is not None or on_stderr is not None:
+            raise errors.UnsupportedCapability(str(Capability.EXEC_STREAM), **where)
+        if self._closed:
+            raise errors.InvalidInput("the shell is closed", **where)
+        request = SessionExecuteRequest(command=self.EXIT + cmd, run_async=False)
+        limit = math.ceil(timeout) if timeout is not None else None
+        start = anyio.current_time()
+        try:
+            done = await self._provider._toolbox(
+                self._sandbox_id, lambda s: s.process.execute_session_command(
+                    self._session, request, timeout=limit))
+        except errors.Unavailable as exc:
+            if timeout is None:
+                raise
+            empty = ExecResult(exit_code=-9, duration=anyio.current_time() - start)
+            raise errors.CommandTimeout(f"the shell command ran longer than {timeout:g} s",
+                                        result=empty, **where) from exc
+        return ExecResult(exit_code=done.exit_code if done.exit_code is not None else -1,
+                          stdout_bytes=(done.stdout or "").encode(),
+                          stderr_bytes=(done.stderr or "").encode(),
+                          duration=anyio.current_time() - start)
+
+    async def aclose(self) -> None:
+        """Delete the session (what it still runs ends). Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(errors.SandboxError):
+            await self._provider._toolbox(self._sandbox_id,
+                                          lambda s: s.process.delete_session(self._session))
