@@ -184,3 +184,23 @@ def test_watch_dir_streams_changes(sandbox: Sandbox) -> None:
         watcher.close()
         pool.shutdown(wait=False)
     assert (event.name, event.type) == ("new.txt", "EVENT_TYPE_CREATE")
+
+
+def test_run_code_keeps_state_between_executions(sandbox: Sandbox) -> None:
+    first = sandbox.run_code("x = 41\nprint('hello')\nx + 1")
+    assert (first.text, first.logs.stdout, first.error) == ("42", ["hello\n"], None)
+    second = sandbox.run_code("import os\nprint(os.environ['V'])\nx * 2", envs={"V": "v"})
+    assert (second.text, second.logs.stdout) == ("82", ["v\n"])
+    assert second.execution_count == 2
+    failed = sandbox.run_code("1 / 0")
+    assert failed.error is not None
+    assert failed.error.name == "ZeroDivisionError"
+
+
+def test_run_code_starts_a_fresh_interpreter_after_one_dies(sandbox: Sandbox) -> None:
+    sandbox.run_code("x = 1")
+    died = sandbox.run_code("import os; os._exit(1)")
+    assert died.error is not None
+    assert died.error.name == "KernelDied"
+    fresh = sandbox.run_code("'x' in globals()")
+    assert fresh.text == "False"

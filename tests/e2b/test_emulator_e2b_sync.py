@@ -193,6 +193,10 @@ def test_pty_runs_an_interactive_shell_that_can_be_resized(sandbox: Sandbox) -> 
     terminal = sandbox.pty.create(PtySize(rows=24, cols=80))
     assert [p.args for p in sandbox.commands.list() if p.pid == terminal.pid] == [["-i", "-l"]]
     sandbox.pty.send_stdin(terminal.pid, b"stty size; tty\n")
+    for _stdout, _stderr, pty in terminal:  # bounded: the PTY's 60 s timeout ends it
+        output.extend(pty or b"")
+        if b"/dev/pts/" in output:
+            break
     sandbox.pty.resize(terminal.pid, PtySize(rows=40, cols=100))
     sandbox.pty.send_stdin(terminal.pid, b"stty size; exit 3\n")
     with pytest.raises(CommandExitException) as exited:

@@ -4,6 +4,7 @@ the wire)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 
@@ -169,3 +170,17 @@ def test_connect_with_reboot_keeps_files_and_ends_processes(
         rebooted = Sandbox.connect(sandbox.sandbox_id, on_resume="reboot")
         assert rebooted.files.read("/tmp/kept") == "kept"
         assert handle.pid not in [p.pid for p in rebooted.commands.list()]
+
+
+def test_the_code_interpreter_answers_on_port_49999(e2b_emulator: RunningEmulator) -> None:
+    with Sandbox.create() as sandbox:
+        answer = httpx.post(f"{e2b_emulator.url}/execute", json={"code": "6 * 7"},
+                            headers={"E2b-Sandbox-Id": sandbox.sandbox_id,
+                                     "E2b-Sandbox-Port": "49999"})
+        assert answer.status_code == 200
+        events = [json.loads(line) for line in answer.text.splitlines()]
+        assert {"type": "result", "text": "42", "is_main_result": True} in events
+        other = httpx.post(f"{e2b_emulator.url}/execute", json={"code": "1", "language": "r"},
+                           headers={"E2b-Sandbox-Id": sandbox.sandbox_id,
+                                    "E2b-Sandbox-Port": "49999"})
+        assert other.status_code == 400

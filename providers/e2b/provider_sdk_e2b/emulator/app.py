@@ -27,6 +27,7 @@ from provider_sdk_e2b.emulator._world import FAULT_DEFAULTS, FAULTS, ApiError, W
 from provider_sdk_e2b.emulator.control import ControlPlane
 from provider_sdk_e2b.emulator.envd import Envd
 from provider_sdk_e2b.emulator.flavors import ENVD_PORT, Flavor
+from provider_sdk_e2b.emulator.interpreter import INTERPRETER_PORT, Interpreters
 
 __all__ = ["App", "serve"]
 
@@ -62,6 +63,7 @@ class App:
         self.api_key = api_key
         self.control = ControlPlane(world)
         self.envd = Envd(world)
+        self.interpreters = Interpreters()
         self.routes = [(method, _compile(pattern), handler)
                        for method, pattern, handler in self.control.routes()]
 
@@ -147,6 +149,9 @@ class App:
             return json_response(504, {"sandboxId": sandbox_id, "code": 504,
                                        "message": "upstream timed out after resume "
                                                   "(emulated fault resume_504)"})
+        if port == INTERPRETER_PORT:
+            world.touch(record)
+            return await self.interpreters.handle(record, request)
         if port != ENVD_PORT:
             return json_response(502, {"sandboxId": sandbox_id, "port": port, "code": 502,
                                        "message": "The sandbox is running but port is not open"})
@@ -210,6 +215,7 @@ async def serve(flavor: Flavor, options: EmulatorOptions) -> AsyncIterator[Runni
                                       api_key=api_key)
         finally:
             with anyio.CancelScope(shield=True):
+                await app.interpreters.aclose()
                 for record in list(world.sandboxes.values()):
                     try:
                         await world.kill(record)
