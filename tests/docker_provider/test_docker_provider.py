@@ -11,6 +11,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import anyio
 import docker
 import docker.errors
 import pytest
@@ -231,3 +232,21 @@ def test_one_sandbox_driven_by_several_psdk_processes() -> None:
     gone = psdk("info", "--provider", "docker", sandbox_id)
     assert gone.returncode == 1
     assert "no sandbox" in gone.stderr
+
+
+async def test_stdin_written_and_closed_at_once_after_start_is_never_lost(
+        provider: DockerProvider) -> None:
+    """The pid comes back only once stdin is held open and close is handled."""
+    sandbox = await provider.create()
+    results: list[bytes] = []
+
+    async def one(n: int) -> None:
+        process = await sandbox.start(["cat"])
+        await process.write_stdin(f"line {n}\n".encode())
+        await process.close_stdin()
+        results.append((await process.wait()).stdout_bytes)
+
+    async with anyio.create_task_group() as tg:
+        for n in range(10):
+            tg.start_soon(one, n)
+    assert sorted(results) == sorted(f"line {n}\n".encode() for n in range(10))

@@ -42,18 +42,20 @@ done
 """
 
 #: Start "$@" in the background, supervised: prints the supervisor's pid (the
-#: process's pid as the SDK reports it) and detaches. Output goes to files and stdin
+#: process's pid as the SDK reports it) once stdin is held open and the SIGUSR1 trap is
+#: set, so early writes and an early close cannot be lost, and detaches. Output goes to files and stdin
 #: comes from a FIFO under PROC_DIR/<pid>/, so any client can reattach; SIGUSR1 closes
 #: stdin; the exit status lands in ``rc`` when the process ends.
 SUPERVISE = r"""
 d=/tmp/.psdk/proc/$$
 mkdir -p "$d" && mkfifo -m 600 "$d/in" && : > "$d/out" && : > "$d/err" || exit 125
 export PSDK_TREE=p$$
-echo "$$"
-exec 3<>"$d/in" </dev/null >/dev/null 2>&1
+exec 3<>"$d/in" </dev/null
 trap 'exec 3>&-' USR1
 "$@" <"$d/in" >"$d/out" 2>"$d/err" 3>&- &
 c=$!
+echo "$$"
+exec >/dev/null 2>&1
 while :; do
   wait "$c"; r=$?
   if [ "$r" -le 128 ] || ! kill -0 "$c" 2>/dev/null; then break; fi
