@@ -39,6 +39,12 @@ def no_faults_left() -> Any:
     admin({name: 0 for name in admin()["known"]})
 
 
+def _served() -> dict[str, float]:
+    """How often each fault was served so far (the emulator lives for the session)."""
+    served: dict[str, float] = admin()["served"]
+    return served
+
+
 async def _daytona_fields(provider: DaytonaProvider, sandbox_id: str) -> Any:
     return await provider.client.get(sandbox_id)
 
@@ -233,11 +239,13 @@ async def test_large_output_is_downloaded_from_files(provider: DaytonaProvider) 
 # ---------------------------------------------------------------------- resilience
 
 async def test_502s_around_a_create_are_retried(provider: DaytonaProvider) -> None:
+    before = _served()
     admin({"transition_502": 2, "toolbox_502_after_start": 2})
     async with provider.create() as sandbox:
         assert (await sandbox.exec(["echo", "up"])).stdout == "up\n"
-    served = admin()["served"]
-    assert (served["transition_502"], served["toolbox_502_after_start"]) == (2, 2)
+    after = _served()
+    assert [after[f] - before[f] for f in ("transition_502", "toolbox_502_after_start")] == [
+        2, 2]
 
 
 async def test_502s_around_a_resume_are_retried(provider: DaytonaProvider) -> None:
@@ -246,6 +254,30 @@ async def test_502s_around_a_resume_are_retried(provider: DaytonaProvider) -> No
         admin({"transition_502": 1, "toolbox_502_after_start": 3})
         await sandbox.resume()
         assert (await sandbox.exec(["true"])).exit_code == 0
+
+
+async def test_a_create_answered_502_after_it_worked_makes_one_sandbox(
+        provider: DaytonaProvider) -> None:
+    before = _served()["transition_502_after"]
+    admin({"transition_502_after": 1})
+    async with provider.create(metadata={"once": "yes-502"}) as sandbox:
+        assert _served()["transition_502_after"] - before == 1
+        assert [i.id for i in await provider.list(metadata={"once": "yes-502"})] == [sandbox.id]
+
+
+async def test_a_snapshot_answered_502_after_it_worked_is_kept(
+        provider: DaytonaProvider) -> None:
+    async with provider.create() as sandbox:
+        await sandbox.files.write("kept.txt", b"snap")
+        before = _served()["transition_502_after"]
+        admin({"transition_502_after": 1})
+        snapshot = await sandbox.snapshot()
+        try:
+            assert _served()["transition_502_after"] - before == 1
+            async with provider.create(snapshot=snapshot.id) as copy:
+                assert await copy.files.read("kept.txt") == b"snap"
+        finally:
+            await provider.delete_snapshot(snapshot.id)
 
 
 async def test_502s_past_the_window_are_unavailable() -> None:
@@ -263,9 +295,10 @@ async def test_a_429_is_rate_limited_with_retry_after(provider: SandboxProvider)
 
 
 async def test_a_slow_start_is_waited_for(provider: DaytonaProvider) -> None:
+    before = _served()
     admin({"start_delay": 1.5, "latency": 0.05})
     async with provider.create() as sandbox:
         assert (await sandbox.exec(["true"])).exit_code == 0
-    served = admin()["served"]
-    assert served["start_delay"] >= 1
-    assert served["latency"] >= 1
+    after = _served()
+    assert after["start_delay"] - before["start_delay"] == 1
+    assert after["latency"] - before["latency"] >= 3

@@ -50,6 +50,7 @@ from daytona import (
     CreateSandboxFromSnapshotParams,
     CreateSnapshotParams,
     DaytonaConfig,
+    DaytonaConflictError,
     DaytonaError,
     DaytonaTimeoutError,
     Image,
@@ -98,7 +99,9 @@ T = TypeVar("T")
 
 LANGUAGE_LABEL = "code-toolbox-language"
 CWD_LABEL = "provider-sdk.cwd"
-RESERVED_LABELS = frozenset({LANGUAGE_LABEL, CWD_LABEL})
+CREATE_LABEL = "provider-sdk.create"
+"""A token per create: a create retried after a 502 first looks for what it made."""
+RESERVED_LABELS = frozenset({LANGUAGE_LABEL, CWD_LABEL, CREATE_LABEL})
 EXTENSIONS = ("daytona.image", "daytona.name", "daytona.public",
               "daytona.auto_archive_interval")
 _SMALL_WRITE = 4 << 20
@@ -310,9 +313,20 @@ class DaytonaProvider(SandboxProvider):
         not_found: type[errors.NotFound] = (
             errors.SnapshotNotFound if spec.snapshot is not None else
             errors.TemplateNotFound if spec.template is not None else errors.SandboxNotFound)
+        token = secrets.token_hex(8)
+        params.labels = {**(params.labels or {}), CREATE_LABEL: token}
+
+        async def create_once() -> AsyncSandbox:
+            # A 502 may come after Daytona made the sandbox: never make a second one.
+            query = ListSandboxesQuery(labels={CREATE_LABEL: token})
+            made = [found async for found in self.client.list(query)]
+            if made:
+                await made[0].wait_for_sandbox_start(timeout=self._create_timeout)
+                return made[0]
+            return await self.client.create(params, timeout=self._create_timeout)
+
         with self._translate(not_found=not_found):
-            sandbox = await self._retrying(
-                lambda: self.client.create(params, timeout=self._create_timeout))
+            sandbox = await self._retrying(create_once)
         self._sandboxes[sandbox.id] = sandbox
         try:
             await self._probe(sandbox)
@@ -743,8 +757,10 @@ class DaytonaProvider(SandboxProvider):
         sandbox = await self._sandbox(sandbox_id)
         name = f"psdk-{sandbox_id[:8]}-{secrets.token_hex(6)}"
         with self._translate(sandbox_id):
-            await self._retrying(lambda: sandbox.create_snapshot(name,
-                                                                 timeout=self._create_timeout))
+            # A try that answered 502 may have made it: then the name is taken, by us.
+            with contextlib.suppress(DaytonaConflictError):
+                await self._retrying(lambda: sandbox.create_snapshot(
+                    name, timeout=self._create_timeout))
             made = await self.client.snapshot.get(name)
         return convert.to_snapshot(made)
 

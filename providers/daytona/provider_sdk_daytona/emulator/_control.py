@@ -25,6 +25,7 @@ from provider_sdk_daytona.emulator._http import (
     context,
     json_response,
     state_change,
+    state_changed,
 )
 from provider_sdk_daytona.emulator._store import (
     SandboxRecord,
@@ -213,6 +214,7 @@ async def create_sandbox(request: web.Request) -> web.Response:
     )
     await boot(request, record)
     store.sandboxes[record.id] = record
+    state_changed(request)
     return json_response(_dto(request, record))
 
 
@@ -358,6 +360,7 @@ async def snapshot_sandbox(request: web.Request) -> web.Response:
                               backend_snapshot=snap.id, source_sandbox_id=record.id,
                               cpu=record.cpu, memory=record.memory, disk=record.disk)
     store.snapshots[snapshot.id] = snapshot
+    state_changed(request)
     return json_response(_dto(request, record))
 
 

@@ -26,6 +26,7 @@ FAULTS = {
     "rate_limit_429": "the next N API requests answer 429 (Retry-After: 1)",
     "transition_502": "the next N state changes (create, start, stop, delete, archive, "
                       "snapshot) answer 502 and change nothing",
+    "transition_502_after": "the next N state changes take effect, then answer 502",
     "toolbox_502_after_start": "after each create or start, the sandbox's first N toolbox "
                                "requests answer 502",
     "start_delay": "seconds a created or started sandbox reports 'starting' before 'started'",
@@ -149,6 +150,13 @@ def state_change(request: web.Request) -> None:
     """Answer 502, changing nothing, while fault ``transition_502`` has counts left."""
     if context(request).take("transition_502"):
         raise HttpError(502, "Bad Gateway: failed to reach the runner")
+
+
+def state_changed(request: web.Request) -> None:
+    """After a state change took effect: answer 502 anyway while fault
+    ``transition_502_after`` has counts left (the client cannot tell it worked)."""
+    if context(request).take("transition_502_after"):
+        raise HttpError(502, "Bad Gateway: the runner did not answer in time")
 
 
 async def get_faults(request: web.Request) -> web.Response:
