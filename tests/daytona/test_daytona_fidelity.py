@@ -3,6 +3,8 @@ sends is understood, and what the emulator answers is what the SDK's models acce
 
 from __future__ import annotations
 
+import io
+import os
 import secrets
 
 import pytest
@@ -175,6 +177,17 @@ def test_sync_files_upload_download_list_and_errors(sync_client: Daytona) -> Non
         sandbox.fs.delete_file("/tmp/f", recursive=True)
         with pytest.raises(DaytonaFileNotFoundError):
             sandbox.fs.download_file("/tmp/f/one.bin")
+    finally:
+        sync_client.delete(sandbox)
+
+
+def test_sync_streams_a_file_up_and_down(sync_client: Daytona) -> None:
+    data = os.urandom(3 * 1024 * 1024 + 5)
+    sandbox = sync_client.create()
+    try:
+        sandbox.fs.upload_file_stream(io.BytesIO(data), "/tmp/stream/big.bin")
+        assert b"".join(sandbox.fs.download_file_stream("/tmp/stream/big.bin")) == data
+        assert sandbox.fs.get_file_info("/tmp/stream/big.bin").size == len(data)
     finally:
         sync_client.delete(sandbox)
 
