@@ -280,6 +280,20 @@ async def test_a_snapshot_answered_502_after_it_worked_is_kept(
             await provider.delete_snapshot(snapshot.id)
 
 
+async def test_pause_resume_and_kill_answered_502_after_they_worked(
+        provider: DaytonaProvider) -> None:
+    sandbox = await provider.create()
+    admin({"transition_502_after": 1})
+    assert (await sandbox.pause()).state == SandboxState.PAUSED
+    admin({"transition_502_after": 1})
+    assert (await sandbox.resume()).state == SandboxState.RUNNING
+    assert (await sandbox.exec(["echo", "back"])).stdout == "back\n"
+    admin({"transition_502_after": 1})
+    await sandbox.kill()
+    with pytest.raises(SandboxNotFound):
+        await provider.get_info(sandbox.id)
+
+
 async def test_502s_past_the_window_are_unavailable() -> None:
     async with DaytonaProvider(**provider_options(), unavailable_window=0.5) as provider:
         admin({"transition_502": 1000})

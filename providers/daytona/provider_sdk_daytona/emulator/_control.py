@@ -259,6 +259,7 @@ async def delete_sandbox(request: web.Request) -> web.Response:
     state_change(request)
     record = _sandbox(request)
     await shut_down(context(request).store, record)
+    state_changed(request)
     return json_response(_dto(request, record))
 
 
@@ -276,6 +277,7 @@ async def start_sandbox(request: web.Request) -> web.Response:
     elif record.state != "started":
         raise HttpError(400, f"Sandbox is {record.state}: only a stopped or archived sandbox "
                              "can be started")
+    state_changed(request)
     return json_response(_dto(request, record))
 
 
@@ -291,6 +293,7 @@ async def stop_sandbox(request: web.Request) -> web.Response:
         raise HttpError(400, f"Sandbox is {record.state}: it cannot be stopped")
     if record.auto_delete_interval == 0:
         await shut_down(store, record)
+    state_changed(request)
     return json_response(_dto(request, record))
 
 
@@ -302,6 +305,7 @@ async def archive_sandbox(request: web.Request) -> web.Response:
         raise HttpError(400, "Sandbox must be stopped before it is archived")
     record.state = "archived"
     record.updated_at = now()
+    state_changed(request)
     return json_response(_dto(request, record))
 
 
