@@ -316,13 +316,19 @@ class DaytonaProvider(SandboxProvider):
         token = secrets.token_hex(8)
         params.labels = {**(params.labels or {}), CREATE_LABEL: token}
 
+        tries = 0
+
         async def create_once() -> AsyncSandbox:
-            # A 502 may come after Daytona made the sandbox: never make a second one.
-            query = ListSandboxesQuery(labels={CREATE_LABEL: token})
-            made = [found async for found in self.client.list(query)]
-            if made:
-                await made[0].wait_for_sandbox_start(timeout=self._create_timeout)
-                return made[0]
+            nonlocal tries
+            tries += 1
+            if tries > 1:
+                # The last try's 502 may have come after Daytona made the sandbox: never
+                # make a second one.
+                query = ListSandboxesQuery(labels={CREATE_LABEL: token})
+                made = [found async for found in self.client.list(query)]
+                if made:
+                    await made[0].wait_for_sandbox_start(timeout=self._create_timeout)
+                    return made[0]
             return await self.client.create(params, timeout=self._create_timeout)
 
         with self._translate(not_found=not_found):
