@@ -56,7 +56,8 @@ class Flavor:
     metrics: bool
     """``GET /sandboxes/{id}/metrics`` is served."""
     cube_extras: bool
-    """Rollback, volumes and ``/resume`` with Cube's statuses are served."""
+    """CubeAPI's extras: rollback and volumes are served, snapshot ids read ``snap-…``,
+    and create and connect name the sandbox domain (E2B's say ``null``)."""
     list_next_token: bool
     """``GET /v2/sandboxes`` pages with ``x-next-token`` (Cube returns one page)."""
     path_routing: bool
