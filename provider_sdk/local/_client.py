@@ -87,10 +87,17 @@ class AgentClient:
             try:
                 await channel.send_json(request)
                 yield channel
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.IncompleteRead) as exc:
-                raise errors.Unavailable("the sandbox's agent closed the connection",
-                                         provider=self.provider,
-                                         sandbox_id=self.sandbox_id) from exc
+            except Exception as exc:
+                # A task group around the channel wraps what it raises in a group of one.
+                inner = _single(exc)
+                if isinstance(inner, (anyio.EndOfStream, anyio.BrokenResourceError,
+                                      anyio.IncompleteRead)):
+                    raise errors.Unavailable("the sandbox's agent closed the connection",
+                                             provider=self.provider,
+                                             sandbox_id=self.sandbox_id) from exc
+                if inner is not exc:
+                    raise inner from exc
+                raise
 
     def _result(self, payload: bytes) -> Any:
         reply = json.loads(payload)
@@ -203,6 +210,15 @@ class AgentClient:
                 elif kind == b"J":
                     yield ProcessExit(self._result(payload)["exit_code"])
                     return
+
+
+def _single(exc: Exception) -> Exception:
+    """The one exception inside (nested) exception groups of one, else ``exc``."""
+    while True:
+        inner = getattr(exc, "exceptions", None)
+        if not (isinstance(inner, tuple) and len(inner) == 1 and isinstance(inner[0], Exception)):
+            return exc
+        exc = inner[0]
 
 
 async def _call(callback: Any, payload: bytes) -> None:

@@ -350,9 +350,12 @@ class LocalProvider(SandboxProvider):
 
     def _stop_processes(self, sandbox_id: str, meta: dict[str, Any] | None) -> None:
         launch = meta.get("launch") if meta else None
+        cgroup = self._cgroup(sandbox_id)
+        if cgroup.exists() and cgroup.frozen():
+            cgroup.freeze(False)  # a frozen process takes no signal, SIGKILL included
         if launch:
             _launch.kill(_launch.Launched(**launch))
-        self._cgroup(sandbox_id).destroy()
+        cgroup.destroy()
 
     async def _pause(self, sandbox_id: str) -> SandboxInfo:
         return await anyio.to_thread.run_sync(self._pause_blocking, sandbox_id)

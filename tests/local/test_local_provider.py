@@ -22,6 +22,7 @@ from provider_sdk import (
     NetworkPolicy,
     PermissionDenied,
     Resources,
+    SandboxError,
     SandboxNotFound,
     SandboxNotRunning,
     SandboxState,
@@ -300,3 +301,39 @@ async def test_concurrent_first_creates_in_a_fresh_home_all_succeed(
             tg.start_soon(create)
     assert len({s.id for s in sandboxes}) == 4
     assert not [p for p in (provider.home / "base").iterdir() if p.name.startswith(".etc-")]
+
+
+async def test_a_sandbox_killed_mid_exec_raises_a_sandbox_error(
+        provider: LocalProvider) -> None:
+    """The exec in flight gets a neutral error, not the transport's, nor a group of one."""
+    sandbox = await provider.create()
+    caught: list[BaseException] = []
+
+    async def run() -> None:
+        try:
+            await sandbox.exec(["sleep", "30"])
+        except BaseException as exc:
+            caught.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        await anyio.sleep(0.3)
+        await provider.kill(sandbox.id)
+    assert len(caught) == 1
+    assert isinstance(caught[0], SandboxError), repr(caught[0])
+
+
+async def test_a_paused_sandbox_is_thawed_before_it_is_killed(
+        provider: LocalProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frozen processes take no signal: kill thaws first, so it never waits them out."""
+    sandbox = await provider.create()
+    await sandbox.pause()
+    cgroup = provider._cgroup(sandbox.id)
+    if not cgroup.exists():
+        pytest.skip("no cgroup freezer here")
+    frozen_at_kill: list[bool] = []
+    real_kill = _launch.kill
+    monkeypatch.setattr(_launch, "kill", lambda launched: (
+        frozen_at_kill.append(cgroup.frozen()), real_kill(launched))[-1])
+    await provider.kill(sandbox.id)
+    assert frozen_at_kill == [False]
