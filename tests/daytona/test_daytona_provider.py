@@ -236,6 +236,19 @@ async def test_large_output_is_downloaded_from_files(provider: DaytonaProvider) 
         assert result.stdout_bytes == b"x" * 6_000_000
 
 
+def test_the_sync_facade_drives_the_daytona_provider() -> None:
+    from provider_sdk.sync import open_provider as open_sync
+
+    with open_sync("daytona", **provider_options()) as provider, \
+            provider.create(metadata={"via": "sync"}) as sandbox:
+        assert sandbox.exec("echo hi").stdout == "hi\n"
+        sandbox.files.write("/tmp/sync.txt", b"sync")
+        assert sandbox.files.read("/tmp/sync.txt") == b"sync"
+        with sandbox.shell() as shell:
+            shell.run("cd /tmp")
+            assert shell.run("pwd").stdout == "/tmp\n"
+
+
 # ---------------------------------------------------------------------- resilience
 
 async def test_502s_around_a_create_are_retried(provider: DaytonaProvider) -> None:
