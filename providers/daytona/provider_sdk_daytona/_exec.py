@@ -5,7 +5,8 @@ not UTF-8), has no stdin, and reports a signal death as ``-1``. So the provider 
 small POSIX ``sh`` wrapper instead of the bare command: it runs the argv in a subshell
 with the call's environment and directory, stdin from an uploaded file (or
 ``/dev/null``), stdout and stderr into files, then prints one marker line with the exit
-status followed by both outputs in base64 (``base64 -w0``), and removes its files. Outputs above
+status followed by both outputs in base64 (``base64 -w0``), removing its files
+while they are encoded. Outputs above
 :data:`INLINE_LIMIT` stay in the files, which the provider downloads (multipart, in
 chunks) and removes. After a timeout (Daytona kills the command's process group and
 answers 408) the partial outputs are downloaded the same way. A cancelled call kills the
@@ -94,10 +95,13 @@ def wrap(command: Command, *, cwd: str, env: dict[str, str]) -> Run:
         "rc=$?\n"
         f"set -- $(wc -c {p}.out {p}.err)\n"
         f'if [ "$5" -le {INLINE_LIMIT} ]; then\n'
+        # Open the outputs, then remove the files while they are encoded.
+        f"  exec 4< {p}.out 5< {p}.err\n"
+        f"  rm -f {p}.pid {p}.in {p}.out {p}.err > /dev/null 2>&1 &\n"
         f'  printf "{_MARK}{token} %s inline\\n" "$rc"\n'
-        f'  [ "$1" -gt 0 ] && base64 -w0 {p}.out; echo\n'
-        f'  [ "$3" -gt 0 ] && base64 -w0 {p}.err; echo\n'
-        f"  rm -f {p}.pid {p}.in {p}.out {p}.err\n"
+        f'  [ "$1" -gt 0 ] && base64 -w0 <&4; echo\n'
+        f'  [ "$3" -gt 0 ] && base64 -w0 <&5; echo\n'
+        "  exec 4<&- 5<&-; wait\n"
         f'else printf "{_MARK}{token} %s files\\n\\n\\n" "$rc"; fi\n'
     )
     return Run(token=token, prefix=p, script=script)
