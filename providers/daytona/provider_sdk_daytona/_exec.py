@@ -5,12 +5,11 @@ not UTF-8), has no stdin, and reports a signal death as ``-1``. So the provider 
 small POSIX ``sh`` wrapper instead of the bare command: it runs the argv in a subshell
 with the call's environment and directory, stdin from an uploaded file (or
 ``/dev/null``), stdout and stderr into files, then prints one marker line with the exit
-status followed by both outputs in base64 (``base64 -w0``), removing its files
-while they are encoded. Outputs above
-:data:`INLINE_LIMIT` stay in the files, which the provider downloads (multipart, in
-chunks) and removes. After a timeout (Daytona kills the command's process group and
-answers 408) the partial outputs are downloaded the same way. A cancelled call kills the
-command's process tree with a second exec.
+status followed by both outputs in base64 (``base64 -w0``), removing its files while
+they are encoded. Outputs above :data:`INLINE_LIMIT` stay in the files, which the
+provider downloads (multipart, in chunks) and removes. After a timeout (Daytona kills
+the command's process group and answers 408) the partial outputs are downloaded the same
+way. A cancelled call kills the command's process tree with a second exec.
 
 Exit statuses above 128 are read as "killed by signal N" (``-N``), as a shell reports
 them; a command that itself exits with 129..192 is reported the same way.
