@@ -41,11 +41,11 @@ $m
 done
 """
 
-#: Start "$@" in the background, supervised: prints the supervisor's pid (the
-#: process's pid as the SDK reports it) once stdin is held open and the SIGUSR1 trap is
-#: set, so early writes and an early close cannot be lost, and detaches. Output goes to files and stdin
-#: comes from a FIFO under PROC_DIR/<pid>/, so any client can reattach; SIGUSR1 closes
-#: stdin; the exit status lands in ``rc`` when the process ends.
+#: Start "$@" in the background, supervised, and detach. The supervisor prints its pid
+#: (the process's pid as the SDK reports it) only once stdin is held open and the
+#: SIGUSR1 trap is set, so early writes and an early close are never lost. Output goes to
+#: files and stdin comes from a FIFO under PROC_DIR/<pid>/, so any client can reattach;
+#: SIGUSR1 closes stdin; the exit status lands in ``rc`` when the process ends.
 SUPERVISE = r"""
 d=/tmp/.psdk/proc/$$
 mkdir -p "$d" && mkfifo -m 600 "$d/in" && : > "$d/out" && : > "$d/err" || exit 125
