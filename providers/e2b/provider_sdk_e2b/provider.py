@@ -27,9 +27,11 @@ Everything vendor-specific about errors happens in ``E2BProvider._translate``.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import contextlib
 import datetime as dt
+import gc
 import inspect
 import json
 import math
@@ -48,6 +50,7 @@ from connectrpc.errors import ConnectError
 from e2b import AsyncSandbox, SandboxQuery
 from e2b import SandboxState as E2BState
 from e2b import exceptions as e2bx
+from e2b.api import client_async
 from e2b.api.client.api.sandboxes import get_sandboxes_sandbox_id
 from e2b.api.client.models import SandboxDetail
 from e2b.api.client.types import Unset
@@ -96,6 +99,24 @@ PSDK_KEY = "psdk"
 so a handle opened in another process behaves the same. Never shown in ``metadata``."""
 _STDIN_CHUNK = 1 << 16
 _KEEPALIVE = {"Keepalive-Ping-Interval": "50"}
+
+
+def _release_sdk_transports() -> None:
+    """Drop the SDK's process-wide HTTP transports while the interpreter is whole.
+
+    The ``e2b`` SDK keeps its connection pools (Rust, on their own runtime threads) in
+    module-level caches for the life of the process. Left to the interpreter's final
+    garbage collection, their teardown races it and can abort the process after
+    ``main`` has returned; released from an exit hook, they shut down cleanly first.
+    """
+    for name in ("_httpx_transports", "_transports", "_pools"):
+        cache = getattr(client_async, name, None)
+        if isinstance(cache, dict):
+            cache.clear()
+    gc.collect()
+
+
+atexit.register(_release_sdk_transports)
 
 
 @attrs.define
