@@ -4,39 +4,26 @@ SDK doing the same work, on the same emulator, in the same run, rounds interleav
 Prints one JSON object per line, like ``bench/run.py``: ``name``, ``value`` (the
 provider's median), ``baseline`` (the raw SDK's median), ``ratio``, ``goal``, ``unit``,
 ``met``. Not a test: goals are reported, not asserted. Needs bubblewrap (the emulator's
-backend is the local provider). Usage: ``python bench/daytona.py [--rounds N]``.
+backend is the local provider). Usage: ``python bench/daytona_provider.py [--rounds N]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import secrets
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
-# This file's name is the SDK's: run as a script, its directory must not shadow it.
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+import anyio
+from daytona import AsyncDaytona, AsyncSandbox, DaytonaConfig
+from provider_sdk_daytona.provider import DaytonaProvider
+from run import report
 
-import anyio  # noqa: E402
-from daytona import AsyncDaytona, AsyncSandbox, DaytonaConfig  # noqa: E402
-from provider_sdk_daytona.provider import DaytonaProvider  # noqa: E402
-
-from provider_sdk import emulators  # noqa: E402
-from provider_sdk.sandbox import Sandbox  # noqa: E402
-
-_spec = importlib.util.spec_from_file_location("psdk_bench_run", HERE / "run.py")
-assert _spec is not None
-assert _spec.loader is not None
-_run = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_run)
-report = _run.report  # the same JSON line format as bench/run.py
+from provider_sdk import emulators
+from provider_sdk.sandbox import Sandbox
 
 GOAL = 1.05
 PAYLOAD = os.urandom(64 * 1024)
