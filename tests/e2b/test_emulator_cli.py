@@ -52,3 +52,19 @@ def test_psdk_emulate_answers_health_and_stops_on_sigint(local_backend: Path,
             process.wait()
     assert process.returncode in (0, 130)
     assert f"127.0.0.1:{port}" in out
+
+
+@pytest.mark.parametrize("flavor", ["e2b", "cube"])
+def test_psdk_contract_runs_the_suite_through_the_emulator(local_backend: Path,
+                                                           flavor: str) -> None:
+    """``psdk contract --provider e2b|cube --emulator`` starts the emulator in-process and
+    runs the suite (a slice of it here) through the real SDK."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "CUBE_"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "provider_sdk.cli", "contract", "--provider", flavor,
+         "--emulator", "--", "-q", "-p", "no:cacheprovider", "-k",
+         "test_exec_returns_exit_code_and_stdout or test_files_round_trip_multi_chunk_bytes"],
+        env={**env, "PSDK_HOME": str(local_backend)}, capture_output=True, text=True,
+        timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 passed" in done.stdout
