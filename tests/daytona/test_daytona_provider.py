@@ -141,10 +141,10 @@ async def test_network_policy_maps_to_block_all_and_allow_lists(
         provider: DaytonaProvider) -> None:
     async with provider.create() as closed:
         assert (await _daytona_fields(provider, closed.id)).network_block_all is True
-    policy = NetworkPolicy(allow_out=("10.1.0.0/16",))
+    policy = NetworkPolicy(allow_out=("127.0.0.0/8",))
     async with provider.create(network=policy) as allowed:
         fields = await _daytona_fields(provider, allowed.id)
-        assert (fields.network_block_all, fields.network_allow_list) == (False, "10.1.0.0/16")
+        assert (fields.network_block_all, fields.network_allow_list) == (False, "127.0.0.0/8")
     with pytest.raises(UnsupportedCapability, match="deny_out"):
         await provider.create(network=NetworkPolicy(allow_internet=True, deny_out=("1.2.3.4",)))
 

@@ -136,7 +136,7 @@ def test_read_only_volume_mount(cube_emulator: RunningEmulator) -> None:
 
 
 def test_network_policy_update(cube_emulator: RunningEmulator, sandbox: Sandbox) -> None:
-    sandbox.update_network({"allow_out": ["10.1.0.0/16"], "deny_out": ["0.0.0.0/0"]})
+    sandbox.update_network({"allow_out": ["127.0.0.0/8"], "deny_out": ["0.0.0.0/0"]})
     with _api(cube_emulator) as api:
         refused = api.put(f"/sandboxes/{sandbox.sandbox_id}/network",
                           json={"allowOut": ["example.invalid"]})
