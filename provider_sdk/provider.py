@@ -46,9 +46,20 @@ __all__ = [
     "ProcessExit",
     "ProcessOutput",
     "SandboxProvider",
+    "exit_code_from_status",
 ]
 
 T = TypeVar("T")
+
+def exit_code_from_status(status: int) -> int:
+    """A shell's (or a container runtime's) exit status as a neutral exit code.
+
+    Those report death by signal N as ``128 + N``; the neutral code is ``-N``. A command
+    that itself exits with 129..192 reads as a signal too: backends that only report a
+    status cannot tell the two apart.
+    """
+    return -(status - 128) if 128 < status <= 128 + 64 else status
+
 
 #: A callback receiving output chunks as they arrive; plain or async.
 OutputCallback = Callable[[bytes], "Awaitable[None] | None"]

@@ -237,3 +237,10 @@ async def test_emulated_shell_in_a_missing_directory_is_invalid_input(
     async with open_provider("memory") as provider, provider.create() as sandbox:
         with pytest.raises(InvalidInput, match="shell"):
             await EmulatedShell.open(sandbox, cwd=str(tmp_path / "absent"), env={})
+
+
+def test_exit_status_above_128_reads_as_a_signal() -> None:
+    from provider_sdk.provider import exit_code_from_status
+
+    assert [exit_code_from_status(s) for s in (0, 1, 128, 137, 143, 192, 193, 255)] == \
+        [0, 1, 128, -9, -15, -64, 193, 255]

@@ -24,7 +24,7 @@ import shlex
 
 import attrs
 
-from provider_sdk.provider import Command
+from provider_sdk.provider import Command, exit_code_from_status
 
 INLINE_LIMIT = 4 << 20
 """Bytes of combined output returned inline; more is downloaded from files."""
@@ -120,14 +120,9 @@ def parse(run: Run, text: str) -> Report | None:
     for found in _REPORT.finditer(text):
         if found["token"] != run.token:
             continue
-        code = exit_code(int(found["rc"]))
+        code = exit_code_from_status(int(found["rc"]))
         if found["how"] == "files":
             return Report(exit_code=code, stdout=None, stderr=None)
         return Report(exit_code=code, stdout=base64.b64decode(found["out"]),
                       stderr=base64.b64decode(found["err"]))
     return None
-
-
-def exit_code(status: int) -> int:
-    """A shell's ``$?`` as a neutral exit code: ``128 + N`` is ``-N`` (signal N)."""
-    return -(status - 128) if 128 < status <= 192 else status

@@ -82,6 +82,7 @@ from provider_sdk.provider import (
     ProcessExit,
     ProcessOutput,
     SandboxProvider,
+    exit_code_from_status,
 )
 from provider_sdk.sandbox import Shell
 from provider_sdk_daytona import _convert as convert
@@ -584,7 +585,7 @@ class DaytonaProvider(SandboxProvider):
                 yield ProcessOutput("stderr", err[sent_err:].encode())
                 sent_err = len(err)
             if state.exit_code is not None:
-                yield ProcessExit(wrapper.exit_code(state.exit_code))
+                yield ProcessExit(exit_code_from_status(state.exit_code))
                 return
             await anyio.sleep(delay)
             delay = min(delay * 1.5, 0.25)

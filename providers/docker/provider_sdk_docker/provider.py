@@ -58,6 +58,7 @@ from provider_sdk.provider import (
     ProcessExit,
     ProcessOutput,
     SandboxProvider,
+    exit_code_from_status,
 )
 from provider_sdk.sandbox import EmulatedShell
 from provider_sdk_docker import _scripts
@@ -378,7 +379,7 @@ class DockerProvider(SandboxProvider):
             state = await self._engine.api("exec_inspect", exec_id, kind="exec",
                                            sandbox_id=sandbox_id)
             if not state.get("Running") and state.get("ExitCode") is not None:
-                return _neutral_code(int(state["ExitCode"]))
+                return exit_code_from_status(int(state["ExitCode"]))
             await anyio.sleep(delay)
             delay = min(delay * 2, 0.2)
 
@@ -857,11 +858,6 @@ def _write_context(spec: TemplateSpec, out: Any) -> None:
 
 def _container(sandbox_id: str) -> str:
     return f"psdk-{sandbox_id}"
-
-
-def _neutral_code(code: int) -> int:
-    """Docker reports death by signal N as 128+N; the neutral result says -N."""
-    return -(code - 128) if 128 < code <= 128 + 64 else code
 
 
 def _flag(value: bool) -> str:
