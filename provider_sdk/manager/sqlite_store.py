@@ -72,7 +72,7 @@ class SQLiteStore(BindingStore):
             db = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None,
                                  check_same_thread=False)
             try:
-                db.execute("PRAGMA journal_mode=WAL")
+                self._enable_wal(db)
                 db.execute("PRAGMA synchronous=NORMAL")
                 with _transaction(db):
                     for statement in _SCHEMA.split(";"):
@@ -83,6 +83,19 @@ class SQLiteStore(BindingStore):
                 raise
             self._db = db
         return self._db
+
+    def _enable_wal(self, db: sqlite3.Connection) -> None:
+        """Switch a new file to WAL. The switch takes an exclusive lock that SQLite's busy
+        handler does not wait for, so processes opening one new file at once retry it."""
+        deadline = time.monotonic() + self._busy_timeout
+        while True:
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def call() -> T:
