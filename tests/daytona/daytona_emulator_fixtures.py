@@ -3,12 +3,12 @@ thread with its own event loop, backed by the local provider in a temporary home
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import shutil
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -47,12 +47,13 @@ def admin(faults: dict[str, float] | None = None) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def daytona_emulator(tmp_path_factory: pytest.TempPathFactory
-                     ) -> Iterator[emulators.RunningEmulator]:
+def daytona_emulator(request: pytest.FixtureRequest,
+                     tmp_path_factory: pytest.TempPathFactory) -> emulators.RunningEmulator:
     """The Daytona emulator on 127.0.0.1, backed by a local provider of its own.
 
-    Without bubblewrap (the local backend needs it) the tests skip, except under CI
-    (``CI=true``), where that is a failure."""
+    It stays up until the session's very end, after the contract suite's final sweep,
+    which still reaches it. Without bubblewrap (the local backend needs it) the tests
+    skip, except under CI (``CI=true``), where that is a failure."""
     if shutil.which("bwrap") is None:
         if os.environ.get("CI") == "true":
             pytest.fail("bubblewrap is missing; CI must install it")
@@ -61,20 +62,17 @@ def daytona_emulator(tmp_path_factory: pytest.TempPathFactory
     options = emulators.EmulatorOptions(api_key=secrets.token_urlsafe(16))
     saved = os.environ.get("PSDK_HOME")
     os.environ["PSDK_HOME"] = str(home)  # read once, when the backend is opened
+    stack = contextlib.ExitStack()
+    request.config.add_cleanup(stack.close)
     try:
-        with start_blocking_portal() as portal, \
-                portal.wrap_async_context_manager(emulators.run("daytona", options)) as em:
-            if saved is None:
-                os.environ.pop("PSDK_HOME", None)
-            else:
-                os.environ["PSDK_HOME"] = saved
-            _RUNNING.append(em)
-            try:
-                yield em
-            finally:
-                _RUNNING.remove(em)
+        portal = stack.enter_context(start_blocking_portal())
+        em = stack.enter_context(portal.wrap_async_context_manager(
+            emulators.run("daytona", options)))
     finally:
         if saved is None:
             os.environ.pop("PSDK_HOME", None)
         else:
             os.environ["PSDK_HOME"] = saved
+    _RUNNING.append(em)
+    stack.callback(_RUNNING.remove, em)
+    return em
