@@ -6,41 +6,24 @@ answers, except under CI (``CI=true``), where a missing engine is a failure."""
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import AsyncIterator, Iterator
 
-import anyio
 import pytest
 from anyio.from_thread import start_blocking_portal
+from engines import require_docker
 from provider_sdk_daytona.provider import DaytonaProvider
 
-from provider_sdk import emulators, open_provider, registry
-from provider_sdk.errors import SandboxError, TemplateBuildError, TemplateNotFound
+from provider_sdk import emulators, open_provider
+from provider_sdk.errors import TemplateBuildError, TemplateNotFound
 from provider_sdk.models import SandboxState, TemplateSpec
 
 pytestmark = pytest.mark.anyio
 
 
-def _require_docker() -> None:
-    if "docker" not in registry.available():
-        pytest.skip("the docker provider's plugin is not installed")
-
-    async def probe() -> None:
-        async with open_provider("docker") as provider:
-            await provider.list()
-
-    try:
-        anyio.run(probe)
-    except (SandboxError, OSError) as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the Docker engine does not answer under CI: {exc}")
-        pytest.skip(f"no Docker engine answers here: {exc}")
-
-
 @pytest.fixture(scope="module")
 def docker_emulator() -> Iterator[emulators.RunningEmulator]:
-    _require_docker()
+    require_docker()
     options = emulators.EmulatorOptions(api_key=secrets.token_urlsafe(16), backend="docker")
     with start_blocking_portal() as portal, \
             portal.wrap_async_context_manager(emulators.run("daytona", options)) as running:

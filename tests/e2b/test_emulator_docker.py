@@ -6,37 +6,19 @@ has both.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 from e2b import Sandbox
+from engines import require_docker
 from provider_sdk_e2b.emulator import run_in_thread
 
 from provider_sdk.emulators import EmulatorOptions, RunningEmulator
 
 
-def _docker_problem() -> str | None:
-    try:
-        import docker
-        from provider_sdk_docker import DEFAULT_TEMPLATE
-    except ImportError as exc:
-        return f"the Docker provider is not installed ({exc.name})"
-    try:
-        client = docker.from_env(timeout=10)
-        client.images.get(os.environ.get("PSDK_DOCKER_TEMPLATE") or DEFAULT_TEMPLATE)
-    except Exception as exc:  # no engine, or no base image
-        return f"no usable Docker Engine and base image ({type(exc).__name__})"
-    return None
-
-
 @pytest.fixture
 def docker_emulator(monkeypatch: pytest.MonkeyPatch) -> Iterator[RunningEmulator]:
-    problem = _docker_problem()
-    if problem is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI needs Docker for this test: {problem}")
-        pytest.skip(problem)
+    require_docker()
     options = EmulatorOptions(api_key="docker-key", backend="docker")
     with run_in_thread("e2b", options) as running:
         for key, value in running.environment().items():

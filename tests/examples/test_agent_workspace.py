@@ -20,12 +20,11 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import pytest
 from anyio.from_thread import start_blocking_portal
+from engines import require_docker
 
-from provider_sdk import emulators, open_provider, registry
-from provider_sdk.errors import SandboxError
+from provider_sdk import emulators, registry
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agent_workspace.py"
 PROVIDERS = ["local", "daytona", "docker", "e2b", "cube"]
@@ -39,19 +38,6 @@ def _require_bwrap() -> None:
         pytest.skip("bubblewrap (bwrap) is not installed: the local backend needs it")
 
 
-def _require_docker() -> None:
-    async def probe() -> None:
-        async with open_provider("docker") as provider:
-            await provider.list()
-
-    try:
-        anyio.run(probe)
-    except (SandboxError, OSError) as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the Docker engine does not answer under CI: {exc}")
-        pytest.skip(f"no Docker engine answers here: {exc}")
-
-
 @contextlib.contextmanager
 def _settings(name: str, home: Path) -> Iterator[dict[str, str]]:
     """The environment that selects provider ``name``, with what it needs running."""
@@ -59,7 +45,7 @@ def _settings(name: str, home: Path) -> Iterator[dict[str, str]]:
         pytest.skip(f"the {name!r} provider's plugin is not installed")
     base = {"PSDK_PROVIDER": name, "PSDK_HOME": str(home)}
     if name == "docker":
-        _require_docker()
+        require_docker()
         yield base
         return
     _require_bwrap()
