@@ -1,17 +1,18 @@
-"""Whether the Docker Engine the tests need is here: the Docker provider installed, an
-engine answering, and the base image built. Tests that need it call
-:func:`require_docker`: without it they skip, saying why; under CI (``CI=true``), which
-sets all of it up, they fail instead.
+"""Whether what a test needs from this machine is here: bubblewrap for the local
+provider (:func:`require_bwrap`), a Docker Engine with the Docker provider and its base
+image (:func:`require_docker`). Without it a test skips, saying why; under CI
+(``CI=true``), which sets all of it up, it fails instead (:func:`missing`).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import shutil
 
 import pytest
 
-__all__ = ["docker_problem", "require_docker"]
+__all__ = ["docker_problem", "missing", "require_bwrap", "require_docker"]
 
 
 @functools.cache
@@ -36,11 +37,21 @@ def docker_problem() -> str | None:
     return None
 
 
+def missing(reason: str) -> None:
+    """Skip the calling test for what this machine lacks; fail it under CI, which has it."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason}; CI must provide it")
+    pytest.skip(reason)
+
+
+def require_bwrap() -> None:
+    """Skip the calling test (fail it under CI) without bubblewrap."""
+    if shutil.which("bwrap") is None:
+        missing("bubblewrap (bwrap) is not installed: the local provider needs it")
+
+
 def require_docker() -> None:
     """Skip the calling test (fail it under CI) when :func:`docker_problem` says why."""
     problem = docker_problem()
-    if problem is None:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI needs a Docker Engine: {problem}")
-    pytest.skip(problem)
+    if problem is not None:
+        missing(f"no usable Docker Engine: {problem}")

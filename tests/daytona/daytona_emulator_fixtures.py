@@ -7,12 +7,12 @@ import contextlib
 import json
 import os
 import secrets
-import shutil
 import urllib.request
 from typing import Any
 
 import pytest
 from anyio.from_thread import start_blocking_portal
+from engines import require_bwrap
 
 from provider_sdk import emulators
 
@@ -54,10 +54,7 @@ def daytona_emulator(request: pytest.FixtureRequest,
     It stays up until the session's very end, after the contract suite's final sweep,
     which still reaches it. Without bubblewrap (the local backend needs it) the tests
     skip, except under CI (``CI=true``), where that is a failure."""
-    if shutil.which("bwrap") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("bubblewrap is missing; CI must install it")
-        pytest.skip("bubblewrap (bwrap) is not installed: the emulator's backend needs it")
+    require_bwrap()
     home = tmp_path_factory.mktemp("daytona-backend")
     options = emulators.EmulatorOptions(api_key=secrets.token_urlsafe(16))
     saved = os.environ.get("PSDK_HOME")

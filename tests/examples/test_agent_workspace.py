@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import secrets
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,20 +21,13 @@ from pathlib import Path
 
 import pytest
 from anyio.from_thread import start_blocking_portal
-from engines import require_docker
+from engines import require_bwrap, require_docker
 
 from provider_sdk import emulators, registry
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agent_workspace.py"
 PROVIDERS = ["local", "daytona", "docker", "e2b", "cube"]
 EMULATED = {"daytona", "e2b", "cube"}
-
-
-def _require_bwrap() -> None:
-    if shutil.which("bwrap") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("bubblewrap is missing; CI must install it")
-        pytest.skip("bubblewrap (bwrap) is not installed: the local backend needs it")
 
 
 @contextlib.contextmanager
@@ -48,7 +40,7 @@ def _settings(name: str, home: Path) -> Iterator[dict[str, str]]:
         require_docker()
         yield base
         return
-    _require_bwrap()
+    require_bwrap()
     if name not in EMULATED:
         yield base
         return

@@ -6,12 +6,11 @@ bubblewrap is a failure: CI installs it.
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from engines import require_bwrap
 
 from provider_sdk.local import LocalProvider
 
@@ -23,10 +22,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
-    if shutil.which("bwrap") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("bubblewrap is missing; CI must install it")
-        pytest.skip("bubblewrap (bwrap) is not installed")
+    require_bwrap()
     return tmp_path / "psdk-home"
 
 

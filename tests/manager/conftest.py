@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import structlog
+from engines import missing, require_bwrap
+from psdk_fixtures import unconfigured_structlog
 
 from provider_sdk.errors import SandboxError
 from provider_sdk.local import LocalProvider
@@ -27,15 +27,10 @@ from provider_sdk.manager import (
     SQLiteStore,
 )
 
+__all__ = ["unconfigured_structlog"]  # each test starts with structlog unconfigured
+
 REDIS_URL = "PSDK_TEST_REDIS_URL"
 POSTGRES_DSN = "PSDK_TEST_POSTGRES_DSN"
-
-
-def missing(reason: str) -> None:
-    """Skip for a missing dependency, or fail under CI, which must provide it."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason}; CI must provide it")
-    pytest.skip(reason)
 
 
 @pytest.fixture
@@ -43,27 +38,15 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(autouse=True)
-def unconfigured_structlog() -> Iterator[None]:
-    """Each test starts, and leaves, structlog unconfigured, as an application finds it."""
-    structlog.reset_defaults()
-    yield
-    structlog.reset_defaults()
-
-
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
-    if shutil.which("bwrap") is None:
-        missing("bubblewrap (bwrap) is not installed")
+    require_bwrap()
     return tmp_path / "psdk-home"
 
 
 @pytest.fixture
 async def provider(home: Path) -> AsyncIterator[LocalProvider]:
     provider = LocalProvider(home=home)
-    # The home's shared /etc is made by the first create; concurrent first creates in
-    # one process would race on it, so make it before any test runs several at once.
-    await (await provider.create()).kill()
     try:
         yield provider
     finally:

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from engines import require_bwrap
 
 from provider_sdk.errors import InvalidInput
 from provider_sdk.manager import SQLiteStore
 from provider_sdk.manager.sync import SyncManagedSandbox, SyncSandboxManager
 from provider_sdk.sync import SyncProvider, open_provider
 
-from .conftest import missing
-
 
 @pytest.fixture
 def sync_provider(tmp_path: Path) -> Iterator[SyncProvider]:
-    if shutil.which("bwrap") is None:
-        missing("bubblewrap (bwrap) is not installed")
+    require_bwrap()
     with open_provider("local", home=tmp_path / "home") as provider:
         try:
             yield provider
