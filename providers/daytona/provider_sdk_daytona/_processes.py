@@ -53,7 +53,10 @@ def start_script(command: Command, token: str, *, cwd: str, env: dict[str, str])
         f"  ( exec 3>&-; cd -- {shlex.quote(cwd)} && {exports}"
         f"exec {shlex.join(command.argv)} ) < {p}.in &\n"
         "  c=$!\n"
-        f'  echo "$$" > {p}.wpid; echo "$c" > {p}.pid; echo {token} > {PID_MAP}"$c"\n'
+        # Each file is written aside and renamed into place, so a reader never
+        # sees it half written.
+        f'  echo "$$" > {p}.wpid; echo {token} > {p}.map && mv {p}.map {PID_MAP}"$c"\n'
+        f'  echo "$c" > {p}.tmp && mv {p}.tmp {p}.pid\n'
         # A wait the USR1 interrupted (i=1) is waited again for the real status.
         '  while :; do i=0; wait "$c"; rc=$?; [ "$i" = 1 ] || break; done\n'
         "  exec 3>&-\n"
