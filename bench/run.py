@@ -2,7 +2,8 @@
 run (these machines are noisy, so absolute times mean little).
 
 Prints one JSON object per line: ``name``, ``value``, ``baseline``, ``ratio``, ``goal``
-(the ratio to stay under), ``unit`` and ``met``. Not a test: goals are reported, not
+(the ratio to stay under, or ``null`` for a line that only informs), ``unit`` and
+``met`` (``null`` without a goal). Not a test: goals are reported, not
 asserted. Usage: ``python bench/run.py [--rounds N]``.
 """
 
@@ -24,11 +25,12 @@ from provider_sdk import open_provider
 from provider_sdk.provider import SandboxProvider
 
 
-def report(name: str, value: float, baseline: float, goal: float, unit: str = "s") -> None:
+def report(name: str, value: float, baseline: float, goal: float | None,
+           unit: str = "s") -> None:
     ratio = value / baseline
     print(json.dumps({"name": name, "value": round(value, 6), "baseline": round(baseline, 6),
                       "ratio": round(ratio, 3), "goal": goal, "unit": unit,
-                      "met": ratio <= goal}), flush=True)
+                      "met": None if goal is None else ratio <= goal}), flush=True)
 
 
 def p50_sync(fn: Callable[[], object], rounds: int) -> float:

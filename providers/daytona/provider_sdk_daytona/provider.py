@@ -38,7 +38,7 @@ import math
 import posixpath
 import secrets
 import shlex
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import aiohttp
@@ -179,6 +179,8 @@ class DaytonaProvider(SandboxProvider):
         self._daytona: AsyncDaytona | None = None
         self._sandboxes: dict[str, AsyncSandbox] = {}
         self._workdirs: dict[str, str] = {}
+        self._litter: dict[str, wrapper.Litter] = {}
+        """Files that finished commands left in each sandbox, removed in batches."""
         self._processes: dict[tuple[str, int], tuple[str, str]] = {}
         """(sandbox, pid) -> (token, session command id) of background processes."""
 
@@ -198,6 +200,12 @@ class DaytonaProvider(SandboxProvider):
         return self._daytona
 
     async def aclose(self) -> None:
+        litter, self._litter = self._litter, {}
+        with anyio.move_on_after(5, shield=True):
+            async with anyio.create_task_group() as tg:
+                for sandbox_id, files in litter.items():
+                    if files.paths:
+                        tg.start_soon(self._remove_quietly, sandbox_id, files.paths)
         client, self._daytona = self._daytona, None
         self._sandboxes.clear()
         if client is not None:
@@ -412,6 +420,7 @@ class DaytonaProvider(SandboxProvider):
 
     async def _kill(self, sandbox_id: str) -> None:
         self._workdirs.pop(sandbox_id, None)
+        self._litter.pop(sandbox_id, None)
         try:
             sandbox = await self._sandbox(sandbox_id)
             with self._translate(sandbox_id):
@@ -462,7 +471,8 @@ class DaytonaProvider(SandboxProvider):
 
     async def _exec(self, sandbox_id: str, command: Command) -> ExecResult:
         cwd = await self._path(sandbox_id, command.cwd or ".")
-        run = wrapper.wrap(command, cwd=cwd, env=dict(command.env))
+        litter = self._litter.setdefault(sandbox_id, wrapper.Litter())
+        run = wrapper.wrap(command, cwd=cwd, env=dict(command.env), remove=litter.take())
         timeout = math.ceil(command.timeout) if command.timeout is not None else None
         start = anyio.current_time()
         sandbox = await self._sandbox(sandbox_id)
@@ -492,8 +502,16 @@ class DaytonaProvider(SandboxProvider):
         if report.stdout is None or report.stderr is None:
             return await self._collect(sandbox_id, run, exit_code=report.exit_code,
                                        start=start)
+        if report.left_files:
+            litter.add(run, len(report.stdout) + len(report.stderr))
         return ExecResult(exit_code=report.exit_code, stdout_bytes=report.stdout,
                           stderr_bytes=report.stderr, duration=anyio.current_time() - start)
+
+    async def _remove_quietly(self, sandbox_id: str, paths: Sequence[str]) -> None:
+        """Remove files left in a sandbox, if it is still there and running."""
+        with contextlib.suppress(errors.SandboxError, DaytonaError):
+            sandbox = await self._sandbox(sandbox_id)
+            await sandbox.process.exec(f"rm -f -- {shlex.join(paths)}", timeout=30)
 
     async def _collect(self, sandbox_id: str, run: wrapper.Run, *, exit_code: int,
                        start: float) -> ExecResult:
