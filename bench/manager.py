@@ -7,11 +7,12 @@ each a ratio against a baseline measured in the same run.
 - ``manager_acquire_store_hit_vs_connect_p50``: ``acquire`` by a fresh manager (as after
   a restart: empty cache, answered by the store), against a raw ``provider.connect``.
   The manager also reads the store and probes the data plane, which ``connect`` alone
-  does not, so on a provider whose ``connect`` is a local file read this is far above
-  the 5% goal; the next line isolates what the manager itself adds.
+  does not, so on a provider whose ``connect`` is a local file read this ratio is large;
+  it is reported without a goal, and the next line isolates what the manager adds.
 - ``manager_acquire_store_hit_overhead_p50``: the same ``acquire``, against the same
-  work done by hand (read the binding from the store, ``connect``, probe with a
-  ``stat``). Goal: the manager adds under 5% (ratio <= 1.05).
+  work done by hand, with the same guarantee: read the binding from the store,
+  ``connect``, probe with a ``stat``, all under one deadline (``acquire_timeout``, which
+  ``acquire`` keeps too). Goal: the manager adds under 5% (ratio <= 1.05).
 
 Prints one JSON object per line with ``bench/run.py``'s fields; ``ratio`` is the median
 of per-pair ratios (see :func:`report_paired`). Not a test: goals are reported,
@@ -73,14 +74,14 @@ async def paired(a: Timed, b: Timed, rounds: int) -> tuple[list[float], list[flo
     return ta, tb
 
 
-def report_paired(name: str, ta: list[float], tb: list[float], goal: float) -> None:
+def report_paired(name: str, ta: list[float], tb: list[float], goal: float | None) -> None:
     """One JSON line like ``bench/run.py``'s; ``value`` and ``baseline`` are medians and
     ``ratio`` is the median of the per-pair ratios, which a noisy neighbour moves least."""
     value, baseline = statistics.median(ta), statistics.median(tb)
     ratio = statistics.median(x / y for x, y in zip(ta, tb, strict=True))
     print(json.dumps({"name": name, "value": round(value, 6), "baseline": round(baseline, 6),
                       "ratio": round(ratio, 3), "goal": goal, "unit": "s",
-                      "met": ratio <= goal}), flush=True)
+                      "met": None if goal is None else ratio <= goal}), flush=True)
 
 
 async def main(rounds: int) -> None:
@@ -109,16 +110,17 @@ async def main(rounds: int) -> None:
                     return time.perf_counter() - start
 
             async def by_hand() -> None:
-                binding = await store.get("alice")
-                assert binding is not None
-                opened = await provider.connect(binding.sandbox_id)
-                await opened.files.stat("/")
+                with anyio.fail_after(300):
+                    binding = await store.get("alice")
+                    assert binding is not None
+                    opened = await provider.connect(binding.sandbox_id)
+                    await opened.files.stat("/")
 
             async def raw_connect() -> None:
                 await provider.connect(sandbox.id)
 
             ta, tb = await paired(fresh_acquire, timed(raw_connect), rounds * 10)
-            report_paired("manager_acquire_store_hit_vs_connect_p50", ta, tb, goal=1.05)
+            report_paired("manager_acquire_store_hit_vs_connect_p50", ta, tb, goal=None)
             ta, tb = await paired(fresh_acquire, timed(by_hand), rounds * 10)
             report_paired("manager_acquire_store_hit_overhead_p50", ta, tb, goal=1.05)
             await provider.kill(sandbox.id)

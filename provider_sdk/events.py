@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import structlog
@@ -21,18 +21,36 @@ __all__ = ["logger", "span"]
 logger = structlog.get_logger("provider_sdk")
 
 
-@asynccontextmanager
-async def span(op: str, provider: str, sandbox_id: str | None = None,
-               **fields: Any) -> AsyncIterator[dict[str, Any]]:
+def span(op: str, provider: str, sandbox_id: str | None = None,
+         **fields: Any) -> AbstractAsyncContextManager[dict[str, Any]]:
     """Log ``sandbox.<op>.started``, then ``.complete`` or ``.failed`` with the duration.
 
     Yields a dict; keys added to it (e.g. a new ``sandbox_id``) go on the closing event.
     """
-    extra: dict[str, Any] = {}
     if not structlog.is_configured():
-        yield extra
-        return
-    base = {"provider": provider, "sandbox_id": sandbox_id, **fields}
+        return _QUIET
+    return _logged(op, {"provider": provider, "sandbox_id": sandbox_id, **fields})
+
+
+class _Quiet:
+    """The span of an application that has not configured structlog: it logs nothing
+    and costs two empty awaits."""
+
+    __slots__ = ()
+
+    async def __aenter__(self) -> dict[str, Any]:
+        return {}
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+
+_QUIET = _Quiet()
+
+
+@asynccontextmanager
+async def _logged(op: str, base: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    extra: dict[str, Any] = {}
     logger.debug(f"sandbox.{op}.started", **base)
     start = time.perf_counter()
     try:

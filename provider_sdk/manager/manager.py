@@ -28,7 +28,7 @@ import contextlib
 import math
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from typing import Any
 
 import anyio
@@ -141,7 +141,9 @@ class SandboxManager:
         acquire_timeout: seconds an ``acquire`` may take in all, waits for another
             creator included, before :class:`~provider_sdk.errors.OperationTimeout`.
         health_timeout: seconds to connect to a bound sandbox and get an answer from
-            its data plane, retrying ``Unavailable``, before it counts as broken.
+            its data plane, retrying ``Unavailable``, before it counts as broken. The
+            first try is bounded by ``acquire_timeout`` alone (a store hit arms no
+            timer of its own); retries stop ``health_timeout`` after it began.
         replace_unhealthy: replace a broken sandbox (from its latest snapshot); if
             ``False``, ``acquire`` raises :class:`~provider_sdk.errors.Unavailable`.
         claim_ttl: seconds a creator's claim lasts if its process dies holding it.
@@ -212,8 +214,10 @@ class SandboxManager:
         # How often a handle's use is written to the store (only when something reads it).
         self._touch_every = (min(periods) / 4) if periods else math.inf
         self._cache: collections.OrderedDict[str, _Entry] = collections.OrderedDict()
-        self._locks: dict[str, anyio.Event] = {}  # owner -> set when its holder is done
+        self._locks: dict[str, anyio.Event | None] = {}  # owners held (see _OwnerLock)
         self._tg: anyio.abc.TaskGroup | None = None
+        self._chores: collections.deque[Coroutine[Any, Any, Any]] = collections.deque()
+        self._chores_queued: anyio.Event  # made when the manager starts, in its event loop
         self._stack: contextlib.AsyncExitStack | None = None
 
     def __repr__(self) -> str:
@@ -229,6 +233,8 @@ class SandboxManager:
         self._tg = await stack.enter_async_context(anyio.create_task_group())
         stack.callback(self._stopped)
         self._stack = stack
+        self._chores_queued = anyio.Event()
+        await self._tg.start(self._housekeeper)
         if self._sweep_idle or self.snapshots is not None:
             self._tg.start_soon(self._sweeper)
         return self
@@ -337,40 +343,48 @@ class SandboxManager:
     async def _connect_healthy(self, sandbox_id: str) -> Sandbox:
         """Connect (resuming), then wait for the data plane to answer, within
         ``health_timeout``. ``_Lost("vanished")``/``_Lost("unhealthy")`` otherwise."""
+        deadline = anyio.current_time() + self.health_timeout
         last: SandboxError | None = None
-        with anyio.move_on_after(self.health_timeout):
-            try:
-                sandbox = await self.provider.connect(sandbox_id, resume=True)
-                if (sandbox.info.state == SandboxState.STOPPED
-                        and self.provider.supports(Capability.PAUSE)):
-                    await sandbox.resume()  # its processes are gone: restart from its files
+        try:
+            sandbox = await self._open(sandbox_id)
+            try:  # the common case: the first probe answers, and no timer was armed
+                await sandbox.files.stat("/")
+                return sandbox
+            except (RateLimited, Unavailable) as exc:  # e.g. the post-resume 504 window
+                last = exc
+            with anyio.CancelScope(deadline=deadline):
                 delay = 0.05
                 while True:
+                    retry_after = last.retry_after if isinstance(last, RateLimited) else None
+                    await anyio.sleep(retry_after or delay)
+                    delay = min(delay * 2, 1.0)
                     try:
                         await sandbox.files.stat("/")
                         return sandbox
-                    except RateLimited as exc:
+                    except (RateLimited, Unavailable) as exc:
                         last = exc
-                        await anyio.sleep(exc.retry_after or delay)
-                    except Unavailable as exc:  # the post-resume 504 window, still open
-                        last = exc
-                        await anyio.sleep(delay)
-                    delay = min(delay * 2, 1.0)
-            except SandboxNotFound:
+        except SandboxNotFound:
+            raise _Lost("vanished") from None
+        except SandboxNotRunning as exc:
+            if exc.state == "killed":
                 raise _Lost("vanished") from None
-            except SandboxNotRunning as exc:
-                if exc.state == "killed":
-                    raise _Lost("vanished") from None
-                last = exc
-            except RateLimited:
-                raise  # the control plane is busy; the sandbox is not at fault
-            except Unavailable as exc:
-                last = exc
+            last = exc
+        except RateLimited:
+            raise  # connect was refused: the control plane is busy, not the sandbox
+        except Unavailable as exc:
+            last = exc
         if not self.replace_unhealthy:
             raise Unavailable(f"sandbox {sandbox_id} does not answer after "
                               f"{self.health_timeout:g}s ({last or 'timed out'})",
                               provider=self.provider.name, sandbox_id=sandbox_id)
         raise _Lost("unhealthy")
+
+    async def _open(self, sandbox_id: str) -> Sandbox:
+        """Connect, resuming a paused sandbox and restarting a stopped one."""
+        sandbox = await self.provider.connect(sandbox_id, resume=True)
+        if sandbox.info.state == SandboxState.STOPPED and self.provider.supports(Capability.PAUSE):
+            await sandbox.resume()  # its processes are gone: restart from its files
+        return sandbox
 
     async def _after_store_hit(self, binding: Binding, sandbox: ManagedSandbox) -> None:
         if binding.paused or self._touch_every != math.inf:
@@ -680,9 +694,8 @@ class SandboxManager:
         entry.last_used = now
         if now - entry.stored_used >= self._touch_every and self._tg is not None:
             entry.stored_used = now
-            update = self._update(owner, entry.sandbox.id,
-                                  lambda b: attrs.evolve(b, last_used=now))
-            self._tg.start_soon(self._quietly, update)
+            self._queue(self._update(owner, entry.sandbox.id,
+                                     lambda b: attrs.evolve(b, last_used=now)))
 
     def _local_use(self, binding: Binding) -> float:
         entry = self._cache.get(binding.owner)
@@ -762,13 +775,33 @@ class SandboxManager:
         with contextlib.suppress(SandboxError):
             await self.provider.kill(sandbox_id)
 
-    async def _background(self, work: Awaitable[Any]) -> None:
+    async def _background(self, work: Coroutine[Any, Any, Any]) -> None:
         """Run ``work`` in the manager's task group, or now when it is not running.
         Errors are dropped: it is housekeeping that the next acquire or sweep redoes."""
         if self._tg is not None:
-            self._tg.start_soon(self._quietly, work)
+            self._queue(work)
         else:
             await self._quietly(work)
+
+    def _queue(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Hand ``work`` to the housekeeper: a caller pays an append, not a task."""
+        self._chores.append(work)
+        self._chores_queued.set()
+
+    async def _housekeeper(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Start each queued piece of housekeeping in a task of its own."""
+        tg = self._tg
+        assert tg is not None
+        task_status.started()
+        try:
+            while True:
+                await self._chores_queued.wait()
+                self._chores_queued = anyio.Event()
+                while self._chores:
+                    tg.start_soon(self._quietly, self._chores.popleft())
+        finally:  # stopping: what never started is dropped, as a cancelled task would be
+            while self._chores:
+                self._chores.popleft().close()
 
     @staticmethod
     async def _quietly(work: Awaitable[Any]) -> None:
@@ -795,18 +828,34 @@ class SandboxManager:
                 await self._quietly(self._update(owner, entry.sandbox.id,
                                                  lambda b: attrs.evolve(b, last_used=now)))
 
-    @contextlib.asynccontextmanager
-    async def _owner_lock(self, owner: str) -> AsyncIterator[None]:
-        """One task per owner at a time in this process. Uncontended, it does not yield
-        to the event loop (a store hit stays as cheap as the work it does)."""
-        while (busy := self._locks.get(owner)) is not None:
-            await busy.wait()
-        done = self._locks[owner] = anyio.Event()
-        try:
-            yield
-        finally:
-            del self._locks[owner]
-            done.set()
+    def _owner_lock(self, owner: str) -> _OwnerLock:
+        """One task per owner at a time in this process."""
+        return _OwnerLock(self._locks, owner)
+
+
+class _OwnerLock:
+    """Holds ``owner``'s key in ``locks`` while inside. Uncontended it neither yields
+    to the event loop nor makes an event (a store hit stays as cheap as its work);
+    a task that has to wait puts an event there for the holder to set."""
+
+    __slots__ = ("locks", "owner")
+
+    def __init__(self, locks: dict[str, anyio.Event | None], owner: str) -> None:
+        self.locks = locks
+        self.owner = owner
+
+    async def __aenter__(self) -> None:
+        while self.owner in self.locks:
+            waiting = self.locks[self.owner]
+            if waiting is None:
+                waiting = self.locks[self.owner] = anyio.Event()
+            await waiting.wait()
+        self.locks[self.owner] = None
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        waiting = self.locks.pop(self.owner)
+        if waiting is not None:
+            waiting.set()
 
 
 def _created(info: SandboxInfo) -> float:
