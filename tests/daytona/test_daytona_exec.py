@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 from daytona_emulator_fixtures import provider_options
-from engines import require_bwrap
+from local_fixtures import home
 from provider_sdk_daytona import _exec as wrapper
 from provider_sdk_daytona.provider import DaytonaProvider
 
@@ -20,15 +20,15 @@ from provider_sdk.sandbox import Sandbox
 
 pytestmark = pytest.mark.anyio
 
+__all__ = ["home"]  # the local provider's state directory, for ``sandbox``
+
 BINARY = "printf '\\377\\376\\000abc\\200\\n'; printf '\\300\\000\\351' >&2"
 
 
 @pytest.fixture
-async def sandbox(tmp_path: Path) -> AsyncIterator[Sandbox]:
+async def sandbox(home: Path) -> AsyncIterator[Sandbox]:
     """A plain local sandbox to run wrapper scripts in, as the daemon would."""
-    require_bwrap()
-    async with LocalProvider(home=tmp_path / "home") as provider, \
-            provider.create() as sandbox:
+    async with LocalProvider(home=home) as provider, provider.create() as sandbox:
         yield sandbox
 
 

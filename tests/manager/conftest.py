@@ -14,11 +14,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from engines import missing, require_bwrap
+from engines import missing
+from local_fixtures import home, provider
 from psdk_fixtures import unconfigured_structlog
 
 from provider_sdk.errors import SandboxError
-from provider_sdk.local import LocalProvider
 from provider_sdk.manager import (
     BindingStore,
     MemoryStore,
@@ -27,7 +27,7 @@ from provider_sdk.manager import (
     SQLiteStore,
 )
 
-__all__ = ["unconfigured_structlog"]  # each test starts with structlog unconfigured
+__all__ = ["home", "provider", "unconfigured_structlog"]  # structlog unconfigured at start
 
 REDIS_URL = "PSDK_TEST_REDIS_URL"
 POSTGRES_DSN = "PSDK_TEST_POSTGRES_DSN"
@@ -36,23 +36,6 @@ POSTGRES_DSN = "PSDK_TEST_POSTGRES_DSN"
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    require_bwrap()
-    return tmp_path / "psdk-home"
-
-
-@pytest.fixture
-async def provider(home: Path) -> AsyncIterator[LocalProvider]:
-    provider = LocalProvider(home=home)
-    try:
-        yield provider
-    finally:
-        for info in await provider.list():
-            await provider.kill(info.id)
-        await provider.aclose()
 
 
 @pytest.fixture
