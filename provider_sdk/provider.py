@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 import attrs
 
 from provider_sdk.capabilities import Capability
-from provider_sdk.errors import InvalidInput, SandboxError, UnsupportedCapability
+from provider_sdk.dockerfile import Problem, TemplateSupport
+from provider_sdk.errors import (
+    InvalidInput,
+    SandboxError,
+    TemplateBuildError,
+    UnsupportedCapability,
+)
 from provider_sdk.events import span
 from provider_sdk.models import (
     ExecResult,
@@ -115,6 +121,9 @@ class SandboxProvider(abc.ABC):
 
     name: ClassVar[str]
     capabilities: ClassVar[frozenset[Capability]] = frozenset()
+    template_support: ClassVar[TemplateSupport] = TemplateSupport()
+    """What this provider's template builder does with a Dockerfile (``templates.build``):
+    :meth:`check_template` reports the rest, with line numbers, before a build."""
 
     # ------------------------------------------------------------------ public API
 
@@ -239,10 +248,28 @@ class SandboxProvider(abc.ABC):
         self, spec: TemplateSpec, *, force: bool = False,
         on_progress: Callable[[str], None] | None = None,
     ) -> Template:
-        """Build a template; an unchanged spec is not rebuilt unless ``force``."""
+        """Build a template; an unchanged spec is not rebuilt unless ``force``.
+
+        What this provider's builder cannot do (:meth:`check_template`) is refused first,
+        as one :class:`~provider_sdk.errors.TemplateBuildError` (step ``check``) that
+        lists every problem with its line. ``on_progress`` receives build log lines.
+        """
         self.require(Capability.TEMPLATES_BUILD)
+        found = self.check_template(spec)
+        if found:
+            raise TemplateBuildError(
+                f"the {self.name} builder cannot build {spec.name!r}: "
+                + "; ".join(str(p) for p in found), step="check",
+                log_tail="\n".join(str(p) for p in found), provider=self.name)
         async with span("template.build", self.name):
             return await self._build_template(spec, force=force, on_progress=on_progress)
+
+    def check_template(self, spec: TemplateSpec) -> builtins.list[Problem]:
+        """What this provider's template builder cannot do with ``spec``, with Dockerfile
+        line numbers; empty when it can build it. Raises ``TemplateBuildError`` (step
+        ``parse``) for a Dockerfile that does not parse."""
+        self.require(Capability.TEMPLATES_BUILD)
+        return spec.problems(self.template_support)
 
     async def list_templates(self) -> builtins.list[Template]:
         """Templates this provider built or knows."""
