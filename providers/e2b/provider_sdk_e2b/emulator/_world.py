@@ -33,7 +33,7 @@ from provider_sdk.sandbox import Process, Sandbox
 from provider_sdk_e2b.emulator._connect import RpcError
 from provider_sdk_e2b.emulator.flavors import Flavor
 
-__all__ = ["FAULTS", "ApiError", "ProcessEntry", "SandboxRecord", "World"]
+__all__ = ["FAULTS", "ApiError", "ProcessEntry", "SandboxRecord", "TemplateRecord", "World"]
 
 FAULTS = {
     "resume_504": "after each resume (connect, resume, auto-resume, rollback), this many "
@@ -154,6 +154,25 @@ class SnapshotRecord:
     created_at: dt.datetime
 
 
+@attrs.define(eq=False)
+class TemplateRecord:
+    """A template built through the vendor's template API (E2B's builds, Cube's
+    templates from images). Each flavor's template routes fill in their own fields."""
+
+    id: str
+    names: list[str]
+    """Names and aliases that resolve to it."""
+    created_at: dt.datetime
+    status: str = "building"
+    """``building``, ``ready`` or ``error`` (each API spells these its own way)."""
+    backend_template: str | None = None
+    """The backend's template (an image) that sandboxes from it start from, once ready."""
+    error: str | None = None
+    logs: list[str] = attrs.Factory(list)
+    extra: dict[str, Any] = attrs.Factory(dict)
+    """Whatever the flavor's API reports back (build ids, image, request, progress)."""
+
+
 class World:
     """Every sandbox of one emulator, and the operations both planes share."""
 
@@ -166,6 +185,7 @@ class World:
         self.sandboxes: dict[str, SandboxRecord] = {}
         self.killed: set[str] = set()
         self.snapshots: dict[str, SnapshotRecord] = {}
+        self.templates: dict[str, TemplateRecord] = {}
         self.create_429_left = faults.count("create_429")
         self.idempotent: dict[str, str] = {}
         """Idempotency-Key -> the sandbox its first create made."""
@@ -419,6 +439,20 @@ class World:
     async def delete_snapshot(self, snapshot: SnapshotRecord) -> None:
         await self.provider.delete_snapshot(snapshot.snapshot.id)
         self.snapshots.pop(snapshot.id, None)
+
+    def find_template(self, ref: str) -> TemplateRecord | None:
+        """A built template by id or by one of its names."""
+        if ref in self.templates:
+            return self.templates[ref]
+        return next((t for t in self.templates.values() if ref in t.names), None)
+
+    async def delete_template(self, template: TemplateRecord) -> None:
+        """Forget a template and remove its backend template (kept while sandboxes use
+        it: the backend removes an image once its last sandbox is gone)."""
+        self.templates.pop(template.id, None)
+        if template.backend_template is not None:
+            with contextlib.suppress(errors.TemplateNotFound, errors.Conflict):
+                await self.provider.delete_template(template.backend_template)
 
     # --------------------------------------------------------------- processes
 

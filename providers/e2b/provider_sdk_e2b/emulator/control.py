@@ -134,7 +134,7 @@ class ControlPlane:
             ("PUT", "/sandboxes/{id}/network", self.update_network),
             ("POST", "/sandboxes/{id}/snapshots", self.create_snapshot),
             ("GET", "/snapshots", self.list_snapshots),
-            ("DELETE", "/templates/{id}", self.delete_snapshot),
+            ("DELETE", "/templates/{id}", self.delete_template),
         ]
         if self.flavor.v2_create:
             routes += [("POST", "/v2/sandboxes", self.create),
@@ -295,6 +295,11 @@ class ControlPlane:
         """The backend template, or snapshot, a vendor template id names."""
         if template_id in self.flavor.default_templates:
             return None, None
+        built = self.world.find_template(template_id)
+        if built is not None:
+            if built.status != "ready" or built.backend_template is None:
+                raise ApiError(400, f"template '{template_id}' is not ready ({built.status})")
+            return built.backend_template, None
         snapshot = self.world.find_snapshot(template_id)
         if snapshot is not None:
             return None, snapshot.snapshot.id
@@ -492,7 +497,13 @@ class ControlPlane:
                                     "originSandboxID": s.sandbox_id,
                                     "createdAt": _iso(s.created_at)} for s in page], headers)
 
-    async def delete_snapshot(self, request: Request) -> Response:
+    async def delete_template(self, request: Request) -> Response:
+        """``DELETE /templates/{id}``: a built template, or a snapshot (which both APIs
+        keep as templates)."""
+        built = self.world.find_template(request.params["id"])
+        if built is not None:
+            await self.world.delete_template(built)
+            return _no_content()
         snapshot = self.world.snapshots.get(request.params["id"])
         if snapshot is None:
             raise ApiError(404, f"template {request.params['id']} not found")
