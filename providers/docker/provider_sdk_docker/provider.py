@@ -17,23 +17,21 @@ from __future__ import annotations
 import builtins
 import contextlib
 import datetime as dt
-import hashlib
 import inspect
 import json
-import os
 import posixpath
 import re
 import secrets
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 import docker.types
 
 from provider_sdk import errors
+from provider_sdk.buildcontext import write_context
 from provider_sdk.capabilities import Capability
 from provider_sdk.config import env_setting
 from provider_sdk.models import (
@@ -720,18 +718,19 @@ class DockerProvider(SandboxProvider):
 
     async def _build_template(self, spec: TemplateSpec, *, force: bool,
                               on_progress: Callable[[str], None] | None) -> Template:
-        digest = await anyio.to_thread.run_sync(content_hash, spec)
+        digest = await anyio.to_thread.run_sync(spec.content_hash)
         tag = f"{TEMPLATE_PREFIX}{spec.name}:{digest[:12]}"
         if not force:
             with contextlib.suppress(errors.TemplateNotFound):
                 return self._to_template(await self._engine.api(
                     "inspect_image", tag, kind="image", what=tag))
+        await self._check_base_images(spec)
         with tempfile.TemporaryFile() as context:
-            await anyio.to_thread.run_sync(_write_context, spec, context)
+            await anyio.to_thread.run_sync(write_context, spec, context)
             context.seek(0)
             lines = await self._engine.api(
                 "build", fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True,
-                network_mode="none", decode=True, nocache=force,
+                network_mode="none", decode=True, nocache=force, pull=False,
                 labels={LABEL_TEMPLATE_HASH: digest, LABEL_TEMPLATE_NAME: spec.name},
                 kind="image", what=tag)
             log: builtins.list[str] = []
@@ -751,6 +750,20 @@ class DockerProvider(SandboxProvider):
                         provider=self.name)
         return self._to_template(await self._engine.api("inspect_image", tag, kind="image",
                                                         what=tag))
+
+    async def _check_base_images(self, spec: TemplateSpec) -> None:
+        """Every ``FROM`` image must be in the Engine: nothing is pulled, so a missing one
+        fails here, naming its line, before the build starts."""
+        for instruction, image in spec.parsed().base_images():
+            if image.lower() == "scratch":
+                continue
+            try:
+                await self._engine.api("inspect_image", image, kind="image", what=image)
+            except errors.TemplateNotFound:
+                raise errors.TemplateBuildError(
+                    f"line {instruction.line}: the base image {image!r} is not in the Docker "
+                    "Engine; nothing is pulled: build, load or pull it first",
+                    step=f"FROM (line {instruction.line})", provider=self.name) from None
 
     async def _list_templates(self) -> builtins.list[Template]:
         images = await self._engine.api("images", filters={"label": LABEL_TEMPLATE_HASH})
@@ -813,47 +826,6 @@ async def _pump(stream: ExecStream, stdin: bytes | None, out: bytearray, err: by
                 done = callback(data)
                 if inspect.isawaitable(done):
                     await done
-
-
-def content_hash(spec: TemplateSpec) -> str:
-    """SHA-256 over the Dockerfile and every file of the context (names, modes, bytes)."""
-    digest = hashlib.sha256()
-    digest.update(b"dockerfile\0" + spec.dockerfile.encode() + b"\0")
-    for path, relative in _context_files(spec):
-        digest.update(relative.encode("utf-8", "surrogateescape") + b"\0")
-        digest.update(f"{path.lstat().st_mode:o}\0".encode())
-        if path.is_symlink():
-            digest.update(os.readlink(path).encode("utf-8", "surrogateescape"))
-        elif path.is_file():
-            with path.open("rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(block)
-        digest.update(b"\0")
-    return digest.hexdigest()
-
-
-def _context_files(spec: TemplateSpec) -> Iterator[tuple[Path, str]]:
-    if spec.context is None:
-        return
-    root = Path(spec.context)
-    if not root.is_dir():
-        raise errors.InvalidInput(f"template context {spec.context!r} is not a directory")
-    for path in sorted(root.rglob("*")):
-        yield path, path.relative_to(root).as_posix()
-
-
-def _write_context(spec: TemplateSpec, out: Any) -> None:
-    import io
-    import tarfile
-
-    with tarfile.open(fileobj=out, mode="w") as tar:
-        for path, relative in _context_files(spec):
-            if relative != "Dockerfile":
-                tar.add(path, arcname=relative, recursive=False)
-        data = spec.dockerfile.encode()
-        info = tarfile.TarInfo("Dockerfile")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
 
 
 def _container(sandbox_id: str) -> str:
