@@ -11,9 +11,11 @@ nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = ["tests"]
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
-# Every distribution in the workspace: the SDK, the contract suite, each provider plugin.
+# Every distribution in the workspace: the SDK, the contract suite, each provider plugin,
+# the template builder.
 DISTRIBUTIONS = [".", "contract_tests",
-                 *sorted(str(p.parent) for p in Path("providers").glob("*/pyproject.toml"))]
+                 *sorted(str(p.parent) for p in Path("providers").glob("*/pyproject.toml")),
+                 "templates"]
 
 
 def install(session: nox.Session, *groups: str) -> None:
