@@ -12,6 +12,8 @@
     psdk contract --provider P [--emulator [--backend B]] [-- PYTEST ARGS]
     psdk emulate NAME [--port P] [--backend B] [--api-key KEY] [--fault NAME=VALUE]...
     psdk reap [--provider P] [--store URL] [--older-than DURATION] [--dry-run] [--json]
+    psdk template build PATH [--provider P] [--name N] [--registry HOST:PORT] [--force]
+    psdk template ls [--provider P] [--json] | template rm ID...
     psdk demo
 
 Exit status: 0 on success; a command's own code for ``run`` and ``exec`` (124 when it
@@ -36,6 +38,7 @@ from provider_sdk.cli.demo import cmd_demo
 from provider_sdk.cli.emulate import cmd_emulate
 from provider_sdk.cli.parser import build_parser, parse_args
 from provider_sdk.cli.reap import cmd_reap
+from provider_sdk.cli.template import cmd_template
 from provider_sdk.errors import CommandTimeout, SandboxError
 
 __all__ = ["main"]
@@ -57,6 +60,7 @@ _ASYNC: dict[str, AsyncHandler] = {
     "demo": cmd_demo,
     "emulate": cmd_emulate,
     "reap": cmd_reap,
+    "template": cmd_template,
 }
 
 

@@ -11,6 +11,7 @@ import datetime as dt
 import enum
 import json
 import logging
+import shutil
 import sys
 import threading
 import time
@@ -124,12 +125,19 @@ class Status:
             self._stream.write("\r\x1b[2K")
             self._stream.flush()
 
+    def update(self, message: str) -> None:
+        """Show ``message`` instead, from the next frame on."""
+        self._message = message
+
     def _spin(self) -> None:
         start = time.monotonic()
         frame = 0
         while True:
             elapsed = time.monotonic() - start
-            self._stream.write(f"\r\x1b[2K{self._FRAMES[frame % 4]} {self._message} "
+            width = shutil.get_terminal_size().columns - 12
+            message = self._message if len(self._message) <= width else \
+                self._message[:max(width - 3, 0)] + "..."
+            self._stream.write(f"\r\x1b[2K{self._FRAMES[frame % 4]} {message} "
                                f"({elapsed:.1f}s)")
             self._stream.flush()
             frame += 1

@@ -164,6 +164,31 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
     p.add_argument("--dry-run", action="store_true", help="list what would be killed")
     p.add_argument("--json", action="store_true", help="print JSON")
 
+    p = add("template", "build templates from Dockerfiles, list and remove them")
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True,
+                               parser_class=_Parser)
+    b = actions.add_parser("build", parents=[common],
+                           help="build a template from a Dockerfile (cached by content)",
+                           description="Build a template from a Dockerfile; an unchanged "
+                                       "one is not rebuilt unless --force.")
+    b.add_argument("path", metavar="PATH", help="the Dockerfile, or a directory holding one")
+    b.add_argument("--name", metavar="N", help="template name (default: the directory's)")
+    b.add_argument("--context", metavar="DIR",
+                   help="build context (default: the Dockerfile's directory)")
+    b.add_argument("--registry", metavar="HOST:PORT",
+                   help="registry the image is pushed to, for providers that pull (cube)")
+    b.add_argument("--force", action="store_true", help="rebuild even if unchanged")
+    b.add_argument("--cpu", metavar="N", type=float, help="CPUs of sandboxes made from it")
+    b.add_argument("--memory-mb", metavar="MB", type=int, help="memory of those sandboxes")
+    b.add_argument("--start-cmd", metavar="CMD", help="command started with each sandbox")
+    b.add_argument("--ready-cmd", metavar="CMD",
+                   help="command that exits 0 once the started command is ready")
+    b.add_argument("--json", action="store_true", help="print JSON")
+    b = actions.add_parser("ls", parents=[common], help="list templates")
+    b.add_argument("--json", action="store_true", help="print JSON")
+    b = actions.add_parser("rm", parents=[common], help="remove templates")
+    b.add_argument("ids", nargs="+", metavar="ID")
+
     add("demo", "a guided tour on the embedded local provider")
     return parser
 

@@ -17,7 +17,10 @@ What differs, and how it is handled:
   here, tolerantly, from the raw JSON;
 - pause answers at once and the sandbox is ``pausing`` before ``paused``: pause waits;
 - extras: volumes (read-only per mount), in-place rollback
-  (:meth:`CubeProvider.ex_rollback`); no metrics.
+  (:meth:`CubeProvider.ex_rollback`); no metrics;
+- templates: Cube builds none from Dockerfiles; the image is built here, given envd,
+  pushed to a registry and made a template through Cube's template API
+  (:mod:`provider_sdk_e2b._cube_templates`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import re
 import time
 import urllib.parse
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import anyio
@@ -39,14 +42,18 @@ from e2b.api.client_async import get_api_client
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
 from provider_sdk.config import env_setting
+from provider_sdk.dockerfile import TemplateSupport
 from provider_sdk.models import (
     Lifecycle,
     SandboxInfo,
     SandboxSpec,
     SandboxState,
+    Template,
+    TemplateSpec,
     Volume,
 )
 from provider_sdk.provider import SandboxProvider
+from provider_sdk_e2b._cube_templates import CubeTemplates
 from provider_sdk_e2b.provider import ENVD_PORT, E2BProvider, Remote
 
 __all__ = ["CubeProvider"]
@@ -62,12 +69,17 @@ class CubeProvider(E2BProvider):
     ``proxy_port`` [``CUBE_PROXY_PORT_HTTP``, default 80]: when set, the data plane is
     reached over plain HTTP there, with CubeProxy's ``Host`` header. There is no
     ``max_timeout``: Cube's timeout is an idle window, and ``None`` means never.
+
+    Template builds: ``registry`` [``PSDK_REGISTRY``, ``HOST:PORT``; credentials from
+    ``PSDK_REGISTRY_USERNAME`` and ``PSDK_REGISTRY_PASSWORD``] receives the images;
+    ``envd`` [``PSDK_CUBE_ENVD``] is an envd binary added to images that lack one.
     """
 
     name: ClassVar[str] = "cube"
     capabilities: ClassVar[frozenset[Capability]] = (
         E2BProvider.capabilities - {Capability.METRICS}) | {
-        Capability.VOLUMES, Capability.VOLUMES_SHARED, Capability.SNAPSHOT_ROLLBACK}
+        Capability.VOLUMES, Capability.VOLUMES_SHARED, Capability.SNAPSHOT_ROLLBACK,
+        Capability.TEMPLATES_BUILD}
     SETTINGS: ClassVar[Mapping[str, str]] = {
         "api_key": "CUBE_API_KEY", "api_url": "CUBE_API_URL", "domain": "CUBE_SANDBOX_DOMAIN",
         "template": "CUBE_TEMPLATE_ID", "ready_timeout": "PSDK_CUBE_READY_TIMEOUT",
@@ -77,12 +89,18 @@ class CubeProvider(E2BProvider):
         **E2BProvider._STATES, "pausing": SandboxState.PAUSING,
     }
     _metrics = SandboxProvider._metrics  # Cube has no metrics endpoint
+    template_support: ClassVar[TemplateSupport] = TemplateSupport(options={
+        "start_cmd": "a Cube template starts envd, as its entrypoint; start the command "
+                     "in the sandbox instead",
+        "ready_cmd": "Cube's readiness probe is envd's /health; no command is run",
+    })
 
     def __init__(self, *, api_key: str | None = None, api_url: str | None = None,
                  domain: str | None = None, sandbox_url: str | None = None,
                  template: str | None = None, ready_timeout: float | None = None,
                  request_timeout: float = 60.0, retries: int = 3,
-                 proxy_node_ip: str | None = None, proxy_port: int | None = None) -> None:
+                 proxy_node_ip: str | None = None, proxy_port: int | None = None,
+                 registry: str | None = None, envd: str | None = None) -> None:
         super().__init__(api_key=api_key, api_url=api_url, domain=domain,
                          sandbox_url=sandbox_url, template=template,
                          ready_timeout=ready_timeout, request_timeout=request_timeout,
@@ -95,6 +113,8 @@ class CubeProvider(E2BProvider):
         if self._node and not self._sandbox_url:
             self._sandbox_url = f"http://{self._node}:{self._node_port}"
         self._v1 = False  # set once the control plane answered 405 to a v2 route
+        self._templates = CubeTemplates(call=self._template_call, provider=self.name,
+                                        registry=registry, envd=envd)
 
     def _sandbox_headers(self, sandbox_id: str, domain: str | None) -> dict[str, str]:
         headers = super()._sandbox_headers(sandbox_id, domain)
@@ -187,6 +207,22 @@ class CubeProvider(E2BProvider):
             await anyio.sleep(0.05)
             info = await self._info(sandbox_id)
         return info
+
+    # ------------------------------------------------------------ templates
+
+    async def _template_call(self, method: str, path: str, *, json: Any = None) -> Any:
+        with self._translate(what="template"):
+            return await self._call(method, path, json=json)
+
+    async def _build_template(self, spec: TemplateSpec, *, force: bool,
+                              on_progress: Callable[[str], None] | None) -> Template:
+        return await self._templates.build(spec, force=force, on_progress=on_progress)
+
+    async def _list_templates(self) -> list[Template]:
+        return await self._templates.list()
+
+    async def _delete_template(self, template_id: str) -> None:
+        await self._template_call("DELETE", f"/templates/{_quote(template_id)}")
 
     # ------------------------------------------------------------ extras
 

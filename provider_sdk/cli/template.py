@@ -1,0 +1,65 @@
+"""``psdk template build|ls|rm``: templates from Dockerfiles, on any provider that
+builds them (``templates.build``).
+
+``build`` reads and checks the Dockerfile first: what the provider's builder cannot do
+is reported, every line of it, before anything is built. Progress is a status line on a
+terminal and plain lines otherwise (CI logs).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from provider_sdk import config
+from provider_sdk.capabilities import Capability
+from provider_sdk.cli.console import CliError, Console, dump_json, to_json
+from provider_sdk.models import Template, TemplateSpec
+
+__all__ = ["cmd_template"]
+
+
+async def cmd_template(args: argparse.Namespace, console: Console) -> int:
+    """Build, list or remove templates."""
+    options: dict[str, Any] = {}
+    if getattr(args, "registry", None):
+        options["registry"] = args.registry
+    async with config.open_provider(config.provider_name(args.provider), **options) as provider:
+        provider.require(Capability.TEMPLATES_BUILD)
+        if args.action == "build":
+            spec = TemplateSpec.from_dockerfile(
+                args.path, context=args.context, name=args.name, cpu=args.cpu,
+                memory_mb=args.memory_mb, start_cmd=args.start_cmd, ready_cmd=args.ready_cmd)
+            problems = provider.check_template(spec)
+            if problems:
+                for problem in problems:
+                    console.note(f"{args.path}: {problem}")
+                raise CliError(f"the {provider.name} builder cannot build {spec.name!r} "
+                               f"({len(problems)} problem{'s' if len(problems) > 1 else ''})")
+            label = f"{spec.name} on {provider.name}"
+            with console.status(f"building {label}") as status:
+                def progress(line: str) -> None:
+                    if console.interactive:
+                        status.update(f"{label}: {' '.join(line.split())}")
+                    else:
+                        console.note(f"{spec.name}: {line}")
+
+                template = await provider.build_template(spec, force=args.force,
+                                                         on_progress=progress)
+            _print([template], console, json_output=args.json)
+        elif args.action == "ls":
+            _print(await provider.list_templates(), console, json_output=args.json)
+        else:
+            for template_id in args.ids:
+                await provider.delete_template(template_id)
+    return 0
+
+
+def _print(templates: list[Template], console: Console, *, json_output: bool) -> None:
+    if json_output:
+        console.out(dump_json([to_json(t) for t in templates]))
+        return
+    for t in templates:
+        created = t.created_at.strftime("%Y-%m-%d %H:%M") if t.created_at else "-"
+        digest = (t.content_hash or "-")[:12]
+        console.out(f"{t.id}\t{t.name or '-'}\t{digest}\t{created}")
