@@ -153,16 +153,18 @@ def parse(text: str) -> Dockerfile:
         if not stripped or stripped.startswith("#"):
             continue
         parts = [raw.rstrip()]
-        while parts[-1].endswith(escape) and index < len(lines):
-            parts[-1] = parts[-1][:-1]
+        continued = parts[-1].endswith(escape)
+        while continued:
+            parts[-1] = parts[-1].removesuffix(escape)
+            if index == len(lines):
+                break
             following = lines[index]
             index += 1
             if not following.strip() or following.lstrip().startswith("#"):
                 parts.append("")  # comments and blank lines inside a continuation
                 continue
             parts.append(following.rstrip())
-        if parts[-1].endswith(escape):
-            parts[-1] = parts[-1][:-1]
+            continued = parts[-1].endswith(escape)
         joined = "".join(parts).strip()  # as Docker: the escape and newline vanish
         keyword, _, rest = joined.partition(" ")
         if not re.fullmatch(r"[A-Za-z]+", keyword) or keyword.upper() not in KEYWORDS:
@@ -170,7 +172,7 @@ def parse(text: str) -> Dockerfile:
         instruction = _instruction(keyword.upper(), rest.strip(), start)
         if instruction.heredoc and instruction.keyword in ("RUN", "COPY", "ADD"):
             # The here-document's lines belong to the instruction: skip to its end.
-            index = _skip_heredocs(lines, index, rest)
+            index = _skip_heredocs(lines, index, rest, start)
         instructions.append(instruction)
     if not instructions:
         _fail(1, "the Dockerfile has no instructions")
@@ -204,7 +206,7 @@ def _instruction(keyword: str, rest: str, line: int) -> Instruction:
                        args=tuple(body.split()), heredoc=heredoc)
 
 
-def _skip_heredocs(lines: list[str], index: int, rest: str) -> int:
+def _skip_heredocs(lines: list[str], index: int, rest: str, start: int) -> int:
     for match in _HEREDOC.finditer(rest):
         word = match.group(0).lstrip("<-").strip().strip("\"'")
         strip_tabs = match.group(0).startswith("<<-")
@@ -214,7 +216,7 @@ def _skip_heredocs(lines: list[str], index: int, rest: str) -> int:
             if line == word:
                 break
         else:
-            _fail(index, f"here-document {word!r} is never closed")
+            _fail(start, f"here-document {word!r} is never closed")
     return index
 
 

@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-__all__ = ["docker_problem", "missing", "require_bwrap", "require_docker"]
+__all__ = ["docker_problem", "missing", "require_bwrap", "require_docker", "require_registry"]
 
 
 @functools.cache
@@ -55,3 +55,16 @@ def require_docker() -> None:
     problem = docker_problem()
     if problem is not None:
         missing(f"no usable Docker Engine: {problem}")
+
+
+def require_registry() -> tuple[str, str, str]:
+    """The test registry (``HOST:PORT``, user, password) that ``.ci/run`` starts on
+    127.0.0.1 with basic auth: ``PSDK_TEST_REGISTRY``, ``PSDK_TEST_REGISTRY_USERNAME``,
+    ``PSDK_TEST_REGISTRY_PASSWORD``. Skips (fails under CI) when unset."""
+    address = os.environ.get("PSDK_TEST_REGISTRY")
+    if not address:
+        missing("no test registry: set PSDK_TEST_REGISTRY (HOST:PORT on 127.0.0.1), "
+                "PSDK_TEST_REGISTRY_USERNAME and PSDK_TEST_REGISTRY_PASSWORD")
+    assert address is not None
+    return (address, os.environ.get("PSDK_TEST_REGISTRY_USERNAME", ""),
+            os.environ.get("PSDK_TEST_REGISTRY_PASSWORD", ""))

@@ -9,6 +9,7 @@ terminal and plain lines otherwise (CI logs).
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from provider_sdk import config
@@ -32,8 +33,10 @@ async def cmd_template(args: argparse.Namespace, console: Console) -> int:
                 memory_mb=args.memory_mb, start_cmd=args.start_cmd, ready_cmd=args.ready_cmd)
             problems = provider.check_template(spec)
             if problems:
+                where = Path(args.path) / "Dockerfile" if Path(args.path).is_dir() \
+                    else Path(args.path)
                 for problem in problems:
-                    console.note(f"{args.path}: {problem}")
+                    console.note(f"{where}: {problem}")
                 raise CliError(f"the {provider.name} builder cannot build {spec.name!r} "
                                f"({len(problems)} problem{'s' if len(problems) > 1 else ''})")
             label = f"{spec.name} on {provider.name}"

@@ -776,8 +776,12 @@ class DockerProvider(SandboxProvider):
         return sorted(found, key=lambda t: t.id)
 
     async def _delete_template(self, template_id: str) -> None:
-        data = await self._engine.api("inspect_image", template_id, kind="image",
-                                      what=template_id)
+        try:
+            data = await self._engine.api("inspect_image", template_id, kind="image",
+                                          what=template_id)
+        except errors.TemplateNotFound:
+            raise errors.TemplateNotFound(f"no template {template_id!r}",
+                                          provider=self.name) from None
         if LABEL_TEMPLATE_HASH not in ((data.get("Config") or {}).get("Labels") or {}):
             raise errors.TemplateNotFound(f"no template {template_id!r} built by this SDK",
                                           provider=self.name)
