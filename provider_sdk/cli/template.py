@@ -9,8 +9,11 @@ terminal and plain lines otherwise (CI logs).
 from __future__ import annotations
 
 import argparse
+import functools
 from pathlib import Path
 from typing import Any
+
+import anyio
 
 from provider_sdk import config
 from provider_sdk.capabilities import Capability
@@ -28,13 +31,15 @@ async def cmd_template(args: argparse.Namespace, console: Console) -> int:
     async with config.open_provider(config.provider_name(args.provider), **options) as provider:
         provider.require(Capability.TEMPLATES_BUILD)
         if args.action == "build":
-            spec = TemplateSpec.from_dockerfile(
-                args.path, context=args.context, name=args.name, cpu=args.cpu,
-                memory_mb=args.memory_mb, start_cmd=args.start_cmd, ready_cmd=args.ready_cmd)
+            spec = await anyio.to_thread.run_sync(functools.partial(
+                TemplateSpec.from_dockerfile, args.path, context=args.context, name=args.name,
+                cpu=args.cpu, memory_mb=args.memory_mb, start_cmd=args.start_cmd,
+                ready_cmd=args.ready_cmd))
             problems = provider.check_template(spec)
             if problems:
-                where = Path(args.path) / "Dockerfile" if Path(args.path).is_dir() \
-                    else Path(args.path)
+                where = Path(args.path)
+                if await anyio.Path(where).is_dir():
+                    where /= "Dockerfile"
                 for problem in problems:
                     console.note(f"{where}: {problem}")
                 raise CliError(f"the {provider.name} builder cannot build {spec.name!r} "

@@ -24,7 +24,8 @@ def test_instructions_keep_their_first_line_and_join_continuations() -> None:
     run = parsed.instructions[1]
     assert run.body == "apt-get install     curl"
     copy = parsed.instructions[2]
-    assert copy.flags == ("--chown=1000",) and copy.flag("chown") == "1000"
+    assert copy.flags == ("--chown=1000",)
+    assert copy.flag("chown") == "1000"
     assert copy.args == ("a", "b", "/dst/")
     assert parsed.instructions[3].json_form
     assert parsed.instructions[3].args == ("python3", "-m", "http.server")

@@ -38,7 +38,8 @@ def test_build_prints_plain_progress_lines_then_the_template(project: Path,
         assert json.loads(again.out)[0]["id"] == template["id"]
         assert again.err == "", "an unchanged Dockerfile was built again"
         forced = psdk("template", "build", str(project), "--provider", "docker", "--force")
-        assert forced.code == 0 and "Step " in forced.err
+        assert forced.code == 0
+        assert "Step " in forced.err
         listed = psdk("template", "ls", "--provider", "docker")
         assert template["id"] in listed.out
     finally:
@@ -46,7 +47,8 @@ def test_build_prints_plain_progress_lines_then_the_template(project: Path,
     assert removed.code == 0, removed.err
     assert template["id"] not in psdk("template", "ls", "--provider", "docker").out
     gone = psdk("template", "rm", template["id"], "--provider", "docker")
-    assert gone.code == 1 and "no template" in gone.err
+    assert gone.code == 1
+    assert "no template" in gone.err
 
 
 def test_a_broken_dockerfile_is_one_error_line_naming_it(project: Path, psdk: Psdk) -> None:
@@ -66,7 +68,8 @@ def test_what_the_builder_cannot_do_is_listed_before_building(project: Path,
     lines = result.err.splitlines()
     assert lines[0].startswith(f"{project / 'Dockerfile'}: line 2: RUN: flags")
     assert lines[1].startswith(f"{project / 'Dockerfile'}: line 3: RUN: here-documents")
-    assert "cannot build" in lines[2] and "(2 problems)" in lines[2]
+    assert "cannot build" in lines[2]
+    assert "(2 problems)" in lines[2]
     assert "Step" not in result.err
 
 
