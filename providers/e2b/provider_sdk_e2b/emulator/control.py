@@ -19,6 +19,7 @@ from provider_sdk import errors
 from provider_sdk.capabilities import Capability
 from provider_sdk.models import Resources, SandboxSpec, VolumeMount
 from provider_sdk_e2b.emulator._http import Request, Response, json_response
+from provider_sdk_e2b.emulator._templates_cube import CubeTemplates
 from provider_sdk_e2b.emulator._world import ApiError, SandboxRecord, World, now
 from provider_sdk_e2b.emulator.flavors import ENVD_VERSION
 
@@ -148,6 +149,8 @@ class ControlPlane:
                        ("GET", "/volumes", self.list_volumes),
                        ("GET", "/volumes/{id}", self.get_volume),
                        ("DELETE", "/volumes/{id}", self.delete_volume)]
+        if self.flavor.image_templates:
+            routes += CubeTemplates(self.world).routes()
         return routes
 
     # ------------------------------------------------------------------ shapes

@@ -65,6 +65,8 @@ class Flavor:
     id_prefix: str
     environment: Callable[[Flavor, str, int], dict[str, str]]
     """The settings that point the vendor's SDK at an emulator (URL, port)."""
+    image_templates: bool = False
+    """CubeAPI's template API: templates made from OCI images pulled from a registry."""
 
     def settings(self, url: str, port: int) -> dict[str, str]:
         """The environment that points this vendor's SDK at an emulator on ``url``."""
@@ -135,4 +137,5 @@ CUBE = Flavor(
     path_routing=True,
     id_prefix="c",
     environment=_cube_settings,
+    image_templates=True,
 )
