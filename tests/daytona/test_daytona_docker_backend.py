@@ -97,7 +97,7 @@ async def test_a_failing_build_is_a_template_build_error(provider: DaytonaProvid
     spec = TemplateSpec(name="psdk-daytona-fails", dockerfile=f"FROM {base_image}\nRUN exit 3\n")
     with pytest.raises(TemplateBuildError) as caught:
         await provider.build_template(spec)
-    assert caught.value.step == "build"
+    assert caught.value.step == "Step 2/4 : RUN exit 3"
     failed = [t for t in await provider.list_templates() if t.id.startswith(spec.name)]
     assert [t.extra["state"] for t in failed] == ["build_failed"]
     await provider.delete_template(failed[0].id)

@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import hashlib
 import math
 import posixpath
+import re
 import secrets
 import shlex
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
@@ -63,6 +63,7 @@ from daytona import VolumeMount as DaytonaVolumeMount
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
 from provider_sdk.config import Secret, env_setting
+from provider_sdk.dockerfile import TemplateSupport
 from provider_sdk.models import (
     ExecResult,
     FileInfo,
@@ -155,6 +156,11 @@ class DaytonaProvider(SandboxProvider):
         Capability.LIST_METADATA,
         Capability.TEMPLATES_BUILD,
     })
+    template_support: ClassVar[TemplateSupport] = TemplateSupport(
+        context=False,
+        options={"start_cmd": "Daytona snapshots have no start command; start it in the "
+                              "sandbox instead",
+                 "ready_cmd": "Daytona snapshots have no readiness command"})
 
     def __init__(self, *, api_key: str | None = None, api_url: str | None = None,
                  target: str | None = None, create_timeout: float = 300.0,
@@ -816,16 +822,7 @@ class DaytonaProvider(SandboxProvider):
     async def _build_template(self, spec: TemplateSpec, *, force: bool,
                               on_progress: Callable[[str], None] | None) -> Template:
         where: dict[str, Any] = {"provider": self.name}
-        if spec.context is not None:
-            raise errors.TemplateBuildError(
-                "a build context would go through Daytona's object storage, which this "
-                "provider does not use: build from a Dockerfile without COPY or ADD",
-                step="context", **where)
-        if spec.start_cmd is not None or spec.ready_cmd is not None:
-            raise errors.TemplateBuildError("start_cmd and ready_cmd are not supported on "
-                                            "Daytona snapshots", step="parse", **where)
-        digest = hashlib.sha256(
-            f"{spec.dockerfile}\0{spec.cpu}\0{spec.memory_mb}".encode()).hexdigest()
+        digest = await anyio.to_thread.run_sync(spec.content_hash)
         name = f"{spec.name}-{digest[:12]}"
         try:
             with self._translate(not_found=errors.TemplateNotFound):
@@ -849,9 +846,11 @@ class DaytonaProvider(SandboxProvider):
                     on_logs=on_progress, timeout=self._create_timeout)
             except DaytonaError as exc:
                 if status_of(exc) is None and "Failed to create snapshot" in str(exc):
-                    raise errors.TemplateBuildError(str(exc), step="build",
-                                                    log_tail=str(exc)[-2000:],
-                                                    **where) from exc
+                    # The builder's reason names the failing step when it can.
+                    step = re.search(r"Step \d+/\d+ : [^\n]*", str(exc))
+                    raise errors.TemplateBuildError(
+                        str(exc), step=step.group(0).strip() if step else "build",
+                        log_tail=str(exc)[-2000:], **where) from exc
                 raise
         return convert.to_template(spec.name, digest, made)
 
