@@ -63,12 +63,12 @@ def entry(name: str) -> CatalogEntry:
     raise TemplateNotFound(f"no catalog template {name!r}; the catalog has: {names}")
 
 
-def spec(name: str, **options: Any) -> TemplateSpec:
-    """The catalog template ``name`` as a spec; ``options`` (``name=``, ``cpu=``, ...)
+def spec(template: str, /, **options: Any) -> TemplateSpec:
+    """The catalog template ``template`` as a spec; ``options`` (``name=``, ``cpu=``, ...)
     override the catalog's."""
-    chosen = entry(name)
+    chosen = entry(template)
     settings: dict[str, Any] = {
-        "name": name, "cpu": chosen.cpu, "memory_mb": chosen.memory_mb,
+        "name": template, "cpu": chosen.cpu, "memory_mb": chosen.memory_mb,
         "start_cmd": chosen.start_cmd, "ready_cmd": chosen.ready_cmd, **options}
     return TemplateSpec.from_dockerfile(chosen.path / "Dockerfile", context=chosen.path,
                                         **settings)
