@@ -66,6 +66,7 @@ from protobuf import Oneof
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
 from provider_sdk.config import Secret, env_setting
+from provider_sdk.dockerfile import TemplateSupport
 from provider_sdk.models import (
     ExecResult,
     FileInfo,
@@ -78,10 +79,12 @@ from provider_sdk.models import (
     SandboxSpec,
     SandboxState,
     Snapshot,
+    Template,
+    TemplateSpec,
 )
 from provider_sdk.provider import Command, ProcessEvent, ProcessExit, ProcessOutput, SandboxProvider
 from provider_sdk.sandbox import EmulatedShell
-from provider_sdk_e2b import _shell
+from provider_sdk_e2b import _e2b_templates, _shell
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup
@@ -223,7 +226,9 @@ class E2BProvider(SandboxProvider):
         Capability.NETWORK_UPDATE,
         Capability.LIST_METADATA,
         Capability.METRICS,
+        Capability.TEMPLATES_BUILD,
     })
+    template_support: ClassVar[TemplateSupport] = _e2b_templates.TEMPLATE_SUPPORT
 
     #: Where each option is read from when not given.
     SETTINGS: ClassVar[Mapping[str, str]] = {
@@ -1066,6 +1071,18 @@ class E2BProvider(SandboxProvider):
             deleted = await AsyncSandbox.delete_snapshot(snapshot_id, **self._params())
         if not deleted:
             raise errors.SnapshotNotFound(f"no snapshot {snapshot_id!r}", provider=self.name)
+
+    # ------------------------------------------------------------ templates
+
+    async def _build_template(self, spec: TemplateSpec, *, force: bool,
+                              on_progress: Callable[[str], None] | None) -> Template:
+        return await _e2b_templates.build(self, spec, force=force, on_progress=on_progress)
+
+    async def _list_templates(self) -> list[Template]:
+        return await _e2b_templates.list_all(self)
+
+    async def _delete_template(self, template_id: str) -> None:
+        await _e2b_templates.delete(self, template_id)
 
     # ------------------------------------------------------------ network, metrics
 

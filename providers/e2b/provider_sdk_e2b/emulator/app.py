@@ -23,6 +23,7 @@ from provider_sdk.config import Secret, env_setting, open_provider
 from provider_sdk.emulators import EmulatorOptions, Faults, RunningEmulator
 from provider_sdk_e2b.emulator import _http
 from provider_sdk_e2b.emulator._http import Request, Response, json_response
+from provider_sdk_e2b.emulator._templates_e2b import UPLOAD_PREFIX
 from provider_sdk_e2b.emulator._world import FAULT_DEFAULTS, FAULTS, ApiError, World
 from provider_sdk_e2b.emulator.control import ControlPlane
 from provider_sdk_e2b.emulator.envd import Envd
@@ -113,7 +114,8 @@ class App:
             allowed = ", ".join(sorted({method for method, _h, _m in matched}))
             return Response(405, (("allow", allowed),))
         handler, match = chosen
-        if request.path != "/health" and not self._key_ok(request):
+        if request.path != "/health" and not request.path.startswith(UPLOAD_PREFIX) \
+                and not self._key_ok(request):
             return json_response(401, {"code": 401, "message": "invalid or missing API key: "
                                        f"send it in the X-API-Key header "
                                        f"({self.flavor.api_key_setting})"})

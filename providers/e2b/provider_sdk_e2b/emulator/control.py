@@ -20,6 +20,7 @@ from provider_sdk.capabilities import Capability
 from provider_sdk.models import Resources, SandboxSpec, VolumeMount
 from provider_sdk_e2b.emulator._http import Request, Response, json_response
 from provider_sdk_e2b.emulator._templates_cube import CubeTemplates
+from provider_sdk_e2b.emulator._templates_e2b import TemplateBuilds
 from provider_sdk_e2b.emulator._world import ApiError, SandboxRecord, World, now
 from provider_sdk_e2b.emulator.flavors import ENVD_VERSION
 
@@ -151,6 +152,8 @@ class ControlPlane:
                        ("DELETE", "/volumes/{id}", self.delete_volume)]
         if self.flavor.image_templates:
             routes += CubeTemplates(self.world).routes()
+        if self.flavor.template_builds:
+            routes += TemplateBuilds(self.world).routes()
         return routes
 
     # ------------------------------------------------------------------ shapes

@@ -62,6 +62,9 @@ class Flavor:
     """``GET /v2/sandboxes`` pages with ``x-next-token`` (Cube returns one page)."""
     path_routing: bool
     """``/sandbox/<id>/<port>/...`` reaches a sandbox's port (CubeProxy's path form)."""
+    template_builds: bool
+    """E2B's template build API (``POST /v3/templates``, file uploads, builds from steps,
+    status) is served (Cube's is unconfirmed, and does not run ``RUN`` steps)."""
     id_prefix: str
     environment: Callable[[Flavor, str, int], dict[str, str]]
     """The settings that point the vendor's SDK at an emulator (URL, port)."""
@@ -110,6 +113,7 @@ E2B = Flavor(
     cube_extras=False,
     list_next_token=True,
     path_routing=False,
+    template_builds=True,
     id_prefix="i",
     environment=_e2b_settings,
 )
@@ -135,6 +139,7 @@ CUBE = Flavor(
     cube_extras=True,
     list_next_token=False,
     path_routing=True,
+    template_builds=False,
     id_prefix="c",
     environment=_cube_settings,
     image_templates=True,
