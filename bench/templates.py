@@ -15,18 +15,26 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import secrets
+import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
+from provider_sdk_daytona.provider import DaytonaProvider
 from provider_sdk_docker import DEFAULT_TEMPLATE, DockerProvider
+from provider_sdk_e2b.cube import CubeProvider
+from provider_sdk_e2b.emulator import run_in_thread
+from provider_sdk_e2b.provider import E2BProvider
 from run import report
 
+from provider_sdk.emulators import EmulatorOptions, RunningEmulator
+from provider_sdk.local import LocalProvider
 from provider_sdk.models import TemplateSpec
 from provider_sdk.provider import SandboxProvider
 
@@ -36,23 +44,25 @@ ENVD_STAND_IN = "#!/bin/sh\nexec sleep infinity\n"
 
 
 def make_context(root: Path) -> None:
+    (root / "data").mkdir()
     for index in range(CONTEXT_FILES):
-        (root / "data").mkdir(exist_ok=True)
         (root / "data" / f"f{index:04}.bin").write_bytes(os.urandom(FILE_BYTES))
 
 
-def new_spec(root: Path) -> TemplateSpec:
+def new_spec(root: Path, *, copies: bool) -> TemplateSpec:
     marker = secrets.token_hex(8)
     dockerfile = root / "Dockerfile"
-    dockerfile.write_text(f"FROM {DEFAULT_TEMPLATE}\nCOPY data /opt/data\n"
-                          f"RUN echo {marker} > /opt/marker\n")
+    copy = "COPY data /opt/data\n" if copies else ""
+    dockerfile.write_text(f"FROM {DEFAULT_TEMPLATE}\n{copy}RUN echo {marker} > /opt/marker\n")
     return TemplateSpec.from_dockerfile(dockerfile, name=f"psdk-bench-{marker}")
 
 
 async def measure(provider: SandboxProvider, root: Path, rounds: int) -> tuple[float, float]:
+    """Medians of the second build and of the first, over fresh specs."""
     firsts, seconds = [], []
+    copies = provider.template_support.context
     for _ in range(rounds):
-        spec = new_spec(root)
+        spec = new_spec(root, copies=copies)
         start = time.perf_counter()
         template = await provider.build_template(spec)
         firsts.append(time.perf_counter() - start)
@@ -60,48 +70,63 @@ async def measure(provider: SandboxProvider, root: Path, rounds: int) -> tuple[f
         again = await provider.build_template(spec)
         seconds.append(time.perf_counter() - start)
         assert again.id == template.id, "the unchanged spec was built again"
-        with contextlib.suppress(Exception):
-            await provider.delete_template(template.id)
+        await provider.delete_template(template.id)
     return statistics.median(seconds), statistics.median(firsts)
 
 
 @contextlib.contextmanager
-def cube_environment(envd: Path) -> Iterator[dict[str, str] | None]:
-    """The Cube emulator (docker backend) and the registry settings, if configured."""
+def emulated(name: str) -> Iterator[RunningEmulator]:
+    """The vendor's emulator on the docker backend, its settings in the environment."""
+    with run_in_thread(name, EmulatorOptions(api_key=secrets.token_urlsafe(16),
+                                             backend="docker")) as running:
+        saved = dict(os.environ)
+        os.environ.update(running.environment())
+        try:
+            yield running
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+async def targets(root: Path) -> AsyncIterator[tuple[str, SandboxProvider | str]]:
+    """Each target's provider, or why it is skipped."""
+    async with DockerProvider() as docker:
+        yield "docker", docker
+    if shutil.which("bwrap"):
+        async with LocalProvider(home=root / "home") as local:
+            yield "local", local
+    else:
+        yield "local", "bubblewrap is not installed"
+    with emulated("e2b"):
+        async with E2BProvider() as e2b:
+            yield "e2b", e2b
+    with emulated("daytona") as running:
+        async with DaytonaProvider(api_key=running.api_key.reveal(),
+                                   api_url=running.settings["DAYTONA_API_URL"]) as daytona:
+            yield "daytona", daytona
     registry = os.environ.get("PSDK_TEST_REGISTRY")
     if not registry:
-        yield None
+        yield "cube", "PSDK_TEST_REGISTRY is not set"
         return
-    from provider_sdk_e2b.emulator import run_in_thread
-
-    from provider_sdk.emulators import EmulatorOptions
-
-    with run_in_thread("cube", EmulatorOptions(api_key="bench-key", backend="docker")) as run:
-        yield {**run.environment(), "PSDK_REGISTRY": registry,
-               "PSDK_REGISTRY_USERNAME": os.environ.get("PSDK_TEST_REGISTRY_USERNAME", ""),
-               "PSDK_REGISTRY_PASSWORD": os.environ.get("PSDK_TEST_REGISTRY_PASSWORD", ""),
-               "PSDK_CUBE_ENVD": str(envd)}
+    envd = root / "envd"
+    envd.write_text(ENVD_STAND_IN)
+    with emulated("cube"):
+        os.environ["PSDK_REGISTRY_USERNAME"] = os.environ.get("PSDK_TEST_REGISTRY_USERNAME", "")
+        os.environ["PSDK_REGISTRY_PASSWORD"] = os.environ.get("PSDK_TEST_REGISTRY_PASSWORD", "")
+        async with CubeProvider(registry=registry, envd=str(envd)) as cube:
+            yield "cube", cube
 
 
 async def main(rounds: int) -> None:
     with tempfile.TemporaryDirectory(prefix="psdk-bench-") as tmp:
         root = Path(tmp)
         make_context(root)
-        async with DockerProvider() as docker:
-            second, first = await measure(docker, root, rounds)
-        report("docker: second build of an unchanged spec, vs the first", second, first, 0.05)
-        envd = root / "envd"
-        envd.write_text(ENVD_STAND_IN)
-        with cube_environment(envd) as settings:
-            if settings is None:
-                print('{"name": "cube: skipped", "reason": "PSDK_TEST_REGISTRY is not set"}')
-                return
-            os.environ.update(settings)
-            from provider_sdk_e2b.cube import CubeProvider
-
-            async with CubeProvider() as cube:
-                second, first = await measure(cube, root, rounds)
-            report("cube: second build of an unchanged spec, vs the first", second, first,
+        async for name, provider in targets(root):
+            if isinstance(provider, str):
+                print(json.dumps({"name": f"{name}: skipped", "reason": provider}), flush=True)
+                continue
+            second, first = await measure(provider, root, rounds)
+            report(f"{name}: second build of an unchanged spec, vs the first", second, first,
                    0.05)
 
 
