@@ -9,6 +9,10 @@ Layout under the home (``PSDK_HOME``; default ``$XDG_DATA_HOME/psdk``)::
     sandboxes/<id>/agent.log     the agent's output
     snapshots/<id>/meta.json, root/
     volumes/<name>/meta.json, data/
+    templates/<id>/meta.json, root/   an image's filesystem (read-only lower layer)
+
+A sandbox made from a template has ``upper/`` and ``work/`` (its overlay layer) beside
+``root/`` (then only the mount point), and its snapshots hold that layer.
 
 Everything is plain files, so any process (another ``psdk``, the same program after a
 restart) sees the same sandboxes. This module owns paths and metadata, nothing else.
@@ -40,7 +44,7 @@ class Home:
 
     def __init__(self, path: Path) -> None:
         self.path = path.absolute()
-        for sub in ("sandboxes", "snapshots", "volumes"):
+        for sub in ("sandboxes", "snapshots", "volumes", "templates"):
             (self.path / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(self.path, 0o700)
         self.tag = hashlib.sha256(str(self.path).encode()).hexdigest()[:8]
@@ -55,6 +59,9 @@ class Home:
     def volume(self, name: str) -> Path:
         return self.path / "volumes" / name
 
+    def template(self, template_id: str) -> Path:
+        return self.path / "templates" / template_id
+
     def new_id(self, kind: str) -> str:
         """A fresh id; the directory is created so the id cannot be taken twice."""
         while True:
@@ -68,7 +75,7 @@ class Home:
 
     def ids(self, kind: str) -> list[str]:
         return sorted(p.name for p in (self.path / kind).iterdir()
-                      if (p / "meta.json").is_file())
+                      if not p.name.startswith(".") and (p / "meta.json").is_file())
 
     @contextlib.contextmanager
     def lock(self, directory: Path) -> Iterator[None]:

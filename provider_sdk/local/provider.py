@@ -9,6 +9,11 @@ Lifecycle mapping: ``pause`` freezes the whole tree (cgroup freezer; memory kept
 ``resume`` thaws it, or restarts a sandbox whose processes are gone (after a reboot)
 from its files. ``Lifecycle(idle_timeout, on_idle="kill")`` ends a sandbox after that
 many seconds without requests or running background processes.
+
+Templates (``templates.build``) are images built with Docker Engine and exported into
+the home; a sandbox made from one runs on an overlay of that filesystem (see
+``_templates``). Only building needs Docker (and the distribution
+``provider-sdk-templates``); listing, deleting and creating from a built template do not.
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ import attrs
 
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
-from provider_sdk.local import _launch
+from provider_sdk.dockerfile import Problem, TemplateSupport
+from provider_sdk.local import _launch, _templates
 from provider_sdk.local._client import AgentClient
 from provider_sdk.local._home import Home, default_home, read_meta, write_meta
 from provider_sdk.models import (
@@ -46,6 +52,8 @@ from provider_sdk.models import (
     SandboxSpec,
     SandboxState,
     Snapshot,
+    Template,
+    TemplateSpec,
     Volume,
 )
 from provider_sdk.provider import Command, ProcessEvent, SandboxProvider
@@ -72,6 +80,19 @@ GROUP = "root:x:0:\nuser:x:1000:\n"
 HOSTS = "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n"
 # Host /etc entries a shell and Python need, copied once into the shared read-only /etc.
 ETC_COPIED = ("nsswitch.conf", "localtime", "bash.bashrc", "profile", "inputrc", "mime.types")
+_NO_COMMAND = "local sandboxes run no image command: start processes with sandbox.start()"
+TEMPLATE_SUPPORT = TemplateSupport(
+    unsupported={
+        "CMD": _NO_COMMAND,
+        "ENTRYPOINT": _NO_COMMAND,
+        "HEALTHCHECK": "local sandboxes run no image command, so nothing is checked",
+        "EXPOSE": "local sandboxes have loopback only: no port is published",
+        "VOLUME": "the image's volumes are not made: mount provider volumes "
+                  "(SandboxSpec.volumes) instead",
+    },
+    # USER is checked by LocalProvider.check_template and at build time: uid 0 or 1000.
+)
+READY_CMD_TIMEOUT = 120.0  # seconds a template's ready_cmd may take to succeed
 VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 READY_TIMEOUT = 15.0
 IDLE_MARK = "psdk-agent: idle timeout"  # what the agent logs before ending the sandbox
@@ -109,7 +130,9 @@ class LocalProvider(SandboxProvider):
         Capability.NETWORK_POLICY,
         Capability.LIST_METADATA,
         Capability.METRICS,
+        Capability.TEMPLATES_BUILD,
     })
+    template_support: ClassVar[TemplateSupport] = TEMPLATE_SUPPORT
 
     def __init__(self, *, home: str | os.PathLike[str] | None = None,
                  unisolated: bool = False) -> None:
@@ -130,29 +153,40 @@ class LocalProvider(SandboxProvider):
     async def _create(self, spec: SandboxSpec) -> SandboxInfo:
         bwrap = self._check_can_launch()
         self._check_create(spec)
+        template = self._template_of(spec)
         if self._unisolated:
             warnings.warn("local sandbox created WITHOUT isolation (unisolated=True): its "
                           "commands can read and change this machine's files and processes",
                           UnisolatedWarning, stacklevel=4)
+        image: dict[str, Any] = {}
+        if template != "default":
+            image = self._template_meta(template)
         sandbox_id = self._home.new_id("sandboxes")
         directory = self._home.sandbox(sandbox_id)
         meta: dict[str, Any] = {
             "id": sandbox_id,
             "created_at": _now().isoformat(),
-            "template": spec.template or "default",
+            "template": template,
             "metadata": dict(spec.metadata),
+            "image_env": image.get("env", {}),
             "env": dict(spec.env),
-            "cwd": spec.cwd or WORKDIR,
-            "resources": attrs.asdict(spec.resources),
+            "cwd": spec.cwd or image.get("workdir") or WORKDIR,
+            "resources": attrs.asdict(self._resources(spec, image)),
+            "start_cmd": image.get("start_cmd"),
+            "ready_cmd": image.get("ready_cmd"),
             "idle_timeout": spec.lifecycle.idle_timeout,
             "volumes": [[m.volume, m.path, m.read_only] for m in spec.volumes],
             "snapshot": spec.snapshot,
             "unisolated": self._unisolated,
         }
         try:
-            await anyio.to_thread.run_sync(self._make_root, directory, spec.snapshot, meta["cwd"])
+            await anyio.to_thread.run_sync(self._make_root, directory, spec.snapshot, meta["cwd"],
+                                           template)
             write_meta(directory, meta)
+            if template != "default":
+                self._template_meta(template)  # deleted meanwhile: its delete saw no user
             await self._start_sandbox(sandbox_id, meta, bwrap)
+            await self._start_command(sandbox_id, meta)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._kill(sandbox_id)
@@ -175,11 +209,61 @@ class LocalProvider(SandboxProvider):
                 "missing: install python3 from the system's packages", provider=self.name)
         return bwrap
 
-    def _check_create(self, spec: SandboxSpec) -> None:
-        if spec.template not in (None, "default"):
+    def _template_of(self, spec: SandboxSpec) -> str:
+        """The template a new sandbox runs on: the spec's, or its snapshot's."""
+        wanted = spec.template or "default"
+        if spec.snapshot is not None:
+            snap = read_meta(self._home.snapshot(spec.snapshot))
+            if snap is None:
+                raise errors.SnapshotNotFound(f"snapshot {spec.snapshot!r} does not exist",
+                                              provider=self.name)
+            if wanted not in ("default", snap["template"]):
+                raise errors.InvalidInput(
+                    f"snapshot {spec.snapshot!r} was taken on template {snap['template']!r}, "
+                    f"not {wanted!r}: give no template with it", provider=self.name)
+            wanted = snap["template"]
+        if wanted != "default" and self._unisolated:
+            raise errors.UnsupportedCapability(
+                "templates", provider=self.name,
+                detail="sandboxes from a template need bubblewrap")
+        return wanted
+
+    def _resources(self, spec: SandboxSpec, image: Mapping[str, Any]) -> Resources:
+        """The spec's resources; a template's cpu and memory_mb fill in what it leaves
+        unset, where cgroups can apply them (elsewhere they are not applied)."""
+        defaults = {k: image.get(k) for k in ("cpu", "memory_mb")
+                    if image.get(k) is not None and getattr(spec.resources, k) is None}
+        if not defaults or not self._cgroups:
+            return spec.resources
+        return attrs.evolve(spec.resources, **defaults)
+
+    async def _start_command(self, sandbox_id: str, meta: Mapping[str, Any]) -> None:
+        """Start a template's ``start_cmd`` in the background and wait until its
+        ``ready_cmd`` exits 0 (at create, and when a stopped sandbox is started again)."""
+        if meta.get("start_cmd"):
+            await self._start(sandbox_id, Command(argv=("/bin/sh", "-c", meta["start_cmd"])))
+        if not meta.get("ready_cmd"):
+            return
+        probe = Command(argv=("/bin/sh", "-c", meta["ready_cmd"]), timeout=10)
+        with anyio.move_on_after(READY_CMD_TIMEOUT):
+            while (await self._exec(sandbox_id, probe)).exit_code != 0:  # noqa: ASYNC110
+                await anyio.sleep(0.1)  # a command's result: there is no event to wait on
+            return
+        raise errors.OperationTimeout(
+            f"the template's ready_cmd did not succeed within {READY_CMD_TIMEOUT:.0f}s",
+            provider=self.name, sandbox_id=sandbox_id)
+
+    def _template_meta(self, template_id: str) -> dict[str, Any]:
+        meta = (read_meta(self._home.template(template_id))
+                if _templates.TEMPLATE_ID.match(template_id) else None)
+        if meta is None:
+            known = ", ".join(["default", *self._home.ids("templates")])
             raise errors.TemplateNotFound(
-                f"template {spec.template!r} does not exist; the local provider has only "
-                "'default' (the host's /usr)", provider=self.name)
+                f"template {template_id!r} does not exist; this home has: {known}",
+                provider=self.name)
+        return meta
+
+    def _check_create(self, spec: SandboxSpec) -> None:
         if spec.network.allow_internet or spec.network.allow_out:
             raise errors.UnsupportedCapability(
                 "network.policy", provider=self.name,
@@ -204,8 +288,20 @@ class LocalProvider(SandboxProvider):
             raise errors.SnapshotNotFound(f"snapshot {spec.snapshot!r} does not exist",
                                           provider=self.name)
 
-    def _make_root(self, directory: Path, snapshot: str | None, workdir: str) -> None:
+    def _make_root(self, directory: Path, snapshot: str | None, workdir: str,
+                   template: str = "default") -> None:
         root = directory / "root"
+        if template != "default":
+            # The template is the overlay's lower layer; the sandbox writes to upper/.
+            upper = directory / "upper"
+            if snapshot is not None:
+                _copy_tree(self._home.snapshot(snapshot) / "root", upper)
+            else:
+                upper.mkdir()
+            (directory / "work").mkdir()
+            root.mkdir()
+            _templates.make_cwd(self._home.template(template) / "root", upper, workdir)
+            return
         if snapshot is not None:
             _copy_tree(self._home.snapshot(snapshot) / "root", root)
         else:
@@ -260,7 +356,7 @@ class LocalProvider(SandboxProvider):
         root = directory / "root"
         config = {
             "workdir": meta["cwd"],
-            "env": {**BASE_ENV, **meta["env"]},
+            "env": {**BASE_ENV, **meta.get("image_env", {}), **meta["env"]},
             "idle_timeout": meta["idle_timeout"],
             "root": str(root) if meta["unisolated"] else "",
         }
@@ -272,10 +368,20 @@ class LocalProvider(SandboxProvider):
                 volumes = [(self._home.volume(name) / "data", path, ro)
                            for name, path, ro in meta["volumes"]]
                 etc = await anyio.to_thread.run_sync(self._base_etc)
-                argv = _launch.bwrap_argv(bwrap=bwrap, root=root, etc=etc,
-                                          config=directory / "agent.json", volumes=volumes)
-                argv += _launch.agent_command(_launch.SANDBOX_PYTHON, agent=_launch.SANDBOX_AGENT,
-                                              config=_launch.SANDBOX_CONFIG)
+                if meta["template"] == "default":
+                    argv = _launch.bwrap_argv(bwrap=bwrap, root=root, etc=etc,
+                                              config=directory / "agent.json", volumes=volumes)
+                    python = [_launch.SANDBOX_PYTHON]
+                else:
+                    argv = [*_templates.overlay_prefix(
+                        lower=self._home.template(meta["template"]) / "root",
+                        upper=directory / "upper", work=directory / "work", root=root),
+                        *_templates.bwrap_argv(bwrap=bwrap, root=root, etc=etc,
+                                               config=directory / "agent.json",
+                                               volumes=volumes)]
+                    python = _templates.agent_interpreter()
+                argv += [*python[:-1], *_launch.agent_command(
+                    python[-1], agent=_launch.SANDBOX_AGENT, config=_launch.SANDBOX_CONFIG)]
             else:
                 argv = _launch.agent_command(_launch.host_python(),
                                              agent=str(_launch.AGENT_SOURCE),
@@ -388,6 +494,7 @@ class LocalProvider(SandboxProvider):
             bwrap = None if meta["unisolated"] else self._check_can_launch()
             await anyio.to_thread.run_sync(self._cgroup(sandbox_id).destroy)
             await self._start_sandbox(sandbox_id, meta, bwrap)
+            await self._start_command(sandbox_id, meta)
         elif state != SandboxState.RUNNING:
             raise self._not_running(sandbox_id, state)
         await self._wait_ready(sandbox_id, _launch.Launched(**self._read(sandbox_id)["launch"]))
@@ -548,7 +655,10 @@ class LocalProvider(SandboxProvider):
                 if thaw:
                     cgroup.freeze(True)
                 try:
-                    _copy_tree(directory / "root", target / "root")
+                    # A template sandbox's own files are its overlay layer: the snapshot
+                    # keeps that, over the same template.
+                    layer = "root" if meta["template"] == "default" else "upper"
+                    _copy_tree(directory / layer, target / "root")
                 finally:
                     if thaw:
                         cgroup.freeze(False)
@@ -625,13 +735,138 @@ class LocalProvider(SandboxProvider):
                       created_at=dt.datetime.fromisoformat(meta["created_at"]),
                       extra={"path": str(self._home.volume(meta["name"]) / "data")})
 
+    # ----------------------------------------------------------------- templates
+
+    async def _build_template(self, spec: TemplateSpec, *, force: bool,
+                              on_progress: Callable[[str], None] | None) -> Template:
+        try:
+            from provider_sdk_docker import DockerProvider
+            from provider_sdk_templates import rootfs
+        except ImportError as exc:
+            raise errors.ConfigError(
+                "templates for the local provider are built with Docker Engine: install the "
+                f"distribution provider-sdk-templates (missing module: {exc.name})",
+                provider=self.name) from exc
+        digest = await anyio.to_thread.run_sync(spec.content_hash)
+        template_id = _templates.template_id(spec.name, digest)
+        meta = read_meta(self._home.template(template_id))
+        if meta is not None and not force:
+            return self._to_template(meta)
+        if meta is not None:
+            await anyio.to_thread.run_sync(self._check_unused, template_id)
+        docker = DockerProvider()
+        try:
+            before = {(t.name, t.content_hash) for t in await docker.list_templates()}
+            image = await docker.build_template(spec, force=force, on_progress=on_progress)
+            try:
+                if on_progress is not None:
+                    on_progress(f"exporting the filesystem of {image.id} as local template "
+                                f"{template_id}")
+                meta = await anyio.to_thread.run_sync(
+                    lambda: self._export(rootfs.export_image, image.id, spec, digest, force))
+            finally:
+                if (spec.name, digest) not in before:  # made for this build: not kept
+                    with contextlib.suppress(errors.SandboxError):
+                        await docker.delete_template(image.id)
+        finally:
+            await docker.aclose()
+        return self._to_template(meta)
+
+    def _export(self, export: Callable[..., Any], image: str, spec: TemplateSpec, digest: str,
+                force: bool) -> dict[str, Any]:
+        """Export ``image`` beside the templates, then move it into place."""
+        name = spec.name
+        template_id = _templates.template_id(name, digest)
+        templates = self._home.path / "templates"
+        staging = templates / f".{template_id}-{secrets.token_hex(4)}"
+        staging.mkdir(mode=0o700)
+        try:
+            config = export(image, staging / "root", provider=self.name)
+            if _templates.user_uid(staging / "root", config.user) not in (0, 1000):
+                users = [i.line for i in spec.parsed().instructions if i.keyword == "USER"]
+                raise errors.TemplateBuildError(
+                    f"the image's USER is {config.user!r}, which is not uid 0 or 1000 in its "
+                    "/etc/passwd: local sandboxes always run as uid 1000",
+                    step=f"USER (line {users[-1]})" if users else "USER", provider=self.name)
+            _templates.prepare_root(staging / "root")
+            meta = {"id": template_id, "name": name, "content_hash": digest,
+                    "created_at": _now().isoformat(), "image": image,
+                    "env": dict(config.env), "workdir": config.workdir, "user": config.user,
+                    "cpu": spec.cpu, "memory_mb": spec.memory_mb,
+                    "start_cmd": spec.start_cmd, "ready_cmd": spec.ready_cmd}
+            write_meta(staging, meta)
+            target = self._home.template(template_id)
+            with self._home.lock(templates):
+                if read_meta(target) is not None:
+                    if not force:  # another build of the same spec finished first
+                        shutil.rmtree(staging)
+                        return read_meta(target) or meta
+                    self._check_unused(template_id)
+                    _remove_tree(target)
+                staging.rename(target)
+            return meta
+        except BaseException:
+            _remove_tree(staging)
+            raise
+
+    def check_template(self, spec: TemplateSpec) -> list[Problem]:
+        """What local templates cannot do with ``spec``, with line numbers: besides the
+        declared :attr:`template_support`, a ``USER`` naming a uid other than 0 or 1000
+        (a user name is checked against the image's ``/etc/passwd`` at build time)."""
+        found = super().check_template(spec)
+        for instruction in spec.parsed().instructions:
+            if instruction.keyword == "USER" and instruction.args:
+                uid = instruction.args[0].partition(":")[0]
+                if uid.isdigit() and int(uid) not in (0, 1000):
+                    found.append(Problem(line=instruction.line, what="USER", reason=(
+                        f"uid {uid}: local sandboxes always run as uid 1000 ('user')")))
+        return sorted(found, key=lambda p: (p.line is None, p.line or 0))
+
+    def _check_unused(self, template_id: str) -> None:
+        """Conflict while a sandbox or snapshot of this home is made from the template
+        (its files are their lower layer)."""
+        sandboxes = [s for s in self._home.ids("sandboxes")
+                     if (read_meta(self._home.sandbox(s)) or {}).get("template") == template_id]
+        snapshots = [s for s in self._home.ids("snapshots")
+                     if (read_meta(self._home.snapshot(s)) or {}).get("template") == template_id]
+        if sandboxes or snapshots:
+            users = [f"sandbox {s}" for s in sandboxes] + [f"snapshot {s}" for s in snapshots]
+            raise errors.Conflict(
+                f"template {template_id!r} is in use by {', '.join(users)}: kill those "
+                "sandboxes and delete those snapshots first", provider=self.name)
+
+    async def _list_templates(self) -> list[Template]:
+        metas = [read_meta(self._home.template(t)) for t in self._home.ids("templates")]
+        return [self._to_template(m) for m in metas if m is not None]
+
+    async def _delete_template(self, template_id: str) -> None:
+        self._template_meta(template_id)  # TemplateNotFound
+        templates = self._home.path / "templates"
+
+        def delete() -> None:
+            with self._home.lock(templates):
+                self._check_unused(template_id)
+                _remove_tree(self._home.template(template_id))
+
+        await anyio.to_thread.run_sync(delete)
+
+    def _to_template(self, meta: dict[str, Any]) -> Template:
+        return Template(id=meta["id"], name=meta["name"], provider=self.name,
+                        content_hash=meta["content_hash"],
+                        created_at=dt.datetime.fromisoformat(meta["created_at"]),
+                        extra={"path": str(self._home.template(meta["id"]) / "root"),
+                               "image": meta["image"], "env": dict(meta["env"]),
+                               "workdir": meta["workdir"], "user": meta["user"],
+                               "start_cmd": meta.get("start_cmd"),
+                               "ready_cmd": meta.get("ready_cmd")})
+
     # ------------------------------------------------------------------- metrics
 
     async def _metrics(self, sandbox_id: str) -> Metrics:
         self._running(sandbox_id)
         cgroup = self._cgroup(sandbox_id)
-        root = self._home.sandbox(sandbox_id) / "root"
-        disk = await anyio.to_thread.run_sync(_disk_usage, root)
+        layer = "root" if self._read(sandbox_id)["template"] == "default" else "upper"
+        disk = await anyio.to_thread.run_sync(_disk_usage, self._home.sandbox(sandbox_id) / layer)
         memory, limit = cgroup.memory() if cgroup.exists() else (None, None)
         cpu = cgroup.cpu_seconds() if cgroup.exists() else None
         if memory is None:
@@ -668,6 +903,16 @@ def _copy_tree(src: Path, dst: Path) -> None:
                           capture_output=True, check=False)
     if done.returncode != 0:
         raise OSError(f"copying {src} failed: {done.stderr.decode(errors='replace').strip()}")
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove a directory tree, first moving it aside so no reader sees it half gone."""
+    if not path.exists():
+        return
+    aside = path.with_name(f".deleted-{path.name}-{secrets.token_hex(4)}")
+    path.rename(aside)
+    (aside / "meta.json").unlink(missing_ok=True)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _disk_usage(root: Path) -> int:
