@@ -29,6 +29,7 @@ from daytona import (
     VolumeMount,
 )
 from daytona_emulator_fixtures import running
+from engines import require_docker
 
 
 def _label() -> dict[str, str]:
@@ -235,12 +236,14 @@ def test_sync_snapshots_from_an_image_and_from_a_sandbox(sync_client: Daytona) -
         sync_client.snapshot.get(name)
 
 
-def test_sync_a_dockerfile_snapshot_fails_where_the_backend_cannot_build(
-        sync_client: Daytona) -> None:
-    """The local backend builds no images: the build fails, and says so."""
+def test_sync_a_dockerfile_snapshot_fails_naming_the_step(sync_client: Daytona) -> None:
+    """The backend builds offline and pulls nothing: a base image it lacks fails the
+    build, and the SDK's error names the ``FROM`` line."""
+    require_docker()  # the local backend builds its templates with Docker Engine
     params = CreateSnapshotParams(name=f"fidelity-build-{secrets.token_hex(4)}",
                                   image=Image.debian_slim("3.12").pip_install("requests"))
-    with pytest.raises(DaytonaError, match="cannot build images"):
+    with pytest.raises(DaytonaError, match=r"FROM \(line 1\): the base image '.*slim.*' is "
+                                           "not in the Docker Engine"):
         sync_client.snapshot.create(params)
     failed = sync_client.snapshot.get(params.name)
     assert failed.state == "build_failed"

@@ -846,10 +846,11 @@ class DaytonaProvider(SandboxProvider):
                     on_logs=on_progress, timeout=self._create_timeout)
             except DaytonaError as exc:
                 if status_of(exc) is None and "Failed to create snapshot" in str(exc):
-                    # The builder's reason names the failing step when it can.
-                    step = re.search(r"Step \d+/\d+ : [^\n]*", str(exc))
+                    # The builder's log names the steps it ran; the last is the one that
+                    # failed.
+                    steps = re.findall(r"Step \d+/\d+ : [^\n]*", str(exc))
                     raise errors.TemplateBuildError(
-                        str(exc), step=step.group(0).strip() if step else "build",
+                        str(exc), step=steps[-1].strip() if steps else "build",
                         log_tail=str(exc)[-2000:], **where) from exc
                 raise
         return convert.to_template(spec.name, digest, made)

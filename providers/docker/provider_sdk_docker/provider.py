@@ -761,7 +761,7 @@ class DockerProvider(SandboxProvider):
                 await self._engine.api("inspect_image", image, kind="image", what=image)
             except errors.TemplateNotFound:
                 raise errors.TemplateBuildError(
-                    f"line {instruction.line}: the base image {image!r} is not in the Docker "
+                    f"the base image {image!r} is not in the Docker "
                     "Engine; nothing is pulled: build, load or pull it first",
                     step=f"FROM (line {instruction.line})", provider=self.name) from None
 

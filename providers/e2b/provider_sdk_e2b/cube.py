@@ -20,7 +20,7 @@ What differs, and how it is handled:
   (:meth:`CubeProvider.ex_rollback`); no metrics;
 - templates: Cube builds none from Dockerfiles; the image is built here, given envd,
   pushed to a registry and made a template through Cube's template API
-  (:mod:`provider_sdk_e2b._cube_templates`).
+  (:class:`CubeProvider`'s ``registry`` and ``envd`` settings).
 """
 
 from __future__ import annotations

@@ -464,7 +464,8 @@ async def create_snapshot(request: web.Request) -> web.Response:
             snapshot.backend_template = built.id
         except TemplateBuildError as exc:
             snapshot.state = "build_failed"
-            snapshot.error_reason = f"{exc.message}\n{exc.log_tail}".strip()
+            # The builder's own output, as Daytona reports it: the steps, then the error.
+            snapshot.error_reason = exc.log_tail or exc.message
     store.snapshots[snapshot.id] = snapshot
     return json_response(snapshot.to_json())
 
