@@ -43,7 +43,7 @@ import httpx
 
 from provider_sdk.config import Secret, env_setting
 from provider_sdk_e2b.emulator._http import Handler, Request, Response, json_response
-from provider_sdk_e2b.emulator._world import ApiError, TemplateRecord, World, now
+from provider_sdk_e2b.emulator._world import ApiError, TemplateRecord, World, iso, json_body, now
 from provider_sdk_e2b.emulator.flavors import ENVD_PORT
 
 __all__ = ["CubeTemplates", "ENVD_PATH"]
@@ -92,17 +92,17 @@ class Build:
     def step(self, phase: str, progress: int, message: str) -> None:
         self.status = "PENDING" if phase == "PULLING" and progress == 0 else "BUILDING"
         self.phase, self.progress, self.message = phase, progress, message
-        self.logs.append(f"{_iso(now())} [{phase}] {message}")
+        self.logs.append(f"{iso(now())} [{phase}] {message}")
 
     def job_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"jobID": self.id, "buildID": self.id,
                                 "templateID": self.template_id, "status": self.status,
                                 "phase": self.phase, "progress": self.progress,
-                                "message": self.message, "createdAt": _iso(self.created_at)}
+                                "message": self.message, "createdAt": iso(self.created_at)}
         if self.error:
             data["errorMessage"] = self.error
         if self.finished_at is not None:
-            data["finishedAt"] = _iso(self.finished_at)
+            data["finishedAt"] = iso(self.finished_at)
         return data
 
 
@@ -150,20 +150,6 @@ class ImageRef:
                    reference=reference)
 
 
-def _iso(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-async def _body(request: Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except ValueError as exc:
-        raise ApiError(400, f"the request body is not JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
-    return body
-
-
 def _wire_status(template: TemplateRecord) -> str:
     builds: dict[str, Build] = template.extra["cube_jobs"]
     latest = builds[template.extra["job_id"]]
@@ -197,7 +183,7 @@ class CubeTemplates:
         request: dict[str, Any] = template.extra["request"]
         data: dict[str, Any] = {
             "templateID": template.id, "public": False, "status": _wire_status(template),
-            "lastError": template.error or "", "createdAt": _iso(template.created_at),
+            "lastError": template.error or "", "createdAt": iso(template.created_at),
             "imageInfo": request["image"], "jobID": template.extra["job_id"],
             "aliases": list(template.names), "names": list(template.names)}
         if isinstance(request.get("cpu"), int):
@@ -249,7 +235,7 @@ class CubeTemplates:
     # ----------------------------------------------------------------- handlers
 
     async def create(self, request: Request) -> Response:
-        body = await _body(request)
+        body = await json_body(request)
         image = body.get("image")
         if not isinstance(image, str) or not image.strip():
             raise ApiError(400, "image is required")
@@ -315,7 +301,7 @@ class CubeTemplates:
 
     async def set_alias(self, request: Request) -> Response:
         template = self._find(request.params["id"])
-        body = await _body(request)
+        body = await json_body(request)
         alias = body.get("alias") or ""
         if not isinstance(alias, str):
             raise ApiError(400, "alias must be a string")
@@ -387,7 +373,7 @@ class CubeTemplates:
         build.status, build.finished_at = "READY", now()
 
     def _fail(self, template: TemplateRecord, build: Build, reason: str) -> None:
-        build.logs.append(f"{_iso(now())} [{build.phase}] FAILED: {reason}")
+        build.logs.append(f"{iso(now())} [{build.phase}] FAILED: {reason}")
         build.status, build.error, build.message = "FAILED", reason, reason
         build.finished_at = now()
         template.status, template.error = "error", reason
@@ -524,7 +510,7 @@ class _Engine:
                 if status and "Downloading" not in status and "Extracting" not in status \
                         and status not in seen:
                     seen.add(status)
-                    build.logs.append(f"{_iso(now())} [PULLING] {status}")
+                    build.logs.append(f"{iso(now())} [PULLING] {status}")
             return problems
 
         try:

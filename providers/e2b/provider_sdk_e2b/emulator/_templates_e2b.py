@@ -21,7 +21,6 @@ saying so. This module serves routes only; the World keeps the templates.
 
 from __future__ import annotations
 
-import datetime as dt
 import glob
 import json
 import posixpath
@@ -39,7 +38,7 @@ from provider_sdk.capabilities import Capability
 from provider_sdk.errors import SandboxError, TemplateBuildError
 from provider_sdk.models import TemplateSpec
 from provider_sdk_e2b.emulator._http import Request, Response, json_response
-from provider_sdk_e2b.emulator._world import ApiError, TemplateRecord, World, now
+from provider_sdk_e2b.emulator._world import ApiError, TemplateRecord, World, iso, json_body, now
 from provider_sdk_e2b.emulator.flavors import ENVD_VERSION
 
 __all__ = ["UPLOAD_PREFIX", "TemplateBuilds"]
@@ -59,10 +58,6 @@ _PROVISION = (f"id -u {E2B_USER} >/dev/null 2>&1 || useradd -m -s /bin/sh {E2B_U
               f"2>/dev/null || adduser -D -s /bin/sh {E2B_USER}")
 
 
-def _iso(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 @attrs.define(eq=False)
 class _Build:
     """One build of a template: its log and outcome."""
@@ -74,7 +69,7 @@ class _Build:
     reason: dict[str, Any] | None = None
 
     def log(self, message: str, *, level: str = "info", step: str | None = None) -> None:
-        entry: dict[str, Any] = {"timestamp": _iso(now()), "level": level,
+        entry: dict[str, Any] = {"timestamp": iso(now()), "level": level,
                                  "message": message}
         if step is not None:
             entry["step"] = step
@@ -108,7 +103,7 @@ class TemplateBuilds:
     async def request_build(self, request: Request) -> Response:
         """``POST /v3/templates``: a template (new, or the one of that name) and a new
         build of it, waiting for its steps."""
-        body = await _body(request)
+        body = await json_body(request)
         name = body.get("name")
         if not isinstance(name, str) or not name:
             raise ApiError(400, "name is required")
@@ -181,7 +176,7 @@ class TemplateBuilds:
             raise ApiError(404, f"build {request.params['build']} not found")
         if build.status != "waiting":
             raise ApiError(400, f"build {build.id} was started already")
-        body = await _body(request)
+        body = await json_body(request)
         steps = body.get("steps") or []
         if not isinstance(steps, list):
             raise ApiError(400, "steps must be a list")
@@ -364,23 +359,13 @@ class TemplateBuilds:
             "templateID": record.id, "buildID": extra.get("build_id", ""),
             "cpuCount": extra.get("cpu_count") or 2, "memoryMB": extra.get("memory_mb") or 512,
             "diskSizeMB": 1024, "public": False, "aliases": list(record.names),
-            "names": list(record.names), "createdAt": _iso(record.created_at),
-            "updatedAt": _iso(updated), "createdBy": None, "lastSpawnedAt": None,
+            "names": list(record.names), "createdAt": iso(record.created_at),
+            "updatedAt": iso(updated), "createdBy": None, "lastSpawnedAt": None,
             "spawnCount": 0, "buildCount": int(extra.get("build_count", 1)),
             "envdVersion": ENVD_VERSION,
             "buildStatus": {"building": "building", "ready": "ready"}.get(record.status,
                                                                           "error"),
         }
-
-
-async def _body(request: Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except ValueError as exc:
-        raise ApiError(400, f"the request body is not JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
-    return body
 
 
 def _json(value: Any) -> str:

@@ -31,6 +31,7 @@ from provider_sdk.models import SandboxSpec, SandboxState, Snapshot, VolumeMount
 from provider_sdk.provider import ProcessExit, ProcessOutput, SandboxProvider
 from provider_sdk.sandbox import Process, Sandbox
 from provider_sdk_e2b.emulator._connect import RpcError
+from provider_sdk_e2b.emulator._http import Request
 from provider_sdk_e2b.emulator.flavors import Flavor
 
 __all__ = ["FAULTS", "ApiError", "ProcessEntry", "SandboxRecord", "TemplateRecord", "World"]
@@ -69,6 +70,22 @@ class ApiError(Exception):
 
 def now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
+
+
+def iso(moment: dt.datetime) -> str:
+    """``moment`` as the control plane writes times: UTC, microseconds, ``Z``."""
+    return moment.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+async def json_body(request: Request) -> dict[str, Any]:
+    """The request's JSON object; anything else is a 400."""
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        raise ApiError(400, f"the request body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    return body
 
 
 @attrs.define(eq=False)

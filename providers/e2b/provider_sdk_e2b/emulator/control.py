@@ -21,7 +21,7 @@ from provider_sdk.models import Resources, SandboxSpec, VolumeMount
 from provider_sdk_e2b.emulator._http import Request, Response, json_response
 from provider_sdk_e2b.emulator._templates_cube import CubeTemplates
 from provider_sdk_e2b.emulator._templates_e2b import TemplateBuilds
-from provider_sdk_e2b.emulator._world import ApiError, SandboxRecord, World, now
+from provider_sdk_e2b.emulator._world import ApiError, SandboxRecord, World, iso, json_body, now
 from provider_sdk_e2b.emulator.flavors import ENVD_VERSION
 
 __all__ = ["ControlPlane", "Route"]
@@ -37,22 +37,8 @@ _MEMORY_MB = 512
 _DISK_MB = 1024
 
 
-def _iso(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def _no_content() -> Response:
     return Response(204)
-
-
-async def _body(request: Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except ValueError as exc:
-        raise ApiError(400, f"the request body is not JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
-    return body
 
 
 def _str_map(body: dict[str, Any], *keys: str) -> dict[str, str]:
@@ -181,7 +167,7 @@ class ControlPlane:
             data.pop("envdAccessToken", None)
             data.pop("domain", None)
         data.update({
-            "startedAt": _iso(record.started_at),
+            "startedAt": iso(record.started_at),
             "cpuCount": cpu,
             "memoryMB": resources.memory_mb or _MEMORY_MB,
             "diskSizeMB": resources.disk_mb or _DISK_MB,
@@ -191,9 +177,9 @@ class ControlPlane:
                              record.volume_mounts],
         })
         if record.end_at is not None:
-            data["endAt"] = _iso(record.end_at)
+            data["endAt"] = iso(record.end_at)
         elif not self.flavor.never_timeout:  # E2B always has a deadline
-            data["endAt"] = _iso(now())
+            data["endAt"] = iso(now())
         if not listed:
             data["lifecycle"] = {"autoResume": record.auto_resume,
                                  "onTimeout": "pause" if record.auto_pause else "kill"}
@@ -228,7 +214,7 @@ class ControlPlane:
             raise ApiError(429, "rate limit exceeded: too many concurrent sandboxes "
                                 "(emulated fault create_429)",
                            {"Retry-After": str(int(after) if after == int(after) else after)})
-        body = await _body(request)
+        body = await json_body(request)
         template_id = body.get("templateID")
         if not isinstance(template_id, str) or not template_id:
             raise ApiError(400, "templateID is required")
@@ -383,7 +369,7 @@ class ControlPlane:
 
     async def pause(self, request: Request) -> Response:
         record = self._record(request)
-        body = await _body(request)
+        body = await json_body(request)
         memory = body.get("memory")
         if memory is not None and not isinstance(memory, bool):
             raise ApiError(400, "memory must be a boolean")
@@ -392,7 +378,7 @@ class ControlPlane:
 
     async def resume(self, request: Request) -> Response:
         record = self._record(request)
-        body = await _body(request)
+        body = await json_body(request)
         await self.world.settled(record)
         if record.state != "paused":
             raise ApiError(409, f"sandbox {record.id} is already running")
@@ -402,7 +388,7 @@ class ControlPlane:
 
     async def connect(self, request: Request) -> Response:
         record = self._record(request)
-        body = await _body(request)
+        body = await json_body(request)
         value = body.get("timeout")
         if self.flavor.never_timeout and value is not None and (value == 0 or (
                 isinstance(value, (int, float)) and value < -1)):
@@ -414,7 +400,7 @@ class ControlPlane:
 
     async def set_timeout(self, request: Request) -> Response:
         record = self._record(request)
-        body = await _body(request)
+        body = await json_body(request)
         if "timeout" not in body:
             raise ApiError(400, "timeout is required")
         record.timeout = self._timeout(body["timeout"], default=None)
@@ -423,7 +409,7 @@ class ControlPlane:
 
     async def refresh(self, request: Request) -> Response:
         record = self._record(request)
-        body = await _body(request)
+        body = await json_body(request)
         duration = body.get("duration", self.flavor.default_timeout or 300)
         if isinstance(duration, bool) or not isinstance(duration, (int, float)) or \
                 not 0 < duration <= 3600:
@@ -434,7 +420,7 @@ class ControlPlane:
 
     async def update_network(self, request: Request) -> Response:
         record = self._record(request)
-        body = await _body(request)
+        body = await json_body(request)
         if record.state != "running":
             raise ApiError(409, f"sandbox {record.id} is {record.state}, not running")
         allow = body.get("allowInternetAccess", body.get("allow_internet_access"))
@@ -460,7 +446,7 @@ class ControlPlane:
             record.last_cpu = (clock, reading.cpu_seconds)
         total = reading.memory_limit_bytes or _MEMORY_MB << 20
         return json_response(200, [{
-            "timestamp": _iso(moment), "timestampUnix": int(clock),
+            "timestamp": iso(moment), "timestampUnix": int(clock),
             "cpuCount": _CPU_COUNT, "cpuUsedPct": round(max(cpu_pct, 0.0), 2),
             "memUsed": reading.memory_bytes or 0, "memTotal": total, "memCache": 0,
             "diskUsed": reading.disk_bytes or 0, "diskTotal": _DISK_MB << 20,
@@ -468,7 +454,7 @@ class ControlPlane:
 
     async def fork(self, request: Request) -> Response:
         record = self._record(request)
-        body = await _body(request)
+        body = await json_body(request)
         count = body.get("count", 1)
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 20:
             raise ApiError(400, "count must be between 1 and 20")
@@ -480,7 +466,7 @@ class ControlPlane:
 
     async def create_snapshot(self, request: Request) -> Response:
         record = self._record(request)
-        body = await _body(request)
+        body = await json_body(request)
         name = body.get("name")
         if name is not None and not isinstance(name, str):
             raise ApiError(400, "name must be a string")
@@ -501,7 +487,7 @@ class ControlPlane:
         page = found[start:start + limit]
         return json_response(200, [{"snapshotID": s.id, "names": s.names,
                                     "originSandboxID": s.sandbox_id,
-                                    "createdAt": _iso(s.created_at)} for s in page], headers)
+                                    "createdAt": iso(s.created_at)} for s in page], headers)
 
     async def delete_template(self, request: Request) -> Response:
         """``DELETE /templates/{id}``: a built template, or a snapshot (which both APIs
@@ -518,7 +504,7 @@ class ControlPlane:
 
     async def rollback(self, request: Request) -> Response:
         record = self._record(request)
-        body = await _body(request)
+        body = await json_body(request)
         snapshot = self.world.find_snapshot(str(body.get("snapshotID", "")))
         if snapshot is None:
             raise ApiError(404, f"snapshot {body.get('snapshotID')!r} not found")
@@ -528,7 +514,7 @@ class ControlPlane:
                                    "operationID": str(uuid.uuid4()), "status": "success"})
 
     async def create_volume(self, request: Request) -> Response:
-        body = await _body(request)
+        body = await json_body(request)
         name = body.get("name") or str(uuid.uuid4())
         if not isinstance(name, str):
             raise ApiError(400, "name must be a string")
