@@ -1,10 +1,11 @@
-"""Console pieces: JSON of model values, the spinner, the byte counter."""
+"""Console pieces: JSON of model values, the spinner and its message, the byte counter."""
 
 from __future__ import annotations
 
 import datetime as dt
 import io
 import json
+import time
 
 from provider_sdk.cli.console import Progress, Status, to_json
 from provider_sdk.models import SandboxInfo, SandboxState, Snapshot
@@ -39,6 +40,17 @@ def test_status_draws_a_spinner_and_erases_it() -> None:
     text = stream.getvalue()
     assert "working (" in text
     assert text.endswith("\r\x1b[2K")
+
+
+def test_status_update_replaces_the_message_on_the_next_frame() -> None:
+    stream = io.StringIO()
+    with Status(stream, "working", enabled=True) as status:
+        status.update("step 2/4")
+        for _ in range(100):  # frames are drawn every 0.1 s
+            if "step 2/4 (" in stream.getvalue():
+                break
+            time.sleep(0.05)
+    assert "step 2/4 (" in stream.getvalue()
 
 
 def test_progress_counts_bytes_against_the_total() -> None:
