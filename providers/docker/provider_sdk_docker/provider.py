@@ -761,8 +761,8 @@ class DockerProvider(SandboxProvider):
                 await self._engine.api("inspect_image", image, kind="image", what=image)
             except errors.TemplateNotFound:
                 raise errors.TemplateBuildError(
-                    f"the base image {image!r} is not in the Docker "
-                    "Engine; nothing is pulled: build, load or pull it first",
+                    f"the base image {image!r} is not in the Docker Engine; nothing is "
+                    "pulled: build, load or pull it first",
                     step=f"FROM (line {instruction.line})", provider=self.name) from None
 
     async def _list_templates(self) -> builtins.list[Template]:
