@@ -56,6 +56,30 @@ class Capability(str, enum.Enum):
     TEMPLATES_BUILD = "templates.build"
     """``build_template()`` turns a :class:`~provider_sdk.models.TemplateSpec` into a template."""
 
+    # Containment: what holds against code that attacks the sandbox (docs/security.md).
+    EXEC_CONTAINED = "exec.contained"
+    """A timeout, a cancelled exec or ``Process.kill()`` ends every process the command
+    started, whatever it does (``setsid``, double forks, a cleared environment, closed
+    stdio, another user), within the timeout plus a small grace."""
+    LIMITS_MEMORY = "limits.memory"
+    """Sandboxes have a memory limit without being asked for one
+    (``Resources.memory_mb`` overrides it), and a command killed for memory says so
+    (``ExecResult.oom_killed``)."""
+    LIMITS_PIDS = "limits.pids"
+    """The number of processes in a sandbox is bounded: a fork bomb stops at the limit
+    and its timeout still kills it."""
+    LIMITS_DISK = "limits.disk"
+    """The sandbox's writable filesystem has a quota without being asked for one
+    (``Resources.disk_mb`` overrides it): writes past it fail inside with ENOSPC, and the
+    host's disk is untouched."""
+    SEAL_SYSCALLS = "seal.syscalls"
+    """A seccomp filter applies, and nested user namespaces are refused inside."""
+    SEAL_HOST = "seal.host"
+    """Nothing of the host inside: no descriptor to a host file, no host path, no way to
+    ptrace, signal or take descriptors from the process that runs the sandbox's
+    commands, and nothing made inside appears on the host as a root-owned setuid or
+    setgid file."""
+
     def __str__(self) -> str:
         return self.value
 

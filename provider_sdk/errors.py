@@ -10,7 +10,8 @@ behaves like, so ``except LookupError`` or ``except TimeoutError`` keeps working
     ├── UnsupportedCapability (NotImplementedError)
     ├── InvalidInput (ValueError)              a malformed spec, path, env, timeout ...
     │   ├── IsADirectory (IsADirectoryError)
-    │   └── NotADirectory (NotADirectoryError)
+    │   ├── NotADirectory (NotADirectoryError)
+    │   └── NotARegularFile                    a device, FIFO or socket where a file is read
     ├── AuthenticationError (PermissionError)
     ├── PermissionDenied (PermissionError)     inside the sandbox: read-only, no access
     ├── NotFound (LookupError)
@@ -28,6 +29,7 @@ behaves like, so ``except LookupError`` or ``except TimeoutError`` keeps working
     ├── OperationTimeout (TimeoutError)
     │   └── CommandTimeout                     carries the partial ``result``
     ├── QuotaExceeded
+    │   └── FileTooLarge                       a read into memory past its ``limit``
     └── TemplateBuildError                     carries the ``step`` and a ``log_tail``
 
 Every error carries ``provider`` and ``sandbox_id`` (``None`` where not applicable).
@@ -49,9 +51,11 @@ __all__ = [
     "Conflict",
     "FileExists",
     "FileNotFound",
+    "FileTooLarge",
     "InvalidInput",
     "IsADirectory",
     "NotADirectory",
+    "NotARegularFile",
     "NotFound",
     "OperationTimeout",
     "PermissionDenied",
@@ -138,6 +142,11 @@ class IsADirectory(InvalidInput, IsADirectoryError):
 
 class NotADirectory(InvalidInput, NotADirectoryError):
     """A directory operation was given something that is not a directory."""
+
+
+class NotARegularFile(InvalidInput):
+    """A file read was given a device, FIFO, socket (or a symlink to one): such a path
+    can produce endless data or block forever, so it is refused before anything is read."""
 
 
 class AuthenticationError(SandboxError, PermissionError):
@@ -227,6 +236,19 @@ class CommandTimeout(OperationTimeout):
 
 class QuotaExceeded(SandboxError):
     """The backend refuses because an account or host limit is reached."""
+
+
+class FileTooLarge(QuotaExceeded):
+    """A file read into memory (``files.read``) is larger than its limit; nothing is
+    returned. Stream it (``files.stream``, ``files.download``) instead.
+
+    Attributes:
+        limit: the limit in bytes that the read would have passed.
+    """
+
+    def __init__(self, message: str, *, limit: int, **kw: str | None) -> None:
+        super().__init__(message, **kw)
+        self.limit = limit
 
 
 class TemplateBuildError(SandboxError):

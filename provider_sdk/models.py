@@ -257,6 +257,19 @@ class ExecResult:
     stderr_bytes: bytes = b""
     duration: float = 0.0
     """Wall-clock seconds from start to exit."""
+    stdout_truncated: int = 0
+    """Bytes of standard output past the call's ``output_limit``, not kept (callbacks
+    saw them)."""
+    stderr_truncated: int = 0
+    """Bytes of standard error past the call's ``output_limit``, not kept."""
+    oom_killed: bool = False
+    """The command (or a process it started) was killed for exceeding the sandbox's
+    memory limit."""
+
+    @property
+    def truncated(self) -> bool:
+        """Whether output past the call's ``output_limit`` was dropped."""
+        return bool(self.stdout_truncated or self.stderr_truncated)
 
     @property
     def stdout(self) -> str:

@@ -28,6 +28,7 @@ from provider_sdk.errors import (
     UnsupportedCapability,
 )
 from provider_sdk.events import span
+from provider_sdk.limits import DEFAULT_OUTPUT_LIMIT, DEFAULT_READ_LIMIT, OutputBuffer
 from provider_sdk.models import (
     ExecResult,
     FileInfo,
@@ -86,8 +87,15 @@ class Command:
     """Seconds before the whole process tree is killed."""
     stdin: bytes | None = None
     """Bytes fed to standard input, then closed. ``None``: empty stdin."""
+    output_limit: int = DEFAULT_OUTPUT_LIMIT
+    """Bytes of each of stdout and stderr the result keeps; the rest is counted in
+    ``ExecResult.stdout_truncated``/``stderr_truncated`` (use :meth:`buffers`)."""
     on_stdout: OutputCallback | None = attrs.field(default=None, eq=False, repr=False)
     on_stderr: OutputCallback | None = attrs.field(default=None, eq=False, repr=False)
+
+    def buffers(self) -> tuple[OutputBuffer, OutputBuffer]:
+        """Bounded buffers for stdout and stderr, as every provider's ``_exec`` keeps them."""
+        return OutputBuffer(self.output_limit), OutputBuffer(self.output_limit)
 
 
 @attrs.frozen
@@ -121,6 +129,11 @@ class SandboxProvider(abc.ABC):
 
     name: ClassVar[str]
     capabilities: ClassVar[frozenset[Capability]] = frozenset()
+    output_limit: int = DEFAULT_OUTPUT_LIMIT
+    """Bytes of each output stream an exec result keeps when the call gives no
+    ``output_limit`` (set it on an instance to change it for every call)."""
+    read_limit: int = DEFAULT_READ_LIMIT
+    """Largest file ``files.read`` loads into memory when the call gives no ``limit``."""
     template_support: ClassVar[TemplateSupport] = TemplateSupport()
     """What this provider's template builder does with a Dockerfile (``templates.build``):
     :meth:`check_template` reports the rest, with line numbers, before a build."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import builtins
 import contextlib
+import math
 import os
 import secrets
 import shlex
@@ -21,8 +22,9 @@ import anyio
 import attrs
 
 from provider_sdk.capabilities import Capability
-from provider_sdk.errors import FileNotFound, InvalidInput
+from provider_sdk.errors import FileNotFound, FileTooLarge, InvalidInput
 from provider_sdk.events import span
+from provider_sdk.limits import OutputBuffer, check_limit
 from provider_sdk.models import (
     ExecResult,
     FileInfo,
@@ -129,17 +131,21 @@ class Sandbox:
         stdin: bytes | str | None = None,
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
+        output_limit: int | None = None,
     ) -> ExecResult:
         """Run a command to completion and return its result.
 
         ``cmd`` is an argv list, or a string run by ``/bin/bash -c``. ``env`` reaches
         the process exactly as given (``PATH`` included), over the sandbox's defaults.
-        ``timeout`` (seconds) kills the whole process tree and raises
+        ``timeout`` (seconds, finite) kills the whole process tree and raises
         :class:`~provider_sdk.errors.CommandTimeout` carrying the partial output.
-        ``on_stdout``/``on_stderr`` receive bytes as they arrive (``exec.stream``).
+        ``on_stdout``/``on_stderr`` receive bytes as they arrive (``exec.stream``), all
+        of them. The result keeps at most ``output_limit`` bytes of each stream
+        (default: the provider's :attr:`~provider_sdk.provider.SandboxProvider.output_limit`,
+        16 MiB); ``stdout_truncated``/``stderr_truncated`` count the bytes dropped.
         """
         command = self._command(cmd, env=env, cwd=cwd, user=user, timeout=timeout,
-                                stdin=stdin)
+                                stdin=stdin, output_limit=output_limit)
         if on_stdout is not None or on_stderr is not None:
             self.provider.require(Capability.EXEC_STREAM, sandbox_id=self.id)
             command = attrs.evolve(command, on_stdout=on_stdout, on_stderr=on_stderr)
@@ -159,7 +165,8 @@ class Sandbox:
         Its stdin stays open until :meth:`Process.close_stdin`.
         """
         self.provider.require(Capability.PROCESS_BACKGROUND, sandbox_id=self.id)
-        command = self._command(cmd, env=env, cwd=cwd, user=user, timeout=None, stdin=None)
+        command = self._command(cmd, env=env, cwd=cwd, user=user, timeout=None, stdin=None,
+                                output_limit=None)
         async with span("process.start", self.provider.name, self.id):
             pid = await self.provider._start(self.id, command)
         return Process(self, pid)
@@ -224,7 +231,7 @@ class Sandbox:
 
     def _command(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None,
                  cwd: str | None, user: str | None, timeout: float | None,
-                 stdin: bytes | str | None) -> Command:
+                 stdin: bytes | str | None, output_limit: int | None) -> Command:
         if isinstance(cmd, str):
             argv: tuple[str, ...] = ("/bin/bash", "-c", cmd)
         else:
@@ -234,16 +241,23 @@ class Sandbox:
                                f"got {cmd!r}", sandbox_id=self.id)
         if any("\0" in a for a in argv):
             raise InvalidInput("cmd: arguments must not contain NUL bytes", sandbox_id=self.id)
-        if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
-            raise InvalidInput(f"timeout must be a positive number of seconds, got {timeout!r}",
-                               sandbox_id=self.id)
+        if timeout is not None and (isinstance(timeout, bool)
+                                    or not isinstance(timeout, (int, float))
+                                    or not 0 < timeout < math.inf):
+            raise InvalidInput(f"timeout must be a finite positive number of seconds, "
+                               f"got {timeout!r}", sandbox_id=self.id)
+        try:
+            limit = check_limit("output_limit", self.provider.output_limit
+                                if output_limit is None else output_limit)
+        except InvalidInput as exc:
+            raise InvalidInput(exc.message, sandbox_id=self.id) from None
         if cwd is not None:
             _check_path(cwd, self.id)
         if user is not None:
             self.provider.require(Capability.EXEC_USER, sandbox_id=self.id)
         data = stdin.encode() if isinstance(stdin, str) else stdin
         return Command(argv=argv, env=_env_map(env), cwd=cwd, user=user, timeout=timeout,
-                       stdin=data)
+                       stdin=data, output_limit=limit)
 
 
 class Files:
@@ -258,13 +272,37 @@ class Files:
     def _id(self) -> str:
         return self._sandbox.id
 
-    async def read(self, path: str) -> bytes:
-        """A file's whole content."""
-        return b"".join([chunk async for chunk in self.stream(path)])
+    async def read(self, path: str, *, limit: int | None = None) -> bytes:
+        """A file's whole content.
 
-    async def read_text(self, path: str, encoding: str = "utf-8") -> str:
-        """A file's content decoded (strictly) as ``encoding``."""
-        return (await self.read(path)).decode(encoding)
+        At most ``limit`` bytes are loaded (default: the provider's
+        :attr:`~provider_sdk.provider.SandboxProvider.read_limit`, 256 MiB): a larger
+        file raises :class:`~provider_sdk.errors.FileTooLarge` and nothing is returned;
+        use :meth:`stream` or :meth:`download` for it. A device, FIFO or socket raises
+        :class:`~provider_sdk.errors.NotARegularFile`.
+        """
+        try:
+            most = check_limit("limit", self._provider.read_limit if limit is None else limit)
+        except InvalidInput as exc:
+            raise InvalidInput(exc.message, sandbox_id=self._id) from None
+        kept = OutputBuffer(most)
+        chunks = self.stream(path)
+        try:
+            async for chunk in chunks:
+                kept.append(chunk)
+                if kept.dropped:
+                    raise FileTooLarge(f"{path}: larger than the read limit of {most} bytes; "
+                                       "stream it with files.stream() or files.download()",
+                                       limit=most, provider=self._provider.name,
+                                       sandbox_id=self._id)
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]
+        return kept.value()
+
+    async def read_text(self, path: str, encoding: str = "utf-8", *,
+                        limit: int | None = None) -> str:
+        """A file's content decoded (strictly) as ``encoding``; ``limit`` as in :meth:`read`."""
+        return (await self.read(path, limit=limit)).decode(encoding)
 
     async def stream(self, path: str) -> AsyncIterator[bytes]:
         """Yield a file's content in chunks, never holding it whole."""
@@ -363,10 +401,15 @@ class Process:
         """
         return self.sandbox.provider._process_events(self.sandbox.id, self.pid)
 
-    async def wait(self) -> ExecResult:
-        """Wait for the process to exit; return its output and exit code."""
-        out: list[bytes] = []
-        err: list[bytes] = []
+    async def wait(self, *, output_limit: int | None = None) -> ExecResult:
+        """Wait for the process to exit; return its output and exit code.
+
+        The result keeps at most ``output_limit`` bytes of each stream (default: the
+        provider's ``output_limit``), as :meth:`Sandbox.exec` does.
+        """
+        limit = check_limit("output_limit", self.sandbox.provider.output_limit
+                            if output_limit is None else output_limit)
+        out, err = OutputBuffer(limit), OutputBuffer(limit)
         code = -1
         start = anyio.current_time()
         async for event in self.events():
@@ -374,8 +417,9 @@ class Process:
                 (out if event.stream == "stdout" else err).append(event.data)
             elif isinstance(event, ProcessExit):
                 code = event.exit_code
-        return ExecResult(exit_code=code, stdout_bytes=b"".join(out),
-                          stderr_bytes=b"".join(err), duration=anyio.current_time() - start)
+        return ExecResult(exit_code=code, stdout_bytes=out.value(), stderr_bytes=err.value(),
+                          stdout_truncated=out.dropped, stderr_truncated=err.dropped,
+                          duration=anyio.current_time() - start)
 
     async def write_stdin(self, data: bytes | str) -> None:
         """Write to the process's standard input."""

@@ -357,6 +357,7 @@ class SyncSandbox:
         stdin: bytes | str | None = None,
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
+        output_limit: int | None = None,
     ) -> ExecResult:
         """Run a command to completion; see :meth:`provider_sdk.sandbox.Sandbox.exec`.
 
@@ -364,7 +365,7 @@ class SyncSandbox:
         """
         return self._run.call(self._sandbox.exec, cmd, env=env, cwd=cwd, user=user,
                               timeout=timeout, stdin=stdin, on_stdout=on_stdout,
-                              on_stderr=on_stderr)
+                              on_stderr=on_stderr, output_limit=output_limit)
 
     def start(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None = None,
               cwd: str | None = None, user: str | None = None) -> SyncProcess:
@@ -414,13 +415,15 @@ class SyncFiles:
         self._files = sandbox.async_sandbox.files
         self._run = sandbox._run
 
-    def read(self, path: str) -> bytes:
-        """A file's whole content."""
-        return self._run.call(self._files.read, path)
+    def read(self, path: str, *, limit: int | None = None) -> bytes:
+        """A file's whole content, at most ``limit`` bytes; see
+        :meth:`provider_sdk.sandbox.Files.read`."""
+        return self._run.call(self._files.read, path, limit=limit)
 
-    def read_text(self, path: str, encoding: str = "utf-8") -> str:
+    def read_text(self, path: str, encoding: str = "utf-8", *,
+                  limit: int | None = None) -> str:
         """A file's content decoded (strictly) as ``encoding``."""
-        return self._run.call(self._files.read_text, path, encoding)
+        return self._run.call(self._files.read_text, path, encoding, limit=limit)
 
     def stream(self, path: str) -> Iterator[bytes]:
         """Yield a file's content in chunks, never holding it whole."""

@@ -38,6 +38,7 @@ from provider_sdk.errors import (
     SnapshotNotFound,
     VolumeNotFound,
 )
+from provider_sdk.limits import OutputBuffer
 from provider_sdk.models import (
     ExecResult,
     FileInfo,
@@ -204,13 +205,12 @@ class MemoryProvider(SandboxProvider):
 
     async def _exec(self, sandbox_id: str, command: Command) -> ExecResult:
         box = _running(sandbox_id)
-        out: list[bytes] = []
-        err: list[bytes] = []
+        out, err = command.buffers()
         start = anyio.current_time()
         async with await anyio.open_process(
                 list(command.argv), env=_env(box, command), cwd=box.host_dir,
                 stdin=subprocess.PIPE, start_new_session=True) as proc:
-            async def pump(stream: Any, sink: list[bytes], callback: Any) -> None:
+            async def pump(stream: Any, sink: OutputBuffer, callback: Any) -> None:
                 async for chunk in stream:
                     sink.append(chunk)
                     if callback is not None:
@@ -239,7 +239,8 @@ class MemoryProvider(SandboxProvider):
                     with anyio.CancelScope(shield=True):
                         await proc.wait()
         result = ExecResult(exit_code=proc.returncode if not timed_out else -9,
-                            stdout_bytes=b"".join(out), stderr_bytes=b"".join(err),
+                            stdout_bytes=out.value(), stderr_bytes=err.value(),
+                            stdout_truncated=out.dropped, stderr_truncated=err.dropped,
                             duration=anyio.current_time() - start)
         if timed_out:
             raise CommandTimeout(f"command timed out after {command.timeout:g}s",

@@ -93,10 +93,10 @@ class ManagedSandbox(Sandbox):
 
     def _command(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None,
                  cwd: str | None, user: str | None, timeout: float | None,
-                 stdin: bytes | str | None) -> Command:
+                 stdin: bytes | str | None, output_limit: int | None) -> Command:
         merged = {**self._env, **(env or {})} if self._env else env
         return super()._command(cmd, env=merged, cwd=cwd, user=user, timeout=timeout,
-                                stdin=stdin)
+                                stdin=stdin, output_limit=output_limit)
 
     async def exec(
         self,
@@ -109,12 +109,13 @@ class ManagedSandbox(Sandbox):
         stdin: bytes | str | None = None,
         on_stdout: OutputCallback | None = None,
         on_stderr: OutputCallback | None = None,
+        output_limit: int | None = None,
     ) -> ExecResult:
         """Run a command with the owner's environment under ``env``; see
         :meth:`Sandbox.exec <provider_sdk.sandbox.Sandbox.exec>`."""
         return await self._guarded(lambda: Sandbox.exec(
             self, cmd, env=env, cwd=cwd, user=user, timeout=timeout, stdin=stdin,
-            on_stdout=on_stdout, on_stderr=on_stderr))
+            on_stdout=on_stdout, on_stderr=on_stderr, output_limit=output_limit))
 
     async def start(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None = None,
                     cwd: str | None = None, user: str | None = None) -> Process:
@@ -158,8 +159,8 @@ class _ManagedFiles(Files):
         super().__init__(sandbox)
         self._managed = sandbox
 
-    async def read(self, path: str) -> bytes:
-        return await self._managed._guarded(lambda: Files.read(self, path))
+    async def read(self, path: str, *, limit: int | None = None) -> bytes:
+        return await self._managed._guarded(lambda: Files.read(self, path, limit=limit))
 
     async def write(self, path: str, data: Data) -> None:
         if not isinstance(data, (bytes, bytearray, memoryview, str)):

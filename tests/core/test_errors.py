@@ -15,6 +15,7 @@ from provider_sdk.errors import (
     Conflict,
     FileExists,
     FileNotFound,
+    FileTooLarge,
     InvalidInput,
     IsADirectory,
     NotADirectory,
@@ -74,6 +75,8 @@ def _make(cls: type[SandboxError]) -> SandboxError:
         return cls("too slow", result=ExecResult(exit_code=-9), **where)  # type: ignore[call-arg]
     if cls is TemplateBuildError:
         return cls("boom", step="build", **where)  # type: ignore[call-arg]
+    if cls is FileTooLarge:
+        return cls("too big", limit=10, **where)  # type: ignore[call-arg]
     return cls("went wrong", **where)
 
 
