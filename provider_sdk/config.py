@@ -9,16 +9,26 @@ Its ``[providers.<name>]`` table gives the provider's options; keyword arguments
 
     [providers.local]
     home = "/var/lib/psdk"
+
+Options are checked against the constructor's type hints, never coerced from strings;
+any mistake is a :class:`~provider_sdk.errors.ConfigError` naming the key, the provider
+and the file. Environment settings that are numbers or switches are read through
+:func:`int_setting`, :func:`float_setting` and :func:`bool_setting`, with the same
+strictness.
 """
 
 from __future__ import annotations
 
 import inspect
+import math
 import os
+import re
 import sys
+import types
+import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from provider_sdk import registry
 from provider_sdk.errors import ConfigError
@@ -29,8 +39,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-__all__ = ["DEFAULT_PROVIDER", "Secret", "config_path", "env_setting", "open_provider",
-           "provider_name"]
+__all__ = ["DEFAULT_PROVIDER", "KNOWN_KEYS", "Secret", "bool_setting", "config_path",
+           "env_setting", "float_setting", "int_setting", "open_provider", "provider_name"]
 
 DEFAULT_PROVIDER = "local"
 
@@ -55,6 +65,12 @@ class Secret(str):
         return str.__str__(self)
 
 
+# ------------------------------------------------------------- environment settings
+
+_TRUE = frozenset({"true", "1"})
+_FALSE = frozenset({"false", "0"})
+
+
 def env_setting(var: str, *, default: str | None = None, required: bool = False,
                 secret: bool = False, provider: str | None = None) -> str | None:
     """Read a setting from the environment.
@@ -69,6 +85,90 @@ def env_setting(var: str, *, default: str | None = None, required: bool = False,
     if value is not None and secret:
         return Secret(value)
     return value
+
+
+@overload
+def int_setting(var: str, default: int, *, minimum: int = ...,
+                provider: str | None = ...) -> int: ...
+@overload
+def int_setting(var: str, default: None = ..., *, minimum: int = ...,
+                provider: str | None = ...) -> int | None: ...
+def int_setting(var: str, default: int | None = None, *, minimum: int = 1,
+                provider: str | None = None) -> int | None:
+    """An integer setting from the environment (unset or empty: ``default``).
+
+    Raises:
+        ConfigError: the value is not a whole number of at least ``minimum`` (``1.5``,
+            ``ten``, ``0`` by default); the message names ``var``.
+    """
+    raw = os.environ.get(var)
+    if not raw:
+        return default
+    text = raw.strip()
+    if not re.fullmatch(r"[+-]?\d+", text) or int(text) < minimum:
+        raise ConfigError(f"the setting {var} must be an integer of at least {minimum}, "
+                          f"got {raw!r}", provider=provider)
+    return int(text)
+
+
+@overload
+def float_setting(var: str, default: float, *, positive: bool = ...,
+                  provider: str | None = ...) -> float: ...
+@overload
+def float_setting(var: str, default: None = ..., *, positive: bool = ...,
+                  provider: str | None = ...) -> float | None: ...
+def float_setting(var: str, default: float | None = None, *, positive: bool = True,
+                  provider: str | None = None) -> float | None:
+    """A finite number from the environment, e.g. a timeout in seconds.
+
+    Raises:
+        ConfigError: the value is not a finite number (``inf``, ``nan``, ``soon``), or
+            ``positive`` and it is not above zero; the message names ``var``.
+    """
+    raw = os.environ.get(var)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or (positive and value <= 0):
+        kind = "a positive finite number" if positive else "a finite number"
+        raise ConfigError(f"the setting {var} must be {kind}, got {raw!r}", provider=provider)
+    return value
+
+
+@overload
+def bool_setting(var: str, default: bool, *, provider: str | None = ...) -> bool: ...
+@overload
+def bool_setting(var: str, default: None = ..., *,
+                 provider: str | None = ...) -> bool | None: ...
+def bool_setting(var: str, default: bool | None = None, *,
+                 provider: str | None = None) -> bool | None:
+    """A boolean from the environment: ``true``/``1`` or ``false``/``0`` (any case).
+
+    Anything else (``yes``, ``off``, ``maybe``) is refused rather than guessed at, as a
+    misread switch may turn a protection off.
+
+    Raises:
+        ConfigError: the value is not one of those; the message names ``var``.
+    """
+    raw = os.environ.get(var)
+    if not raw:
+        return default
+    text = raw.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigError(f"the setting {var} must be true or false (or 1 or 0), got {raw!r}",
+                      provider=provider)
+
+
+# --------------------------------------------------------------------- the file
+
+#: The top-level keys psdk.toml may hold.
+KNOWN_KEYS = ("provider", "providers")
 
 
 def config_path() -> Path | None:
@@ -86,22 +186,30 @@ def config_path() -> Path | None:
     return user if user.is_file() else None
 
 
-def _read_config() -> dict[str, Any]:
+def _read_config() -> tuple[Path | None, dict[str, Any]]:
     path = config_path()
     if path is None:
-        return {}
+        return None, {}
     try:
         data: dict[str, Any] = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from exc
-    return data
+    for key in data:
+        if key not in KNOWN_KEYS:
+            raise ConfigError(f"{path}: unknown key {key!r}; the known keys are: "
+                              f"{', '.join(KNOWN_KEYS)}")
+    return path, data
 
 
 def provider_name(name: str | None = None) -> str:
     """The provider name in effect (argument, ``PSDK_PROVIDER``, file, ``local``)."""
-    chosen = name or os.environ.get("PSDK_PROVIDER") or _read_config().get("provider")
-    if chosen is not None and not isinstance(chosen, str):
-        raise ConfigError(f"provider must be a string, got {chosen!r}")
+    chosen: object = name or os.environ.get("PSDK_PROVIDER")
+    if not chosen:
+        path, data = _read_config()
+        chosen = data.get("provider")
+        if chosen is not None and not isinstance(chosen, str):
+            raise ConfigError(f"{path}: provider must be a string, got {_describe(chosen)}")
+    assert chosen is None or isinstance(chosen, str)
     return chosen or DEFAULT_PROVIDER
 
 
@@ -109,25 +217,143 @@ def open_provider(name: str | None = None, /, **options: Any) -> SandboxProvider
     """Create the configured provider: the one call business code needs.
 
     ``options`` are passed to the provider's constructor over its ``[providers.<name>]``
-    table. Use the result with ``async with``.
+    table. Each is checked against the constructor's type hints, never converted from a
+    string: ``unisolated = "false"`` is an error, not a truthy string. Use the result
+    with ``async with``.
 
     Raises:
         ProviderNotFound: the named provider is not installed.
-        ConfigError: an option is unknown or malformed, or a setting is missing.
+        ConfigError: an option is unknown or of the wrong type, a number is not finite,
+            or a setting is missing; the message names the option, the provider and the
+            file (or keyword) it came from.
     """
     chosen = provider_name(name)
     cls = registry.load(chosen)
-    providers = _read_config().get("providers", {})
+    path, data = _read_config()
+    providers = data.get("providers", {})
     if not isinstance(providers, Mapping):
-        raise ConfigError("[providers] must be a table of provider tables")
+        raise ConfigError(f"{path}: [providers] must be a table of provider tables",
+                          provider=chosen)
     table = providers.get(chosen, {})
     if not isinstance(table, Mapping):
-        raise ConfigError(f"[providers.{chosen}] must be a table")
-    merged = {**table, **options}
-    params = inspect.signature(cls).parameters
-    known = [p for p, v in params.items() if v.kind is inspect.Parameter.KEYWORD_ONLY]
-    for key in merged:
-        if key not in known:
-            raise ConfigError(f"provider {chosen!r} has no option {key!r}; "
-                              f"its options are: {', '.join(known) or 'none'}", provider=chosen)
+        raise ConfigError(f"{path}: [providers.{chosen}] must be a table", provider=chosen)
+    params = _options_of(cls)
+    merged: dict[str, Any] = {}
+    for source, given in ((f"{path}: [providers.{chosen}]", table),
+                          (f"open_provider({chosen!r}) keyword", options)):
+        for key, value in given.items():
+            if key not in params:
+                raise ConfigError(f"{source} {key}: provider {chosen!r} has no option "
+                                  f"{key!r}; its options are: {', '.join(params) or 'none'}",
+                                  provider=chosen)
+            merged[key] = _checked(value, params[key], f"{source} {key}", key, chosen)
     return cls(**merged)
+
+
+def _options_of(cls: type[SandboxProvider]) -> dict[str, Any]:
+    """The constructor's keyword-only options and their type hints (``Any`` if none)."""
+    params = inspect.signature(cls).parameters
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except Exception:  # unresolvable hints (TYPE_CHECKING imports) stay unchecked
+        hints = {}
+    return {name: hints.get(name, Any) for name, p in params.items()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+# ------------------------------------------------------------------ option types
+
+_SECRET_WORDS = ("key", "token", "secret", "password", "credential")
+
+
+class _Mismatch(Exception):
+    """A value that does not fit a type hint; ``expected`` says what would."""
+
+    def __init__(self, expected: str) -> None:
+        super().__init__(expected)
+        self.expected = expected
+
+
+def _checked(value: object, hint: Any, where: str, key: str, provider: str) -> object:
+    try:
+        return _fit(value, hint)
+    except _Mismatch as exc:
+        shown = "a value" if any(w in key.lower() for w in _SECRET_WORDS) else \
+            _describe(value)
+        raise ConfigError(f"{where}: expected {exc.expected}, got {shown}",
+                          provider=provider) from None
+
+
+def _fit(value: object, hint: Any) -> object:
+    """``value`` as ``hint`` asks (an int widened to float, a str wrapped as Secret).
+
+    Raises:
+        _Mismatch: it does not fit.
+    """
+    if hint is Any or hint is object:
+        return value
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        expected = []
+        for member in typing.get_args(hint):
+            try:
+                return _fit(value, member)
+            except _Mismatch as exc:
+                expected.append(exc.expected)
+        raise _Mismatch(" or ".join(dict.fromkeys(expected)))
+    if origin is typing.Literal:
+        choices = typing.get_args(hint)
+        if value in choices and not isinstance(value, bool):
+            return value
+        raise _Mismatch("one of " + ", ".join(repr(c) for c in choices))
+    if hint is type(None):
+        if value is None:
+            return None
+        raise _Mismatch("nothing (None)")
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise _Mismatch("a boolean (true or false)")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise _Mismatch("an integer")
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                raise _Mismatch("a finite number")
+            return float(value)
+        raise _Mismatch("a number")
+    if isinstance(hint, type) and issubclass(hint, str):
+        if isinstance(value, str):
+            return hint(value) if hint is not str and not isinstance(value, hint) else value
+        raise _Mismatch("a string")
+    if (origin or hint) is os.PathLike:
+        if isinstance(value, os.PathLike):
+            return value
+        raise _Mismatch("a path")
+    check = origin or hint
+    if isinstance(check, type):
+        if isinstance(value, check):
+            return value
+        raise _Mismatch(f"a {check.__name__}")
+    return value  # a hint this does not model is left to the provider
+
+
+def _describe(value: object) -> str:
+    """A value as a config error quotes it, in the file's words."""
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, int):
+        return f"the integer {value}"
+    if isinstance(value, float):
+        return f"the number {value!r}"
+    if value is None:
+        return "None"
+    if isinstance(value, Mapping):
+        return "a table"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    return f"a {type(value).__name__}"

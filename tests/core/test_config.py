@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,8 +12,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from memory_provider import MemoryProvider, Store
 
-from provider_sdk import config, open_provider
-from provider_sdk.config import Secret, env_setting, provider_name
+from provider_sdk import config, open_provider, registry
+from provider_sdk.config import (
+    Secret,
+    bool_setting,
+    env_setting,
+    float_setting,
+    int_setting,
+    provider_name,
+)
 from provider_sdk.errors import ConfigError, ProviderNotFound
 
 
@@ -192,3 +201,173 @@ def test_secret_never_shows_its_value(text: str) -> None:
     assert repr(secret) == "Secret('***')"
     assert f"{secret}" == "***"
     assert secret == text  # still usable as the string it holds
+
+
+@pytest.mark.parametrize("var", ["PSDK_TEST_N"])
+@pytest.mark.parametrize("raw", ["1.5", "ten", "0", "-3", "1e3", "inf"])
+def test_int_setting_refuses_what_is_not_a_whole_number(
+        monkeypatch: pytest.MonkeyPatch, var: str, raw: str) -> None:
+    monkeypatch.setenv(var, raw)
+    with pytest.raises(ConfigError, match=rf"the setting {var} must be an integer") as caught:
+        int_setting(var, 7, provider="docker")
+    assert caught.value.provider == "docker"
+
+
+def test_int_setting_reads_the_variable_or_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PSDK_TEST_N", raising=False)
+    assert int_setting("PSDK_TEST_N", 7) == 7
+    assert int_setting("PSDK_TEST_N") is None
+    monkeypatch.setenv("PSDK_TEST_N", " 42 ")
+    assert int_setting("PSDK_TEST_N", 7) == 42
+    monkeypatch.setenv("PSDK_TEST_N", "0")
+    assert int_setting("PSDK_TEST_N", 7, minimum=0) == 0
+
+
+@pytest.mark.parametrize("raw", ["inf", "-inf", "nan", "soon", "0", "-1"])
+def test_float_setting_refuses_what_is_not_a_positive_finite_number(
+        monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
+    monkeypatch.setenv("PSDK_TEST_TIMEOUT", raw)
+    with pytest.raises(ConfigError, match=r"the setting PSDK_TEST_TIMEOUT must be a positive "
+                                          r"finite number"):
+        float_setting("PSDK_TEST_TIMEOUT", 60.0)
+
+
+def test_float_setting_reads_the_variable_or_the_default(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PSDK_TEST_TIMEOUT", raising=False)
+    assert float_setting("PSDK_TEST_TIMEOUT", 60.0) == 60.0
+    monkeypatch.setenv("PSDK_TEST_TIMEOUT", "1.5")
+    assert float_setting("PSDK_TEST_TIMEOUT", 60.0) == 1.5
+    monkeypatch.setenv("PSDK_TEST_TIMEOUT", "-2")
+    assert float_setting("PSDK_TEST_TIMEOUT", positive=False) == -2.0
+
+
+@pytest.mark.parametrize("raw", ["yes", "no", "on", "off", "2", "tru"])
+def test_bool_setting_refuses_what_is_not_true_or_false(monkeypatch: pytest.MonkeyPatch,
+                                                       raw: str) -> None:
+    monkeypatch.setenv("PSDK_TEST_FLAG", raw)
+    with pytest.raises(ConfigError, match=r"the setting PSDK_TEST_FLAG must be true or false"):
+        bool_setting("PSDK_TEST_FLAG", False)
+
+
+@pytest.mark.parametrize(("raw", "value"), [("true", True), ("TRUE", True), ("1", True),
+                                            ("false", False), ("False", False), ("0", False),
+                                            ("", None)])
+def test_bool_setting_reads_true_and_false(monkeypatch: pytest.MonkeyPatch, raw: str,
+                                           value: bool | None) -> None:
+    monkeypatch.setenv("PSDK_TEST_FLAG", raw)
+    assert bool_setting("PSDK_TEST_FLAG") is value
+
+
+# ------------------------------------------------------------------ typed options
+
+
+class Typed(MemoryProvider):
+    """A provider with one option of each type the config file can hold."""
+
+    def __init__(self, *, flag: bool = False, count: int = 1, seconds: float = 1.0,
+                 name: str = "n", home: str | os.PathLike[str] | None = None,
+                 api_key: Secret | None = None, maybe: int | None = None) -> None:
+        super().__init__()
+        self.options = {"flag": flag, "count": count, "seconds": seconds, "name": name,
+                        "home": home, "api_key": api_key, "maybe": maybe}
+
+
+@pytest.fixture
+def typed(memory: Store) -> Iterator[None]:
+    registry.register("typed", Typed)
+    try:
+        yield
+    finally:
+        registry.unregister("typed")
+
+
+def _opened(**options: object) -> dict[str, object]:
+    provider = open_provider("typed", **options)
+    assert isinstance(provider, Typed)
+    return provider.options
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ('flag = "false"', "flag: expected a boolean (true or false), got the string 'false'"),
+    ('flag = "yes"', "flag: expected a boolean (true or false), got the string 'yes'"),
+    ("flag = 0", "flag: expected a boolean (true or false), got the integer 0"),
+    ('count = "3"', "count: expected an integer, got the string '3'"),
+    ("count = 1.5", "count: expected an integer, got the number 1.5"),
+    ("count = true", "count: expected an integer, got the boolean true"),
+    ('seconds = "2"', "seconds: expected a number, got the string '2'"),
+    ("seconds = inf", "seconds: expected a finite number, got the number inf"),
+    ("seconds = nan", "seconds: expected a finite number, got the number nan"),
+    ("name = 3", "name: expected a string, got the integer 3"),
+    ("name = [1]", "name: expected a string, got an array"),
+    ("home = {a = 1}", "home: expected a string or a path or nothing (None), got a table"),
+    ("maybe = 2.5", "maybe: expected an integer or nothing (None), got the number 2.5"),
+])
+def test_a_mistyped_option_in_the_file_names_key_provider_and_file(
+        typed: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str,
+        expected: str) -> None:
+    path = _write_config(tmp_path / "psdk.toml", f"[providers.typed]\n{line}\n", monkeypatch)
+    with pytest.raises(ConfigError) as caught:
+        open_provider("typed")
+    assert caught.value.message == f"{path}: [providers.typed] {expected}"
+    assert caught.value.provider == "typed"
+
+
+def test_the_local_providers_unisolated_must_be_a_boolean(
+        clean_config: Path) -> None:
+    (clean_config / "psdk.toml").write_text('[providers.local]\nunisolated = "false"\n')
+    with pytest.raises(ConfigError) as caught:
+        open_provider("local")
+    assert caught.value.message == ("psdk.toml: [providers.local] unisolated: expected a "
+                                    "boolean (true or false), got the string 'false'")
+
+
+@pytest.mark.parametrize(("options", "expected"), [
+    ({"flag": "yes"}, "flag: expected a boolean (true or false), got the string 'yes'"),
+    ({"count": 2.0}, "count: expected an integer, got the number 2.0"),
+    ({"count": False}, "count: expected an integer, got the boolean false"),
+    ({"seconds": float("inf")}, "seconds: expected a finite number, got the number inf"),
+    ({"name": None}, "name: expected a string, got None"),
+])
+def test_a_mistyped_keyword_option_names_the_keyword(typed: None, options: dict[str, object],
+                                                     expected: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        open_provider("typed", **options)
+    assert caught.value.message == f"open_provider('typed') keyword {expected}"
+
+
+def test_a_mistyped_secret_option_does_not_show_its_value(typed: None) -> None:
+    with pytest.raises(ConfigError, match="api_key: expected a string or nothing") as caught:
+        open_provider("typed", api_key=123456789)
+    assert "123456789" not in str(caught.value)
+
+
+def test_well_typed_options_arrive_as_their_types(typed: None, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    _write_config(tmp_path / "psdk.toml",
+                  '[providers.typed]\nflag = true\ncount = 3\nseconds = 2\nname = "x"\n'
+                  'home = "/tmp/h"\napi_key = "sk-1"\n', monkeypatch)
+    options = _opened(maybe=None)
+    assert options == {"flag": True, "count": 3, "seconds": 2.0, "name": "x",
+                       "home": "/tmp/h", "api_key": "sk-1", "maybe": None}
+    assert isinstance(options["seconds"], float)
+    assert isinstance(options["api_key"], Secret)
+    assert _opened(home=tmp_path)["home"] == tmp_path
+
+
+def test_an_unknown_top_level_key_names_it_and_the_file(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write_config(tmp_path / "psdk.toml", 'provider = "local"\nprovders = {}\n',
+                         monkeypatch)
+    with pytest.raises(ConfigError) as caught:
+        provider_name()
+    assert caught.value.message == (f"{path}: unknown key 'provders'; the known keys are: "
+                                    "provider, providers")
+
+
+def test_the_environment_does_not_hide_a_broken_file_from_open_provider(
+        memory: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _write_config(tmp_path / "psdk.toml", "colour = 1\n", monkeypatch)
+    monkeypatch.setenv("PSDK_PROVIDER", "memory")
+    with pytest.raises(ConfigError, match="unknown key 'colour'"):
+        open_provider()

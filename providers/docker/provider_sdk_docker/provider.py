@@ -33,7 +33,7 @@ import docker.types
 from provider_sdk import errors
 from provider_sdk.buildcontext import write_context
 from provider_sdk.capabilities import Capability
-from provider_sdk.config import env_setting
+from provider_sdk.config import env_setting, int_setting
 from provider_sdk.models import (
     ExecResult,
     FileInfo,
@@ -158,8 +158,10 @@ class DockerProvider(SandboxProvider):
         self._engine = Engine(url, provider=self.name)
         self.template = template or env_setting("PSDK_DOCKER_TEMPLATE",
                                                 default=DEFAULT_TEMPLATE) or DEFAULT_TEMPLATE
-        self.pids_limit = pids_limit or _int_setting("PSDK_DOCKER_PIDS_LIMIT", 1024)
-        self.memory_mb = memory_mb or _int_setting("PSDK_DOCKER_MEMORY_MB", 2048)
+        self.pids_limit = pids_limit or int_setting("PSDK_DOCKER_PIDS_LIMIT", 1024,
+                                                     provider=self.name)
+        self.memory_mb = memory_mb or int_setting("PSDK_DOCKER_MEMORY_MB", 2048,
+                                                   provider=self.name)
         self.network = network or env_setting("PSDK_DOCKER_NETWORK", default="bridge") \
             or "bridge"
         self._workdirs: dict[str, str] = {}
@@ -854,16 +856,6 @@ def _parse_time(value: str | None) -> dt.datetime | None:
         return dt.datetime.fromisoformat(text)
     except ValueError:
         return None
-
-
-def _int_setting(var: str, default: int) -> int:
-    value = env_setting(var)
-    if value is None:
-        return default
-    if not value.isdigit() or int(value) <= 0:
-        raise errors.ConfigError(f"the setting {var} must be a positive integer, got {value!r}",
-                                 provider=DockerProvider.name)
-    return int(value)
 
 
 def _now() -> dt.datetime:
