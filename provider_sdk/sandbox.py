@@ -15,14 +15,23 @@ import math
 import os
 import secrets
 import shlex
-from collections.abc import AsyncIterable, AsyncIterator, Generator, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Generator,
+    Iterable,
+    Mapping,
+    Sequence,
+)
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import attrs
 
 from provider_sdk.capabilities import Capability
-from provider_sdk.errors import FileNotFound, FileTooLarge, InvalidInput
+from provider_sdk.errors import FileNotFound, FileTooLarge, InvalidInput, SandboxError
 from provider_sdk.events import span
 from provider_sdk.limits import OutputBuffer, check_limit
 from provider_sdk.models import (
@@ -371,17 +380,50 @@ class Files:
         async with span("files.upload", self._provider.name, self._id):
             await self._provider._write_file(self._id, path, chunks())
 
-    async def download(self, path: str, local_path: str | os.PathLike[str]) -> None:
-        """Copy a file out of the sandbox in chunks; the local file is replaced."""
-        partial = f"{os.fspath(local_path)}.partial-{secrets.token_hex(4)}"
+    async def download(self, path: str, local_path: str | os.PathLike[str], *,
+                       progress: Callable[[int], object] | None = None) -> None:
+        """Copy a file out of the sandbox in chunks; the local file is replaced.
+
+        Nothing is created until the first chunk has arrived, so a refused source
+        (:class:`~provider_sdk.errors.NotARegularFile`, ``FileNotFound``) writes nothing.
+        The content then goes to a hidden file beside ``local_path``, renamed over it
+        once complete: an error, a cancellation or a signal leaves ``local_path`` as it
+        was and no partial file. Local errors name ``local_path``, never that hidden file.
+        ``progress``, if given, is called with the size of each chunk written.
+        """
+        target = os.fspath(local_path)
+        chunks = cast("AsyncGenerator[bytes, None]", self.stream(path))
         try:
-            async with await anyio.open_file(partial, "wb") as f:
-                async for chunk in self.stream(path):
-                    await f.write(chunk)
-            os.replace(partial, local_path)
+            first = await _next_chunk(chunks)
+            partial = os.path.join(os.path.dirname(target),
+                                   f".{os.path.basename(target)}.psdk-{secrets.token_hex(4)}")
+            try:
+                with _named(target):
+                    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                                 0o666)
+                try:
+                    with _named(target):
+                        f = await anyio.open_file(fd, "wb")
+                except BaseException:
+                    os.close(fd)
+                    raise
+                async with f:
+                    chunk: bytes | None = first or b""  # an empty file is a file
+                    while chunk is not None:
+                        with _named(target):
+                            await f.write(chunk)
+                        if progress is not None:
+                            progress(len(chunk))
+                        chunk = await _next_chunk(chunks)
+                with _named(target):
+                    os.replace(partial, target)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(partial)
+                raise
         finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(partial)
+            with anyio.CancelScope(shield=True):
+                await chunks.aclose()
 
 
 class Process:
@@ -508,6 +550,24 @@ class EmulatedShell(Shell):
         if self._sandbox.info.state == SandboxState.KILLED:
             return
         await self._sandbox.exec(["rm", "-f", "--", self._state, self._state + ".new"])
+
+
+async def _next_chunk(chunks: AsyncIterator[bytes]) -> bytes | None:
+    try:
+        return await chunks.__anext__()
+    except StopAsyncIteration:
+        return None
+
+
+@contextlib.contextmanager
+def _named(target: str) -> Generator[None, None, None]:
+    """Report a local file error under ``target``'s name, not the temporary file's."""
+    try:
+        yield
+    except SandboxError:
+        raise
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror or str(exc), target) from None
 
 
 def _check_path(path: str, sandbox_id: str) -> None:

@@ -188,5 +188,7 @@ class _ManagedFiles(Files):
     async def upload(self, local_path: str | os.PathLike[str], path: str) -> None:
         await self._managed._guarded(lambda: Files.upload(self, local_path, path))
 
-    async def download(self, path: str, local_path: str | os.PathLike[str]) -> None:
-        await self._managed._guarded(lambda: Files.download(self, path, local_path))
+    async def download(self, path: str, local_path: str | os.PathLike[str], *,
+                       progress: Callable[[int], object] | None = None) -> None:
+        await self._managed._guarded(lambda: Files.download(self, path, local_path,
+                                                            progress=progress))
