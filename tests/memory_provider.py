@@ -32,6 +32,7 @@ from provider_sdk.errors import (
     FileNotFound,
     IsADirectory,
     NotADirectory,
+    NotARegularFile,
     ProcessNotFound,
     SandboxNotFound,
     SandboxNotRunning,
@@ -71,6 +72,10 @@ class _Box:
     files: dict[str, bytes] = attrs.field(factory=dict)
     dirs: set[str] = attrs.field(factory=lambda: {"/", "/home", WORKDIR, "/tmp"})
     procs: dict[int, _Proc] = attrs.field(factory=dict)
+    #: Paths that are devices, FIFOs or sockets: listed and stat'ed, never read.
+    others: set[str] = attrs.field(factory=set)
+    #: Symbolic links: path -> target (absolute).
+    links: dict[str, str] = attrs.field(factory=dict)
 
 
 @attrs.define
@@ -83,6 +88,23 @@ class Store:
     ids: itertools.count[int] = attrs.field(factory=lambda: itertools.count(1))
     opened: list[dict[str, Any]] = attrs.field(factory=list)
     closed: int = 0
+
+    def add_broken(self, sandbox_id: str, reason: str) -> None:
+        """A record the provider cannot make sense of, listed as a broken ``ERROR`` one."""
+        info = SandboxInfo(id=sandbox_id, provider=NAME, state=SandboxState.ERROR,
+                           extra={"broken": reason, "env": {}})
+        self.boxes[sandbox_id] = _Box(info=info, host_dir=tempfile.mkdtemp(
+            prefix="psdk-memory-"))
+
+    def add_special(self, sandbox_id: str, path: str, *, link_to: str | None = None) -> None:
+        """A device-like path in a sandbox (or, with ``link_to``, a symlink to ``link_to``)."""
+        box = self.boxes[sandbox_id]
+        path = _abs(path)
+        _add_parents(box, path)
+        if link_to is None:
+            box.others.add(path)
+        else:
+            box.links[path] = _abs(link_to)
 
     def reset(self) -> None:
         for box in self.boxes.values():
@@ -291,8 +313,12 @@ class MemoryProvider(SandboxProvider):
     async def _read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
         box = _running(sandbox_id)
         path = _abs(path)
+        path = box.links.get(path, path)
         if path in box.dirs:
             raise IsADirectory(f"{path} is a directory", provider=NAME, sandbox_id=sandbox_id)
+        if path in box.others:
+            raise NotARegularFile(f"{path} is not a regular file", provider=NAME,
+                                  sandbox_id=sandbox_id)
         if path not in box.files:
             raise FileNotFound(f"no file {path}", provider=NAME, sandbox_id=sandbox_id)
         data = box.files[path]
@@ -317,14 +343,14 @@ class MemoryProvider(SandboxProvider):
             raise NotADirectory(f"{path} is a file", provider=NAME, sandbox_id=sandbox_id)
         if path not in box.dirs:
             raise FileNotFound(f"no directory {path}", provider=NAME, sandbox_id=sandbox_id)
-        names = {p for p in [*box.files, *box.dirs] if p != path
+        names = {p for p in [*box.files, *box.dirs, *box.others, *box.links] if p != path
                  and posixpath.dirname(p) == path}
         return [_stat(box, p) for p in names]
 
     async def _stat(self, sandbox_id: str, path: str) -> FileInfo:
         box = _running(sandbox_id)
         path = _abs(path)
-        if path not in box.files and path not in box.dirs:
+        if not any(path in where for where in (box.files, box.dirs, box.others, box.links)):
             raise FileNotFound(f"no such path {path}", provider=NAME, sandbox_id=sandbox_id)
         return _stat(box, path)
 
@@ -368,7 +394,8 @@ class MemoryProvider(SandboxProvider):
 
 
 def _public(info: SandboxInfo) -> SandboxInfo:
-    return attrs.evolve(info, extra={})
+    broken = info.extra.get("broken")
+    return attrs.evolve(info, extra={} if broken is None else {"broken": broken})
 
 
 def _box(sandbox_id: str) -> _Box:
@@ -413,6 +440,11 @@ def _add_parents(box: _Box, path: str) -> None:
 def _stat(box: _Box, path: str) -> FileInfo:
     if path in box.dirs:
         return FileInfo(path=path, type=FileType.DIRECTORY, mode=0o755)
+    if path in box.others:
+        return FileInfo(path=path, type=FileType.OTHER, mode=0o666)
+    if path in box.links:
+        return FileInfo(path=path, type=FileType.SYMLINK, mode=0o777,
+                        symlink_target=box.links[path])
     return FileInfo(path=path, type=FileType.FILE, size=len(box.files[path]), mode=0o644)
 
 

@@ -18,15 +18,24 @@
 
 Exit status: 0 on success; a command's own code for ``run`` and ``exec`` (124 when it
 timed out); 1 for an error, reported in one line on stderr; 2 for a usage error; 130 when
-interrupted. Tracebacks are for bugs only.
+interrupted; 128+N when stopped by signal N (SIGTERM: 143, SIGHUP: 129). Tracebacks are
+for bugs only.
+
+SIGTERM and SIGHUP stop a command as Ctrl-C does: its task is cancelled, so ``run``'s
+sandbox is killed, ``cp`` leaves no partial file, ``exec``'s command is stopped and
+``emulate`` removes its sandboxes before the process exits.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import os
+import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import anyio
@@ -41,7 +50,7 @@ from provider_sdk.cli.reap import cmd_reap
 from provider_sdk.cli.template import cmd_template
 from provider_sdk.errors import CommandTimeout, SandboxError
 
-__all__ = ["main"]
+__all__ = ["STOP_SIGNALS", "Stopped", "main"]
 
 AsyncHandler = Callable[[argparse.Namespace, Console], Awaitable[int]]
 
@@ -64,11 +73,81 @@ _ASYNC: dict[str, AsyncHandler] = {
 }
 
 
+#: The signals that stop a command the way Ctrl-C does.
+STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+class Stopped(Exception):
+    """The command was stopped by a signal (SIGTERM, SIGHUP) after cleaning up."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
 def _in_loop(handler: AsyncHandler) -> Callable[[argparse.Namespace, Console], int]:
     def run(args: argparse.Namespace, console: Console) -> int:
-        return anyio.run(handler, args, console)
+        return anyio.run(_until_stopped, handler, args, console)
 
     return run
+
+
+async def _until_stopped(handler: AsyncHandler, args: argparse.Namespace,
+                         console: Console) -> int:
+    """Run ``handler``; a stop signal cancels it as Ctrl-C does, then raises Stopped.
+
+    Like asyncio's own SIGINT handling, the signal cancels the main task once (not a
+    cancel scope, which would cancel every later await too): cleanup code in ``finally``
+    blocks, which Ctrl-C already runs, runs the same. Further signals while it does are
+    ignored; Ctrl-C still interrupts at once.
+    """
+    task = asyncio.current_task()
+    received: list[int] = []
+
+    def stop(signum: int) -> None:
+        if not received and task is not None:
+            received.append(signum)
+            task.cancel()
+
+    with _handling(STOP_SIGNALS, stop):
+        try:
+            status = await handler(args, console)
+        except asyncio.CancelledError:
+            if received:
+                raise Stopped(received[0]) from None
+            raise
+    if received:  # the handler absorbed the cancellation; it was stopped all the same
+        raise Stopped(received[0])
+    return status
+
+
+@contextlib.contextmanager
+def _handling(signals: Sequence[signal.Signals],
+              stop: Callable[[int], None]) -> Iterator[None]:
+    """Route ``signals`` to ``stop`` on the running loop; restore the old handlers after.
+
+    Only the main thread of a process may handle signals: elsewhere (psdk run from a
+    worker thread) the default action stays.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    previous = {sig: signal.getsignal(sig) for sig in signals}
+    installed: list[signal.Signals] = []
+    try:
+        for sig in signals:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, stop, int(sig))
+                installed.append(sig)
+        yield
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+            handler = previous[sig]
+            if handler is not None:
+                signal.signal(sig, handler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -114,6 +193,9 @@ def _report(exc: BaseException, console: Console) -> int:
     if isinstance(exc, KeyboardInterrupt):
         console.error("interrupted")
         return 130
+    if isinstance(exc, Stopped):
+        console.error(str(exc))
+        return 128 + exc.signum
     if isinstance(exc, BrokenPipeError):
         # The reader went away (psdk ls | head): stop quietly.
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -14,7 +14,6 @@ import datetime as dt
 import os
 import posixpath
 import re
-import secrets
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
@@ -23,8 +22,15 @@ import anyio
 from provider_sdk import config, registry
 from provider_sdk.capabilities import Capability
 from provider_sdk.cli.console import CliError, Console, dump_json, to_json
-from provider_sdk.errors import CommandTimeout, ConfigError, FileNotFound
-from provider_sdk.models import ExecResult, FileType, SandboxInfo, SandboxSpec
+from provider_sdk.errors import CommandTimeout, ConfigError, FileNotFound, NotARegularFile
+from provider_sdk.models import (
+    ExecResult,
+    FileInfo,
+    FileType,
+    SandboxInfo,
+    SandboxSpec,
+    SandboxState,
+)
 from provider_sdk.provider import SandboxProvider
 from provider_sdk.sandbox import Sandbox
 
@@ -40,6 +46,7 @@ __all__ = [
     "cmd_resume",
     "cmd_run",
     "cmd_snapshot",
+    "broken_reason",
     "exit_status",
     "parse_location",
     "provider_from",
@@ -177,21 +184,49 @@ async def cmd_create(args: argparse.Namespace, console: Console) -> int:
 
 
 async def cmd_ls(args: argparse.Namespace, console: Console) -> int:
-    """List sandboxes, optionally those carrying every ``--label``."""
+    """List sandboxes, optionally those carrying every ``--label``.
+
+    Broken records (a state the provider could not read) are hidden, with one warning
+    line saying how many; ``--all`` shows them, in state ``broken`` with the reason.
+    """
     async with provider_from(args) as provider:
         infos = await provider.list(metadata=dict(args.label))
     infos.sort(key=lambda i: (i.created_at.timestamp() if i.created_at else float("inf"), i.id))
+    broken = [i for i in infos if broken_reason(i) is not None]
+    if broken and not args.all:
+        infos = [i for i in infos if broken_reason(i) is None]
+        n = len(broken)
+        console.note(f"psdk: warning: {n} broken record{'s' if n != 1 else ''} hidden; "
+                     f"psdk ls --all shows {'it' if n == 1 else 'them'}")
     if args.json:
         console.out(dump_json(infos))
         return 0
-    rows = [("ID", "STATE", "TEMPLATE", "CREATED", "METADATA")]
-    rows += [(i.id, str(i.state), i.template or "-", _when(i.created_at, "-"),
-              _pairs(i.metadata) or "-") for i in infos]
-    widths = [max(len(r[c]) for r in rows) for c in range(4)]
+    header = ["ID", "STATE", "TEMPLATE", "CREATED", "METADATA"]
+    rows = [[i.id, "broken" if broken_reason(i) is not None else str(i.state),
+             i.template or "-", _when(i.created_at, "-"), _pairs(i.metadata) or "-"]
+            for i in infos]
+    if any(broken_reason(i) is not None for i in infos):
+        header.append("PROBLEM")
+        for row, info in zip(rows, infos, strict=True):
+            row.append(broken_reason(info) or "-")
+    rows.insert(0, header)
+    widths = [max(len(r[c]) for r in rows) for c in range(len(header) - 1)]
     for r in rows:
-        console.out("  ".join(f"{cell:<{widths[c]}}" for c, cell in enumerate(r[:4]))
-                    + "  " + r[4])
+        console.out("  ".join(f"{cell:<{widths[c]}}" for c, cell in enumerate(r[:-1]))
+                    + "  " + r[-1])
     return 0
+
+
+def broken_reason(info: SandboxInfo) -> str | None:
+    """Why the provider reports ``info`` as a broken record (on one line), or ``None``.
+
+    A provider reports a state record it cannot make sense of (corrupt, half created)
+    as a sandbox in state ``error`` with ``extra["broken"]`` set to the reason.
+    """
+    reason = info.extra.get("broken")
+    if info.state != SandboxState.ERROR or not reason:
+        return None
+    return " ".join(str(reason).split())
 
 
 async def cmd_info(args: argparse.Namespace, console: Console) -> int:
@@ -244,7 +279,8 @@ async def _change_state(args: argparse.Namespace, console: Console, doing: str,
 
 
 async def cmd_kill(args: argparse.Namespace, console: Console) -> int:
-    """Kill a sandbox; an unknown id is an error (killing twice is not)."""
+    """Kill a sandbox, or remove a broken record; an unknown id is an error (killing
+    twice is not)."""
     async with provider_from(args) as provider:
         await provider.get_info(args.id)
         with console.status(f"killing {args.id}"):
@@ -325,32 +361,37 @@ async def _upload(sandbox: Sandbox, src: str, dst: str, console: Console) -> Non
         progress.close()
 
 
+def _refuse_special(sandbox: Sandbox, path: str, info: FileInfo) -> None:
+    """Refuse a source that is a directory, device, FIFO or socket before reading it.
+
+    The provider refuses a device or FIFO reached through a symlink when it reads;
+    this only spares the round trip for what stat already shows.
+    """
+    if info.type == FileType.DIRECTORY:
+        raise CliError(f"{sandbox.id}:{path} is a directory: cp copies files")
+    if info.type == FileType.OTHER:
+        raise NotARegularFile(f"{path} is not a regular file (a device, FIFO or socket): "
+                              "cp copies regular files", provider=sandbox.provider.name,
+                              sandbox_id=sandbox.id)
+
+
 async def _download(sandbox: Sandbox, src: str, dst: str, console: Console) -> None:
     info = await sandbox.files.stat(src)
-    if info.type == FileType.DIRECTORY:
-        raise CliError(f"{sandbox.id}:{src} is a directory: cp copies files")
+    _refuse_special(sandbox, src, info)
     target = dst
     if await anyio.Path(dst).is_dir():
         target = os.path.join(dst, posixpath.basename(src.rstrip("/")))
     progress = console.progress(f"{sandbox.id}:{src} -> {target}", info.size)
-    partial = f"{target}.partial-{secrets.token_hex(4)}"
     try:
-        async with await anyio.open_file(partial, "wb") as f:
-            async for chunk in sandbox.files.stream(src):
-                await f.write(chunk)
-                progress.advance(len(chunk))
-        os.replace(partial, target)
+        await sandbox.files.download(src, target, progress=progress.advance)
     finally:
         progress.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(partial)
 
 
 async def _between(source: Sandbox, src: str, target: Sandbox, dst: str,
                    console: Console) -> None:
     info = await source.files.stat(src)
-    if info.type == FileType.DIRECTORY:
-        raise CliError(f"{source.id}:{src} is a directory: cp copies files")
+    _refuse_special(source, src, info)
     path = await _remote_target(target, dst, posixpath.basename(src.rstrip("/")))
     progress = console.progress(f"{source.id}:{src} -> {target.id}:{path}", info.size)
 

@@ -119,6 +119,8 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
                    help="the command to run")
 
     p = add("ls", "list sandboxes", labels)
+    p.add_argument("--all", action="store_true",
+                   help="also show broken records (state the provider could not read)")
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = add("info", "show a sandbox's state and details")
@@ -153,7 +155,8 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
     p.add_argument("--fault", metavar="NAME=VALUE", type=_key_value, action="append",
                    default=[], help="inject a fault (repeatable; see the emulator's docs)")
 
-    p = add("reap", "kill owner-tagged sandboxes that no manager binding holds")
+    p = add("reap", "kill owner-tagged sandboxes that no manager binding holds, and "
+                    "remove broken records")
     p.add_argument("--store", metavar="URL",
                    help="the binding store: sqlite:///PATH, redis://..., postgresql://... "
                         "(default: $PSDK_MANAGER_STORE, then the default SQLite file)")

@@ -430,3 +430,97 @@ def test_library_warnings_print_as_one_line(psdk: Psdk, memory: Store) -> None:
 def test_library_warnings_keep_their_location_with_v(psdk: Psdk, memory: Store) -> None:
     psdk("-v", "ls", *P)
     assert "f.py:1" in warnings.formatwarning("w", RuntimeWarning, "f.py", 1)
+
+
+# --------------------------------------------------------- cp of non-files
+
+
+@pytest.mark.parametrize(("path", "link_to"), [("/dev/zero", None), ("/tmp/fifo", None),
+                                               ("/tmp/link", "/dev/zero")])
+def test_cp_of_a_device_fifo_or_link_to_one_fails_at_once_and_writes_nothing(
+        psdk: Psdk, memory: Store, tmp_path: Path, path: str, link_to: str | None) -> None:
+    sandbox_id = _create(psdk)
+    STORE.add_special(sandbox_id, "/dev/zero")
+    STORE.add_special(sandbox_id, "/tmp/fifo")
+    if link_to is not None:
+        STORE.add_special(sandbox_id, path, link_to=link_to)
+    out = tmp_path / "out"
+    out.mkdir()
+    for dst in (str(out), str(out / "named")):
+        outcome = psdk("cp", *P, f"{sandbox_id}:{path}", dst)
+        assert outcome.code == 1
+        line = _one_error_line(outcome.err)
+        assert "not a regular file" in line
+        assert sandbox_id in line
+        assert list(out.iterdir()) == []
+    between = psdk("cp", *P, f"{sandbox_id}:{path}", f"{sandbox_id}:/copy")
+    assert between.code == 1
+    assert "not a regular file" in _one_error_line(between.err)
+    assert "/copy" not in STORE.boxes[sandbox_id].files
+
+
+# ------------------------------------------------------------ broken records
+
+
+def test_ls_hides_broken_records_with_one_warning(psdk: Psdk, memory: Store) -> None:
+    good = _create(psdk)
+    STORE.add_broken("mem-broken", "meta.json: not JSON (truncated?)")
+    outcome = psdk("ls", *P)
+    assert outcome.code == 0
+    assert [r.split()[0] for r in outcome.out.splitlines()[1:]] == [good]
+    assert outcome.err == "psdk: warning: 1 broken record hidden; psdk ls --all shows it\n"
+    data = json.loads(psdk("ls", *P, "--json").out)
+    assert [d["id"] for d in data] == [good]
+    STORE.add_broken("mem-broken-2", "half created")
+    assert "2 broken records hidden; psdk ls --all shows them" in psdk("ls", *P).err
+
+
+def test_ls_all_shows_broken_records_with_the_reason(psdk: Psdk, memory: Store) -> None:
+    good = _create(psdk)
+    STORE.add_broken("mem-broken", "meta.json:\nnot JSON")
+    outcome = psdk("ls", *P, "--all")
+    assert (outcome.code, outcome.err) == (0, "")
+    header, *rows = outcome.out.splitlines()
+    assert header.split() == ["ID", "STATE", "TEMPLATE", "CREATED", "METADATA", "PROBLEM"]
+    cells = {r.split()[0]: r.split(None, 5) for r in rows}
+    assert cells[good][1] == "running"
+    assert cells["mem-broken"][1] == "broken"
+    assert cells["mem-broken"][5] == "meta.json: not JSON"
+    data = {d["id"]: d for d in json.loads(psdk("ls", *P, "--all", "--json").out)}
+    assert data["mem-broken"]["state"] == "error"
+    assert data["mem-broken"]["extra"]["broken"] == "meta.json:\nnot JSON"
+
+
+def test_kill_removes_a_broken_record(psdk: Psdk, memory: Store) -> None:
+    STORE.add_broken("mem-broken", "half created")
+    assert psdk("kill", *P, "mem-broken").code == 0
+    assert "mem-broken" not in STORE.boxes
+    assert psdk("ls", *P).err == ""
+
+
+def test_reap_removes_broken_records_and_says_so(psdk: Psdk, memory: Store,
+                                                 tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'bindings.sqlite3'}"
+    unbound = _create(psdk, "--label", "owner=gone")
+    untagged = _create(psdk)
+    STORE.add_broken("mem-broken", "meta.json: {}")
+    dry = psdk("reap", *P, "--store", store, "--dry-run")
+    assert dry.code == 0
+    assert sorted(dry.out.splitlines()) == sorted(
+        [f"{unbound}  owner=gone", "mem-broken  broken: meta.json: {}"])
+    assert dry.err == ("would kill 1 unbound sandbox and would remove 1 broken record on "
+                       "'memory'\n")
+    assert {unbound, untagged, "mem-broken"} <= set(STORE.boxes)
+    done = psdk("reap", *P, "--store", store)
+    assert done.code == 0
+    assert done.err == "killed 1 unbound sandbox and removed 1 broken record on 'memory'\n"
+    assert set(STORE.boxes) == {untagged}
+
+
+def test_reap_older_than_spares_broken_records_of_unknown_age(psdk: Psdk, memory: Store,
+                                                             tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'bindings.sqlite3'}"
+    STORE.add_broken("mem-broken", "half created")
+    outcome = psdk("reap", *P, "--store", store, "--older-than", "1h")
+    assert outcome.code == 0
+    assert "mem-broken" in STORE.boxes

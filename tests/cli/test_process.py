@@ -245,3 +245,38 @@ def test_contract_runs_the_suite_and_exits_with_pytests_status(
     nothing = psdk("contract", "--provider", "local", "--", "-q", "-k", "no_such_test_at_all",
                    env=local_env)
     assert nothing.returncode == 5  # pytest: no tests collected
+
+
+# ------------------------------------------------------------ cp of non-files
+
+
+def _cp_refused(local_env: dict[str, str], tmp_path: Path, setup: str, path: str) -> None:
+    created = psdk("create", env=local_env)
+    assert created.returncode == 0, created.stderr
+    sandbox_id = created.stdout.strip()
+    try:
+        made = psdk("exec", sandbox_id, "--", "sh", "-c", setup, env=local_env)
+        assert made.returncode == 0, made.stderr
+        out = tmp_path / "out"
+        out.mkdir()
+        # A FIFO with no writer blocks a reader forever: without the refusal, this hangs.
+        result = psdk("cp", f"{sandbox_id}:{path}", str(out), env=local_env, timeout=30)
+        assert result.returncode == 1
+        assert "not a regular file" in _one_error_line(result.stderr)
+        assert list(out.iterdir()) == []
+    finally:
+        psdk("kill", sandbox_id, env=local_env)
+
+
+def test_cp_of_a_fifo_on_local_fails_at_once(local_env: dict[str, str],
+                                             tmp_path: Path) -> None:
+    _cp_refused(local_env, tmp_path, "mkfifo /tmp/fifo", "/tmp/fifo")
+
+
+@pytest.mark.xfail(strict=True, raises=subprocess.TimeoutExpired,
+                   reason="the local provider refuses a symlink to a FIFO or device when it "
+                          "reads (NotARegularFile) only once its agent's refusal lands on main")
+def test_cp_of_a_symlink_to_a_fifo_on_local_fails_at_once(local_env: dict[str, str],
+                                                          tmp_path: Path) -> None:
+    _cp_refused(local_env, tmp_path, "mkfifo /tmp/fifo && ln -s /tmp/fifo /tmp/link",
+                "/tmp/link")
