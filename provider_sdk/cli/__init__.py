@@ -6,7 +6,7 @@
     psdk run [--provider P] [--template T] [--env K=V]... [--cwd DIR] [--timeout S] -- CMD...
     psdk create [--provider P] [--template T] [--label K=V]... [--from-snapshot ID]
     psdk exec ID [--env K=V]... [--cwd DIR] [--timeout S] -- CMD [ARG...]
-    psdk ls [--provider P] [--label K=V]... [--json]
+    psdk ls [--provider P] [--label K=V]... [--all] [--json]
     psdk info ID [--json] | pause ID | resume ID | kill ID | snapshot ID
     psdk cp SRC DST                      either side may be ID:PATH
     psdk contract --provider P [--emulator [--backend B]] [-- PYTEST ARGS]
