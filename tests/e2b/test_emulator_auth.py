@@ -77,7 +77,7 @@ def _cube_data_plane(running: RunningEmulator, sandbox_id: str, port: int) -> st
 @pytest.mark.parametrize("key", [None, "wrong-key"], ids=["missing", "wrong"])
 def test_cube_data_plane_refuses_requests_without_the_api_key(
         cube_emulator: RunningEmulator, key: str | None) -> None:
-    from cubesandbox import Sandbox as CubeSandbox
+    from cubesandbox import Sandbox as CubeSandbox  # type: ignore[import-untyped]
 
     sandbox = CubeSandbox.create(envs={"SECRET": SECRET})
     try:
