@@ -22,8 +22,7 @@ As a service it holds bounded memory: a JSON body is read to
 compressed body is inflated step by step, never whole); bulk uploads stream into the
 sandbox part by part, a compressed one refused (413) once it inflates past
 :data:`~provider_sdk.emulators.INFLATE_LIMIT`; and the output it answers with whole
-(``process/execute``, session command logs) is the first
-:data:`~provider_sdk_daytona.emulator._toolbox.OUTPUT_LIMIT` bytes of each stream.
+(``process/execute``, session command logs) is the first 16 MiB of each stream.
 """
 
 from __future__ import annotations
