@@ -1,6 +1,8 @@
-"""Every port of a sandbox is guarded as the vendor guards it: on E2B the sandbox's
-access token opens envd and the code interpreter (port 49999); on Cube, whose envd has
-no token, the API key does. The vendors' SDKs keep working unmodified."""
+"""The E2B and Cube emulator as a service: every port of a sandbox is guarded as the
+vendor guards it (on E2B the sandbox's access token opens envd and the code interpreter on
+port 49999; on Cube, whose envd has no token, the API key does), the vendors' SDKs keep
+working unmodified, and broken or oversized uploads and kernel floods are refused without
+losing data."""
 
 from __future__ import annotations
 
@@ -152,3 +154,18 @@ def test_a_kernel_flooding_its_own_stdout_is_ended_not_held(
         stdout = [e["text"] for e in texts if e["type"] == "stdout"]
         assert "".join(stdout) == "y" * 200000
         assert len(stdout) > 1
+
+
+def test_a_truncated_multipart_upload_is_a_400_and_leaves_the_file(
+        e2b_emulator: RunningEmulator) -> None:
+    with Sandbox.create() as sandbox:
+        sandbox.files.write("/tmp/kept", "kept")
+        request = httpx.Request("POST", f"{e2b_emulator.url}/files", files=[
+            ("file", ("/tmp/kept", b"new " * 100_000, "application/octet-stream"))])
+        body = request.read()
+        answer = httpx.post(f"{e2b_emulator.url}/files", content=body[: len(body) // 2],
+                            headers={"E2b-Sandbox-Id": sandbox.sandbox_id,
+                                     "X-Access-Token": str(sandbox._envd_access_token),
+                                     "Content-Type": request.headers["content-type"]})
+        assert answer.status_code == 400
+        assert sandbox.files.read("/tmp/kept") == "kept"
