@@ -124,3 +124,17 @@ async def test_a_truncated_multipart_body_is_an_error(cut: int) -> None:
 def test_a_content_type_without_a_boundary_is_an_error() -> None:
     with pytest.raises(MultipartError):
         boundary_of("multipart/form-data")
+
+
+async def test_a_process_stream_that_falls_behind_is_cut_off_with_an_error() -> None:
+    from provider_sdk_e2b.emulator._world import ProcessEntry
+
+    entry = ProcessEntry(pid=1, config={}, tag=None, process=None)  # type: ignore[arg-type]
+    slow = entry.subscribe()
+    for index in range(5000):  # nobody reads: the stream must not hold them all
+        entry.broadcast({"event": {"data": {"stdout": str(index)}}})
+    assert slow.statistics().current_buffer_used <= 1000
+    assert not entry.subscribers
+    items = [item async for item in slow]
+    assert items[-1]["error"].code == "resource_exhausted"
+    assert items[0] == {"event": {"data": {"stdout": "0"}}}

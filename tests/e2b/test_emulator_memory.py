@@ -6,9 +6,11 @@ API key comes from a file or the environment and shows neither in ``ps`` nor in 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -209,3 +211,39 @@ def test_an_unreadable_key_file_is_a_one_line_error(tmp_path: Path) -> None:
     assert "--api-key-file" in done.stderr
     assert "missing" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def _envelope(message: dict[str, object]) -> bytes:
+    data = json.dumps(message).encode()
+    return struct.pack(">BI", 0, len(data)) + data
+
+
+def test_a_client_that_stops_reading_is_cut_off_not_buffered_for(
+        emulator: Emulator) -> None:
+    _sandbox_id, headers = emulator.sandbox()
+    rpc = {**headers, "Content-Type": "application/connect+json"}
+    # 640 MiB at a pace the emulator keeps up with (so it is not dropped upstream).
+    writer = ("import sys, time\nfor _ in range(640):\n"
+              "    sys.stdout.buffer.write(bytes(1 << 20)); sys.stdout.flush(); time.sleep(0.005)")
+    start = _envelope({"process": {"cmd": "python3", "args": ["-c", writer]}})
+    with httpx.stream("POST", f"{emulator.url}/process.Process/Start", content=start,
+                      headers=rpc, timeout=300) as answer:
+        assert answer.status_code == 200
+        # Read nothing while the process writes; wait for it to end.
+        deadline = time.monotonic() + 240
+        while True:
+            listed = httpx.post(f"{emulator.url}/process.Process/List", json={},
+                                headers=headers, timeout=30).json()
+            if not listed.get("processes"):
+                break
+            assert time.monotonic() < deadline, "the process did not end"
+            time.sleep(0.5)
+        assert emulator.peak_rss() < PEAK_LIMIT, emulator.peak_rss()
+        body = answer.read()
+    frames = []
+    while body:
+        flags, size = struct.unpack(">BI", body[:5])
+        frames.append((flags, json.loads(body[5:5 + size])))
+        body = body[5 + size:]
+    assert frames[-1][0] == 2  # the end-stream frame
+    assert frames[-1][1]["error"]["code"] == "resource_exhausted"
