@@ -1,5 +1,5 @@
-"""The emulators' body readers on their own: the bounded decoder shared by both emulator
-families, and the E2B emulator's streaming multipart reader."""
+"""The emulators' bounded parts on their own: the body decoder shared by both emulator
+families, the E2B emulator's streaming multipart reader, and its process streams' backlog."""
 
 from __future__ import annotations
 
