@@ -150,8 +150,13 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
                    help="port on 127.0.0.1 (default: a free one)")
     p.add_argument("--backend", metavar="B", default="local",
                    help="the provider that runs the sandboxes (default: local)")
-    p.add_argument("--api-key", metavar="KEY",
-                   help="the key clients must present (default: the vendor's usual setting)")
+    key = p.add_mutually_exclusive_group()
+    key.add_argument("--api-key-file", metavar="PATH",
+                     help="read the key clients must present from this file (default: "
+                          "$PSDK_EMULATOR_API_KEY, then the vendor's usual setting)")
+    key.add_argument("--api-key", metavar="KEY",
+                     help="the key, given on the command line: every local user can read "
+                          "it in ps; prefer --api-key-file or $PSDK_EMULATOR_API_KEY")
     p.add_argument("--fault", metavar="NAME=VALUE", type=_key_value, action="append",
                    default=[], help="inject a fault (repeatable; see the emulator's docs)")
 

@@ -56,12 +56,13 @@ def test_binary_files_stay_binary_on_the_wire(cube_emulator: RunningEmulator,
     data = bytes(range(256))
     sandbox.files.write("/tmp/blob", data)
     host = f"49983-{sandbox.sandbox_id}.{cube_emulator.settings['CUBE_SANDBOX_DOMAIN']}"
+    key = {"X-API-Key": cube_emulator.api_key.reveal()}
     answer = httpx.get(f"{cube_emulator.url}/files", params={"path": "/tmp/blob"},
-                       headers={"Host": host})
+                       headers={"Host": host, **key})
     assert answer.status_code == 200
     assert answer.content == data
     by_path = httpx.get(f"{cube_emulator.url}/sandbox/{sandbox.sandbox_id}/49983/files",
-                        params={"path": "/tmp/blob"})  # CubeProxy's path routing
+                        params={"path": "/tmp/blob"}, headers=key)  # CubeProxy's path routing
     assert by_path.content == data
 
 

@@ -174,13 +174,13 @@ def test_connect_with_reboot_keeps_files_and_ends_processes(
 
 def test_the_code_interpreter_answers_on_port_49999(e2b_emulator: RunningEmulator) -> None:
     with Sandbox.create() as sandbox:
+        headers = {"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": "49999",
+                   "X-Access-Token": str(sandbox._envd_access_token)}
         answer = httpx.post(f"{e2b_emulator.url}/execute", json={"code": "6 * 7"},
-                            headers={"E2b-Sandbox-Id": sandbox.sandbox_id,
-                                     "E2b-Sandbox-Port": "49999"})
+                            headers=headers)
         assert answer.status_code == 200
         events = [json.loads(line) for line in answer.text.splitlines()]
         assert {"type": "result", "text": "42", "is_main_result": True} in events
         other = httpx.post(f"{e2b_emulator.url}/execute", json={"code": "1", "language": "r"},
-                           headers={"E2b-Sandbox-Id": sandbox.sandbox_id,
-                                    "E2b-Sandbox-Port": "49999"})
+                           headers=headers)
         assert other.status_code == 400

@@ -118,6 +118,9 @@ class CubeProvider(E2BProvider):
 
     def _sandbox_headers(self, sandbox_id: str, domain: str | None) -> dict[str, str]:
         headers = super()._sandbox_headers(sandbox_id, domain)
+        # CubeAPI with auth on checks the key on the data plane too (Cube's envd has no
+        # access token), as the cubesandbox SDK sends it.
+        headers["X-API-Key"] = self._api_key.reveal()
         if self._node:  # CubeProxy routes by Host
             headers["Host"] = f"{ENVD_PORT}-{sandbox_id}.{domain or self._domain or 'cube.app'}"
         return headers

@@ -16,6 +16,13 @@ network (they have loopback only, whatever ``networkBlockAll`` says); enforce re
 or archive stopped sandboxes by itself (auto-stop and auto-delete are kept, on a clock
 whose minute fault ``minute_seconds`` can shorten). Socket.IO events, PTYs, git, LSP and
 preview URLs are not served; the SDK falls back to polling for state.
+
+As a service it holds bounded memory: a JSON body is read to
+:data:`~provider_sdk.emulators.BODY_LIMIT` (16 MiB) after decompression (413 past it; a
+compressed body is inflated step by step, never whole); bulk uploads stream into the
+sandbox part by part, a compressed one refused (413) once it inflates past
+:data:`~provider_sdk.emulators.INFLATE_LIMIT`; and the output it answers with whole
+(``process/execute``, session command logs) is the first 16 MiB of each stream.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from provider_sdk.config import Secret, env_setting, open_provider
-from provider_sdk.emulators import EmulatorOptions, Faults, RunningEmulator
+from provider_sdk.emulators import BODY_LIMIT, EmulatorOptions, Faults, RunningEmulator
 from provider_sdk.errors import SandboxError
 from provider_sdk_daytona.emulator import _control as api
 from provider_sdk_daytona.emulator import _toolbox as toolbox
@@ -123,7 +130,7 @@ async def daytona_emulator(options: EmulatorOptions) -> AsyncIterator[RunningEmu
     async with open_provider(options.backend) as backend:
         ctx = Context(store=Store(backend=backend), faults=faults, api_key=key)
         app = web.Application(middlewares=[errors_middleware, auth_middleware,
-                                           faults_middleware], client_max_size=1 << 30)
+                                           faults_middleware], client_max_size=BODY_LIMIT)
         app[CONTEXT] = ctx
         app.add_routes(routes())
         runner = web.AppRunner(app, access_log=None, handler_cancellation=True)

@@ -98,8 +98,8 @@ def _envelope(request: web.Request, error: HttpError) -> dict[str, Any]:
 
 
 _REASONS = {400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 408: "Request Timeout",
-            409: "Conflict", 429: "Too Many Requests", 500: "Internal Server Error",
-            502: "Bad Gateway"}
+            409: "Conflict", 413: "Payload Too Large", 429: "Too Many Requests",
+            500: "Internal Server Error", 502: "Bad Gateway"}
 
 
 @web.middleware

@@ -7,6 +7,9 @@ sandbox: it reads one command directory per line on its stdin, sources that dire
 everything carries over (``cd``, variables, functions, open file descriptors, traps),
 commands run one at a time, and a bare ``exit`` ends the session, all as on Daytona.
 Elsewhere the backend's persistent shell stands in (``cd`` and ``export`` carry over).
+
+A command's logs are kept to their first :data:`LOG_LIMIT` bytes per stream, whatever
+the command writes: the emulator never holds more than that for one command.
 """
 
 from __future__ import annotations
@@ -19,9 +22,13 @@ from collections.abc import Callable
 
 from provider_sdk.capabilities import Capability
 from provider_sdk.errors import FileNotFound, SandboxError
+from provider_sdk.limits import DEFAULT_OUTPUT_LIMIT
 from provider_sdk.provider import ProcessExit, ProcessOutput
 from provider_sdk.sandbox import Process, Sandbox, Shell
 from provider_sdk_daytona.emulator._store import CommandRecord
+
+LOG_LIMIT = DEFAULT_OUTPUT_LIMIT
+"""Bytes of each of a command's streams (stdout, stderr) a session keeps."""
 
 _DONE = "psdk-session-done"
 _DRIVER = (
@@ -30,6 +37,22 @@ _DRIVER = (
     f'printf "{_DONE} %s %s\\n" "$__psdk_d" "$?"; '
     'done'
 )
+
+
+async def _head(handle: Sandbox, path: str, limit: int) -> bytes:
+    """The first ``limit`` bytes of a file, read no further."""
+    data = bytearray()
+    stream = handle.files.stream(path)
+    try:
+        async for chunk in stream:
+            data += chunk[:limit - len(data)]
+            if len(data) >= limit:
+                break
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    return bytes(data)
 
 
 class SessionShell(abc.ABC):
@@ -93,7 +116,7 @@ class DriverSession(SessionShell):
         outputs = []
         for name in ("stdout", "stderr"):
             try:
-                outputs.append(await self._handle.files.read(f"{directory}/{name}"))
+                outputs.append(await _head(self._handle, f"{directory}/{name}", LOG_LIMIT))
             except FileNotFound:
                 outputs.append(b"")
         cmd.stdout[:] = outputs[0]
@@ -157,8 +180,10 @@ class EmulatedSession(SessionShell):
     async def _run(self, cmd: CommandRecord) -> None:
         def keep(stream: bytearray) -> Callable[[bytes], None]:
             def on_output(chunk: bytes) -> None:
-                stream.extend(chunk)
-                cmd.output.extend(chunk)
+                room = LOG_LIMIT - len(stream)
+                if room > 0:
+                    stream.extend(chunk[:room])
+                    cmd.output.extend(chunk[:room])
             return on_output
 
         try:
@@ -167,6 +192,7 @@ class EmulatedSession(SessionShell):
                     result = await self._shell.run(cmd.command, on_stdout=keep(cmd.stdout),
                                                    on_stderr=keep(cmd.stderr))
                 else:
+                    # (the shell's result is bounded by the backend's own output limit)
                     result = await self._shell.run(cmd.command)
                     keep(cmd.stdout)(result.stdout_bytes)
                     keep(cmd.stderr)(result.stderr_bytes)

@@ -6,6 +6,11 @@ stdout and stderr combined in ``result``; session logs are JSON; bulk upload and
 are ``multipart/form-data`` (a download part echoes the requested path as its filename,
 a failure is a part named ``error`` holding a JSON error, and the closing boundary is
 always written).
+
+What the emulator holds of a command's output is bounded: ``process/execute`` and session
+logs answer with the first :data:`OUTPUT_LIMIT` bytes of each stream (the rest is
+dropped, as the backend's ``exec`` drops it); ``follow=true`` log streams send the same
+bytes as they arrive.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from typing import Any
 
 from aiohttp import BodyPartReader, WSMsgType, web
 
+from provider_sdk.capabilities import Capability
+from provider_sdk.emulators import INFLATE_LIMIT
 from provider_sdk.errors import (
     CommandTimeout,
     Conflict,
@@ -28,11 +35,15 @@ from provider_sdk.errors import (
     PermissionDenied,
     SandboxError,
 )
+from provider_sdk.limits import DEFAULT_OUTPUT_LIMIT, OutputBuffer
 from provider_sdk.models import FileInfo, FileType
 from provider_sdk.sandbox import Sandbox
 from provider_sdk_daytona.emulator._http import HttpError, context, json_response
 from provider_sdk_daytona.emulator._sessions import open_shell
 from provider_sdk_daytona.emulator._store import CommandRecord, SandboxRecord, SessionRecord, new_id
+
+OUTPUT_LIMIT = DEFAULT_OUTPUT_LIMIT
+"""Bytes of each output stream of a command the emulator keeps and answers with."""
 
 BOUNDARY = "DAYTONA-FILE-BOUNDARY"
 STDOUT_PREFIX = b"\x01\x01\x01"
@@ -90,10 +101,15 @@ async def execute(request: web.Request) -> web.Response:
     if not isinstance(command, str):
         raise HttpError(400, "command is required", "BAD_REQUEST")
     timeout = body.get("timeout") or None
+    # The first OUTPUT_LIMIT bytes are kept here as they arrive, whatever the backend
+    # keeps of the rest (stderr is merged into stdout by the daemon's shell).
+    kept = OutputBuffer(OUTPUT_LIMIT)
+    streams = handle.provider.supports(Capability.EXEC_STREAM)
     try:
         result = await handle.exec(["/bin/sh", "-c", _SHELL, "sh", command],
                                    env=body.get("envs") or {}, cwd=body.get("cwd") or None,
-                                   timeout=timeout)
+                                   timeout=timeout, output_limit=OUTPUT_LIMIT,
+                                   on_stdout=kept.append if streams else None)
     except CommandTimeout:
         raise HttpError(408, f"command timed out after {timeout} seconds",
                         "PROCESS_EXECUTION_TIMEOUT") from None
@@ -101,7 +117,8 @@ async def execute(request: web.Request) -> web.Response:
         raise HttpError(400, exc.message, "BAD_REQUEST") from exc
     # Like the daemon (Go's ExitCode()), a command killed by a signal reports -1.
     code = result.exit_code if result.exit_code >= 0 else -1
-    return json_response({"exitCode": code, "result": result.stdout})
+    output = kept.value() if streams else result.stdout_bytes[:OUTPUT_LIMIT]
+    return json_response({"exitCode": code, "result": output.decode("utf-8", "replace")})
 
 
 # ----------------------------------------------------------------------- sessions
@@ -303,6 +320,9 @@ async def bulk_upload(request: web.Request) -> web.Response:
     """``POST /files/bulk-upload``: parts ``files[i].path`` then ``files[i].file``, each
     file streamed into the sandbox as it arrives."""
     _record, handle = _running(request)
+    # aiohttp inflates a compressed body step by step; its total is held here.
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    inflated = 0
     reader = await request.multipart()
     paths: dict[str, str] = {}
     written: list[dict[str, Any]] = []
@@ -321,9 +341,13 @@ async def bulk_upload(request: web.Request) -> web.Response:
         size = 0
 
         async def chunks(p: BodyPartReader = part) -> AsyncIterator[bytes]:
-            nonlocal size
+            nonlocal size, inflated
             while chunk := await p.read_chunk(1 << 20):
                 size += len(chunk)
+                inflated += len(chunk)
+                if encoding not in ("", "identity") and inflated > INFLATE_LIMIT:
+                    raise HttpError(413, f"the request body is larger than {INFLATE_LIMIT} "
+                                         "bytes once decompressed", "REQUEST_TOO_LARGE")
                 yield chunk
 
         try:

@@ -1,7 +1,10 @@
 """A small HTTP/1.1 server on anyio and h11, enough for the emulator.
 
 One task per connection; requests on a connection are served one after another
-(keep-alive, no pipelining). Request bodies are read lazily; a response body is bytes or
+(keep-alive, no pipelining). Request bodies are read lazily, their ``Content-Encoding``
+undone as they arrive and bounded after decoding (:func:`provider_sdk.emulators.decoded`):
+a body read whole stops at :data:`~provider_sdk.emulators.BODY_LIMIT`, and one that
+passes its limit is answered 413. A response body is bytes or
 an async iterator of chunks (sent chunked). While a streamed response is being sent, the
 connection is watched: when the client goes away the stream is cancelled, as a real
 server would notice the reset.
@@ -23,11 +26,17 @@ import anyio.abc
 import attrs
 import h11
 
-__all__ = ["Request", "Response", "Handler", "json_response", "serve"]
+from provider_sdk.emulators import BODY_LIMIT, BodyTooLarge, decoded
+
+__all__ = ["Request", "Response", "Handler", "json_response", "serve", "too_large"]
 
 log = logging.getLogger(__name__)
 
 _RECEIVE = 65536
+# What is read (and dropped) of a body the handler left unread, so the client sees the
+# answer rather than a reset; past it the connection is closed.
+_DRAIN_LIMIT = 16 << 20
+_DRAIN_SECONDS = 10.0
 
 
 class Request:
@@ -52,22 +61,39 @@ class Request:
     def __repr__(self) -> str:
         return f"<Request {self.method} {self.path}>"
 
-    def stream(self) -> AsyncIterator[bytes]:
-        """The body's chunks as they arrive (read once)."""
+    def stream(self, limit: int | None = None) -> AsyncIterator[bytes]:
+        """The body's chunks as they arrive, decoded (read once).
+
+        Args:
+            limit: the most bytes to accept, counted after decoding; ``None`` for no
+                limit on a plain body (a compressed one is held to
+                :data:`~provider_sdk.emulators.INFLATE_LIMIT`).
+
+        Raises:
+            BodyTooLarge: (while iterating) the body passes its limit.
+            InvalidInput: (while iterating) an unknown encoding or a corrupt body.
+        """
         if self._consumed:
             raise RuntimeError("the request body was already read")
         self._consumed = True
-        return self._body
+        return decoded(self._body, self.headers.get("content-encoding"), limit=limit)
 
-    async def read(self) -> bytes:
-        """The whole body."""
-        return b"".join([chunk async for chunk in self.stream()])
-
-    async def json(self) -> Any:
-        """The body parsed as JSON (an empty body is ``{}``).
+    async def read(self, limit: int = BODY_LIMIT) -> bytes:
+        """The whole body, decoded; at most ``limit`` bytes are held.
 
         Raises:
-            ValueError: the body is not JSON.
+            BodyTooLarge: the body passes ``limit``.
+            InvalidInput: an unknown encoding or a corrupt compressed body.
+        """
+        return b"".join([chunk async for chunk in self.stream(limit)])
+
+    async def json(self) -> Any:
+        """The body parsed as JSON (an empty body is ``{}``), read to
+        :data:`~provider_sdk.emulators.BODY_LIMIT` at most.
+
+        Raises:
+            ValueError: the body is not JSON (or its encoding is corrupt).
+            BodyTooLarge: the body passes the limit.
         """
         data = await self.read()
         return json.loads(data) if data.strip() else {}
@@ -190,6 +216,8 @@ async def _serve_connection(stream: anyio.abc.ByteStream, handler: Handler) -> N
                               conn.body())
             try:
                 response = await handler(request)
+            except BodyTooLarge as exc:
+                response = too_large(exc)
             except Exception:
                 log.exception("emulator: unhandled error serving %s %s", request.method,
                               request.path)
@@ -197,11 +225,18 @@ async def _serve_connection(stream: anyio.abc.ByteStream, handler: Handler) -> N
                                                "message": "internal emulator error"})
             try:
                 await _send_response(conn, response)
-                # Drain what the handler left unread, so the connection can be reused.
-                while conn.h11.their_state is h11.SEND_BODY:
-                    event = await conn.next_event()
-                    if isinstance(event, h11.ConnectionClosed):
-                        return
+                # Drain what the handler left unread, so the connection can be reused;
+                # a body too large to drain soon ends the connection instead.
+                drained = 0
+                with anyio.move_on_after(_DRAIN_SECONDS):
+                    while conn.h11.their_state is h11.SEND_BODY and drained <= _DRAIN_LIMIT:
+                        event = await conn.next_event()
+                        if isinstance(event, h11.ConnectionClosed):
+                            return
+                        if isinstance(event, h11.Data):
+                            drained += len(event.data)
+                if conn.h11.their_state is h11.SEND_BODY:
+                    return
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError,
                     ConnectionError, h11.LocalProtocolError, h11.RemoteProtocolError):
                 return
@@ -211,6 +246,12 @@ async def _serve_connection(stream: anyio.abc.ByteStream, handler: Handler) -> N
                 conn.h11.start_next_cycle()
             except h11.LocalProtocolError:
                 return
+
+
+def too_large(exc: BodyTooLarge) -> Response:
+    """The 413 for a body past its limit; the connection is closed after it."""
+    return json_response(413, {"code": 413, "message": exc.message},
+                         {"connection": "close"})
 
 
 async def _send_error(conn: _Connection, status: int, message: str) -> None:

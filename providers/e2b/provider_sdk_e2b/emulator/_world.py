@@ -12,7 +12,6 @@ import base64
 import contextlib
 import datetime as dt
 import logging
-import math
 import secrets
 import shlex
 import signal
@@ -52,6 +51,9 @@ log = logging.getLogger(__name__)
 
 _OUTPUT_CHUNK = 32 * 1024  # envd sends stdout/stderr in chunks of at most this
 _PTY_CHUNK = 16 * 1024  # and terminal output in chunks of at most this
+# Events a stream attached to a process may have waiting (at most 16 MiB of output): a
+# client that reads slower than the process writes is cut off there, not buffered for.
+_BACKLOG = 512
 SCRIPT = "/usr/bin/script"
 """util-linux's ``script``, which gives a command a terminal inside the sandbox."""
 _SIGNALS = {signal.SIGKILL: "killed", signal.SIGTERM: "terminated", signal.SIGINT: "interrupt",
@@ -103,8 +105,12 @@ class ProcessEntry:
     """It runs on a terminal: its output is the terminal's."""
 
     def subscribe(self) -> MemoryObjectReceiveStream[dict[str, Any]]:
-        """A stream of this process's events from now on, ending with its end."""
-        send, receive = anyio.create_memory_object_stream[dict[str, Any]](math.inf)
+        """A stream of this process's events from now on, ending with its end.
+
+        At most a bounded backlog waits in it: a reader that falls that far behind gets
+        a ``resource_exhausted`` error in place of the rest."""
+        # One slot past the backlog, for the error that ends a stream that fell behind.
+        send, receive = anyio.create_memory_object_stream[dict[str, Any]](_BACKLOG + 1)
         if self.ended is not None:
             send.send_nowait(self.ended)
             send.close()
@@ -115,8 +121,16 @@ class ProcessEntry:
     def broadcast(self, message: dict[str, Any]) -> None:
         for send in list(self.subscribers):
             try:
+                if send.statistics().current_buffer_used >= _BACKLOG:
+                    send.send_nowait({"error": RpcError(
+                        "resource_exhausted", "the client fell behind the process's "
+                        f"output by {_BACKLOG} events; reconnect to follow it")})
+                    send.close()
+                    self.subscribers.remove(send)
+                    continue
                 send.send_nowait(message)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.WouldBlock):
+                send.close()
                 self.subscribers.remove(send)
 
     def finish(self, message: dict[str, Any]) -> None:

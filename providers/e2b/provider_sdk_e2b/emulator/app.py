@@ -5,6 +5,11 @@ A request is for a sandbox's data plane when its ``Host`` is ``<port>-<id>.<doma
 sends to one sandbox URL), or, on Cube, its path is ``/sandbox/<id>/<port>/...``
 (CubeProxy's path form); everything else is the control plane, or the admin API under
 ``/_emulator/``.
+
+Every port of a sandbox is guarded as the vendor guards it: on E2B, envd's API and the
+code interpreter need the sandbox's ``X-Access-Token`` (``/files`` also takes a
+signature, ``/health`` nothing); on Cube, whose envd has no token, every data-plane
+request carries the API key, as CubeAPI asks once it has one.
 """
 
 from __future__ import annotations
@@ -20,11 +25,17 @@ import anyio
 
 from provider_sdk import errors
 from provider_sdk.config import Secret, env_setting, open_provider
-from provider_sdk.emulators import EmulatorOptions, Faults, RunningEmulator
+from provider_sdk.emulators import BodyTooLarge, EmulatorOptions, Faults, RunningEmulator
 from provider_sdk_e2b.emulator import _http
 from provider_sdk_e2b.emulator._http import Request, Response, json_response
 from provider_sdk_e2b.emulator._templates_e2b import UPLOAD_PREFIX
-from provider_sdk_e2b.emulator._world import FAULT_DEFAULTS, FAULTS, ApiError, World
+from provider_sdk_e2b.emulator._world import (
+    FAULT_DEFAULTS,
+    FAULTS,
+    ApiError,
+    SandboxRecord,
+    World,
+)
 from provider_sdk_e2b.emulator.control import ControlPlane
 from provider_sdk_e2b.emulator.envd import Envd
 from provider_sdk_e2b.emulator.flavors import ENVD_PORT, Flavor
@@ -44,6 +55,8 @@ def _compile(pattern: str) -> re.Pattern[str]:
 
 def _api_error(exc: errors.SandboxError) -> ApiError:
     """The control-plane status for a neutral error from the backend."""
+    if isinstance(exc, BodyTooLarge):
+        return ApiError(413, exc.message)
     if isinstance(exc, errors.NotFound):
         return ApiError(404, str(exc))
     if isinstance(exc, (errors.InvalidInput, errors.UnsupportedCapability)):
@@ -151,8 +164,13 @@ class App:
             return json_response(504, {"sandboxId": sandbox_id, "code": 504,
                                        "message": "upstream timed out after resume "
                                                   "(emulated fault resume_504)"})
+        if denied := self._data_plane_denied(record, request, port):
+            return denied
         if port == INTERPRETER_PORT:
             world.touch(record)
+            if not self.envd.token_ok(record, request):
+                return json_response(401, {"code": 401, "message": "invalid or missing "
+                                                                   "X-Access-Token"})
             return await self.interpreters.handle(record, request)
         if port != ENVD_PORT:
             return json_response(502, {"sandboxId": sandbox_id, "port": port, "code": 502,
@@ -162,6 +180,18 @@ class App:
             return await self.envd.handle(record, request)
         finally:
             world.touch(record)
+
+    def _data_plane_denied(self, record: SandboxRecord, request: Request,
+                           port: int) -> Response | None:
+        """A 401 when the flavor wants the API key on the data plane and it is not
+        there (envd's ``/health`` is open, as the probes that call it are)."""
+        if not self.flavor.data_plane_api_key or self._key_ok(request):
+            return None
+        if port == ENVD_PORT and request.path == "/health":
+            return None
+        return json_response(401, {"code": 401, "message": "invalid or missing API key: "
+                                   "send it in the X-API-Key header "
+                                   f"({self.flavor.api_key_setting})"})
 
     # -------------------------------------------------------------------- admin
 

@@ -12,15 +12,12 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
-import gzip
 import hashlib
 import hmac
 import posixpath
-import re
 import secrets
 import signal
 import time
-import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
@@ -29,7 +26,9 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from provider_sdk import errors
+from provider_sdk.emulators import BodyTooLarge
 from provider_sdk.models import FileInfo, FileType
+from provider_sdk_e2b.emulator import _multipart
 from provider_sdk_e2b.emulator._connect import (
     STATUS,
     EnvelopeReader,
@@ -37,7 +36,7 @@ from provider_sdk_e2b.emulator._connect import (
     end_stream,
     envelope,
 )
-from provider_sdk_e2b.emulator._http import Request, Response, json_response
+from provider_sdk_e2b.emulator._http import Request, Response, json_response, too_large
 from provider_sdk_e2b.emulator._world import SCRIPT, ProcessEntry, SandboxRecord, World
 
 __all__ = ["Envd"]
@@ -62,6 +61,8 @@ def _rpc_error(exc: errors.SandboxError, path: str = "") -> RpcError:
         return RpcError("invalid_argument", str(exc))
     if isinstance(exc, errors.PermissionDenied):
         return RpcError("permission_denied", str(exc))
+    if isinstance(exc, errors.QuotaExceeded):  # a message past the read limit, too
+        return RpcError("resource_exhausted", str(exc))
     if isinstance(exc, (errors.SandboxNotRunning, errors.Unavailable)):
         return RpcError("unavailable", str(exc))
     return RpcError("internal", str(exc))
@@ -116,41 +117,6 @@ def _selector(message: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(selector, dict):
         raise RpcError("invalid_argument", "process selector is required")
     return selector
-
-
-def _multipart(body: bytes, content_type: str) -> list[tuple[str, str | None, bytes]]:
-    """``(field name, filename, data)`` of each part of a multipart body. The filename
-    is kept whole, directories included, as envd does."""
-    match = re.search(r'boundary="?([^";]+)"?', content_type)
-    if match is None:
-        raise ValueError("multipart body without a boundary")
-    delimiter = b"--" + match.group(1).encode()
-    parts = []
-    for chunk in body.split(delimiter)[1:]:
-        if chunk.startswith(b"--"):
-            break
-        head, sep, data = chunk.partition(b"\r\n\r\n")
-        if not sep:
-            raise ValueError("a multipart part has no header end")
-        if data.endswith(b"\r\n"):
-            data = data[:-2]
-        disposition = ""
-        for line in head.decode("utf-8", "replace").split("\r\n"):
-            if line.lower().startswith("content-disposition:"):
-                disposition = line
-        name = re.search(r'\bname="((?:[^"\\]|\\.)*)"', disposition)
-        filename = re.search(r'\bfilename="((?:[^"\\]|\\.)*)"', disposition)
-        parts.append((name.group(1) if name else "",
-                      re.sub(r"\\(.)", r"\1", filename.group(1)) if filename else None, data))
-    return parts
-
-
-def _gunzip(data: bytes) -> bytes:
-    """Decompress a whole gzip body first, so a corrupt one overwrites no file."""
-    try:
-        return gzip.decompress(data)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise errors.InvalidInput(f"the gzip body is corrupt: {exc}") from None
 
 
 class _Watcher:
@@ -234,7 +200,7 @@ class Envd:
             return json_response(405, {"code": 405, "message": "method not allowed"})
         if request.method != "POST":
             return json_response(404, {"code": 404, "message": f"no route {path}"})
-        if not self._token_ok(record, request):
+        if not self.token_ok(record, request):
             return json_response(401, {"code": "unauthenticated",
                                        "message": "invalid or missing X-Access-Token"})
         method = path.lstrip("/")
@@ -246,7 +212,8 @@ class Envd:
             return await self._serve_unary(record, request, self.unary[method])
         return json_response(404, {"code": "unimplemented", "message": f"{method} is not served"})
 
-    def _token_ok(self, record: SandboxRecord, request: Request) -> bool:
+    def token_ok(self, record: SandboxRecord, request: Request) -> bool:
+        """Whether the request carries the sandbox's access token (or none is set)."""
         token = record.access_token
         return token is None or hmac.compare_digest(
             request.headers.get("x-access-token", ""), token)
@@ -594,7 +561,7 @@ class Envd:
                     operation: str) -> Response | None:
         """A 401 unless the access token or a valid signature comes with the request."""
         token = record.access_token
-        if token is None or self._token_ok(record, request):
+        if token is None or self.token_ok(record, request):
             return None
         signature = request.query.get("signature")
         if signature:
@@ -647,6 +614,8 @@ class Envd:
                         body())
 
     async def upload(self, record: SandboxRecord, request: Request) -> Response:
+        """``POST /files``: multipart parts or one octet-stream body, each streamed into
+        the sandbox as it arrives (a gzip body inflated as it arrives, and bounded)."""
         path = request.query.get("path", "")
         if denied := self._files_auth(record, request, path, "write"):
             return denied
@@ -655,28 +624,30 @@ class Envd:
         try:
             if content_type.startswith("multipart/form-data"):
                 try:
-                    parts = [p for p in _multipart(await request.read(), content_type)
-                             if p[0] == "file"]
-                except ValueError as exc:
+                    boundary = _multipart.boundary_of(content_type)
+                    async for part in _multipart.parts(request.stream(), boundary):
+                        if part.name != "file":
+                            continue
+                        # ?path names the file when one is sent (the SDK sends it only
+                        # then); further parts go where their filenames say.
+                        target = path if path and not written else part.filename
+                        if not target:
+                            return json_response(400, {"code": 400, "message":
+                                                       "a file part has no filename"})
+                        await record.sandbox.files.write(target, part.chunks())
+                        written.append(target)
+                except _multipart.MultipartError as exc:
                     return json_response(400, {"code": 400, "message": str(exc)})
-                if not parts:
+                if not written:
                     return json_response(400, {"code": 400, "message": "no file part"})
-                for _name, filename, data in parts:
-                    target = path if path and len(parts) == 1 else filename
-                    if not target:
-                        return json_response(400, {"code": 400,
-                                                   "message": "a file part has no filename"})
-                    await record.sandbox.files.write(target, data)
-                    written.append(target)
             else:
                 if not path:
                     return json_response(400, {"code": 400, "message": "path is required"})
-                if "gzip" in request.headers.get("content-encoding", ""):
-                    await record.sandbox.files.write(path, _gunzip(await request.read()))
-                else:
-                    await record.sandbox.files.write(path, request.stream())
+                await record.sandbox.files.write(path, request.stream())
                 written.append(path)
             infos = [await record.sandbox.files.stat(p) for p in written]
+        except BodyTooLarge as exc:
+            return too_large(exc)
         except errors.NotFound as exc:
             return json_response(404, {"code": 404, "message": str(exc)})
         except errors.InvalidInput as exc:

@@ -49,6 +49,10 @@ class Flavor:
     """A pause may drop memory (E2B's ``memory: false``); Cube's always keeps it."""
     envd_access_token: bool
     """Create returns an ``envdAccessToken`` that the data plane then requires."""
+    data_plane_api_key: bool
+    """Every data-plane request but envd's ``/health`` carries the API key (``X-API-Key``
+    or ``Authorization: Bearer``), as CubeAPI's auth middleware asks once it is given a
+    key; the flavor's envd has no access token, so the key is what guards it."""
     snake_case_info: bool
     """Sandbox info carries snake_case keys beside the camelCase ones."""
     killed_status: int
@@ -107,6 +111,7 @@ E2B = Flavor(
     pausing_seconds=0.0,
     filesystem_pause=True,
     envd_access_token=True,
+    data_plane_api_key=False,
     snake_case_info=False,
     killed_status=502,
     metrics=True,
@@ -133,6 +138,7 @@ CUBE = Flavor(
     pausing_seconds=0.3,
     filesystem_pause=False,
     envd_access_token=False,
+    data_plane_api_key=True,
     snake_case_info=True,
     killed_status=410,
     metrics=False,

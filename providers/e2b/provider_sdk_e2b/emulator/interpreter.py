@@ -7,6 +7,13 @@ JSON object a line: ``stdout``/``stderr`` (``text``), ``result`` (``text``,
 ``number_of_executions``. Here a small Python kernel runs inside the sandbox, started
 on first use and kept, so variables persist from one execution to the next as in a
 notebook; only Python is served, and results are ``repr`` text.
+
+Only the sandbox's own caller may run code here: the handler is reached once the front
+door checked the sandbox's access token (E2B) or the API key (Cube). Output streams to
+the client as the kernel writes it, in events of at most 64 KiB of text; the emulator
+holds one event line at a time, at most :data:`~provider_sdk.emulators.BODY_LIMIT`
+bytes: a kernel whose output breaks that (code that writes to the kernel's own stdout)
+is ended, and the execution reports ``KernelOutputTooLarge``.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import Any
 
 import anyio
 
+from provider_sdk.emulators import BODY_LIMIT
 from provider_sdk.provider import ProcessExit, ProcessOutput
 from provider_sdk.sandbox import Process
 from provider_sdk_e2b.emulator._http import Request, Response, json_response
@@ -29,6 +37,7 @@ __all__ = ["INTERPRETER_PORT", "Interpreters"]
 INTERPRETER_PORT = 49999
 
 _DONE = "__psdk_done__"
+_MAX_LINE = BODY_LIMIT
 
 # The kernel: reads one JSON request a line, runs it in one namespace, writes events.
 _KERNEL = r'''
@@ -47,11 +56,17 @@ class Stream:
         self.pending += text
         if "\n" in self.pending:
             head, _, self.pending = self.pending.rpartition("\n")
-            emit({"type": self.kind, "text": head + "\n"})
+            self.send(head + "\n")
+        while len(self.pending) > 65536:  # a long line goes out in pieces
+            self.send(self.pending[:65536])
+            self.pending = self.pending[65536:]
         return len(text)
+    def send(self, text):
+        for at in range(0, len(text), 65536):
+            emit({"type": self.kind, "text": text[at:at + 65536]})
     def flush(self):
         if self.pending:
-            emit({"type": self.kind, "text": self.pending})
+            self.send(self.pending)
             self.pending = ""
 count = 0
 for line in sys.stdin:
@@ -67,7 +82,10 @@ for line in sys.stdin:
         if last is not None:
             value = eval(compile(ast.Expression(last.value), "<cell>", "eval"), namespace)
             if value is not None:
-                emit({"type": "result", "text": repr(value), "is_main_result": True})
+                text = repr(value)
+                if len(text) > 1048576:
+                    text = text[:1048576] + "... [repr cut at 1 MiB]"
+                emit({"type": "result", "text": text, "is_main_result": True})
     except BaseException as error:
         emit({"type": "error", "name": type(error).__name__, "value": str(error),
               "traceback": traceback.format_exc()})
@@ -89,7 +107,8 @@ class _Kernel:
         self.sandbox_id = sandbox_id
         self.process = process
         self.events = process.events()
-        self.buffer = b""
+        self.buffer = bytearray()
+        self.scanned = 0
         self.lock = anyio.Lock()
         self.unfinished = 0
         """Executions whose reader left early: their events are still to be skipped."""
@@ -101,16 +120,36 @@ class _Kernel:
                 await aclose()
 
     async def line(self) -> dict[str, Any] | None:
-        """The kernel's next event, or ``None`` once it has exited."""
-        while b"\n" not in self.buffer:
-            event = await anext(self.events, None)
-            if event is None or isinstance(event, ProcessExit):
-                return None
-            if isinstance(event, ProcessOutput) and event.stream == "stdout":
-                self.buffer += event.data
-        raw, _, self.buffer = self.buffer.partition(b"\n")
-        parsed: dict[str, Any] = json.loads(raw)
-        return parsed
+        """The kernel's next event, or ``None`` once it has exited.
+
+        Raises:
+            KernelOutputTooLarge: a line longer than the emulator holds.
+        """
+        while True:
+            # Only the new bytes are searched: a long line costs linear time.
+            while (end := self.buffer.find(b"\n", self.scanned)) < 0:
+                self.scanned = len(self.buffer)
+                if len(self.buffer) > _MAX_LINE:
+                    raise KernelOutputTooLarge(f"a kernel line is longer than {_MAX_LINE} "
+                                               "bytes")
+                event = await anext(self.events, None)
+                if event is None or isinstance(event, ProcessExit):
+                    return None
+                if isinstance(event, ProcessOutput) and event.stream == "stdout":
+                    self.buffer += event.data
+            raw = bytes(self.buffer[:end])
+            del self.buffer[:end + 1]
+            self.scanned = 0
+            try:
+                parsed = json.loads(raw)
+            except ValueError:
+                continue  # bytes the cell wrote past the kernel's streams
+            if isinstance(parsed, dict):
+                return parsed
+
+
+class KernelOutputTooLarge(Exception):
+    """The kernel wrote a line longer than the emulator will hold."""
 
 
 class Interpreters:
@@ -157,25 +196,38 @@ class Interpreters:
     async def _execute(self, record: SandboxRecord, kernel: _Kernel, code: str,
                        env: dict[str, str]) -> AsyncIterator[bytes]:
         async with kernel.lock:
-            while kernel.unfinished:  # what an abandoned execution left behind
-                event = await kernel.line()
-                if event is None:
-                    break
-                if event.get("type") == _DONE:
-                    kernel.unfinished -= 1
-            request = json.dumps({"code": code, "env_vars": env}) + "\n"
-            await kernel.process.write_stdin(request.encode())
-            kernel.unfinished += 1
-            while True:
-                event = await kernel.line()
-                if event is None:  # the kernel died (os._exit, a crash): start afresh
-                    self.kernels.pop(record, None)
-                    await kernel.aclose()
-                    yield (json.dumps({"type": "error", "name": "KernelDied",
-                                       "value": "the interpreter exited",
-                                       "traceback": ""}) + "\n").encode()
-                    return
-                if event.get("type") == _DONE:
-                    kernel.unfinished -= 1
-                    return
-                yield (json.dumps(event) + "\n").encode()
+            try:
+                async for chunk in self._run(record, kernel, code, env):
+                    yield chunk
+            except KernelOutputTooLarge as exc:
+                self.kernels.pop(record, None)
+                with contextlib.suppress(Exception):
+                    await kernel.process.kill()
+                await kernel.aclose()
+                yield (json.dumps({"type": "error", "name": "KernelOutputTooLarge",
+                                   "value": str(exc), "traceback": ""}) + "\n").encode()
+
+    async def _run(self, record: SandboxRecord, kernel: _Kernel, code: str,
+                   env: dict[str, str]) -> AsyncIterator[bytes]:
+        while kernel.unfinished:  # what an abandoned execution left behind
+            event = await kernel.line()
+            if event is None:
+                break
+            if event.get("type") == _DONE:
+                kernel.unfinished -= 1
+        request = json.dumps({"code": code, "env_vars": env}) + "\n"
+        await kernel.process.write_stdin(request.encode())
+        kernel.unfinished += 1
+        while True:
+            event = await kernel.line()
+            if event is None:  # the kernel died (os._exit, a crash): start afresh
+                self.kernels.pop(record, None)
+                await kernel.aclose()
+                yield (json.dumps({"type": "error", "name": "KernelDied",
+                                   "value": "the interpreter exited",
+                                   "traceback": ""}) + "\n").encode()
+                return
+            if event.get("type") == _DONE:
+                kernel.unfinished -= 1
+                return
+            yield (json.dumps(event) + "\n").encode()
