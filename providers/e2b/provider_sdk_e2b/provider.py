@@ -858,30 +858,54 @@ class E2BProvider(SandboxProvider):
         return codes[0]
 
     async def _feed(self, sandbox_id: str, handle: _Handle, pid: int, data: bytes) -> None:
-        with self._translate(sandbox_id, what="process"):
-            for i in range(0, len(data), _STDIN_CHUNK):
+        for i in range(0, len(data), _STDIN_CHUNK):
+            with self._deadline(sandbox_id), self._translate(sandbox_id, what="process"):
                 await handle.rpc.send_input(process_pb.SendInputRequest(
                     process=_selector(pid), input=_stdin(data[i:i + _STDIN_CHUNK])))
+        with self._deadline(sandbox_id), self._translate(sandbox_id, what="process"):
             await handle.rpc.close_stdin(process_pb.CloseStdinRequest(process=_selector(pid)))
 
-    async def _kill_tree(self, sandbox_id: str, handle: _Handle, pid: int) -> bool:
+    @contextlib.contextmanager
+    def _deadline(self, sandbox_id: str) -> Iterator[None]:
+        """Bound one data-plane call by ``request_timeout``: envd that accepts a request
+        and never answers raises ``OperationTimeout`` instead of hanging the caller."""
+        try:
+            with anyio.fail_after(self._request_timeout):
+                yield
+        except TimeoutError:
+            raise errors.OperationTimeout(
+                f"envd did not answer within {self._request_timeout:g} s",
+                provider=self.name, sandbox_id=sandbox_id) from None
+
+    async def _kill_tree(self, sandbox_id: str, handle: _Handle, pid: int, *,
+                         quiet: bool = True) -> bool:
         """Kill ``pid`` and everything it started (the core's tree kill, run as root);
         ``False`` if there was no such pid. Bounded: a sandbox that stops answering costs
-        at most ``request_timeout`` plus :data:`_KILL_WAIT` seconds."""
+        at most ``request_timeout`` plus :data:`_KILL_WAIT` seconds, then (unless
+        ``quiet``) raises ``OperationTimeout`` or ``Unavailable``."""
         command = Command(argv=scripts.kill_tree_argv(pid), output_limit=4096)
         code = None
-        with anyio.move_on_after(self._request_timeout + _KILL_WAIT):
+        with anyio.move_on_after(self._request_timeout + _KILL_WAIT) as scope:
             try:
                 events, _ = await self._open_process(sandbox_id, handle, command, stdin=False,
                                                      timeout=_KILL_WAIT, as_root=True)
                 with anyio.move_on_after(_KILL_WAIT):
                     code = await self._drain(sandbox_id, events, *command.buffers(), command)
                 await _aclose(events)
-            except errors.SandboxError:
+            except (errors.SandboxNotFound, errors.SandboxNotRunning):
                 return True  # the sandbox is gone or paused: nothing left to kill here
+            except errors.SandboxError:
+                if quiet:
+                    return True
+                raise
             with contextlib.suppress(ConnectError):
                 await handle.rpc.send_signal(process_pb.SendSignalRequest(
                     process=_selector(pid), signal=process_pb.Signal.SIGKILL))
+        if scope.cancelled_caught and not quiet:
+            raise errors.OperationTimeout(
+                f"killing process {pid} took longer than "
+                f"{self._request_timeout + _KILL_WAIT:g} s", provider=self.name,
+                sandbox_id=sandbox_id)
         return code != scripts.NO_SUCH_PROCESS
 
     # ------------------------------------------------------------ processes
@@ -965,20 +989,20 @@ class E2BProvider(SandboxProvider):
     async def _send_stdin(self, sandbox_id: str, pid: int, data: bytes) -> None:
         await self._attach(sandbox_id, pid)
         handle = await self._handle(sandbox_id)
-        with self._translate(sandbox_id, what="process"):
+        with self._deadline(sandbox_id), self._translate(sandbox_id, what="process"):
             await self._retrying(sandbox_id, lambda: handle.rpc.send_input(
                 process_pb.SendInputRequest(process=_selector(pid), input=_stdin(data))))
 
     async def _close_stdin(self, sandbox_id: str, pid: int) -> None:
         await self._attach(sandbox_id, pid)
         handle = await self._handle(sandbox_id)
-        with self._translate(sandbox_id, what="process"):
+        with self._deadline(sandbox_id), self._translate(sandbox_id, what="process"):
             await self._retrying(sandbox_id, lambda: handle.rpc.close_stdin(
                 process_pb.CloseStdinRequest(process=_selector(pid))))
 
     async def _kill_process(self, sandbox_id: str, pid: int) -> None:
         handle = await self._handle(sandbox_id)
-        if not await self._kill_tree(sandbox_id, handle, pid):
+        if not await self._kill_tree(sandbox_id, handle, pid, quiet=False):
             raise errors.ProcessNotFound(f"no process {pid}", provider=self.name,
                                          sandbox_id=sandbox_id)
 
