@@ -23,7 +23,16 @@ images have it):
 Under another shell (dash, zsh) the wrapper encodes both outputs with ``base64`` and
 removes its files itself. After a timeout (Daytona kills the command's process group and
 answers 408) the partial outputs are downloaded the same way. A cancelled call kills the
-command's process tree with a second exec.
+command's process tree with a second exec (the core's tree kill,
+:mod:`provider_sdk.scripts`).
+
+What bounds the host's memory: the daemon answers ``process.exec`` with the whole merged
+output in one JSON string, read whole by the SDK. The wrapper sends the command's own
+outputs to files, so that answer holds only its report, at most :data:`INLINE_LIMIT`
+bytes of each stream; what comes from the files is downloaded in chunks and only the
+call's ``output_limit`` of it is kept. (Code that writes into the wrapper's own stdout,
+through ``/proc``, still reaches the daemon's answer; the provider keeps at most
+``output_limit`` of that too.)
 
 Exit statuses above 128 are read as "killed by signal N" (``-N``), as a shell reports
 them; a command that itself exits with 129..192 is reported the same way.
@@ -32,6 +41,7 @@ them; a command that itself exits with 129..192 is reported the same way.
 from __future__ import annotations
 
 import base64
+import math
 import re
 import secrets
 import shlex
@@ -39,11 +49,14 @@ from collections.abc import Sequence
 
 import attrs
 
+from provider_sdk import scripts
 from provider_sdk.provider import Command, exit_code_from_status
 
 INLINE_LIMIT = 4 << 20
 """Bytes of each output returned inline; more is downloaded from files."""
 ROOT = "/tmp/.psdk-exec-"
+MAX_SECONDS = 2**31 - 1
+"""Longest timeout sent to the daemon; a longer one is no deadline at all."""
 
 _MARK = "psdk-exec-"
 _HEADER = re.compile(
@@ -51,11 +64,13 @@ _HEADER = re.compile(
     r"(?:(?P<files>files)|inline\n(?P<out>[A-Za-z0-9+/=]*)\n(?P<err>[A-Za-z0-9+/=]*)"
     r"|text (?P<out_len>\d+) (?P<err_len>\d+))\n")
 
-# Kills a process tree: stop it top-down (nothing forks away), then kill it.
-KILL_TREE = (
-    'k() { kill -STOP "$1" 2>/dev/null; for s in /proc/[0-9]*/stat; do '
-    'read -r c _ _ pp _ < "$s" 2>/dev/null || continue; [ "$pp" = "$1" ] && k "$c"; done; '
-    'kill -9 "$1" 2>/dev/null; }; ')
+
+def daemon_seconds(timeout: float | None) -> int | None:
+    """A neutral timeout as the daemon's whole seconds; past :data:`MAX_SECONDS`, none
+    (it would overflow the daemon's integer, and is no deadline anyway)."""
+    if timeout is None or timeout > MAX_SECONDS:
+        return None
+    return math.ceil(timeout)
 
 
 @attrs.frozen
@@ -87,11 +102,14 @@ class Run:
         p = self.prefix
         return (f"{p}.pid", f"{p}.in", f"{p}.out", f"{p}.err")
 
-    def kill_script(self) -> str:
-        """A command that kills what this run started and removes its files."""
+    def kill_script(self, *, cleanup: bool = True) -> str:
+        """A command that kills what this run started (the whole tree) and, if
+        ``cleanup``, removes its files."""
         p = self.prefix
-        return (f'{KILL_TREE}p=$(cat {p}.pid 2>/dev/null) && [ -n "$p" ] && k "$p"; '
-                f"{self.cleanup_script()}")
+        kill = scripts.kill_tree_command('"$p"')
+        # head, not read: the sandbox could put an endless file where the pid was.
+        script = f"p=$(head -c 32 {p}.pid) && {kill}"
+        return f"{script}; {self.cleanup_script()}" if cleanup else script
 
     def cleanup_script(self) -> str:
         """A command that removes this run's files."""
@@ -136,8 +154,7 @@ def wrap(command: Command, *, cwd: str, env: dict[str, str],
     """
     token = secrets.token_hex(8)
     p = f"{ROOT}{token}"  # hex only: nothing to quote
-    enter = f"cd -- {shlex.quote(cwd)} && " + "".join(
-        f"export {k}={shlex.quote(v)} && " for k, v in env.items())
+    enter = f"cd -- {shlex.quote(cwd)} || exit; " + scripts.export_script(env)
     run_it = f"exec {shlex.join(command.argv)}"
     argv = command.argv
     in_bash = (f"eval {shlex.quote(argv[2])}"

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import shlex
 
+from provider_sdk import scripts
 from provider_sdk.provider import Command
-from provider_sdk_daytona._exec import KILL_TREE
 
 PREFIX = "/tmp/.psdk-proc-"
 PID_MAP = "/tmp/.psdk-pid-"
@@ -46,11 +46,11 @@ def map_path(pid: int) -> str:
 def start_script(command: Command, token: str, *, cwd: str, env: dict[str, str]) -> str:
     """The session command that starts ``command`` and waits for it."""
     p = f"{PREFIX}{token}"  # hex only: nothing to quote
-    exports = "".join(f"export {k}={shlex.quote(v)} && " for k, v in env.items())
+    exports = scripts.export_script(env)
     return (
         f"if mkfifo {p}.in && exec 3<>{p}.in; then\n"
         "  trap 'exec 3>&-; i=1' USR1\n"
-        f"  ( exec 3>&-; cd -- {shlex.quote(cwd)} && {exports}"
+        f"  ( exec 3>&-; cd -- {shlex.quote(cwd)} || exit; {exports}"
         f"exec {shlex.join(command.argv)} ) < {p}.in &\n"
         "  c=$!\n"
         # Each file is written aside and renamed into place, so a reader never
@@ -74,9 +74,9 @@ def write_script(token: str, staged: str) -> str:
 
 def close_stdin_script(token: str) -> str:
     """Tell the wrapper to close its end of the FIFO: the process sees end of file."""
-    return f'kill -USR1 "$(cat {PREFIX}{token}.wpid)"'
+    return f'kill -USR1 "$(head -c 32 {PREFIX}{token}.wpid)"'
 
 
 def kill_script(pid: int) -> str:
-    """Kill the process and its whole tree."""
-    return f"{KILL_TREE}k {int(pid)}"
+    """Kill the process and its whole tree (exit 3: no such process)."""
+    return scripts.kill_tree_command(int(pid))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import secrets
 import shlex
 from collections.abc import Mapping
@@ -12,11 +11,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from daytona import SessionExecuteRequest
 
-from provider_sdk import errors
+from provider_sdk import errors, scripts
 from provider_sdk.capabilities import Capability
+from provider_sdk.limits import OutputBuffer
 from provider_sdk.models import ExecResult
 from provider_sdk.provider import OutputCallback
 from provider_sdk.sandbox import Shell
+from provider_sdk_daytona._exec import daemon_seconds
 
 if TYPE_CHECKING:
     from provider_sdk_daytona.provider import DaytonaProvider
@@ -49,7 +50,7 @@ class DaytonaShell(Shell):
         shell = cls(provider, sandbox_id, f"psdk-shell-{secrets.token_hex(8)}")
         await provider._toolbox(sandbox_id,
                                 lambda s: s.process.create_session(shell._session))
-        setup = "".join(f"export {k}={shlex.quote(v)}; " for k, v in env.items())
+        setup = scripts.export_script(env)
         start = await provider._path(sandbox_id, cwd or ".")
         setup += f"cd -- {shlex.quote(start)}"
         result = await shell.run(setup)
@@ -76,21 +77,27 @@ class DaytonaShell(Shell):
         if self._closed:
             raise errors.InvalidInput("the shell is closed", **where)
         request = SessionExecuteRequest(command=self.EXIT + cmd, run_async=False)
-        limit = math.ceil(timeout) if timeout is not None else None
+        limit = daemon_seconds(timeout)
         start = anyio.current_time()
         try:
             done = await self._provider._toolbox(
                 self._sandbox_id, lambda s: s.process.execute_session_command(
-                    self._session, request, timeout=limit))
+                    self._session, request, timeout=limit),
+                wait=None if limit is None else limit + self._provider._request_timeout)
         except errors.Unavailable as exc:
             if timeout is None:
                 raise
             empty = ExecResult(exit_code=-9, duration=anyio.current_time() - start)
             raise errors.CommandTimeout(f"the shell command ran longer than {timeout:g} s",
                                         result=empty, **where) from exc
+        # The daemon answers with the whole output; keep the provider's output_limit.
+        out = OutputBuffer(self._provider.output_limit)
+        err = OutputBuffer(self._provider.output_limit)
+        out.append((done.stdout or "").encode())
+        err.append((done.stderr or "").encode())
         return ExecResult(exit_code=done.exit_code if done.exit_code is not None else -1,
-                          stdout_bytes=(done.stdout or "").encode(),
-                          stderr_bytes=(done.stderr or "").encode(),
+                          stdout_bytes=out.value(), stderr_bytes=err.value(),
+                          stdout_truncated=out.dropped, stderr_truncated=err.dropped,
                           duration=anyio.current_time() - start)
 
     async def aclose(self) -> None:

@@ -60,10 +60,11 @@ from daytona import (
 )
 from daytona import VolumeMount as DaytonaVolumeMount
 
-from provider_sdk import errors
+from provider_sdk import errors, scripts
 from provider_sdk.capabilities import Capability
 from provider_sdk.config import Secret, env_setting
 from provider_sdk.dockerfile import TemplateSupport
+from provider_sdk.limits import OutputBuffer
 from provider_sdk.models import (
     ExecResult,
     FileInfo,
@@ -107,6 +108,8 @@ RESERVED_LABELS = frozenset({LANGUAGE_LABEL, CWD_LABEL, CREATE_LABEL})
 EXTENSIONS = ("daytona.image", "daytona.name", "daytona.public",
               "daytona.auto_archive_interval")
 _SMALL_WRITE = 4 << 20
+_SMALL_READ = 4096
+"""Most the provider reads of its own small files (pids, tokens) in a sandbox."""
 
 _STATES = {
     "started": SandboxState.RUNNING, "snapshotting": SandboxState.RUNNING,
@@ -141,6 +144,8 @@ class DaytonaProvider(SandboxProvider):
             60 is too short for large images).
         unavailable_window: seconds during which 502/503/504 answers around state changes,
             and from a toolbox that is not reachable yet, are retried.
+        request_timeout: seconds one toolbox call may go unanswered (a command's own
+            ``timeout`` is added for exec) before it raises ``OperationTimeout``.
     """
 
     name: ClassVar[str] = "daytona"
@@ -164,7 +169,7 @@ class DaytonaProvider(SandboxProvider):
 
     def __init__(self, *, api_key: str | None = None, api_url: str | None = None,
                  target: str | None = None, create_timeout: float = 300.0,
-                 unavailable_window: float = 30.0) -> None:
+                 unavailable_window: float = 30.0, request_timeout: float = 60.0) -> None:
         key = api_key or env_setting("DAYTONA_API_KEY", required=True, secret=True,
                                      provider=self.name)
         assert key is not None
@@ -176,10 +181,13 @@ class DaytonaProvider(SandboxProvider):
                 provider=self.name)
         self._target = target or env_setting("DAYTONA_TARGET")
         for option, value in (("create_timeout", create_timeout),
-                              ("unavailable_window", unavailable_window)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                              ("unavailable_window", unavailable_window),
+                              ("request_timeout", request_timeout)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                    not 0 < value <= wrapper.MAX_SECONDS:
                 raise errors.ConfigError(f"{option} must be a positive number of seconds",
                                          provider=self.name)
+        self._request_timeout = float(request_timeout)
         self._create_timeout = float(create_timeout)
         self._window = float(unavailable_window)
         self._daytona: AsyncDaytona | None = None
@@ -271,13 +279,30 @@ class DaytonaProvider(SandboxProvider):
                                             provider=self.name, sandbox_id=sandbox_id)
         return neutral(exc, sandbox_id=sandbox_id, not_found=errors.FileNotFound)
 
-    async def _toolbox(self, sandbox_id: str, call: Callable[[AsyncSandbox], Awaitable[T]]) -> T:
-        """Run a toolbox call; translate its failure once."""
+    async def _toolbox(self, sandbox_id: str, call: Callable[[AsyncSandbox], Awaitable[T]], *,
+                       wait: float | None = 0.0) -> T:
+        """Run a toolbox call; translate its failure once. It may take ``wait`` seconds
+        (0: ``request_timeout``; ``None``: as long as it runs), then ``OperationTimeout``."""
         sandbox = await self._sandbox(sandbox_id)
         try:
-            return await call(sandbox)
+            with self._deadline(sandbox_id, self._request_timeout if wait == 0 else wait):
+                return await call(sandbox)
         except DaytonaError as exc:
             raise await self._toolbox_error(sandbox_id, exc) from exc
+
+    @contextlib.contextmanager
+    def _deadline(self, sandbox_id: str, seconds: float | None) -> Iterator[None]:
+        """Bound a call in time: a toolbox that accepts a request and never answers
+        raises ``OperationTimeout`` instead of hanging the caller."""
+        if seconds is None:
+            yield
+            return
+        try:
+            with anyio.fail_after(seconds):
+                yield
+        except TimeoutError:
+            raise errors.OperationTimeout(f"the sandbox did not answer within {seconds:g} s",
+                                          provider=self.name, sandbox_id=sandbox_id) from None
 
     async def _probe(self, sandbox: AsyncSandbox) -> None:
         """Wait until the toolbox answers (502/503/504 retried), learning the workdir."""
@@ -479,62 +504,124 @@ class DaytonaProvider(SandboxProvider):
         cwd = await self._path(sandbox_id, command.cwd or ".")
         litter = self._litter.setdefault(sandbox_id, wrapper.Litter())
         run = wrapper.wrap(command, cwd=cwd, env=dict(command.env), remove=litter.take())
-        timeout = math.ceil(command.timeout) if command.timeout is not None else None
+        limit = wrapper.daemon_seconds(command.timeout)
         start = anyio.current_time()
         sandbox = await self._sandbox(sandbox_id)
         if command.stdin is not None:
             data = command.stdin
             await self._toolbox(sandbox_id, lambda s: s.fs.upload_file(data, run.stdin_path))
-        try:
-            response = await sandbox.process.exec(run.script, timeout=timeout)
-        except DaytonaTimeoutError as exc:
-            if status_of(exc) not in (408, None) or command.timeout is None:
-                raise await self._toolbox_error(sandbox_id, exc) from exc
-            partial = await self._collect(sandbox_id, run, exit_code=-9, start=start)
+        # The timeout is enforced here: the provider's tree kill reaches what the
+        # daemon's process-group kill misses (new sessions, their orphans). The daemon's
+        # own timeout, a little later, is a backstop for a toolbox that stopped answering.
+        backstop = None if limit is None else limit + 5
+        outcome: builtins.list[Any] = []  # the response, or what the call raised
+        finished = anyio.Event()
+        # Shielded: the call stays open until the tree is killed, because the daemon
+        # kills the process group on its own when the request goes away.
+        open_call = anyio.CancelScope(shield=True)
+
+        async def call() -> None:
+            with open_call:
+                try:
+                    outcome.append(await sandbox.process.exec(run.script, timeout=backstop))
+                except Exception as exc:
+                    outcome.append(exc)
+                finally:
+                    finished.set()
+
+        expired = False
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            try:
+                with anyio.move_on_after(limit):
+                    await finished.wait()
+                if not finished.is_set():
+                    expired = True
+                    await self._kill_run(sandbox, run, cleanup=False)
+                    with anyio.move_on_after(self._request_timeout):
+                        await finished.wait()
+            except BaseException:
+                await self._kill_run(sandbox, run)
+                raise
+            finally:
+                open_call.cancel()
+        response: Any = outcome[0] if outcome else None
+        if isinstance(response, DaytonaTimeoutError) and command.timeout is not None and \
+                status_of(response) in (408, None):
+            expired = True
+        elif isinstance(response, DaytonaError) and not expired:
+            raise await self._toolbox_error(sandbox_id, response) from response
+        elif isinstance(response, Exception) and not expired:
+            raise response
+        if expired:
+            partial = await self._collect(sandbox_id, run, command, exit_code=-9, start=start)
             raise errors.CommandTimeout(
                 f"the command ran longer than {command.timeout:g} s and was killed",
-                result=partial, provider=self.name, sandbox_id=sandbox_id) from exc
-        except DaytonaError as exc:
-            raise await self._toolbox_error(sandbox_id, exc) from exc
-        except BaseException:
-            with anyio.CancelScope(shield=True), contextlib.suppress(DaytonaError):
-                await sandbox.process.exec(run.kill_script(), timeout=30)
-            raise
+                result=partial, provider=self.name, sandbox_id=sandbox_id)
         report = wrapper.parse(run, response.result or "")
         if report is None:
             raise errors.SandboxError(
                 f"the command wrapper printed no report (exit {response.exit_code}): "
                 f"{(response.result or '')[-500:]}", provider=self.name, sandbox_id=sandbox_id)
         if report.stdout is None or report.stderr is None:
-            return await self._collect(sandbox_id, run, exit_code=report.exit_code,
+            return await self._collect(sandbox_id, run, command, exit_code=report.exit_code,
                                        start=start)
         if report.left_files:
             litter.add(run, len(report.stdout) + len(report.stderr))
-        return ExecResult(exit_code=report.exit_code, stdout_bytes=report.stdout,
-                          stderr_bytes=report.stderr, duration=anyio.current_time() - start)
+        out, err = command.buffers()
+        out.append(report.stdout)
+        err.append(report.stderr)
+        return _result(report.exit_code, out, err, anyio.current_time() - start)
+
+    async def _kill_run(self, sandbox: AsyncSandbox, run: wrapper.Run, *,
+                        cleanup: bool = True) -> None:
+        """Kill what a run started, and remove its files unless ``cleanup`` is false
+        (shielded, within ``request_timeout``)."""
+        with anyio.move_on_after(self._request_timeout, shield=True), \
+                contextlib.suppress(DaytonaError, aiohttp.ClientError):
+            await sandbox.process.exec(run.kill_script(cleanup=cleanup), timeout=30)
 
     async def _remove_quietly(self, sandbox_id: str, paths: Sequence[str]) -> None:
         """Remove files left in a sandbox, if it is still there and running."""
-        with contextlib.suppress(errors.SandboxError, DaytonaError):
+        with contextlib.suppress(errors.SandboxError, DaytonaError), \
+                anyio.move_on_after(self._request_timeout):
             sandbox = await self._sandbox(sandbox_id)
             await sandbox.process.exec(f"rm -f -- {shlex.join(paths)}", timeout=30)
 
-    async def _collect(self, sandbox_id: str, run: wrapper.Run, *, exit_code: int,
-                       start: float) -> ExecResult:
-        """Download a run's output files, then remove its directory."""
-        outputs: builtins.list[bytes] = []
+    async def _collect(self, sandbox_id: str, run: wrapper.Run, command: Command, *,
+                       exit_code: int, start: float) -> ExecResult:
+        """Download a run's output files (at most ``output_limit`` of each), then remove
+        them."""
+        out, err = command.buffers()
         try:
-            for path in (run.stdout_path, run.stderr_path):
-                try:
-                    outputs.append(b"".join([c async for c in self._read_file(sandbox_id,
-                                                                              path)]))
-                except errors.FileNotFound:
-                    outputs.append(b"")
+            await self._download_into(sandbox_id, run.stdout_path, out)
+            await self._download_into(sandbox_id, run.stderr_path, err)
         finally:
-            with anyio.CancelScope(shield=True), contextlib.suppress(errors.SandboxError):
+            with anyio.move_on_after(self._request_timeout, shield=True), \
+                    contextlib.suppress(errors.SandboxError):
                 await self._toolbox(sandbox_id, lambda s: s.process.exec(run.cleanup_script()))
-        return ExecResult(exit_code=exit_code, stdout_bytes=outputs[0], stderr_bytes=outputs[1],
-                          duration=anyio.current_time() - start)
+        return _result(exit_code, out, err, anyio.current_time() - start)
+
+    async def _download_into(self, sandbox_id: str, path: str, kept: OutputBuffer, *,
+                             missing_ok: bool = True) -> None:
+        """Keep the first ``kept.limit`` bytes of a file; count the rest from its size
+        (what is past the limit is not downloaded)."""
+        chunks = self._download(sandbox_id, path)
+        try:
+            async for chunk in chunks:
+                kept.append(chunk)
+                if kept.dropped:
+                    break
+        except errors.FileNotFound:
+            if not missing_ok:
+                raise
+            return
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]
+        if kept.dropped:
+            with contextlib.suppress(errors.SandboxError):
+                size = (await self._stat(sandbox_id, path)).size
+                kept.dropped = max(kept.dropped, size - len(kept))
 
     async def _open_shell(self, sandbox: Sandbox, *, cwd: str | None,
                           env: Mapping[str, str]) -> Shell:
@@ -543,9 +630,10 @@ class DaytonaProvider(SandboxProvider):
     # ---------------------------------------------------- background processes
 
     async def _run_quietly(self, sandbox_id: str, script: str) -> str:
-        """Run a helper script with Daytona's plain exec; its merged output."""
-        done = await self._toolbox(sandbox_id, lambda s: s.process.exec(script, timeout=60))
-        return done.result or ""
+        """Run a helper script with Daytona's plain exec; its merged output (bounded)."""
+        done = await self._toolbox(sandbox_id, lambda s: s.process.exec(script, timeout=60),
+                                   wait=60 + self._request_timeout)
+        return (done.result or "")[-_SMALL_READ:]
 
     async def _start(self, sandbox_id: str, command: Command) -> int:
         cwd = await self._path(sandbox_id, command.cwd or ".")
@@ -572,7 +660,11 @@ class DaytonaProvider(SandboxProvider):
             await anyio.sleep(0.01)
 
     async def _read_all(self, sandbox_id: str, path: str) -> bytes:
-        return b"".join([chunk async for chunk in self._read_file(sandbox_id, path)])
+        """One of the provider's small files (a pid, a token): its first bytes only,
+        whatever the sandbox put there."""
+        kept = OutputBuffer(_SMALL_READ)
+        await self._download_into(sandbox_id, path, kept, missing_ok=False)
+        return kept.value()
 
     async def _process(self, sandbox_id: str, pid: int) -> tuple[str, str]:
         """The token and session command of the background process ``pid``."""
@@ -632,13 +724,43 @@ class DaytonaProvider(SandboxProvider):
 
     async def _read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
         full = await self._path(sandbox_id, path)
+        probe = scripts.probe_file_command(full)
+        found = await self._toolbox(sandbox_id, lambda s: s.process.exec(probe, timeout=30))
+        if (found.result or "").strip() == "other":
+            raise errors.NotARegularFile(
+                f"{full}: not a regular file (a device, FIFO or socket); refused before "
+                "reading", provider=self.name, sandbox_id=sandbox_id)
+        chunks = self._download(sandbox_id, full)
+        try:
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]
+
+    async def _download(self, sandbox_id: str, full: str) -> AsyncIterator[bytes]:
+        """A file's bytes as the daemon streams them; each chunk within
+        ``request_timeout`` (a FIFO with no writer does not hang the caller)."""
         sandbox = await self._sandbox(sandbox_id)
         received = False
         try:
-            stream = await sandbox.fs.download_file_stream(full)
-            async for chunk in stream:
-                received = True
-                yield chunk
+            with self._deadline(sandbox_id, self._request_timeout):
+                stream = await sandbox.fs.download_file_stream(full)
+            chunks = stream.__aiter__()
+            try:
+                while True:
+                    with self._deadline(sandbox_id, self._request_timeout):
+                        try:
+                            chunk = await chunks.__anext__()
+                        except StopAsyncIteration:
+                            return
+                    received = True
+                    yield chunk
+            finally:  # a reader that stopped early releases the connection now
+                close = getattr(chunks, "aclose", None)
+                if close is not None:
+                    with anyio.move_on_after(5, shield=True), \
+                            contextlib.suppress(Exception):
+                        await close()
         except DaytonaError as exc:
             if not received and code_of(exc) is None:
                 # The SDK's stream refuses a part with no bytes ("No file data
@@ -881,3 +1003,10 @@ class DaytonaProvider(SandboxProvider):
         with self._translate(not_found=errors.VolumeNotFound):
             volume = await self.client.volume.get(name)
             await self.client.volume.delete(volume)
+
+
+def _result(exit_code: int, out: OutputBuffer, err: OutputBuffer,
+            duration: float) -> ExecResult:
+    return ExecResult(exit_code=exit_code, stdout_bytes=out.value(), stderr_bytes=err.value(),
+                      stdout_truncated=out.dropped, stderr_truncated=err.dropped,
+                      duration=duration)

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import base64
 import collections
 import contextlib
 import datetime as dt
+import functools
 import gc
 import inspect
 import json
@@ -63,10 +65,11 @@ from e2b.sandbox.filesystem.filesystem import FileType as E2BFileType
 from packaging.version import Version
 from protobuf import Oneof
 
-from provider_sdk import errors
+from provider_sdk import errors, scripts
 from provider_sdk.capabilities import Capability
 from provider_sdk.config import Secret, env_setting
 from provider_sdk.dockerfile import TemplateSupport
+from provider_sdk.limits import OutputBuffer
 from provider_sdk.models import (
     ExecResult,
     FileInfo,
@@ -102,6 +105,13 @@ PSDK_KEY = "psdk"
 so a handle opened in another process behaves the same. Never shown in ``metadata``."""
 _STDIN_CHUNK = 1 << 16
 _KEEPALIVE = {"Keepalive-Ping-Interval": "50"}
+_ROOT = {"Authorization": "Basic " + base64.b64encode(b"root:").decode()}
+"""envd runs a request as the user its basic authorization names: the tree kill runs
+as root, so it reaches processes of every user."""
+_YEAR = 365 * 86400.0
+_KILL_WAIT = 30.0
+_SYMLINK_HOPS = 40
+"""Seconds the tree kill may take before the provider gives up on it."""
 
 
 def _release_sdk_transports() -> None:
@@ -595,7 +605,7 @@ class E2BProvider(SandboxProvider):
     def _create_env(self, spec: SandboxSpec) -> dict[str, str]:
         env = dict(spec.env)
         if env:
-            env[_shell.SPEC_ENV] = _shell.export_script(spec.env)
+            env[_shell.SPEC_ENV] = scripts.export_script(spec.env)
         return env
 
     async def _create(self, spec: SandboxSpec) -> SandboxInfo:
@@ -736,9 +746,9 @@ class E2BProvider(SandboxProvider):
         return posixpath.join(handle.workdir, cwd)
 
     async def _open_process(self, sandbox_id: str, handle: _Handle, command: Command, *,
-                            stdin: bool, timeout: float | None
+                            stdin: bool, timeout: float | None, as_root: bool = False
                             ) -> tuple[AsyncIterator[process_pb.StartResponse], int]:
-        envs = {_shell.CALL_ENV: _shell.export_script(command.env)} if command.env else {}
+        envs = {_shell.CALL_ENV: scripts.export_script(command.env)} if command.env else {}
         request = process_pb.StartRequest(
             process=process_pb.ProcessConfig(
                 cmd="/bin/bash", args=["-l", "-c", _shell.command_text(command.argv)],
@@ -746,10 +756,12 @@ class E2BProvider(SandboxProvider):
             stdin=stdin)
         # envd's own deadline is a backstop for a client that went away; the command's
         # timeout is enforced here, where the whole tree can be killed.
-        backstop = None if timeout is None else int((timeout + 30) * 1000)
+        # A timeout past a year is no deadline at all (and would overflow the header).
+        backstop = None if timeout is None or timeout > _YEAR else int((timeout + 30) * 1000)
+        headers = {**_KEEPALIVE, **(_ROOT if as_root else {})}
 
         async def start() -> tuple[AsyncIterator[process_pb.StartResponse], int]:
-            events = as_stream(handle.rpc.start(request, headers=_KEEPALIVE,
+            events = as_stream(handle.rpc.start(request, headers=headers,
                                                 timeout_ms=backstop))
             try:
                 first = await self._first(sandbox_id, events)
@@ -789,10 +801,10 @@ class E2BProvider(SandboxProvider):
         events, pid = await self._open_process(sandbox_id, handle, command,
                                                stdin=command.stdin is not None,
                                                timeout=command.timeout)
-        out, err = bytearray(), bytearray()
+        out, err = command.buffers()
         code: int | None = None
         try:
-            with anyio.move_on_after(command.timeout) as scope:
+            with anyio.move_on_after(_deadline(command.timeout)) as scope:
                 if command.stdin is None:
                     code = await self._drain(sandbox_id, events, out, err, command)
                 else:
@@ -807,8 +819,9 @@ class E2BProvider(SandboxProvider):
             with anyio.CancelScope(shield=True):
                 await self._kill_tree(sandbox_id, handle, pid)
                 await _aclose(events)
-            partial = ExecResult(exit_code=-9, stdout_bytes=bytes(out), stderr_bytes=bytes(err),
-                                 duration=time.monotonic() - began)
+            partial = ExecResult(exit_code=-9, stdout_bytes=out.value(),
+                                 stderr_bytes=err.value(), stdout_truncated=out.dropped,
+                                 stderr_truncated=err.dropped, duration=time.monotonic() - began)
             raise errors.CommandTimeout(f"the command ran longer than {command.timeout:g} s",
                                         result=partial, provider=self.name,
                                         sandbox_id=sandbox_id)
@@ -816,11 +829,12 @@ class E2BProvider(SandboxProvider):
         if code is None:
             raise errors.Unavailable("the command's output stream ended before its exit status",
                                      provider=self.name, sandbox_id=sandbox_id)
-        return ExecResult(exit_code=code, stdout_bytes=bytes(out), stderr_bytes=bytes(err),
+        return ExecResult(exit_code=code, stdout_bytes=out.value(), stderr_bytes=err.value(),
+                          stdout_truncated=out.dropped, stderr_truncated=err.dropped,
                           duration=time.monotonic() - began)
 
     async def _drain(self, sandbox_id: str, events: AsyncIterator[process_pb.StartResponse],
-                     out: bytearray, err: bytearray, command: Command) -> int | None:
+                     out: OutputBuffer, err: OutputBuffer, command: Command) -> int | None:
         """Collect a process's output until its end event; return its exit code."""
         code = None
         with self._translate(sandbox_id, what="process"):
@@ -830,8 +844,8 @@ class E2BProvider(SandboxProvider):
         return code
 
     async def _drain_feeding(self, sandbox_id: str, handle: _Handle, pid: int,
-                             events: AsyncIterator[process_pb.StartResponse], out: bytearray,
-                             err: bytearray, command: Command, data: bytes) -> int | None:
+                             events: AsyncIterator[process_pb.StartResponse], out: OutputBuffer,
+                             err: OutputBuffer, command: Command, data: bytes) -> int | None:
         """:meth:`_drain` while writing ``data`` to stdin (then closing it): reading and
         writing at once, so a command echoing a large input never blocks on its output."""
         codes: list[int | None] = []
@@ -844,28 +858,55 @@ class E2BProvider(SandboxProvider):
         return codes[0]
 
     async def _feed(self, sandbox_id: str, handle: _Handle, pid: int, data: bytes) -> None:
-        with self._translate(sandbox_id, what="process"):
-            for i in range(0, len(data), _STDIN_CHUNK):
+        for i in range(0, len(data), _STDIN_CHUNK):
+            with self._deadline(sandbox_id), self._translate(sandbox_id, what="process"):
                 await handle.rpc.send_input(process_pb.SendInputRequest(
                     process=_selector(pid), input=_stdin(data[i:i + _STDIN_CHUNK])))
+        with self._deadline(sandbox_id), self._translate(sandbox_id, what="process"):
             await handle.rpc.close_stdin(process_pb.CloseStdinRequest(process=_selector(pid)))
 
-    async def _kill_tree(self, sandbox_id: str, handle: _Handle, pid: int) -> bool:
-        """Kill ``pid`` and everything it started; ``False`` if there was no such pid."""
-        command = Command(argv=_shell.kill_tree_argv(pid))
+    @contextlib.contextmanager
+    def _deadline(self, sandbox_id: str) -> Iterator[None]:
+        """Bound one data-plane call by ``request_timeout``: envd that accepts a request
+        and never answers raises ``OperationTimeout`` instead of hanging the caller."""
         try:
-            events, _ = await self._open_process(sandbox_id, handle, command, stdin=False,
-                                                 timeout=30)
-            code = None
-            with anyio.move_on_after(30):
-                code = await self._drain(sandbox_id, events, bytearray(), bytearray(), command)
-            await _aclose(events)
-        except errors.SandboxError:
-            return True  # the sandbox is gone or paused: nothing left to kill here
-        with contextlib.suppress(ConnectError):
-            await handle.rpc.send_signal(process_pb.SendSignalRequest(
-                process=_selector(pid), signal=process_pb.Signal.SIGKILL))
-        return code != _shell.NO_SUCH_PROCESS
+            with anyio.fail_after(self._request_timeout):
+                yield
+        except TimeoutError:
+            raise errors.OperationTimeout(
+                f"envd did not answer within {self._request_timeout:g} s",
+                provider=self.name, sandbox_id=sandbox_id) from None
+
+    async def _kill_tree(self, sandbox_id: str, handle: _Handle, pid: int, *,
+                         quiet: bool = True) -> bool:
+        """Kill ``pid`` and everything it started (the core's tree kill, run as root);
+        ``False`` if there was no such pid. Bounded: a sandbox that stops answering costs
+        at most ``request_timeout`` plus :data:`_KILL_WAIT` seconds, then (unless
+        ``quiet``) raises ``OperationTimeout`` or ``Unavailable``."""
+        command = Command(argv=scripts.kill_tree_argv(pid), output_limit=4096)
+        code = None
+        with anyio.move_on_after(self._request_timeout + _KILL_WAIT) as scope:
+            try:
+                events, _ = await self._open_process(sandbox_id, handle, command, stdin=False,
+                                                     timeout=_KILL_WAIT, as_root=True)
+                with anyio.move_on_after(_KILL_WAIT):
+                    code = await self._drain(sandbox_id, events, *command.buffers(), command)
+                await _aclose(events)
+            except (errors.SandboxNotFound, errors.SandboxNotRunning):
+                return True  # the sandbox is gone or paused: nothing left to kill here
+            except errors.SandboxError:
+                if quiet:
+                    return True
+                raise
+            with contextlib.suppress(ConnectError):
+                await handle.rpc.send_signal(process_pb.SendSignalRequest(
+                    process=_selector(pid), signal=process_pb.Signal.SIGKILL))
+        if scope.cancelled_caught and not quiet:
+            raise errors.OperationTimeout(
+                f"killing process {pid} took longer than "
+                f"{self._request_timeout + _KILL_WAIT:g} s", provider=self.name,
+                sandbox_id=sandbox_id)
+        return code != scripts.NO_SUCH_PROCESS
 
     # ------------------------------------------------------------ processes
 
@@ -948,20 +989,20 @@ class E2BProvider(SandboxProvider):
     async def _send_stdin(self, sandbox_id: str, pid: int, data: bytes) -> None:
         await self._attach(sandbox_id, pid)
         handle = await self._handle(sandbox_id)
-        with self._translate(sandbox_id, what="process"):
+        with self._deadline(sandbox_id), self._translate(sandbox_id, what="process"):
             await self._retrying(sandbox_id, lambda: handle.rpc.send_input(
                 process_pb.SendInputRequest(process=_selector(pid), input=_stdin(data))))
 
     async def _close_stdin(self, sandbox_id: str, pid: int) -> None:
         await self._attach(sandbox_id, pid)
         handle = await self._handle(sandbox_id)
-        with self._translate(sandbox_id, what="process"):
+        with self._deadline(sandbox_id), self._translate(sandbox_id, what="process"):
             await self._retrying(sandbox_id, lambda: handle.rpc.close_stdin(
                 process_pb.CloseStdinRequest(process=_selector(pid))))
 
     async def _kill_process(self, sandbox_id: str, pid: int) -> None:
         handle = await self._handle(sandbox_id)
-        if not await self._kill_tree(sandbox_id, handle, pid):
+        if not await self._kill_tree(sandbox_id, handle, pid, quiet=False):
             raise errors.ProcessNotFound(f"no process {pid}", provider=self.name,
                                          sandbox_id=sandbox_id)
 
@@ -979,6 +1020,7 @@ class E2BProvider(SandboxProvider):
     async def _read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
         handle = await self._handle(sandbox_id)
         target = self._path(handle, path)
+        await self._refuse_special(sandbox_id, handle, target, path)
         with self._translate(sandbox_id, what="file", path=path):
             reader = await self._retrying(sandbox_id, lambda: handle.sandbox.files.read(
                 target, format="stream"))
@@ -989,6 +1031,28 @@ class E2BProvider(SandboxProvider):
         finally:
             with anyio.CancelScope(shield=True):
                 await reader.aclose()
+
+    async def _refuse_special(self, sandbox_id: str, handle: _Handle, target: str,
+                              path: str) -> None:
+        """Raise ``NotARegularFile`` for a device, FIFO or socket, or a symlink to one,
+        before anything is read: envd would stream ``/dev/zero`` forever and block on a
+        FIFO. One stat (plus one per symlink followed). What is missing or a directory is
+        left to the read, which says so."""
+        seen = target
+        for _ in range(_SYMLINK_HOPS):
+            with self._translate(sandbox_id, what="file", path=path):
+                entry = await self._retrying(
+                    sandbox_id, functools.partial(handle.sandbox.files.get_info, seen))
+            info = _to_file_info(entry)
+            if info.type == FileType.SYMLINK and entry.symlink_target:
+                seen = posixpath.normpath(posixpath.join(posixpath.dirname(seen),
+                                                         entry.symlink_target))
+                continue
+            if info.type == FileType.OTHER:
+                raise errors.NotARegularFile(
+                    f"{path}: not a regular file (a device, FIFO or socket); refused before "
+                    "reading", provider=self.name, sandbox_id=sandbox_id)
+            return
 
     async def _write_file(self, sandbox_id: str, path: str,
                           chunks: AsyncIterator[bytes]) -> None:
@@ -1183,16 +1247,21 @@ def _to_events(event: process_pb.StartResponse | process_pb.ConnectResponse
     return []
 
 
-async def _collect(event: process_pb.StartResponse, out: bytearray, err: bytearray,
+def _deadline(timeout: float | None) -> float | None:
+    """A command's timeout as a cancel scope's delay (past a year: none)."""
+    return None if timeout is None or timeout > _YEAR else timeout
+
+
+async def _collect(event: process_pb.StartResponse, out: OutputBuffer, err: OutputBuffer,
                    command: Command) -> int | None:
-    """Add one event's output to ``out``/``err`` (calling the callbacks); return the
-    exit code if it was the end event."""
+    """Add one event's output to the bounded ``out``/``err`` (the callbacks get every
+    chunk); return the exit code if it was the end event."""
     code = None
     for item in _to_events(event):
         if isinstance(item, ProcessExit):
             code = item.exit_code
             continue
-        (out if item.stream == "stdout" else err).extend(item.data)
+        (out if item.stream == "stdout" else err).append(item.data)
         callback = command.on_stdout if item.stream == "stdout" else command.on_stderr
         if callback is not None:
             result = callback(item.data)

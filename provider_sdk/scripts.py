@@ -1,0 +1,112 @@
+"""The shell scripts providers run inside sandboxes: one copy of each, for every provider
+that drives a sandbox through a shell (E2B, Cube, Daytona; any other may use them).
+
+- :data:`KILL_TREE` kills a process and everything it started. It is POSIX ``sh`` (it
+  runs under dash, bash, busybox ``sh``) and forks nothing: ``read``, ``kill``, ``[`` and
+  arithmetic are builtins, so it works in a tree that has used up its pids limit. It
+  stops the tree top-down with ``SIGSTOP`` (nothing in it can fork while it is listed),
+  waits until every member is really stopped, and only then sends ``SIGKILL``; then it
+  sweeps again, until a sweep finds nothing new. Members are found by their parent pid in
+  ``/proc/<pid>/stat``, parsed from the *last* ``)`` (the command name in between may
+  hold spaces and parentheses); names and environment variables are never trusted, and
+  run as root it kills processes of every user. A process that left the tree (a double
+  fork whose middle process exited before the kill began) is not found: the kill is best
+  effort wherever the backend offers nothing the code cannot leave.
+- :func:`export_script` exports an environment exactly (values quoted).
+- :data:`PROBE_FILE` says whether a path is a regular file (following symlinks), so a
+  read of a device or FIFO is refused before any byte is read.
+
+This module owns the text of these scripts and how to call them; it knows nothing of
+providers, SDKs or transports.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+
+__all__ = ["KILL_TREE", "NO_SUCH_PROCESS", "PROBE_FILE", "export_script", "kill_tree_argv",
+           "kill_tree_command", "probe_file_command"]
+
+NO_SUCH_PROCESS = 3
+"""Exit status of :data:`KILL_TREE` when the pid does not exist."""
+
+KILL_TREE = r"""exec 2>/dev/null
+t=$1
+case $t in ''|*[!0-9]*) exit 2;; esac
+[ -d "/proc/$t" ] || exit 3
+tree=" $t " lead=" " killed=0 sweeps=0
+kill -STOP "$t"
+while :; do
+  more=0 live=0
+  for s in /proc/[0-9]*/stat; do
+    IFS= read -r l < "$s" || continue
+    p=${l%% *}
+    [ "$p" = "$$" ] && continue
+    set -- ${l##*) }
+    case $1 in Z|X|x) continue;; esac
+    case $tree in
+      *" $p "*) ;;
+      *) case $tree in
+           *" $2 "*) ;;
+           *) case $lead in *" $4 "*) ;; *) continue;; esac;;
+         esac
+         tree="$tree$p " more=1;;
+    esac
+    live=1
+    if [ "$4" = "$p" ]; then
+      case $lead in *" $p "*) ;; *) lead="$lead$p " more=1;; esac
+    fi
+    case $1 in T|t) ;; *) more=1; kill -STOP "$p";; esac
+  done
+  [ "$killed" = 1 ] && [ "$live" = 0 ] && exit 0
+  if [ "$more" = 0 ] || [ "$killed" = 1 ]; then kill -KILL $tree; killed=1; fi
+  sweeps=$((sweeps + 1))
+  [ "$sweeps" -lt 200 ] || { kill -KILL $tree; exit 0; }
+done
+"""
+"""Kill ``$1`` and its descendants (``sh -c KILL_TREE name PID``); exit 0, or
+:data:`NO_SUCH_PROCESS` when there is no such pid.
+
+Why each step: a sweep lists ``/proc`` once, adding the children of members and the
+members of sessions a member leads (a session is only ever entered by forking from
+inside it, so an orphan a daemonizing double fork left in such a session is found
+although its parent chain is broken), and stopping each. Sweeps repeat until one finds
+nothing new and every member stopped, because a stop is delivered asynchronously and a
+member still running could fork after it was listed. Then every member is killed at
+once, and sweeps go on (killing again) until no member is alive; zombies count as dead.
+A member stuck in an uninterruptible wait cannot stop, so after 200 sweeps the tree is
+killed as it stands."""
+
+PROBE_FILE = r"""if [ -f "$1" ]; then echo file
+elif [ -d "$1" ]; then echo directory
+elif [ -e "$1" ]; then echo other
+else echo missing; fi
+"""
+"""Print what ``$1`` is, following symlinks: ``file``, ``directory``, ``other`` (a
+device, FIFO or socket) or ``missing`` (also: not reachable by the caller)."""
+
+
+def kill_tree_argv(pid: int, *, shell: str = "/bin/sh") -> tuple[str, ...]:
+    """The argv that kills ``pid`` and all its descendants (exit 3: no such pid)."""
+    return (shell, "-c", KILL_TREE, "psdk-kill", str(int(pid)))
+
+
+def kill_tree_command(pid: int | str, *, shell: str = "/bin/sh") -> str:
+    """:func:`kill_tree_argv` as one command line for a shell. ``pid`` may be a shell
+    expansion such as ``"$p"`` (it is inserted as is; the script refuses a non-number)."""
+    target = str(int(pid)) if isinstance(pid, int) else pid
+    return f"{shell} -c {shlex.quote(KILL_TREE)} psdk-kill {target}"
+
+
+def probe_file_command(path: str, *, shell: str = "/bin/sh") -> str:
+    """A command line printing what ``path`` is (see :data:`PROBE_FILE`)."""
+    return f"{shell} -c {shlex.quote(PROBE_FILE)} psdk-probe {shlex.quote(path)}"
+
+
+def export_script(env: Mapping[str, str]) -> str:
+    """Shell text exporting ``env`` exactly, ending in ``"; "`` when not empty.
+
+    Names must be valid shell names (the core validates them); values are quoted.
+    """
+    return "".join(f"export {name}={shlex.quote(value)}; " for name, value in env.items())
