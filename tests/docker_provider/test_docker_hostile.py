@@ -137,7 +137,7 @@ async def test_the_kill_does_not_use_the_images_tools(sandbox: Sandbox) -> None:
 async def test_a_fork_bomb_dies_at_its_timeout(sandbox: Sandbox) -> None:
     await _timed_out(sandbox, "f() { f | f & }; f; sleep 600", timeout=2)
     # Left: init, the keep-alive, its sleep, and the listing's own processes.
-    assert await _eventually(lambda: _few_procs(sandbox))
+    assert await _eventually(lambda: _few_procs(sandbox)), await _procs(sandbox)
 
 
 async def test_kill_reaches_a_background_process_of_another_user(sandbox: Sandbox) -> None:

@@ -82,21 +82,35 @@ class HostControl:
 
     # ------------------------------------------------------------ containment
 
-    def contain(self, name: str, pid: int) -> None:
+    def contain(self, name: str, pid: int, *, deadline: float) -> None:
         """Move host process ``pid`` and its descendants into cgroup ``name``.
 
-        Children forked before the move stay behind, so the subtree is moved again
-        until a pass finds nothing left outside.
+        Children forked before the move stay behind, so the subtree is moved again until
+        a pass finds nothing left outside; a command that forks faster than that (a fork
+        bomb) is moved with the container frozen for that one pass.
         """
         group = self._group(name)
         group.mkdir(exist_ok=True)
-        for _ in range(64):
-            inside = set(_procs(group))
-            left = [p for p in _subtree(_table(), pid) if p not in inside]
-            if not left:
+        for _ in range(3):
+            if not self._move_subtree(group, pid):
                 return
-            for member in left:
-                _move(group, member)
+        was = _state(self.freezer)
+        if was == "THAWED":
+            _set_state(self.freezer, "FROZEN", deadline)
+        try:
+            while self._move_subtree(group, pid) and time.monotonic() < deadline:
+                pass
+        finally:
+            if was == "THAWED":
+                _set_state(self.freezer, "THAWED", deadline)
+
+    def _move_subtree(self, group: Path, pid: int) -> bool:
+        """Move what of ``pid``'s subtree is not in ``group``; whether anything was."""
+        inside = set(_procs(group))
+        left = [p for p in _subtree(_table(), pid) if p not in inside]
+        for member in left:
+            _move(group, member)
+        return bool(left)
 
     def rename(self, name: str, new_name: str) -> None:
         """Give cgroup ``name`` another name (a background process's, once known)."""
@@ -198,6 +212,13 @@ def _signal(pids: Iterable[int]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def _state(group: Path) -> str:
+    try:
+        return (group / "freezer.state").read_text().strip()
+    except OSError:
+        return ""
+
+
 def _set_state(group: Path, state: str, deadline: float) -> None:
     """Freeze or thaw a cgroup, waiting (until ``deadline``) for a freeze to complete."""
     with contextlib.suppress(OSError):
@@ -212,7 +233,10 @@ def _set_state(group: Path, state: str, deadline: float) -> None:
 
 
 def _table() -> dict[int, tuple[int, int]]:
-    """Every host process: pid -> (parent pid, start time in clock ticks)."""
+    """Every live host process: pid -> (parent pid, start time in clock ticks).
+
+    Zombies are left out: they are in no cgroup and cannot be moved or killed.
+    """
     table = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -225,7 +249,8 @@ def _table() -> dict[int, tuple[int, int]]:
         # The name (field 2) may hold spaces and parentheses: split after its last ')'.
         fields = text[text.rfind(b")") + 2:].split()
         with contextlib.suppress(IndexError, ValueError):
-            table[int(entry.name)] = (int(fields[1]), int(fields[19]))
+            if fields[0] not in (b"Z", b"X"):
+                table[int(entry.name)] = (int(fields[1]), int(fields[19]))
     return table
 
 

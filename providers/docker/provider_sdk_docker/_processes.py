@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 __all__ = ["ProcessesMixin", "container_name"]
 
 EXIT_POLL = 0.005
+#: How long moving a new exec into its cgroup may take.
+CONTAIN_DEADLINE = 5.0
 #: How long a kill may take before the call gives up on it (and reports the timeout).
 KILL_DEADLINE = 10.0
 #: How long output is still read after a kill, for what the command wrote last.
@@ -104,7 +106,8 @@ class ProcessesMixin:
                     break
                 await anyio.sleep(EXIT_POLL)
             if pid > 0:
-                await anyio.to_thread.run_sync(control.contain, group, pid)
+                await anyio.to_thread.run_sync(functools.partial(
+                    control.contain, group, pid, deadline=time.monotonic() + CONTAIN_DEADLINE))
 
     async def _stop(self, sandbox_id: str, control: HostControl | None, group: str,
                     token: str) -> None:
@@ -145,16 +148,26 @@ class ProcessesMixin:
             await _pump(stream, command.stdin, out, err, command.on_stdout, command.on_stderr)
             done.set()
 
+        contained = anyio.Event()
+
+        async def contain() -> None:
+            try:
+                if control is not None:
+                    await self._contain(control, exec_id, group, sandbox_id)
+            finally:
+                contained.set()
+
         deadline = anyio.current_time() + command.timeout if command.timeout else float("inf")
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(pump)
-                if control is not None:
-                    await self._contain(control, exec_id, group, sandbox_id)
+                tg.start_soon(contain)
                 with anyio.CancelScope(deadline=deadline):
                     await done.wait()
                 if not done.is_set():
                     timed_out = True
+                    with anyio.move_on_after(CONTAIN_DEADLINE + 1):
+                        await contained.wait()
                     # The output is still drained meanwhile: the Engine never waits on us.
                     if kill:
                         await self._stop(sandbox_id, control, group, "x" + token)
