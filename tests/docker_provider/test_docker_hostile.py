@@ -135,7 +135,8 @@ async def test_the_kill_does_not_use_the_images_tools(sandbox: Sandbox) -> None:
 
 
 async def test_a_fork_bomb_dies_at_its_timeout(sandbox: Sandbox) -> None:
-    await _timed_out(sandbox, "f() { f | f & }; f; sleep 600", timeout=2)
+    # It fills the pids cgroup and keeps it full: nothing more can fork inside.
+    await _timed_out(sandbox, "while :; do sleep 700 & done", timeout=2)
     # Left: init, the keep-alive, its sleep, and the listing's own processes.
     assert await _eventually(lambda: _few_procs(sandbox)), await _procs(sandbox)
 
@@ -174,18 +175,26 @@ async def test_write_never_replaces_a_directory(sandbox: Sandbox) -> None:
 
 
 async def test_write_is_atomic_and_leaves_no_temporary_files(sandbox: Sandbox) -> None:
-    old, new = b"o" * 300_000, b"n" * 200_000
+    old, new = b"o" * (3 << 20), b"n" * (2 << 20)
     await sandbox.files.write("/work/f", old)
     seen: set[bytes] = set()
+    reading = True
 
     async def reads() -> None:
-        for _ in range(15):
-            seen.add(await sandbox.files.read("/work/f"))
+        nonlocal reading
+        try:
+            for _ in range(30):
+                seen.add(await sandbox.files.read("/work/f"))
+        finally:
+            reading = False
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(reads)
-        for content in (new, old, new, old, new):
-            await sandbox.files.write("/work/f", content)
+        for count in range(1000):
+            if not reading:
+                break
+            await sandbox.files.write("/work/f", new if count % 2 else old)
+    await sandbox.files.write("/work/f", new)
     assert seen <= {old, new}
     assert await sandbox.files.read("/work/f") == new
     assert (await sandbox.exec("ls -A /work")).stdout.split() == ["f"]

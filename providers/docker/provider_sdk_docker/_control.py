@@ -32,6 +32,7 @@ __all__ = ["GROUP_PREFIX", "HostControl", "host_control_possible"]
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 GROUP_PREFIX = "psdk-"
 _POLL = 0.01
+STALE_AFTER = 120.0
 _MAX_CHAIN = 4096
 
 
@@ -121,14 +122,18 @@ class HostControl:
         """Remove cgroup ``name`` if nothing is left in it, and any other empty ones.
 
         Processes a command left running on purpose (a daemon) keep their cgroup, so a
-        later kill of the sandbox's escaped processes does not count them.
+        later kill of the sandbox's escaped processes does not count them; empty cgroups
+        of other commands are removed once older than STALE_AFTER seconds.
         """
         with contextlib.suppress(OSError):
             self._group(name).rmdir()
+        # Others' only once surely not an exec's that is still being set up.
+        stale = time.time() - STALE_AFTER
         with contextlib.suppress(OSError):
             for entry in self.freezer.iterdir():
-                if entry.name.startswith(GROUP_PREFIX) and entry.is_dir():
-                    with contextlib.suppress(OSError):
+                with contextlib.suppress(OSError):
+                    if entry.name.startswith(GROUP_PREFIX) and entry.is_dir() and \
+                            entry.stat().st_mtime < stale:
                         entry.rmdir()
 
     def exists(self, name: str) -> bool:
