@@ -55,8 +55,18 @@ async def sandbox(provider: DockerProvider) -> AsyncIterator[Sandbox]:
 
 
 async def _procs(sandbox: Sandbox) -> list[str]:
-    result = await sandbox.exec(["/bin/sh", "-c", LIST_PROCS], user="0")
-    return [line for line in result.stdout.splitlines() if line.strip()]
+    """Every process's command line; a listing that could not run fails the test."""
+    listing = await _listing(sandbox)
+    assert listing is not None, "could not list the sandbox's processes"
+    return listing
+
+
+async def _listing(sandbox: Sandbox) -> list[str] | None:
+    with anyio.move_on_after(GRACE):
+        result = await sandbox.exec(["/bin/sh", "-c", LIST_PROCS], user="0")
+        if result.ok and not result.stderr:
+            return [line for line in result.stdout.splitlines() if line.strip()]
+    return None
 
 
 async def _running(sandbox: Sandbox, text: str) -> bool:
@@ -64,7 +74,8 @@ async def _running(sandbox: Sandbox, text: str) -> bool:
 
 
 async def _few_procs(sandbox: Sandbox) -> bool:
-    return len(await _procs(sandbox)) <= 6
+    listing = await _listing(sandbox)
+    return listing is not None and len(listing) <= 6
 
 
 async def _eventually(check: Callable[[], Awaitable[bool]]) -> bool:
@@ -138,7 +149,7 @@ async def test_a_fork_bomb_dies_at_its_timeout(sandbox: Sandbox) -> None:
     # It fills the pids cgroup and keeps it full: nothing more can fork inside.
     await _timed_out(sandbox, "while :; do sleep 700 & done", timeout=2)
     # Left: init, the keep-alive, its sleep, and the listing's own processes.
-    assert await _eventually(lambda: _few_procs(sandbox)), await _procs(sandbox)
+    assert await _eventually(lambda: _few_procs(sandbox)), await _listing(sandbox)
 
 
 async def test_kill_reaches_a_background_process_of_another_user(sandbox: Sandbox) -> None:
@@ -177,25 +188,22 @@ async def test_write_never_replaces_a_directory(sandbox: Sandbox) -> None:
 async def test_write_is_atomic_and_leaves_no_temporary_files(sandbox: Sandbox) -> None:
     old, new = b"o" * (3 << 20), b"n" * (2 << 20)
     await sandbox.files.write("/work/f", old)
-    seen: set[bytes] = set()
-    reading = True
+    sizes: list[str] = []
 
-    async def reads() -> None:
-        nonlocal reading
-        try:
-            for _ in range(30):
-                seen.add(await sandbox.files.read("/work/f"))
-        finally:
-            reading = False
+    async def watch() -> None:
+        # A process inside reads the file as it is being replaced, again and again.
+        result = await sandbox.exec("for i in $(seq 400); do wc -c < /work/f 2>&1; done")
+        sizes.extend(result.stdout.split("\n")[:-1])
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(reads)
+        tg.start_soon(watch)
         for count in range(1000):
-            if not reading:
+            if sizes:
                 break
             await sandbox.files.write("/work/f", new if count % 2 else old)
+    assert len(sizes) == 400
+    assert set(sizes) <= {str(len(old)), str(len(new))}
     await sandbox.files.write("/work/f", new)
-    assert seen <= {old, new}
     assert await sandbox.files.read("/work/f") == new
     assert (await sandbox.exec("ls -A /work")).stdout.split() == ["f"]
 
