@@ -81,6 +81,13 @@ class HostControl:
         return cls(container_id, init_pid, freezer,
                    memory if (memory / "memory.oom_control").exists() else None)
 
+    def alive(self) -> bool:
+        """Whether the container's PID 1 is still the one this was made for."""
+        try:
+            return self.container_id in Path(f"/proc/{self.init_pid}/cgroup").read_text()
+        except OSError:
+            return False
+
     # ------------------------------------------------------------ containment
 
     def contain(self, name: str, pid: int, *, deadline: float) -> None:
@@ -107,11 +114,12 @@ class HostControl:
 
     def _move_subtree(self, group: Path, pid: int) -> bool:
         """Move what of ``pid``'s subtree is not in ``group``; whether anything was."""
-        inside = set(_procs(group))
-        left = [p for p in _subtree(_table(), pid) if p not in inside]
-        for member in left:
-            _move(group, member)
-        return bool(left)
+        # Whatever is not moved yet is still in the container's own cgroup: only its
+        # members need a look, not every process of the host.
+        outside = _table(_procs(self.freezer))
+        left = _subtree(outside, pid)
+        # A zombie cannot be moved: only moves that happened count.
+        return sum(_move(group, member) for member in left) > 0
 
     def rename(self, name: str, new_name: str) -> None:
         """Give cgroup ``name`` another name (a background process's, once known)."""
@@ -206,9 +214,12 @@ def _procs(group: Path) -> list[int]:
         return []
 
 
-def _move(group: Path, pid: int) -> None:
-    with contextlib.suppress(OSError):  # it ended meanwhile
+def _move(group: Path, pid: int) -> bool:
+    try:
         (group / "cgroup.procs").write_text(str(pid))
+    except OSError:  # it ended meanwhile
+        return False
+    return True
 
 
 def _signal(pids: Iterable[int]) -> None:
@@ -237,17 +248,17 @@ def _set_state(group: Path, state: str, deadline: float) -> None:
         time.sleep(_POLL)
 
 
-def _table() -> dict[int, tuple[int, int]]:
-    """Every live host process: pid -> (parent pid, start time in clock ticks).
+def _table(pids: Iterable[int] | None = None) -> dict[int, tuple[int, int]]:
+    """Live host processes (``pids``, or all): pid -> (parent pid, start time in ticks).
 
     Zombies are left out: they are in no cgroup and cannot be moved or killed.
     """
     table = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
+    names = [str(p) for p in pids] if pids is not None else \
+        [e.name for e in os.scandir("/proc") if e.name.isdigit()]
+    for name in names:
         try:
-            with open(f"/proc/{entry.name}/stat", "rb") as stat:
+            with open(f"/proc/{name}/stat", "rb") as stat:
                 text = stat.read()
         except OSError:
             continue
@@ -255,7 +266,7 @@ def _table() -> dict[int, tuple[int, int]]:
         fields = text[text.rfind(b")") + 2:].split()
         with contextlib.suppress(IndexError, ValueError):
             if fields[0] not in (b"Z", b"X"):
-                table[int(entry.name)] = (int(fields[1]), int(fields[19]))
+                table[int(name)] = (int(fields[1]), int(fields[19]))
     return table
 
 

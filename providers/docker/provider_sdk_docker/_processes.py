@@ -83,11 +83,9 @@ class ProcessesMixin:
         if not self.host_control:
             return None
         control = self._controls.get(sandbox_id)
-        if control is not None:
-            alive = await anyio.to_thread.run_sync(HostControl.locate, control.container_id,
-                                                   control.init_pid)
-            if alive is not None:
-                return control
+        # procfs and cgroupfs answer from memory: no worker thread for these reads.
+        if control is not None and control.alive():
+            return control
         data = await self._inspect(sandbox_id)
         pid = int((data.get("State") or {}).get("Pid") or 0)
         located = await anyio.to_thread.run_sync(HostControl.locate, str(data["Id"]), pid)
@@ -139,7 +137,7 @@ class ProcessesMixin:
                                           cwd=command.cwd, user=command.user,
                                           stdin=command.stdin is not None)
         out, err = command.buffers()
-        oom_before = await anyio.to_thread.run_sync(control.oom_kills) if control else None
+        oom_before = control.oom_kills() if control else None
         done = anyio.Event()
         timed_out = False
         stream = await self._engine.attach(exec_id, sandbox_id=sandbox_id)
@@ -188,7 +186,7 @@ class ProcessesMixin:
         code = -9 if timed_out else await self._exit_code(exec_id, sandbox_id)
         oom = False
         if control is not None and oom_before is not None:
-            after = await anyio.to_thread.run_sync(control.oom_kills)
+            after = control.oom_kills()
             oom = after is not None and after > oom_before
         result = ExecResult(exit_code=code, stdout_bytes=out.value(), stderr_bytes=err.value(),
                             duration=time.monotonic() - started,
