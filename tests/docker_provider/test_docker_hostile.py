@@ -208,6 +208,39 @@ async def test_write_is_atomic_and_leaves_no_temporary_files(sandbox: Sandbox) -
     assert (await sandbox.exec("ls -A /work")).stdout.split() == ["f"]
 
 
+async def test_reads_racing_writes_inside_fail_only_typed(sandbox: Sandbox) -> None:
+    await sandbox.exec("mkdir -p /work && head -c 1M /dev/zero > /work/a && "
+                       "cp /work/a /work/f")
+    failures: list[Exception] = []
+
+    async def reads() -> None:
+        for _ in range(60):
+            try:
+                await sandbox.files.read("/work/f")
+            except errors.SandboxNotFound as exc:  # the sandbox is there all along
+                failures.append(exc)
+            except errors.SandboxError:
+                pass  # the file gone or changed mid-read: a typed answer
+            except Exception as exc:
+                failures.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sandbox.exec, "for i in $(seq 400); do rm -f /work/f; "
+                                    "cp /work/a /work/f; done")
+        tg.start_soon(reads)
+    assert failures == []
+
+
+async def test_without_host_control_a_timeout_still_returns() -> None:
+    provider = DockerProvider(host_control=False)
+    try:
+        async with provider.create() as sandbox:
+            await _timed_out(sandbox, "sleep 601 & sleep 602", timeout=1)
+            assert not [p for p in await _procs(sandbox) if "sleep 60" in p]
+    finally:
+        await provider.aclose()
+
+
 async def test_special_paths_are_typed_errors(sandbox: Sandbox) -> None:
     for path in ("/dev/shm/x", "/etc/hosts", "/proc/1/environ"):
         with pytest.raises(errors.PermissionDenied):
