@@ -4,15 +4,17 @@ A template needs ``/bin/sh`` and the usual GNU tools (coreutils, findutils); not
 this SDK is installed into the image. Each snippet takes its inputs as positional
 arguments, never spliced into its text.
 
-Process trees are found by an environment variable, ``PSDK_TREE``, that every process
-a command starts inherits: a timeout or a kill ends everything carrying the command's
-value, wherever it was reparented to, and no process outside the command carries it.
+Where the Engine is on this host, processes are controlled from the host (see
+``_control``). Elsewhere, the fallback is ``KILL_TREE``: process trees are found by an
+environment variable, ``PSDK_TREE``, that a process started by a command inherits unless
+it clears it. That is cooperation, not containment: such instances do not declare
+``exec.contained``.
 """
 
 from __future__ import annotations
 
-__all__ = ["FOLLOW", "KEEPALIVE", "KILL_TREE", "LIST_DIR", "MKDIR", "PROC_DIR", "REMOVE",
-           "RENAME", "SEND_STDIN", "SUPERVISE", "TREE_VAR"]
+__all__ = ["FOLLOW", "KEEPALIVE", "KILL_TREE", "LIST_DIR", "MKDIR", "PREPARE_PROC", "PROC_DIR",
+           "REMOVE", "RENAME", "REPLACE", "SEND_STDIN", "SUPERVISE", "TREE_VAR"]
 
 TREE_VAR = "PSDK_TREE"
 PROC_DIR = "/tmp/.psdk/proc"
@@ -61,6 +63,11 @@ while :; do
   if [ "$r" -le 128 ] || ! kill -0 "$c" 2>/dev/null; then break; fi
 done
 echo "$r" > "$d/rc.tmp" && mv "$d/rc.tmp" "$d/rc"
+"""
+
+#: Make PROC_DIR a directory any user can make its process directory in (run as root).
+PREPARE_PROC = r"""
+mkdir -p /tmp/.psdk/proc && chmod 1777 /tmp/.psdk /tmp/.psdk/proc
 """
 
 #: Stream a supervised process's stdout and stderr from the start until it ends, then
@@ -113,4 +120,13 @@ exec rm -f -- "$1"
 RENAME = r"""
 if [ ! -e "$1" ] && [ ! -L "$1" ]; then echo "$1: No such file or directory" >&2; exit 1; fi
 exec mv -f -T -- "$1" "$2"
+"""
+
+#: Rename the file "$1" over "$2" (a file or nothing, never a directory); on failure,
+#: remove "$1".
+REPLACE = r"""
+if [ -d "$2" ] && [ ! -L "$2" ]; then
+  rm -f -- "$1"; echo "$2: Is a directory" >&2; exit 1
+fi
+mv -f -T -- "$1" "$2" || { rm -f -- "$1"; exit 1; }
 """

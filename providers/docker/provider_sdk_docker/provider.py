@@ -17,14 +17,12 @@ from __future__ import annotations
 import builtins
 import contextlib
 import datetime as dt
-import inspect
 import json
-import posixpath
+import os
 import re
 import secrets
 import tempfile
-import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
@@ -35,9 +33,6 @@ from provider_sdk.buildcontext import write_context
 from provider_sdk.capabilities import Capability
 from provider_sdk.config import env_setting, int_setting
 from provider_sdk.models import (
-    ExecResult,
-    FileInfo,
-    FileType,
     Metrics,
     NetworkPolicy,
     Resources,
@@ -50,21 +45,16 @@ from provider_sdk.models import (
     Volume,
 )
 from provider_sdk.provider import (
-    Command,
-    OutputCallback,
-    ProcessEvent,
-    ProcessExit,
-    ProcessOutput,
     SandboxProvider,
-    exit_code_from_status,
 )
-from provider_sdk.sandbox import EmulatedShell
 from provider_sdk_docker import _scripts
-from provider_sdk_docker._engine import Engine, ExecStream, Kind
-from provider_sdk_docker._tar import ArchiveReader, one_file_archive
+from provider_sdk_docker._control import HostControl, host_control_possible
+from provider_sdk_docker._engine import Engine, Kind
+from provider_sdk_docker._files import FilesMixin, parse_time
+from provider_sdk_docker._processes import ProcessesMixin, container_name
 
 if TYPE_CHECKING:
-    from provider_sdk.sandbox import Sandbox, Shell
+    pass
 
 __all__ = ["DEFAULT_TEMPLATE", "DockerProvider"]
 
@@ -86,9 +76,7 @@ TEMPLATE_PREFIX = "psdk-template-"
 
 #: What a shell needs, and nothing that reaches past the container.
 CAPABILITIES_KEPT = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID")
-SPOOL_IN_MEMORY = 8 << 20
 VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-EXIT_POLL = 0.005
 
 _STATES = {
     "created": SandboxState.STARTING,
@@ -99,22 +87,31 @@ _STATES = {
     "exited": SandboxState.STOPPED,
     "dead": SandboxState.ERROR,
 }
-# Go's os.FileMode type bits, as the archive endpoint reports them.
-_MODE_DIR = 1 << 31
-_MODE_SYMLINK = 1 << 27
-_FILE_ERRORS: tuple[tuple[str, type[errors.SandboxError]], ...] = (
-    ("No such file", errors.FileNotFound),
-    ("Not a directory", errors.NotADirectory),
-    ("Is a directory", errors.IsADirectory),
-    ("File exists", errors.FileExists),
-    ("Directory not empty", errors.Conflict),
-    ("Permission denied", errors.PermissionDenied),
-    ("Read-only file system", errors.PermissionDenied),
-    ("read-only", errors.PermissionDenied),
-)
+#: What every sandbox has, wherever the Engine runs.
+BASE_CAPABILITIES = frozenset({
+    Capability.EXEC_STREAM,
+    Capability.EXEC_USER,
+    Capability.PROCESS_BACKGROUND,
+    Capability.SHELL_PERSISTENT,
+    Capability.PAUSE,
+    Capability.PAUSE_MEMORY,
+    Capability.SNAPSHOT_FILESYSTEM,
+    Capability.VOLUMES,
+    Capability.VOLUMES_SHARED,
+    Capability.NETWORK_POLICY,
+    Capability.LIST_METADATA,
+    Capability.METRICS,
+    Capability.TEMPLATES_BUILD,
+    Capability.LIMITS_PIDS,
+})
+#: What holds only where the provider controls the containers from the Engine's host.
+HOST_CAPABILITIES = frozenset({Capability.EXEC_CONTAINED, Capability.LIMITS_MEMORY})
+#: The container's own log: PID 1's stdout, which sandboxed code can write through
+#: ``/proc/1/fd/1``. Nothing reads it, so nothing is kept on the host.
+LOG_CONFIG = {"type": "none", "config": {}}
 
 
-class DockerProvider(SandboxProvider):
+class DockerProvider(ProcessesMixin, FilesMixin, SandboxProvider):
     """Sandboxes as containers on a Docker Engine.
 
     Every option falls back to a setting in the environment.
@@ -131,28 +128,21 @@ class DockerProvider(SandboxProvider):
         network: the Docker network a sandbox joins when its spec allows internet
             (``PSDK_DOCKER_NETWORK``, default ``bridge``). Without that, containers
             have network mode ``none``: loopback only.
+        cpus: CPU limit when the spec gives none (``PSDK_DOCKER_CPUS``, default 2, or
+            the host's cores if fewer).
+        host_control: control processes from the Engine's host (cgroups, ``/proc``);
+            default: whenever the Engine is on a local socket and this process can
+            write the cgroup v1 freezer. Only then are ``exec.contained`` and
+            ``limits.memory`` declared (``capabilities`` is per instance).
     """
 
     name: ClassVar[str] = "docker"
-    capabilities: ClassVar[frozenset[Capability]] = frozenset({
-        Capability.EXEC_STREAM,
-        Capability.EXEC_USER,
-        Capability.PROCESS_BACKGROUND,
-        Capability.SHELL_PERSISTENT,
-        Capability.PAUSE,
-        Capability.PAUSE_MEMORY,
-        Capability.SNAPSHOT_FILESYSTEM,
-        Capability.VOLUMES,
-        Capability.VOLUMES_SHARED,
-        Capability.NETWORK_POLICY,
-        Capability.LIST_METADATA,
-        Capability.METRICS,
-        Capability.TEMPLATES_BUILD,
-    })
+    capabilities: ClassVar[frozenset[Capability]] = BASE_CAPABILITIES | HOST_CAPABILITIES
 
     def __init__(self, *, base_url: str | None = None, template: str | None = None,
                  pids_limit: int | None = None, memory_mb: int | None = None,
-                 network: str | None = None) -> None:
+                 network: str | None = None, cpus: float | None = None,
+                 host_control: bool | None = None) -> None:
         url = base_url or env_setting("DOCKER_HOST", default=DEFAULT_HOST)
         assert url is not None
         self._engine = Engine(url, provider=self.name)
@@ -164,8 +154,16 @@ class DockerProvider(SandboxProvider):
                                                    provider=self.name)
         self.network = network or env_setting("PSDK_DOCKER_NETWORK", default="bridge") \
             or "bridge"
+        self.cpus = cpus or _float_setting("PSDK_DOCKER_CPUS", min(2.0, os.cpu_count() or 2))
+        self.host_control = host_control_possible(url) if host_control is None \
+            else host_control
+        # Per instance: what holds depends on where the Engine runs (the class lists all).
+        self.capabilities = BASE_CAPABILITIES | (  # type: ignore[misc]
+            HOST_CAPABILITIES if self.host_control else frozenset())
         self._workdirs: dict[str, str] = {}
         self._owners: dict[str, tuple[int, int]] = {}
+        self._controls: dict[str, HostControl | None] = {}
+        self._proc_ready: set[str] = set()
 
     def __repr__(self) -> str:
         return f"<DockerProvider {self._engine.base_url!r} template={self.template!r}>"
@@ -213,9 +211,13 @@ class DockerProvider(SandboxProvider):
             "memswap_limit": memory,
             "init": True,
             "mounts": mounts,
+            "nano_cpus": int((spec.resources.cpu or self.cpus) * 1e9),
+            "log_config": LOG_CONFIG,
         }
-        if spec.resources.cpu is not None:
-            host_config["nano_cpus"] = int(spec.resources.cpu * 1e9)
+        if spec.resources.disk_mb is not None:
+            # Only some storage drivers have quotas (overlay2 on xfs with pquota, btrfs,
+            # zfs); the Engine refuses the option elsewhere, as InvalidInput.
+            host_config["storage_opt"] = {"size": f"{spec.resources.disk_mb}M"}
         client = await self._engine.call(lambda: self._engine.client)
         container = await self._engine.call(
             client.create_container, image, name=_container(sandbox_id),
@@ -233,7 +235,8 @@ class DockerProvider(SandboxProvider):
         return SandboxInfo(
             id=sandbox_id, provider=self.name, state=SandboxState.RUNNING,
             template=spec.snapshot or image, metadata=spec.metadata, created_at=created,
-            resources=Resources(cpu=spec.resources.cpu, memory_mb=memory >> 20),
+            resources=Resources(cpu=spec.resources.cpu or self.cpus, memory_mb=memory >> 20,
+                                disk_mb=spec.resources.disk_mb),
             extra={"container_id": container["Id"], "image": image})
 
     def _network_mode(self, policy: NetworkPolicy) -> str:
@@ -294,6 +297,8 @@ class DockerProvider(SandboxProvider):
             await self._drop_orphan_image(data["Image"])
         self._workdirs.pop(sandbox_id, None)
         self._owners.pop(sandbox_id, None)
+        self._controls.pop(sandbox_id, None)
+        self._proc_ready.discard(sandbox_id)
 
     async def _drop_orphan_image(self, image_id: str) -> None:
         """Remove a deleted snapshot's or template's image once its last sandbox is gone."""
@@ -323,319 +328,39 @@ class DockerProvider(SandboxProvider):
                                            sandbox_id=sandbox_id)
         return await self._info(sandbox_id)
 
-    # --------------------------------------------------------------------- exec
-
-    async def _exec(self, sandbox_id: str, command: Command) -> ExecResult:
-        token = "x" + secrets.token_hex(8)
-        started = time.monotonic()
-        env = {**command.env, _scripts.TREE_VAR: token}
-        exec_id = await self._exec_create(sandbox_id, list(command.argv), env=env,
-                                          cwd=command.cwd, user=command.user,
-                                          stdin=command.stdin is not None)
-        out, err = bytearray(), bytearray()
-        timed_out = False
-        stream = await self._engine.attach(exec_id, sandbox_id=sandbox_id)
-        try:
-            with anyio.move_on_after(command.timeout if command.timeout else float("inf")) \
-                    as scope:
-                await _pump(stream, command.stdin, out, err, command.on_stdout,
-                            command.on_stderr)
-            if scope.cancelled_caught:
-                timed_out = True
-                await self._kill_tree(sandbox_id, token)
-                with anyio.move_on_after(5):
-                    await _pump(stream, None, out, err, command.on_stdout, command.on_stderr)
-        except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True), contextlib.suppress(errors.SandboxError):
-                await self._kill_tree(sandbox_id, token)
-            raise
-        finally:
-            with anyio.CancelScope(shield=True):
-                await stream.aclose()
-        code = -9 if timed_out else await self._exit_code(exec_id, sandbox_id)
-        result = ExecResult(exit_code=code, stdout_bytes=bytes(out), stderr_bytes=bytes(err),
-                            duration=time.monotonic() - started)
-        if timed_out:
-            raise errors.CommandTimeout(
-                f"command timed out after {command.timeout:g} s: {command.argv[0]!r}",
-                result=result, provider=self.name, sandbox_id=sandbox_id)
-        return result
-
-    async def _exec_create(self, sandbox_id: str, argv: builtins.list[str], *,
-                           env: Mapping[str, str] | None = None, cwd: str | None = None,
-                           user: str | None = None, stdin: bool = False) -> str:
-        if cwd is not None and not cwd.startswith("/"):
-            cwd = await self._resolve(sandbox_id, cwd)
-        created = await self._engine.api(
-            "exec_create", _container(sandbox_id), argv, stdin=stdin,
-            environment=dict(env or {}), workdir=cwd, user=user or "", what=sandbox_id,
-            sandbox_id=sandbox_id)
-        return str(created["Id"])
-
-    async def _exit_code(self, exec_id: str, sandbox_id: str) -> int:
-        """The exit status of a finished exec; 128+N (signal N) as -N."""
-        delay = EXIT_POLL
-        while True:
-            state = await self._engine.api("exec_inspect", exec_id, kind="exec",
-                                           sandbox_id=sandbox_id)
-            if not state.get("Running") and state.get("ExitCode") is not None:
-                return exit_code_from_status(int(state["ExitCode"]))
-            await anyio.sleep(delay)
-            delay = min(delay * 2, 0.2)
-
-    async def _run(self, sandbox_id: str, script: str, *args: str, user: str | None = None,
-                   stdin: bytes | None = None) -> ExecResult:
-        """Run one of the provider's own shell snippets."""
-        return await self._exec(sandbox_id, Command(
-            argv=("/bin/sh", "-c", script, "psdk", *args), user=user, stdin=stdin))
-
-    async def _kill_tree(self, sandbox_id: str, token: str) -> None:
-        half = len(token) // 2
-        await self._run(sandbox_id, _scripts.KILL_TREE, token[:half], token[half:], user="0")
-
-    # -------------------------------------------------------- background processes
-
-    async def _start(self, sandbox_id: str, command: Command) -> int:
-        exec_id = await self._exec_create(
-            sandbox_id, ["/bin/sh", "-c", _scripts.SUPERVISE, "psdk", *command.argv],
-            env=command.env, cwd=command.cwd, user=command.user)
-        stream = await self._engine.attach(exec_id, sandbox_id=sandbox_id)
-        try:
-            line = await stream.line()
-        finally:
-            with anyio.CancelScope(shield=True):
-                await stream.aclose()
-        if not line.strip().isdigit():
-            raise errors.SandboxError(
-                f"could not start {command.argv[0]!r}: the supervisor needs /bin/sh, mkfifo "
-                f"and a writable {_scripts.PROC_DIR}", provider=self.name,
-                sandbox_id=sandbox_id)
-        return int(line)
-
-    async def _process_events(self, sandbox_id: str, pid: int) -> AsyncIterator[ProcessEvent]:
-        await self._check_process(sandbox_id, pid)
-        exec_id = await self._exec_create(
-            sandbox_id, ["/bin/sh", "-c", _scripts.FOLLOW, "psdk", str(pid)])
-        stream = await self._engine.attach(exec_id, sandbox_id=sandbox_id)
-        try:
-            async for name, data in stream.frames():
-                yield ProcessOutput(name, data)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await stream.aclose()
-        yield ProcessExit(await self._exit_code(exec_id, sandbox_id))
-
-    async def _check_process(self, sandbox_id: str, pid: int) -> None:
-        if await self._path_stat(sandbox_id, f"{_scripts.PROC_DIR}/{pid}/in") is None:
-            raise errors.ProcessNotFound(f"no process {pid} started by this SDK",
-                                         provider=self.name, sandbox_id=sandbox_id)
-
-    async def _send_stdin(self, sandbox_id: str, pid: int, data: bytes) -> None:
-        await self._check_process(sandbox_id, pid)
-        result = await self._run(sandbox_id, _scripts.SEND_STDIN, str(pid), stdin=data)
-        if not result.ok:
-            raise errors.ProcessNotFound(f"cannot write to process {pid}: "
-                                         f"{result.stderr.strip()}", provider=self.name,
-                                         sandbox_id=sandbox_id)
-
-    async def _close_stdin(self, sandbox_id: str, pid: int) -> None:
-        await self._check_process(sandbox_id, pid)
-        await self._run(sandbox_id, 'kill -USR1 "$1" 2>/dev/null; exit 0', str(pid))
-
-    async def _kill_process(self, sandbox_id: str, pid: int) -> None:
-        await self._check_process(sandbox_id, pid)
-        await self._kill_tree(sandbox_id, f"p{pid}")
-
-    async def _open_shell(self, sandbox: Sandbox, *, cwd: str | None,
-                          env: Mapping[str, str]) -> Shell:
-        return await EmulatedShell.open(sandbox, cwd=cwd, env=env)
-
-    # -------------------------------------------------------------------- files
-
-    async def _resolve(self, sandbox_id: str, path: str) -> str:
-        if not path.startswith("/"):
-            workdir = self._workdirs.get(sandbox_id)
-            if workdir is None:
-                await self._info(sandbox_id)
-                workdir = self._workdirs[sandbox_id]
-            path = posixpath.join(workdir, path)
-        return posixpath.normpath("/" + path.lstrip("/"))
-
-    async def _path_stat(self, sandbox_id: str, path: str) -> dict[str, Any] | None:
-        """The Engine's stat of ``path`` (the final symlink not followed), or ``None``."""
-        def head() -> dict[str, Any] | None:
-            client = self._engine.client
-            url = client._url("/containers/{0}/archive", _container(sandbox_id))
-            response = client.head(url, params={"path": path})
-            if response.status_code == 404:  # no such path, or no such container
-                raise _PathMissing
-            client._raise_for_status(response)
-            header = response.headers.get("X-Docker-Container-Path-Stat")
-            if not header:
-                return None
-            stat: dict[str, Any] = json.loads(_b64(header))
-            return stat
-
-        try:
-            return await self._engine.call(head, what=sandbox_id, sandbox_id=sandbox_id)
-        except _PathMissing:
-            await self._inspect(sandbox_id)  # the sandbox is there: the path is not
-            return None
-
-    async def _read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
-        target = await self._resolve(sandbox_id, path)
-        for _ in range(40):
-            stat = await self._path_stat(sandbox_id, target)
-            if stat is None:
-                raise self._file_error(f"{path}: No such file or directory", sandbox_id)
-            mode = int(stat.get("mode", 0))
-            if mode & _MODE_DIR:
-                raise errors.IsADirectory(f"{path} is a directory", provider=self.name,
-                                          sandbox_id=sandbox_id)
-            if not mode & _MODE_SYMLINK:
-                break
-            target = posixpath.normpath(posixpath.join(posixpath.dirname(target),
-                                                       stat.get("linkTarget", "")))
-        else:
-            raise errors.InvalidInput(f"{path}: too many levels of symbolic links",
-                                      provider=self.name, sandbox_id=sandbox_id)
-        chunks, _ = await self._engine.api("get_archive", _container(sandbox_id), target,
-                                           chunk_size=1 << 20, what=sandbox_id,
-                                           sandbox_id=sandbox_id)
-        reader = await self._engine.call(ArchiveReader, chunks)
-        try:
-            while data := await self._engine.call(reader.read):
-                yield data
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self._engine.call(reader.close)
-
-    async def _write_file(self, sandbox_id: str, path: str,
-                          chunks: AsyncIterator[bytes]) -> None:
-        target = await self._resolve(sandbox_id, path)
-        parent, name = posixpath.split(target)
-        if not name:
-            raise errors.IsADirectory(f"{path} is a directory", provider=self.name,
-                                      sandbox_id=sandbox_id)
-        with tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY) as spool:
-            size = 0
-            async for chunk in chunks:
-                size += len(chunk)
-                if size > SPOOL_IN_MEMORY:
-                    await anyio.to_thread.run_sync(spool.write, chunk)
-                else:
-                    spool.write(chunk)
-            uid, gid = await self._owner(sandbox_id)
-            for attempt in range(2):
-                try:
-                    await self._put(sandbox_id, parent,
-                                    lambda: one_file_archive(name, spool, size, uid=uid, gid=gid))
-                    return
-                except errors.FileNotFound:
-                    if attempt:
-                        raise
-                    await self._mkdir(sandbox_id, parent, parents=True, exist_ok=True)
-
-    async def _put(self, sandbox_id: str, directory: str,
-                   archive: Callable[[], Iterator[bytes]]) -> None:
-        def put() -> None:
-            client = self._engine.client
-            url = client._url("/containers/{0}/archive", _container(sandbox_id))
-            response = client.put(url, params={"path": directory}, data=archive())
-            if response.status_code == 404 and "no such container" not in response.text.lower():
-                raise _PathMissing
-            if response.status_code in (400, 403, 500):
-                raise _PathRefused(response.text)
-            client._raise_for_status(response)
-
-        try:
-            await self._engine.call(put, what=sandbox_id, sandbox_id=sandbox_id)
-        except _PathMissing:
-            raise errors.FileNotFound(f"{directory}: No such file or directory",
-                                      provider=self.name, sandbox_id=sandbox_id) from None
-        except _PathRefused as exc:
-            raise self._file_error(f"{directory}: {exc}", sandbox_id) from None
-
-    async def _owner(self, sandbox_id: str) -> tuple[int, int]:
-        """The uid and gid that files written through the API get: the sandbox user's."""
-        if sandbox_id not in self._owners:
-            result = await self._run(sandbox_id, 'printf "%s %s" "$(id -u)" "$(id -g)"')
-            uid, _, gid = result.stdout.partition(" ")
-            self._owners[sandbox_id] = (int(uid), int(gid)) if result.ok else (0, 0)
-        return self._owners[sandbox_id]
-
-    async def _files_op(self, sandbox_id: str, script: str, *args: str) -> ExecResult:
-        result = await self._run(sandbox_id, script, *args)
-        if not result.ok:
-            raise self._file_error(result.stderr.strip() or f"exit {result.exit_code}",
-                                   sandbox_id)
-        return result
-
-    def _file_error(self, message: str, sandbox_id: str) -> errors.SandboxError:
-        for text, cls in _FILE_ERRORS:
-            if text in message:
-                return cls(message, provider=self.name, sandbox_id=sandbox_id)
-        return errors.SandboxError(message, provider=self.name, sandbox_id=sandbox_id)
-
-    async def _list_dir(self, sandbox_id: str, path: str) -> builtins.list[FileInfo]:
-        directory = await self._resolve(sandbox_id, path)
-        result = await self._files_op(sandbox_id, _scripts.LIST_DIR, directory)
-        fields = result.stdout_bytes.split(b"\0")
-        entries = []
-        for head, link in zip(fields[0::2], fields[1::2], strict=False):
-            kind, size, mode, mtime, name = head.split(b"/", 4)
-            entries.append(FileInfo(
-                path=posixpath.join(directory, name.decode("utf-8", "surrogateescape")),
-                type=_FIND_TYPES.get(kind, FileType.OTHER), size=int(size),
-                mode=int(mode, 8),
-                modified_at=dt.datetime.fromtimestamp(float(mtime), dt.timezone.utc),
-                symlink_target=link.decode("utf-8", "surrogateescape") or None))
-        return sorted(entries, key=lambda e: e.path)
-
-    async def _stat(self, sandbox_id: str, path: str) -> FileInfo:
-        target = await self._resolve(sandbox_id, path)
-        stat = await self._path_stat(sandbox_id, target)
-        if stat is None:
-            raise errors.FileNotFound(f"{path}: No such file or directory",
-                                      provider=self.name, sandbox_id=sandbox_id)
-        mode = int(stat.get("mode", 0))
-        kind = FileType.DIRECTORY if mode & _MODE_DIR else \
-            FileType.SYMLINK if mode & _MODE_SYMLINK else \
-            FileType.FILE if not mode & 0xFFFF_0000 else FileType.OTHER
-        return FileInfo(path=target, type=kind, size=int(stat.get("size", 0)),
-                        mode=mode & 0o7777, modified_at=_parse_time(stat.get("mtime")),
-                        symlink_target=stat.get("linkTarget") or None
-                        if kind == FileType.SYMLINK else None)
-
-    async def _mkdir(self, sandbox_id: str, path: str, *, parents: bool,
-                     exist_ok: bool) -> None:
-        target = await self._resolve(sandbox_id, path)
-        await self._files_op(sandbox_id, _scripts.MKDIR, target, _flag(parents),
-                             _flag(exist_ok))
-
-    async def _remove(self, sandbox_id: str, path: str, *, recursive: bool) -> None:
-        target = await self._resolve(sandbox_id, path)
-        await self._files_op(sandbox_id, _scripts.REMOVE, target, _flag(recursive))
-
-    async def _rename(self, sandbox_id: str, src: str, dst: str) -> None:
-        await self._files_op(sandbox_id, _scripts.RENAME, await self._resolve(sandbox_id, src),
-                             await self._resolve(sandbox_id, dst))
-
     # ---------------------------------------------------------------- snapshots
 
     async def _snapshot(self, sandbox_id: str) -> Snapshot:
-        await self._inspect(sandbox_id)
+        data = await self._inspect(sandbox_id)
         snapshot_id = secrets.token_hex(6)
         created = _now()
         labels = {LABEL_SNAPSHOT: snapshot_id, LABEL_SNAPSHOT_SOURCE: sandbox_id,
                   LABEL_CREATED: created.isoformat()}
+        env = await self._snapshot_env(data)
         image = await self._engine.api(
             "commit", _container(sandbox_id), repository=SNAPSHOT_REPOSITORY, tag=snapshot_id,
-            conf={"Labels": labels}, pause=True, what=sandbox_id, sandbox_id=sandbox_id)
+            conf={"Labels": labels, "Env": env}, pause=True, what=sandbox_id,
+            sandbox_id=sandbox_id)
         return Snapshot(id=snapshot_id, provider=self.name, sandbox_id=sandbox_id,
                         captures={"filesystem"}, created_at=created,
                         extra={"image": f"{SNAPSHOT_REPOSITORY}:{snapshot_id}",
                                "image_id": image["Id"]})
+
+    async def _snapshot_env(self, container: Mapping[str, Any]) -> builtins.list[str]:
+        """The environment a snapshot's image keeps: its image's, never the one given at
+        create.
+
+        The Engine merges the container's variables into a commit's ``Env`` unless a
+        variable of the same name is there, so every variable given at create and not in
+        the image is listed by name alone: the image keeps the name, not the value, and
+        the Engine drops such an entry when it starts a container.
+        """
+        image = await self._engine.api("inspect_image", container["Image"], kind="image",
+                                       what=str(container["Image"]))
+        original = list((image.get("Config") or {}).get("Env") or ())
+        names = {entry.partition("=")[0] for entry in original}
+        given = [entry.partition("=")[0] for entry in container["Config"].get("Env") or ()]
+        return original + sorted({n for n in given if n not in names})
 
     async def _list_snapshots(self, sandbox_id: str | None) -> builtins.list[Snapshot]:
         wanted = [LABEL_SNAPSHOT]
@@ -797,65 +522,27 @@ class DockerProvider(SandboxProvider):
         return Template(
             id=tags[0] if tags else data["Id"], name=labels.get(LABEL_TEMPLATE_NAME, ""),
             provider=self.name, content_hash=labels.get(LABEL_TEMPLATE_HASH),
-            created_at=_parse_time(created) if isinstance(created, str) else
+            created_at=parse_time(created) if isinstance(created, str) else
             dt.datetime.fromtimestamp(created, dt.timezone.utc) if created else None,
             extra={"image_id": data["Id"]})
 
 
-class _PathMissing(Exception):
-    pass
-
-
-class _PathRefused(Exception):
-    pass
-
-
-_FIND_TYPES = {b"f": FileType.FILE, b"d": FileType.DIRECTORY, b"l": FileType.SYMLINK}
-
-
-async def _pump(stream: ExecStream, stdin: bytes | None, out: bytearray, err: bytearray,
-                on_stdout: OutputCallback | None, on_stderr: OutputCallback | None) -> None:
-    """Feed ``stdin`` (then end of file) while collecting output until the exec ends."""
-    async def feed(data: bytes) -> None:
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError,
-                                 OSError):
-            await stream.send(data)
-            await stream.close_stdin()
-
-    async with anyio.create_task_group() as tg:
-        if stdin is not None:
-            tg.start_soon(feed, stdin)
-        async for name, data in stream.frames():
-            (out if name == "stdout" else err).extend(data)
-            callback = on_stdout if name == "stdout" else on_stderr
-            if callback is not None:
-                done = callback(data)
-                if inspect.isawaitable(done):
-                    await done
-
-
 def _container(sandbox_id: str) -> str:
-    return f"psdk-{sandbox_id}"
+    return container_name(sandbox_id)
 
 
-def _flag(value: bool) -> str:
-    return "1" if value else "0"
-
-
-def _b64(text: str) -> str:
-    import base64
-
-    return base64.b64decode(text + "=" * (-len(text) % 4)).decode()
-
-
-def _parse_time(value: str | None) -> dt.datetime | None:
-    if not value:
-        return None
-    text = re.sub(r"(\.\d{6})\d+", r"\1", value.replace("Z", "+00:00"))
+def _float_setting(var: str, default: float) -> float:
+    value = env_setting(var)
+    if value is None:
+        return default
     try:
-        return dt.datetime.fromisoformat(text)
+        number = float(value)
     except ValueError:
-        return None
+        number = -1.0
+    if not 0 < number < float("inf"):
+        raise errors.ConfigError(f"the setting {var} must be a positive number, got {value!r}",
+                                 provider=DockerProvider.name)
+    return number
 
 
 def _now() -> dt.datetime:

@@ -1,0 +1,328 @@
+"""Commands and background processes in a container: exec, timeouts, kills, output.
+
+Every command is an Engine exec, attached over a connection of its own. Where the
+Engine runs on this host (see :mod:`provider_sdk_docker._control`) each exec is moved
+into a cgroup of its own as it starts, and a timeout, a cancellation or
+``Process.kill()`` freezes and SIGKILLs that cgroup from the host, while the exec's
+output keeps being drained, so neither the caller nor the Engine waits on the container.
+Elsewhere (a remote Engine) the kill runs inside the container, with a deadline, and the
+provider does not declare ``exec.contained``.
+
+Output is kept in the bounded buffers of the command (:meth:`Command.buffers`); the
+callbacks still see every chunk.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import functools
+import inspect
+import secrets
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import anyio
+
+from provider_sdk import errors
+from provider_sdk.limits import OutputBuffer
+from provider_sdk.models import ExecResult
+from provider_sdk.provider import (
+    Command,
+    OutputCallback,
+    ProcessEvent,
+    ProcessExit,
+    ProcessOutput,
+    exit_code_from_status,
+)
+from provider_sdk.sandbox import EmulatedShell
+from provider_sdk_docker import _scripts
+from provider_sdk_docker._control import GROUP_PREFIX, HostControl
+from provider_sdk_docker._engine import Engine, ExecStream
+
+if TYPE_CHECKING:
+    from provider_sdk.sandbox import Sandbox, Shell
+
+__all__ = ["ProcessesMixin", "container_name"]
+
+EXIT_POLL = 0.005
+#: How long moving a new exec into its cgroup may take.
+CONTAIN_DEADLINE = 5.0
+#: How long a kill may take before the call gives up on it (and reports the timeout).
+KILL_DEADLINE = 10.0
+#: How long output is still read after a kill, for what the command wrote last.
+DRAIN_GRACE = 2.0
+#: How long the exit status of an exec whose output has ended may take to show.
+EXIT_DEADLINE = 30.0
+
+
+def container_name(sandbox_id: str) -> str:
+    """The container a sandbox is."""
+    return f"psdk-{sandbox_id}"
+
+
+class ProcessesMixin:
+    """The exec and background-process hooks of ``DockerProvider``."""
+
+    name: ClassVar[str]
+    _engine: Engine
+    _controls: dict[str, HostControl | None]
+    _proc_ready: set[str]
+    host_control: bool
+
+    if TYPE_CHECKING:
+        async def _inspect(self, sandbox_id: str) -> dict[str, Any]: ...
+        async def _resolve(self, sandbox_id: str, path: str) -> str: ...
+        async def _path_stat(self, sandbox_id: str, path: str) -> dict[str, Any] | None: ...
+
+    # --------------------------------------------------------------- host control
+
+    async def _control(self, sandbox_id: str) -> HostControl | None:
+        """Control of the sandbox's processes from this host, when it is possible."""
+        if not self.host_control:
+            return None
+        control = self._controls.get(sandbox_id)
+        # procfs and cgroupfs answer from memory: no worker thread for these reads.
+        if control is not None and control.alive():
+            return control
+        data = await self._inspect(sandbox_id)
+        pid = int((data.get("State") or {}).get("Pid") or 0)
+        located = await anyio.to_thread.run_sync(HostControl.locate, str(data["Id"]), pid)
+        self._controls[sandbox_id] = located
+        return located
+
+    async def _contain(self, control: HostControl, exec_id: str, group: str,
+                       sandbox_id: str) -> None:
+        """Move a started exec's process tree into cgroup ``group``."""
+        with anyio.move_on_after(5):
+            while True:
+                state = await self._engine.api("exec_inspect", exec_id, kind="exec",
+                                               sandbox_id=sandbox_id)
+                pid = int(state.get("Pid") or 0)
+                if pid > 0 or (not state.get("Running") and state.get("ExitCode") is not None):
+                    break
+                await anyio.sleep(EXIT_POLL)
+            if pid > 0:
+                await anyio.to_thread.run_sync(functools.partial(
+                    control.contain, group, pid, deadline=time.monotonic() + CONTAIN_DEADLINE))
+
+    async def _stop(self, sandbox_id: str, control: HostControl | None, group: str,
+                    token: str) -> None:
+        """Kill what an exec started (and anything escaped), within KILL_DEADLINE."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(KILL_DEADLINE + 1), \
+                contextlib.suppress(errors.SandboxError):
+            if control is not None:
+                deadline = time.monotonic() + KILL_DEADLINE
+                await anyio.to_thread.run_sync(
+                    functools.partial(control.kill, group, deadline=deadline))
+            else:
+                half = len(token) // 2
+                await self._exec(sandbox_id, Command(
+                    argv=("/bin/sh", "-c", _scripts.KILL_TREE, "psdk", token[:half],
+                          token[half:]), user="0", timeout=KILL_DEADLINE), kill=False)
+
+    # --------------------------------------------------------------------- exec
+
+    async def _exec(self, sandbox_id: str, command: Command, *,
+                    kill: bool = True) -> ExecResult:
+        started = time.monotonic()
+        control = await self._control(sandbox_id) if kill else None
+        token = secrets.token_hex(8)
+        group = f"{GROUP_PREFIX}{token}"
+        env = dict(command.env)
+        if control is None and kill:
+            env[_scripts.TREE_VAR] = "x" + token
+        exec_id = await self._exec_create(sandbox_id, list(command.argv), env=env,
+                                          cwd=command.cwd, user=command.user,
+                                          stdin=command.stdin is not None)
+        out, err = command.buffers()
+        oom_before = control.oom_kills() if control else None
+        done = anyio.Event()
+        timed_out = False
+        stream = await self._engine.attach(exec_id, sandbox_id=sandbox_id)
+
+        async def pump() -> None:
+            await _pump(stream, command.stdin, out, err, command.on_stdout, command.on_stderr)
+            done.set()
+
+        contained = anyio.Event()
+
+        async def contain() -> None:
+            try:
+                if control is not None:
+                    await self._contain(control, exec_id, group, sandbox_id)
+            finally:
+                contained.set()
+
+        deadline = anyio.current_time() + command.timeout if command.timeout else float("inf")
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(pump)
+                tg.start_soon(contain)
+                with anyio.CancelScope(deadline=deadline):
+                    await done.wait()
+                if not done.is_set():
+                    timed_out = True
+                    with anyio.move_on_after(CONTAIN_DEADLINE + 1):
+                        await contained.wait()
+                    # The output is still drained meanwhile: the Engine never waits on us.
+                    if kill:
+                        await self._stop(sandbox_id, control, group, "x" + token)
+                    with anyio.move_on_after(DRAIN_GRACE):
+                        await done.wait()
+                    tg.cancel_scope.cancel()
+        except anyio.get_cancelled_exc_class():
+            if kill:
+                with anyio.CancelScope(shield=True):
+                    await stream.aclose()
+                    await self._stop(sandbox_id, control, group, "x" + token)
+            raise
+        finally:
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
+                if control is not None:
+                    await anyio.to_thread.run_sync(control.release, group)
+        code = -9 if timed_out else await self._exit_code(exec_id, sandbox_id)
+        oom = False
+        if control is not None and oom_before is not None:
+            after = control.oom_kills()
+            oom = after is not None and after > oom_before
+        result = ExecResult(exit_code=code, stdout_bytes=out.value(), stderr_bytes=err.value(),
+                            duration=time.monotonic() - started,
+                            stdout_truncated=out.dropped, stderr_truncated=err.dropped,
+                            oom_killed=oom)
+        if timed_out:
+            raise errors.CommandTimeout(
+                f"command timed out after {command.timeout:g} s: {command.argv[0]!r}",
+                result=result, provider=self.name, sandbox_id=sandbox_id)
+        return result
+
+    async def _exec_create(self, sandbox_id: str, argv: builtins.list[str], *,
+                           env: Mapping[str, str] | None = None, cwd: str | None = None,
+                           user: str | None = None, stdin: bool = False) -> str:
+        if cwd is not None and not cwd.startswith("/"):
+            cwd = await self._resolve(sandbox_id, cwd)
+        created = await self._engine.api(
+            "exec_create", container_name(sandbox_id), argv, stdin=stdin,
+            environment=dict(env or {}), workdir=cwd, user=user or "", what=sandbox_id,
+            sandbox_id=sandbox_id)
+        return str(created["Id"])
+
+    async def _exit_code(self, exec_id: str, sandbox_id: str) -> int:
+        """The exit status of a finished exec; 128+N (signal N) as -N."""
+        delay = EXIT_POLL
+        with anyio.move_on_after(EXIT_DEADLINE):
+            while True:
+                state = await self._engine.api("exec_inspect", exec_id, kind="exec",
+                                               sandbox_id=sandbox_id)
+                if not state.get("Running") and state.get("ExitCode") is not None:
+                    return exit_code_from_status(int(state["ExitCode"]))
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 0.2)
+        raise errors.OperationTimeout(
+            f"the command's output ended but the Engine reported no exit status within "
+            f"{EXIT_DEADLINE:g} s", provider=self.name, sandbox_id=sandbox_id)
+
+    async def _run(self, sandbox_id: str, script: str, *args: str, user: str | None = None,
+                   stdin: bytes | None = None) -> ExecResult:
+        """Run one of the provider's own shell snippets."""
+        return await self._exec(sandbox_id, Command(
+            argv=("/bin/sh", "-c", script, "psdk", *args), user=user, stdin=stdin))
+
+    # -------------------------------------------------------- background processes
+
+    async def _start(self, sandbox_id: str, command: Command) -> int:
+        if command.user not in (None, "", "0", "root") and sandbox_id not in self._proc_ready:
+            # Any user may then make its own process directory; the first start may be
+            # root's, which would otherwise own the parent.
+            await self._run(sandbox_id, _scripts.PREPARE_PROC, user="0")
+            self._proc_ready.add(sandbox_id)
+        control = await self._control(sandbox_id)
+        group = f"{GROUP_PREFIX}{secrets.token_hex(8)}"
+        exec_id = await self._exec_create(
+            sandbox_id, ["/bin/sh", "-c", _scripts.SUPERVISE, "psdk", *command.argv],
+            env=command.env, cwd=command.cwd, user=command.user)
+        stream = await self._engine.attach(exec_id, sandbox_id=sandbox_id)
+        try:
+            if control is not None:
+                await self._contain(control, exec_id, group, sandbox_id)
+            with anyio.move_on_after(30):
+                line = await stream.line()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
+        if not line.strip().isdigit():
+            if control is not None:
+                await self._stop(sandbox_id, control, group, "")
+            raise errors.SandboxError(
+                f"could not start {command.argv[0]!r}: the supervisor needs /bin/sh, mkfifo "
+                f"and a writable {_scripts.PROC_DIR}", provider=self.name,
+                sandbox_id=sandbox_id)
+        pid = int(line)
+        if control is not None:
+            await anyio.to_thread.run_sync(control.rename, group, f"{GROUP_PREFIX}p{pid}")
+        return pid
+
+    async def _process_events(self, sandbox_id: str, pid: int) -> AsyncIterator[ProcessEvent]:
+        await self._check_process(sandbox_id, pid)
+        exec_id = await self._exec_create(
+            sandbox_id, ["/bin/sh", "-c", _scripts.FOLLOW, "psdk", str(pid)])
+        stream = await self._engine.attach(exec_id, sandbox_id=sandbox_id)
+        try:
+            async for name, data in stream.frames():
+                yield ProcessOutput(name, data)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
+        yield ProcessExit(await self._exit_code(exec_id, sandbox_id))
+
+    async def _check_process(self, sandbox_id: str, pid: int) -> None:
+        if await self._path_stat(sandbox_id, f"{_scripts.PROC_DIR}/{pid}/in") is None:
+            raise errors.ProcessNotFound(f"no process {pid} started by this SDK",
+                                         provider=self.name, sandbox_id=sandbox_id)
+
+    async def _send_stdin(self, sandbox_id: str, pid: int, data: bytes) -> None:
+        await self._check_process(sandbox_id, pid)
+        result = await self._run(sandbox_id, _scripts.SEND_STDIN, str(pid), stdin=data)
+        if not result.ok:
+            raise errors.ProcessNotFound(f"cannot write to process {pid}: "
+                                         f"{result.stderr.strip()}", provider=self.name,
+                                         sandbox_id=sandbox_id)
+
+    async def _close_stdin(self, sandbox_id: str, pid: int) -> None:
+        await self._check_process(sandbox_id, pid)
+        await self._run(sandbox_id, 'kill -USR1 "$1" 2>/dev/null; exit 0', str(pid), user="0")
+
+    async def _kill_process(self, sandbox_id: str, pid: int) -> None:
+        await self._check_process(sandbox_id, pid)
+        control = await self._control(sandbox_id)
+        group = f"{GROUP_PREFIX}p{pid}"
+        if control is not None and not await anyio.to_thread.run_sync(control.exists, group):
+            control = None  # started where the host could not place it: kill inside
+        await self._stop(sandbox_id, control, group, f"p{pid}")
+
+    async def _open_shell(self, sandbox: Sandbox, *, cwd: str | None,
+                          env: Mapping[str, str]) -> Shell:
+        return await EmulatedShell.open(sandbox, cwd=cwd, env=env)
+
+
+async def _pump(stream: ExecStream, stdin: bytes | None, out: OutputBuffer, err: OutputBuffer,
+                on_stdout: OutputCallback | None, on_stderr: OutputCallback | None) -> None:
+    """Feed ``stdin`` (then end of file) while collecting output until the exec ends."""
+    async def feed(data: bytes) -> None:
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError,
+                                 OSError):
+            await stream.send(data)
+            await stream.close_stdin()
+
+    async with anyio.create_task_group() as tg:
+        if stdin is not None:
+            tg.start_soon(feed, stdin)
+        async for name, data in stream.frames():
+            (out if name == "stdout" else err).append(data)
+            callback = on_stdout if name == "stdout" else on_stderr
+            if callback is not None:
+                done = callback(data)
+                if inspect.isawaitable(done):
+                    await done

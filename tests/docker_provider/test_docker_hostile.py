@@ -1,0 +1,316 @@
+"""The Docker provider against code that attacks it: kills that must reach every process,
+timeouts that must not wedge the caller or the Engine, the files API's edges, the safe
+defaults, snapshots that must not keep secrets, and memory kills reported as such."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+import anyio
+import docker
+import pytest
+from provider_sdk_docker import DockerProvider
+
+from provider_sdk import errors
+from provider_sdk.capabilities import Capability
+from provider_sdk.models import Resources
+from provider_sdk.sandbox import Sandbox
+
+pytestmark = pytest.mark.anyio
+
+#: Generous: the call must return, not be fast (these machines are noisy).
+GRACE = 10
+
+LIST_PROCS = 'for p in /proc/[0-9]*; do tr "\\0" " " < "$p/cmdline"; echo; done 2>/dev/null'
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def engine() -> Iterator[docker.APIClient]:
+    client = docker.APIClient(base_url=os.environ.get("DOCKER_HOST")
+                              or "unix:///var/run/docker.sock", version="auto")
+    yield client
+    client.close()
+
+
+@pytest.fixture
+async def provider() -> AsyncIterator[DockerProvider]:
+    provider = DockerProvider(pids_limit=128)
+    if not getattr(provider, "host_control", True):
+        pytest.skip("the Engine's containers are not controllable from this host")
+    yield provider
+    await provider.aclose()
+
+
+@pytest.fixture
+async def sandbox(provider: DockerProvider) -> AsyncIterator[Sandbox]:
+    async with provider.create(resources=Resources(memory_mb=128)) as sandbox:
+        yield sandbox
+
+
+async def _procs(sandbox: Sandbox) -> list[str]:
+    """Every process's command line; a listing that could not run fails the test."""
+    listing = await _listing(sandbox)
+    assert listing is not None, "could not list the sandbox's processes"
+    return listing
+
+
+async def _listing(sandbox: Sandbox) -> list[str] | None:
+    with anyio.move_on_after(GRACE):
+        result = await sandbox.exec(["/bin/sh", "-c", LIST_PROCS], user="0")
+        if result.ok and not result.stderr:
+            return [line for line in result.stdout.splitlines() if line.strip()]
+    return None
+
+
+async def _running(sandbox: Sandbox, text: str) -> bool:
+    return any(text in p for p in await _procs(sandbox))
+
+
+async def _few_procs(sandbox: Sandbox) -> bool:
+    listing = await _listing(sandbox)
+    return listing is not None and len(listing) <= 6
+
+
+async def _eventually(check: Callable[[], Awaitable[bool]]) -> bool:
+    """Whether ``check`` comes true within GRACE seconds (polled)."""
+    deadline = time.monotonic() + GRACE
+    for _ in range(10_000):
+        if await check() or time.monotonic() > deadline:
+            break
+        await anyio.sleep(0.1)
+    return await check()
+
+
+async def _timed_out(sandbox: Sandbox, command: str, *, timeout: float,
+                     user: str | None = None) -> float:
+    """Seconds ``command`` took to raise CommandTimeout (failing the test past GRACE)."""
+    started = time.monotonic()
+    with anyio.fail_after(timeout + GRACE), pytest.raises(errors.CommandTimeout):
+        await sandbox.exec(command, timeout=timeout, user=user)
+    return time.monotonic() - started
+
+
+# ------------------------------------------------------------------ time and kills
+
+async def test_a_flood_times_out_without_wedging_other_clients(sandbox: Sandbox) -> None:
+    other = DockerProvider()
+    try:
+        peer = await other.connect(sandbox.id)
+        seen: list[float] = []
+
+        async def meanwhile() -> None:
+            await anyio.sleep(2.5)  # while the first call is timing out
+            started = time.monotonic()
+            with anyio.fail_after(GRACE):
+                assert (await peer.exec("echo hi")).stdout == "hi\n"
+            seen.append(time.monotonic() - started)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(meanwhile)
+            await _timed_out(sandbox, "yes", timeout=2)
+        assert seen
+    finally:
+        await other.aclose()
+
+
+async def test_a_cancelled_flood_returns(sandbox: Sandbox) -> None:
+    with anyio.fail_after(2 + GRACE):
+        with anyio.move_on_after(2):
+            await sandbox.exec("yes")
+    assert not [p for p in await _procs(sandbox) if p.startswith("yes")]
+
+
+async def test_a_timeout_kills_detached_children_of_any_user(sandbox: Sandbox) -> None:
+    await _timed_out(sandbox, "setsid sh -c '(sleep 661 &) ; exit 0'; "
+                              "env -i PSDK_TREE= /bin/sleep 662 & sleep 663",
+                     timeout=1.5, user="nobody")
+    left = [p for p in await _procs(sandbox) if p.startswith("sleep 66") or "sleep 66" in p]
+    assert left == []
+
+
+async def test_the_kill_does_not_use_the_images_tools(sandbox: Sandbox) -> None:
+    # Tools the old kill ran inside the container, replaced by code that does nothing.
+    await sandbox.exec("cp /bin/true /usr/bin/tr && cp /bin/true /usr/bin/cat", user="0")
+    await _timed_out(sandbox, "sleep 671 & exec sleep 672", timeout=1)
+    result = await sandbox.exec(["/bin/sh", "-c",
+                                 "for p in /proc/[0-9]*; do read -r c < $p/comm; "
+                                 "echo $c; done"])
+    assert result.stdout.split().count("sleep") == 1  # the keep-alive's only
+
+
+async def test_a_fork_bomb_dies_at_its_timeout(sandbox: Sandbox) -> None:
+    # It fills the pids cgroup and keeps it full: nothing more can fork inside.
+    await _timed_out(sandbox, "while :; do sleep 700 & done", timeout=2)
+    # Left: init, the keep-alive, its sleep, and the listing's own processes.
+    assert await _eventually(lambda: _few_procs(sandbox)), await _listing(sandbox)
+
+
+async def test_kill_reaches_a_background_process_of_another_user(sandbox: Sandbox) -> None:
+    first = await sandbox.start("sleep 681")  # root's first: the directory is root's
+    await first.kill()
+    process = await sandbox.start("setsid sh -c 'sleep 682 & sleep 683'", user="nobody")
+    assert await _eventually(lambda: _running(sandbox, "sleep 683"))
+    with anyio.fail_after(GRACE):
+        await process.kill()
+        await process.wait()
+    assert not [p for p in await _procs(sandbox) if "sleep 68" in p]
+
+
+async def test_escaped_processes_die_at_the_next_timeout(sandbox: Sandbox) -> None:
+    # Root code kills its own exec's first process and lives on, orphaned to PID 1.
+    await sandbox.exec("(sleep 691 &) ; sleep 0.3", user="0")
+    assert [p for p in await _procs(sandbox) if "sleep 691" in p]
+    await _timed_out(sandbox, "sleep 692", timeout=1)
+    assert not [p for p in await _procs(sandbox) if "sleep 69" in p]
+
+
+# -------------------------------------------------------------------------- files
+
+async def test_write_never_replaces_a_directory(sandbox: Sandbox) -> None:
+    await sandbox.exec("mkdir -p /work/project/src /work/p2/sub && touch /work/project/a",
+                       user="0")
+    before = (await sandbox.exec("ls /etc | wc -l")).stdout
+    for path in ("/work/project", "/work/p2/sub/..", "/etc", "/"):
+        with pytest.raises(errors.IsADirectory):
+            await sandbox.files.write(path, b"x")
+    assert (await sandbox.exec("ls -A /work/project")).stdout.split() == ["a", "src"]
+    assert (await sandbox.exec("test -d /work/p2/sub")).ok
+    assert (await sandbox.exec("ls /etc | wc -l")).stdout == before
+
+
+async def test_write_is_atomic_and_leaves_no_temporary_files(sandbox: Sandbox) -> None:
+    old, new = b"o" * (3 << 20), b"n" * (2 << 20)
+    await sandbox.files.write("/work/f", old)
+    sizes: list[str] = []
+
+    async def watch() -> None:
+        # A process inside reads the file as it is being replaced, again and again.
+        result = await sandbox.exec("for i in $(seq 400); do wc -c < /work/f 2>&1; done")
+        sizes.extend(result.stdout.split("\n")[:-1])
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        for count in range(1000):
+            if sizes:
+                break
+            await sandbox.files.write("/work/f", new if count % 2 else old)
+    assert len(sizes) == 400
+    assert set(sizes) <= {str(len(old)), str(len(new))}
+    await sandbox.files.write("/work/f", new)
+    assert await sandbox.files.read("/work/f") == new
+    assert (await sandbox.exec("ls -A /work")).stdout.split() == ["f"]
+
+
+async def test_reads_racing_writes_inside_fail_only_typed(sandbox: Sandbox) -> None:
+    await sandbox.exec("mkdir -p /work && head -c 1M /dev/zero > /work/a && "
+                       "cp /work/a /work/f")
+    failures: list[Exception] = []
+
+    async def reads() -> None:
+        for _ in range(60):
+            try:
+                await sandbox.files.read("/work/f")
+            except errors.SandboxNotFound as exc:  # the sandbox is there all along
+                failures.append(exc)
+            except errors.SandboxError:
+                pass  # the file gone or changed mid-read: a typed answer
+            except Exception as exc:
+                failures.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sandbox.exec, "for i in $(seq 400); do rm -f /work/f; "
+                                    "cp /work/a /work/f; done")
+        tg.start_soon(reads)
+    assert failures == []
+
+
+async def test_without_host_control_a_timeout_still_returns() -> None:
+    provider = DockerProvider(host_control=False)
+    try:
+        async with provider.create() as sandbox:
+            await _timed_out(sandbox, "sleep 601 & sleep 602", timeout=1)
+            assert not [p for p in await _procs(sandbox) if "sleep 60" in p]
+    finally:
+        await provider.aclose()
+
+
+async def test_special_paths_are_typed_errors(sandbox: Sandbox) -> None:
+    for path in ("/dev/shm/x", "/etc/hosts", "/proc/1/environ"):
+        with pytest.raises(errors.PermissionDenied):
+            await sandbox.files.write(path, b"x")
+
+
+async def test_reads_of_non_files_fail_at_once(sandbox: Sandbox) -> None:
+    await sandbox.exec("mkdir -p /work && mkfifo /work/fifo && ln -s /work/fifo /work/link && "
+                       "ln -s /dev/zero /work/zero", user="0")
+    for path in ("/work/fifo", "/work/link", "/work/zero", "/dev/zero", "/dev/null"):
+        with anyio.fail_after(GRACE), pytest.raises(errors.NotARegularFile):
+            await sandbox.files.read(path)
+
+
+async def test_output_is_bounded_in_the_caller(sandbox: Sandbox) -> None:
+    seen = 0
+
+    def count(chunk: bytes) -> None:
+        nonlocal seen
+        seen += len(chunk)
+
+    result = await sandbox.exec("head -c 64M /dev/zero", output_limit=1 << 20,
+                                on_stdout=count)
+    assert len(result.stdout_bytes) == 1 << 20
+    assert result.stdout_truncated == (64 << 20) - (1 << 20)
+    assert seen == 64 << 20
+
+
+# --------------------------------------------------------- defaults and snapshots
+
+async def test_safe_defaults(provider: DockerProvider, sandbox: Sandbox,
+                             engine: docker.APIClient) -> None:
+    host = engine.inspect_container(f"psdk-{sandbox.id}")["HostConfig"]
+    assert host["NanoCpus"] == int(provider.cpus * 1e9) > 0
+    assert host["LogConfig"]["Type"] == "none"
+    assert provider.supports(Capability.EXEC_CONTAINED)
+    assert provider.supports(Capability.LIMITS_MEMORY)
+    assert provider.supports(Capability.LIMITS_PIDS)
+    assert not provider.supports(Capability.LIMITS_DISK)
+    remote = DockerProvider(host_control=False)
+    assert not remote.supports(Capability.EXEC_CONTAINED)
+    assert DockerProvider.capabilities >= remote.capabilities
+
+
+async def test_snapshots_do_not_keep_the_create_env(provider: DockerProvider,
+                                                    engine: docker.APIClient) -> None:
+    secret = "hunter2-" + os.urandom(4).hex()
+    async with provider.create(env={"SECRET": secret}) as source:
+        assert (await source.exec("echo $SECRET")).stdout.strip() == secret
+        snapshot = await source.snapshot()
+    try:
+        config = engine.inspect_image(snapshot.extra["image"])["Config"]
+        assert secret not in repr(config)
+        async with provider.create(snapshot=snapshot.id) as copy:
+            assert "SECRET" not in (await copy.exec("env")).stdout
+        async with provider.create(snapshot=snapshot.id, env={"A": "1"}) as copy:
+            names = {line.partition("=")[0] for line in (await copy.exec("env")).stdout
+                     .splitlines()}
+            assert "A" in names
+            assert "SECRET" not in names
+    finally:
+        await provider.delete_snapshot(snapshot.id)
+
+
+# ------------------------------------------------------------------------- memory
+
+async def test_memory_kills_are_reported(provider: DockerProvider) -> None:
+    async with provider.create(resources=Resources(memory_mb=64)) as sandbox:
+        # tail holds all it keeps in memory; the pipeline still exits 0.
+        result = await sandbox.exec("head -c 256M /dev/zero | tail -c 200M > /dev/null; true")
+        assert result.exit_code == 0
+        assert result.oom_killed
+        assert not (await sandbox.exec("true")).oom_killed
