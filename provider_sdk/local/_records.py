@@ -31,7 +31,6 @@ _REQUIRED: dict[str, tuple[type, ...]] = {
     "created_at": (str,),
     "template": (str,),
     "metadata": (dict,),
-    "image_env": (dict,),
     "env": (dict,),
     "cwd": (str,),
     "resources": (dict,),
@@ -39,6 +38,10 @@ _REQUIRED: dict[str, tuple[type, ...]] = {
     "volumes": (list,),
     "snapshot": (str, type(None)),
     "unisolated": (bool,),
+}
+# Added by later versions: a record without them is still good.
+_OPTIONAL: dict[str, tuple[type, ...]] = {
+    "image_env": (dict,), "start_cmd": (str, type(None)), "ready_cmd": (str, type(None)),
 }
 _LAUNCH: dict[str, tuple[type, ...]] = {
     "init_pid": (int,), "init_start": (int,), "pid_namespace": (int, type(None)),
@@ -71,10 +74,12 @@ def problem(meta: Any, sandbox_id: str) -> str | None:
     missing = [key for key in _REQUIRED if key not in meta]
     if missing:
         return f"its meta.json lacks {', '.join(missing)}"
-    for key, types in _REQUIRED.items():
-        if not isinstance(meta[key], types) or (isinstance(meta[key], bool)
-                                                and bool not in types):
+    for key, types in [*_REQUIRED.items(), *_OPTIONAL.items()]:
+        if key in meta and (not isinstance(meta[key], types) or (
+                isinstance(meta[key], bool) and bool not in types)):
             return f"its meta.json has a {type(meta[key]).__name__} for {key!r}"
+    if not all(isinstance(v, str) for v in meta["env"].values()):
+        return "its meta.json has non-string env values"
     if meta["id"] != sandbox_id:
         return "its meta.json names another sandbox"
     try:
@@ -87,6 +92,9 @@ def problem(meta: Any, sandbox_id: str) -> str | None:
         Resources(**meta["resources"])
     except (TypeError, ValueError):
         return "its meta.json has invalid 'resources'"
+    if not all(isinstance(v, list) and len(v) == 3 and isinstance(v[0], str)
+               and isinstance(v[1], str) and isinstance(v[2], bool) for v in meta["volumes"]):
+        return "its meta.json has invalid 'volumes'"
     launch = meta.get("launch")
     if launch is not None and not _valid_launch(launch):
         return "its meta.json has an invalid 'launch'"

@@ -75,15 +75,18 @@ async def test_a_broken_record_is_listed_as_broken_beside_the_good_ones(
 @pytest.mark.parametrize("change", [
     {"metadata": ["a"]}, {"resources": {"memory_mb": "lots"}}, {"unisolated": "false"},
     {"created_at": "yesterday"}, {"launch": {"init_pid": "1"}}, {"id": "someone-else"},
+    {"volumes": [["data"]]}, {"env": {"KEY": 1}},
 ])
 async def test_a_record_with_wrong_types_is_broken(provider: LocalProvider,
                                                    change: dict[str, Any]) -> None:
-    """Each field the provider relies on is checked before it is used."""
+    """Each field the provider relies on is checked before it is used; the reason
+    names the field, never a value (env values may be secrets)."""
     sandbox = await provider.create()
     meta = record(provider, sandbox.id)
     corrupt(provider, sandbox.id, json.dumps({**meta, **change}))
     found, _said = await listed(provider)
     assert found[sandbox.id].state == SandboxState.ERROR
+    assert "lots" not in found[sandbox.id].extra["broken"]
     with pytest.raises(SandboxNotRunning, match="broken"):
         await sandbox.exec("true")
 
