@@ -28,12 +28,15 @@ import json
 import os
 import secrets
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 STAGING = ".new-"
 """Prefix of a record's directory while :meth:`Home.claim` names it."""
+ABANDONED_AFTER = 60.0
+"""Seconds after which an unlocked hidden directory is taken as abandoned."""
 
 
 def default_home() -> Path:
@@ -117,9 +120,20 @@ class Home:
 
     def abandoned_claims(self, kind: str) -> list[Path]:
         """Hidden directories left by a creator that died before naming its record,
-        or by a removal that died half way (nobody holds their lock)."""
-        return [p for p in (self.path / kind).iterdir()
-                if p.name.startswith((STAGING, ".deleted-")) and not self.busy(p)]
+        or by a removal that died half way: nobody holds their lock, and they are
+        older than :data:`ABANDONED_AFTER` (a claim is made, then locked, in an
+        instant that a lock alone cannot cover)."""
+        old = time.time() - ABANDONED_AFTER
+        found = []
+        for path in (self.path / kind).iterdir():
+            if not path.name.startswith((STAGING, ".deleted-")):
+                continue
+            try:
+                if path.stat().st_mtime < old and not self.busy(path):
+                    found.append(path)
+            except FileNotFoundError:
+                continue
+        return found
 
 
     def busy(self, directory: Path) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 
 from provider_sdk import QuotaExceeded, Resources, SandboxNotRunning, SandboxState
 from provider_sdk.local import BrokenRecordWarning, LocalProvider, _disk, _launch
+from provider_sdk.local._home import ABANDONED_AFTER
 
 pytestmark = pytest.mark.anyio
 
@@ -142,12 +144,18 @@ async def test_a_record_never_started_is_broken_once_its_creator_is_gone(
 
 async def test_an_abandoned_claim_is_removed_by_listing(provider: LocalProvider) -> None:
     """A creator killed before its record had a name leaves a hidden directory that
-    listing removes (it never held a sandbox)."""
-    staging = provider._home.path / "sandboxes" / ".new-abandoned"
-    staging.mkdir()
-    (staging / ".lock").touch()
+    listing removes (it never held a sandbox), once it is old enough that it cannot be
+    a claim between its mkdir and its lock."""
+    sandboxes = provider._home.path / "sandboxes"
+    staging, fresh = sandboxes / ".new-abandoned", sandboxes / ".new-just-made"
+    for path in (staging, fresh):
+        path.mkdir()
+        (path / ".lock").touch()
+    long_ago = time.time() - ABANDONED_AFTER - 1
+    os.utime(staging, (long_ago, long_ago))
     await provider.list()
     assert not staging.exists()
+    assert fresh.exists()  # it may be a claim about to be locked
 
 
 @pytest.fixture
