@@ -21,14 +21,22 @@ restart) sees the same sandboxes. This module owns paths and metadata, nothing e
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
 import os
 import secrets
+import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+STAGING = ".new-"
+"""Prefix of a record's directory while :meth:`Home.claim` names it."""
+ABANDONED_AFTER = 60.0
+"""Seconds after which an unlocked hidden directory is taken as abandoned."""
 
 
 def default_home() -> Path:
@@ -73,9 +81,77 @@ class Home:
                 continue
             return new
 
+    def claim(self, kind: str) -> tuple[str, Claim]:
+        """A fresh id whose directory appears already locked by the caller, so nobody
+        takes a record being made for an abandoned one (see :meth:`busy`).
+
+        The directory is made and locked under a hidden name, then renamed into place.
+        Release the claim when the record is complete (or before removing it).
+        """
+        staging = self.path / kind / f"{STAGING}{secrets.token_hex(8)}"
+        staging.mkdir(mode=0o700)
+        fd = os.open(staging / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            while True:
+                new = secrets.token_hex(6)
+                if (self.path / kind / new).exists():
+                    continue
+                try:
+                    os.rename(staging, self.path / kind / new)
+                except OSError as exc:  # taken meanwhile (a non-empty directory)
+                    if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                        raise
+                    continue
+                return new, Claim(fd)
+        except BaseException:
+            os.close(fd)
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
     def ids(self, kind: str) -> list[str]:
         return sorted(p.name for p in (self.path / kind).iterdir()
                       if not p.name.startswith(".") and (p / "meta.json").is_file())
+
+    def all_ids(self, kind: str) -> list[str]:
+        """Every object directory, with or without a readable ``meta.json``."""
+        return sorted(p.name for p in (self.path / kind).iterdir()
+                      if not p.name.startswith(".") and p.is_dir())
+
+    def abandoned_claims(self, kind: str) -> list[Path]:
+        """Hidden directories left by a creator that died before naming its record,
+        or by a removal that died half way: nobody holds their lock, and they are
+        older than :data:`ABANDONED_AFTER` (a claim is made, then locked, in an
+        instant that a lock alone cannot cover)."""
+        old = time.time() - ABANDONED_AFTER
+        found = []
+        for path in (self.path / kind).iterdir():
+            if not path.name.startswith((STAGING, ".deleted-")):
+                continue
+            try:
+                if path.stat().st_mtime < old and not self.busy(path):
+                    found.append(path)
+            except FileNotFoundError:
+                continue
+        return found
+
+
+    def busy(self, directory: Path) -> bool:
+        """Whether another process (or another claim here) holds the object's lock now:
+        a record being made or changed. Never blocks."""
+        try:
+            fd = os.open(directory / ".lock", os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
 
     @contextlib.contextmanager
     def lock(self, directory: Path) -> Iterator[None]:
@@ -88,12 +164,27 @@ class Home:
             os.close(fd)
 
 
+class Claim:
+    """The lock its creator holds on a record being made (:meth:`Home.claim`)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        """Drop the lock (idempotent)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 def read_meta(directory: Path) -> dict[str, Any] | None:
     """An object's metadata, or ``None`` if it does not exist (or is half made)."""
     try:
-        return json.loads((directory / "meta.json").read_text())  # type: ignore[no-any-return]
+        meta = json.loads((directory / "meta.json").read_text())
     except (FileNotFoundError, NotADirectoryError, ValueError):
         return None
+    return meta if isinstance(meta, dict) else None
+
 
 
 def write_meta(directory: Path, meta: dict[str, Any]) -> None:

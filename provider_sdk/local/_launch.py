@@ -28,6 +28,9 @@ from provider_sdk.models import Resources
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("freezer", "memory", "cpu", "cpuacct", "pids")
 PIDS_MAX = 4096
+SHM_MB = 64
+"""The size of a sandbox's ``/dev/shm`` (a tmpfs; what it holds counts as the
+sandbox's memory too)."""
 AGENT_SOURCE = Path(__file__).with_name("_agent.py")
 SANDBOX_PYTHON = "/usr/bin/python3"
 SANDBOX_AGENT = "/etc/psdk/agent.py"
@@ -83,7 +86,11 @@ class Cgroup:
             self.path(c).mkdir(exist_ok=True)
         self._write("pids", "pids.max", str(PIDS_MAX))
         if resources.memory_mb:
-            self._write("memory", "memory.limit_in_bytes", str(resources.memory_mb << 20))
+            limit = str(resources.memory_mb << 20)
+            self._write("memory", "memory.limit_in_bytes", limit)
+            # Memory plus swap at the same bound: swapping out cannot dodge the limit.
+            if (self.path("memory") / "memory.memsw.limit_in_bytes").exists():
+                self._write("memory", "memory.memsw.limit_in_bytes", limit)
         if resources.cpu:
             self._write("cpu", "cpu.cfs_period_us", "100000")
             self._write("cpu", "cpu.cfs_quota_us", str(int(resources.cpu * 100000)))
@@ -126,6 +133,23 @@ class Cgroup:
         limit = self._read("memory", "memory.limit_in_bytes")
         lim = int(limit) if limit and int(limit) < 1 << 60 else None
         return (int(usage) if usage else None), lim
+
+    def oom_kills(self) -> int | None:
+        """How many processes the kernel killed for this sandbox's memory limit, in
+        its memory cgroup and any below it (``None`` where the kernel does not say)."""
+        root = self.path("memory")
+        total, found = 0, False
+        for directory, _subdirs, _files in os.walk(root):
+            try:
+                text = Path(directory, "memory.oom_control").read_text()
+            except OSError:
+                continue
+            for line in text.splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill" and value.strip().isdigit():
+                    total += int(value)
+                    found = True
+        return total if found else None
 
     def cpu_seconds(self) -> float | None:
         usage = self._read("cpuacct", "cpuacct.usage")
@@ -170,7 +194,7 @@ def bwrap_argv(*, bwrap: str, root: Path, etc: Path, config: Path,
         host = Path("/") / name
         if host.is_dir() and not host.is_symlink():
             argv += ["--ro-bind", str(host), f"/{name}"]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", str(etc), "/etc"]
+    argv += ["--proc", "/proc", "--dev", "/dev", *shm_argv(), "--ro-bind", str(etc), "/etc"]
     for name in ETC_LIVE:
         if (Path("/etc") / name).exists():
             argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
@@ -181,7 +205,14 @@ def bwrap_argv(*, bwrap: str, root: Path, etc: Path, config: Path,
     return argv
 
 
+def shm_argv() -> list[str]:
+    """bubblewrap arguments making ``/dev/shm`` a tmpfs of :data:`SHM_MB` (after
+    ``--dev``)."""
+    return ["--size", str(SHM_MB << 20), "--tmpfs", "/dev/shm"]
+
+
 def start(*, argv: list[str], listener: socket.socket, info: bool, log: Path,
+
           cgroup: Cgroup | None, resources: Resources) -> Launched:
     """Start ``argv`` detached, in the cgroups, with the agent's listening socket.
 

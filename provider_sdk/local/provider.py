@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import json
 import os
 import re
@@ -39,9 +40,10 @@ import attrs
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
 from provider_sdk.dockerfile import Problem, TemplateSupport
-from provider_sdk.local import _launch, _templates
+from provider_sdk.local import _disk, _launch, _records, _templates
 from provider_sdk.local._client import AgentClient
 from provider_sdk.local._home import Home, default_home, read_meta, write_meta
+from provider_sdk.local._records import BrokenRecordWarning
 from provider_sdk.models import (
     ExecResult,
     FileInfo,
@@ -62,7 +64,7 @@ from provider_sdk.sandbox import EmulatedShell
 if TYPE_CHECKING:
     from provider_sdk.sandbox import Sandbox, Shell
 
-__all__ = ["LocalProvider", "UnisolatedWarning"]
+__all__ = ["BrokenRecordWarning", "LocalProvider", "UnisolatedWarning"]
 
 T = TypeVar("T")
 
@@ -96,6 +98,9 @@ READY_CMD_TIMEOUT = 120.0  # seconds a template's ready_cmd may take to succeed
 VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 READY_TIMEOUT = 15.0
 IDLE_MARK = "psdk-agent: idle timeout"  # what the agent logs before ending the sandbox
+DEFAULT_MEMORY_MB = 2048
+"""An isolated sandbox's memory limit when neither the spec nor its template gives one
+(as the Docker provider's)."""
 
 
 class UnisolatedWarning(RuntimeWarning):
@@ -115,6 +120,13 @@ class LocalProvider(SandboxProvider):
         unisolated: run sandboxes without bubblewrap. Nothing is isolated: commands
             see the host's files and processes. Each create warns. Only for machines
             where bubblewrap cannot be installed.
+
+    Limits: an isolated sandbox gets a memory limit of 2048 MiB (swap included) where
+    cgroup v1 controllers are writable, a disk quota of 4096 MiB on its writable layer
+    where loop mounts are possible (as root), a 64 MiB ``/dev/shm`` and a process limit;
+    ``Resources.memory_mb`` and ``Resources.disk_mb`` override them. Each limit that
+    holds on this instance is in its ``capabilities`` (``limits.memory``,
+    ``limits.disk``, ``limits.pids``).
     """
 
     name: ClassVar[str] = "local"
@@ -139,6 +151,13 @@ class LocalProvider(SandboxProvider):
         self._home = Home(Path(home) if home is not None else default_home())
         self._unisolated = unisolated
         self._cgroups = _launch.Cgroup.available()
+        self._quota = not unisolated and _disk.available()
+        limits = set()
+        if self._cgroups and not unisolated:
+            limits |= {Capability.LIMITS_MEMORY, Capability.LIMITS_PIDS}
+        if self._quota:
+            limits.add(Capability.LIMITS_DISK)
+        self.capabilities = type(self).capabilities | limits  # type: ignore[misc]
 
     def __repr__(self) -> str:
         return f"<LocalProvider home={str(self._home.path)!r}>"
@@ -161,7 +180,7 @@ class LocalProvider(SandboxProvider):
         image: dict[str, Any] = {}
         if template != "default":
             image = self._template_meta(template)
-        sandbox_id = self._home.new_id("sandboxes")
+        sandbox_id, claim = self._home.claim("sandboxes")
         directory = self._home.sandbox(sandbox_id)
         meta: dict[str, Any] = {
             "id": sandbox_id,
@@ -180,18 +199,29 @@ class LocalProvider(SandboxProvider):
             "unisolated": self._unisolated,
         }
         try:
-            await anyio.to_thread.run_sync(self._make_root, directory, spec.snapshot, meta["cwd"],
-                                           template)
-            write_meta(directory, meta)
+            with _disk.typed_full(doing="creating a sandbox", provider=self.name):
+                await anyio.to_thread.run_sync(self._make_layer, directory, meta)
+                write_meta(directory, meta)
             if template != "default":
                 self._template_meta(template)  # deleted meanwhile: its delete saw no user
             await self._start_sandbox(sandbox_id, meta, bwrap)
             await self._start_command(sandbox_id, meta)
         except BaseException:
+            claim.release()  # the kill below takes the directory's lock
             with anyio.CancelScope(shield=True):
                 await self._kill(sandbox_id)
             raise
+        finally:
+            claim.release()
         return self._to_info(meta, SandboxState.RUNNING)
+
+    def _make_layer(self, directory: Path, meta: dict[str, Any]) -> None:
+        """A new sandbox's writable layer: its quota'd image mounted (where quotas
+        hold), then its root's first files."""
+        if _disk.has_quota(meta):
+            blank = _disk.blank(self._home.path / "base", meta["resources"]["disk_mb"])
+            _disk.make(directory, meta["template"], blank)
+        self._make_root(directory, meta["snapshot"], meta["cwd"], meta["template"], meta)
 
     def _check_can_launch(self) -> str | None:
         if self._unisolated:
@@ -229,13 +259,18 @@ class LocalProvider(SandboxProvider):
         return wanted
 
     def _resources(self, spec: SandboxSpec, image: Mapping[str, Any]) -> Resources:
-        """The spec's resources; a template's cpu and memory_mb fill in what it leaves
-        unset, where cgroups can apply them (elsewhere they are not applied)."""
-        defaults = {k: image.get(k) for k in ("cpu", "memory_mb")
-                    if image.get(k) is not None and getattr(spec.resources, k) is None}
-        if not defaults or not self._cgroups:
-            return spec.resources
-        return attrs.evolve(spec.resources, **defaults)
+        """The limits a sandbox gets: the spec's; for what it leaves unset, the
+        template's cpu and memory_mb, else the defaults (memory where cgroups apply it
+        to an isolated sandbox, disk where quotas hold)."""
+        defaults: dict[str, Any] = {}
+        if self._cgroups:
+            defaults = {k: image.get(k) for k in ("cpu", "memory_mb")
+                        if image.get(k) is not None and getattr(spec.resources, k) is None}
+            if not self._unisolated and spec.resources.memory_mb is None:
+                defaults.setdefault("memory_mb", DEFAULT_MEMORY_MB)
+        if self._quota and spec.resources.disk_mb is None:
+            defaults["disk_mb"] = _disk.DEFAULT_DISK_MB
+        return attrs.evolve(spec.resources, **defaults) if defaults else spec.resources
 
     async def _start_command(self, sandbox_id: str, meta: Mapping[str, Any]) -> None:
         """Start a template's ``start_cmd`` in the background and wait until its
@@ -269,10 +304,11 @@ class LocalProvider(SandboxProvider):
                 "network.policy", provider=self.name,
                 detail="local sandboxes have loopback only: allow_internet and allow_out "
                        "are not available")
-        if spec.resources.disk_mb is not None:
+        if spec.resources.disk_mb is not None and not self._quota:
             raise errors.UnsupportedCapability(
                 "resources.disk_mb", provider=self.name,
-                detail="local sandboxes share the state directory's filesystem")
+                detail="disk quotas need loop mounts (root) and an isolated sandbox; here "
+                       "sandboxes share the state directory's filesystem")
         if (spec.resources.memory_mb or spec.resources.cpu) and not self._cgroups:
             raise errors.UnsupportedCapability(
                 "resources", provider=self.name,
@@ -289,22 +325,25 @@ class LocalProvider(SandboxProvider):
                                           provider=self.name)
 
     def _make_root(self, directory: Path, snapshot: str | None, workdir: str,
-                   template: str = "default") -> None:
+                   template: str, meta: dict[str, Any]) -> None:
         root = directory / "root"
         if template != "default":
             # The template is the overlay's lower layer; the sandbox writes to upper/.
-            upper = directory / "upper"
+            upper, work = _disk.overlay_dirs(directory, meta)
             if snapshot is not None:
                 _copy_tree(self._home.snapshot(snapshot) / "root", upper)
             else:
                 upper.mkdir()
-            (directory / "work").mkdir()
+            work.mkdir()
             root.mkdir()
             _templates.make_cwd(self._home.template(template) / "root", upper, workdir)
             return
-        if snapshot is not None:
+        if snapshot is not None and _disk.has_quota(meta):
+            _disk.copy_into(self._home.snapshot(snapshot) / "root", root)
+        elif snapshot is not None:
             _copy_tree(self._home.snapshot(snapshot) / "root", root)
         else:
+
             # Mount points first (bubblewrap would make them anyway), then the writable
             # directories every sandbox has.
             for name in ("etc", "usr", "proc", "dev", "home/user", "root"):
@@ -361,6 +400,8 @@ class LocalProvider(SandboxProvider):
             "root": str(root) if meta["unisolated"] else "",
         }
         _write_json(directory / "agent.json", config)
+        # Mounted already at create; after a host restart, mounted again here.
+        await anyio.to_thread.run_sync(_disk.ensure_mounted, directory, meta)
         sock_path = directory / "agent.sock"
         listener = _listen(sock_path)
         try:
@@ -373,9 +414,10 @@ class LocalProvider(SandboxProvider):
                                               config=directory / "agent.json", volumes=volumes)
                     python = [_launch.SANDBOX_PYTHON]
                 else:
+                    upper, work = _disk.overlay_dirs(directory, meta)
                     argv = [*_templates.overlay_prefix(
                         lower=self._home.template(meta["template"]) / "root",
-                        upper=directory / "upper", work=directory / "work", root=root),
+                        upper=upper, work=work, root=root),
                         *_templates.bwrap_argv(bwrap=bwrap, root=root, etc=etc,
                                                config=directory / "agent.json",
                                                volumes=volumes)]
@@ -421,13 +463,22 @@ class LocalProvider(SandboxProvider):
         return _launch.Cgroup(f"psdk-{self._home.tag}-{sandbox_id}")
 
     async def _info(self, sandbox_id: str) -> SandboxInfo:
+        broken = self._broken(sandbox_id)
+        if broken is not None:
+            return broken
         meta = self._read(sandbox_id)
         return self._to_info(meta, self._state(sandbox_id, meta))
 
     async def _list(self, *, metadata: Mapping[str, str],
                     state: SandboxState | None) -> list[SandboxInfo]:
         found = []
-        for sandbox_id in self._home.ids("sandboxes"):
+        for staging in self._home.abandoned_claims("sandboxes"):
+            shutil.rmtree(staging, ignore_errors=True)  # never named, so never started
+        for sandbox_id in self._home.all_ids("sandboxes"):
+            broken = self._broken(sandbox_id, warn=True)
+            if broken is not None:
+                found.append(broken)
+                continue
             meta = read_meta(self._home.sandbox(sandbox_id))
             if meta is not None and self._ended_by_idle(sandbox_id, meta):
                 await self._kill(sandbox_id)
@@ -437,9 +488,13 @@ class LocalProvider(SandboxProvider):
             found.append(self._to_info(meta, self._state(sandbox_id, meta)))
         return found
 
+    def _broken(self, sandbox_id: str, *, warn: bool = False) -> SandboxInfo | None:
+        """The ``ERROR`` info of a broken record, else ``None``."""
+        return _records.broken_info(self._home, sandbox_id, provider=self.name, warn=warn)
+
     async def _kill(self, sandbox_id: str) -> None:
         directory = self._home.sandbox(sandbox_id)
-        meta = read_meta(directory)
+        meta, _reason = _records.read(directory, sandbox_id)
         if meta is None and not directory.exists():
             return
         if meta and meta["unisolated"] and self._state(sandbox_id, meta) == SandboxState.RUNNING:
@@ -450,9 +505,12 @@ class LocalProvider(SandboxProvider):
 
     def _kill_blocking(self, sandbox_id: str, directory: Path) -> None:
         with self._home.lock(directory):
-            meta = read_meta(directory)
+            # A broken record is trusted for nothing: its cgroups and mounts are found
+            # by name, its processes through its cgroups.
+            meta, _reason = _records.read(directory, sandbox_id)
             self._stop_processes(sandbox_id, meta)
-            shutil.rmtree(directory, ignore_errors=True)
+            _disk.unmount_all(directory)
+            _remove_tree(directory)  # moved aside first: no lister sees it half removed
 
     def _stop_processes(self, sandbox_id: str, meta: dict[str, Any] | None) -> None:
         launch = meta.get("launch") if meta else None
@@ -512,7 +570,15 @@ class LocalProvider(SandboxProvider):
     # ------------------------------------------------------------- state helpers
 
     def _read(self, sandbox_id: str) -> dict[str, Any]:
-        meta = read_meta(self._home.sandbox(sandbox_id))
+        meta, reason = _records.read(self._home.sandbox(sandbox_id), sandbox_id)
+        if reason is not None:
+            if self._home.busy(self._home.sandbox(sandbox_id)):
+                raise errors.SandboxNotRunning("the sandbox is being created",
+                                               state=str(SandboxState.STARTING),
+                                               provider=self.name, sandbox_id=sandbox_id)
+            raise errors.SandboxNotRunning(
+                f"the sandbox's state record is broken: {reason}; kill it to remove it",
+                state=str(SandboxState.ERROR), provider=self.name, sandbox_id=sandbox_id)
         if meta is not None and self._ended_by_idle(sandbox_id, meta):
             self._kill_blocking(sandbox_id, self._home.sandbox(sandbox_id))
             meta = None
@@ -581,7 +647,18 @@ class LocalProvider(SandboxProvider):
     async def _exec(self, sandbox_id: str, command: Command) -> ExecResult:
         if command.user is not None:
             raise self._unsupported(Capability.EXEC_USER, sandbox_id)
-        result: ExecResult = await self._agent(sandbox_id, lambda c: c.exec(command))
+        # The memory cgroup counts its OOM kills: one during the call killed a process
+        # of this command (or one it started), even when another process exits last.
+        cgroup = self._cgroup(sandbox_id) if self._cgroups else None
+        kills = cgroup.oom_kills() if cgroup else None
+        try:
+            result: ExecResult = await self._agent(sandbox_id, lambda c: c.exec(command))
+        except errors.CommandTimeout as exc:
+            if cgroup and kills is not None and (cgroup.oom_kills() or 0) > kills:
+                exc.result = attrs.evolve(exc.result, oom_killed=True)
+            raise
+        if cgroup and kills is not None and (cgroup.oom_kills() or 0) > kills:
+            result = attrs.evolve(result, oom_killed=True)
         return result
 
     async def _start(self, sandbox_id: str, command: Command) -> int:
@@ -645,6 +722,12 @@ class LocalProvider(SandboxProvider):
     def _snapshot_blocking(self, sandbox_id: str) -> Snapshot:
         directory = self._home.sandbox(sandbox_id)
         meta = self._read(sandbox_id)
+        with _disk.typed_full(doing="taking a snapshot", provider=self.name,
+                              sandbox_id=sandbox_id):
+            return self._copy_snapshot(sandbox_id, directory, meta)
+
+    def _copy_snapshot(self, sandbox_id: str, directory: Path,
+                       meta: dict[str, Any]) -> Snapshot:
         snapshot_id = self._home.new_id("snapshots")
         target = self._home.snapshot(snapshot_id)
         try:
@@ -657,14 +740,14 @@ class LocalProvider(SandboxProvider):
                 try:
                     # A template sandbox's own files are its overlay layer: the snapshot
                     # keeps that, over the same template.
-                    layer = "root" if meta["template"] == "default" else "upper"
-                    _copy_tree(directory / layer, target / "root")
+                    _copy_tree(_disk.own_files(directory, meta), target / "root")
                 finally:
                     if thaw:
                         cgroup.freeze(False)
             snap = {"id": snapshot_id, "sandbox_id": sandbox_id,
                     "created_at": _now().isoformat(), "template": meta["template"]}
             write_meta(target, snap)
+
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
@@ -865,8 +948,8 @@ class LocalProvider(SandboxProvider):
     async def _metrics(self, sandbox_id: str) -> Metrics:
         self._running(sandbox_id)
         cgroup = self._cgroup(sandbox_id)
-        layer = "root" if self._read(sandbox_id)["template"] == "default" else "upper"
-        disk = await anyio.to_thread.run_sync(_disk_usage, self._home.sandbox(sandbox_id) / layer)
+        layer = _disk.own_files(self._home.sandbox(sandbox_id), self._read(sandbox_id))
+        disk = await anyio.to_thread.run_sync(_disk_usage, layer)
         memory, limit = cgroup.memory() if cgroup.exists() else (None, None)
         cpu = cgroup.cpu_seconds() if cgroup.exists() else None
         if memory is None:
@@ -900,9 +983,11 @@ def _copy_tree(src: Path, dst: Path) -> None:
     """Copy a root filesystem, keeping owners, modes, links and special files."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(["cp", "-a", "--reflink=auto", "--", str(src), str(dst)],
-                          capture_output=True, check=False)
+                          capture_output=True, check=False, env={**os.environ, "LC_ALL": "C"})
     if done.returncode != 0:
-        raise OSError(f"copying {src} failed: {done.stderr.decode(errors='replace').strip()}")
+        message = done.stderr.decode(errors="replace").strip()
+        full = "No space left on device" in message or "Disk quota exceeded" in message
+        raise OSError(errno.ENOSPC if full else errno.EIO, f"copying {src} failed: {message}")
 
 
 def _remove_tree(path: Path) -> None:

@@ -31,6 +31,7 @@ from provider_sdk import (
     UnsupportedCapability,
     VolumeMount,
 )
+from provider_sdk.capabilities import Capability
 from provider_sdk.local import LocalProvider, UnisolatedWarning, _launch
 from provider_sdk.local._client import AgentClient
 
@@ -142,11 +143,13 @@ async def test_memory_limit_reaches_the_cgroup(provider: LocalProvider) -> None:
 
 
 async def test_refuses_what_it_cannot_do_before_creating(provider: LocalProvider) -> None:
-    """Internet, disk quotas and unknown templates are typed errors; nothing is left."""
+    """Internet, disk quotas where loop mounts are not possible, and unknown templates
+    are typed errors; nothing is left."""
     with pytest.raises(UnsupportedCapability, match="allow_internet"):
         await provider.create(network=NetworkPolicy(allow_internet=True))
-    with pytest.raises(UnsupportedCapability, match="disk"):
-        await provider.create(resources=Resources(disk_mb=100))
+    if Capability.LIMITS_DISK not in provider.capabilities:
+        with pytest.raises(UnsupportedCapability, match="disk"):
+            await provider.create(resources=Resources(disk_mb=100))
     with pytest.raises(TemplateNotFound, match="ubuntu"):
         await provider.create(template="ubuntu")
     assert await provider.list() == []

@@ -1,0 +1,221 @@
+"""Disk quotas for local sandboxes: each writable layer is its own small filesystem.
+
+A sandbox's own files (its root, or for a template sandbox the overlay's ``upper`` and
+``work`` directories) live on an ext4 filesystem in a sparse file of ``disk_mb`` MiB,
+``<sandbox>/disk.img``, loop-mounted on the host. Writes past it fail inside with
+ENOSPC, and the host's disk holds at most the image's size. The blank image is made
+once per home (``base/blank-<MiB>.img``) and copied sparsely for each sandbox, so a
+create costs a copy of a few MiB of metadata and one mount.
+
+The mount lives in the host's mount namespace: it outlives the process that made it,
+is unmounted when the sandbox is killed, and is made again when a sandbox whose
+processes are gone (after a host restart) is started from its files. Mounting needs
+root; elsewhere (:func:`available` is false) there is no quota and ``disk_mb`` is
+refused. Volumes are plain directories and are not counted.
+
+This module knows images, mounts and paths; it starts no sandbox.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from provider_sdk import errors
+
+DEFAULT_DISK_MB = 4096
+"""The writable layer's size when the spec gives no ``Resources.disk_mb``."""
+IMAGE = "disk.img"
+LAYER = "layer"
+"""Where a template sandbox's image is mounted (its ``upper`` and ``work`` inside)."""
+_MOUNT_OPTIONS = "loop,nosuid,nodev,noatime"
+_TOOLS = ("mkfs.ext4", "debugfs", "mount", "umount")
+
+_NO_SPACE = "No space left on device"
+
+
+def available() -> bool:
+    """Whether this process can make and mount quota'd layers (root, loop devices,
+    ``mkfs.ext4``)."""
+    return (os.geteuid() == 0 and Path("/dev/loop-control").exists()
+            and all(_which(tool) for tool in _TOOLS))
+
+
+def _which(tool: str) -> str | None:
+    return shutil.which(tool, path="/usr/sbin:/sbin:/usr/bin:/bin")
+
+
+def has_quota(meta: dict[str, Any]) -> bool:
+    """Whether a sandbox record has a quota'd layer (records made without one, where
+    mounting is not possible or by an older version, are plain directories)."""
+    return bool(meta.get("resources", {}).get("disk_mb"))
+
+
+def mount_point(directory: Path, template: str) -> Path:
+    """Where a sandbox's image is mounted: its root, or the directory holding a
+    template sandbox's overlay layer."""
+    return directory / ("root" if template == "default" else LAYER)
+
+
+def overlay_dirs(directory: Path, meta: dict[str, Any]) -> tuple[Path, Path]:
+    """A template sandbox's overlay ``upper`` and ``work`` directories."""
+    base = directory / LAYER if has_quota(meta) else directory
+    return base / "upper", base / "work"
+
+
+def own_files(directory: Path, meta: dict[str, Any]) -> Path:
+    """The directory holding the files a sandbox wrote (what a snapshot keeps)."""
+    if meta["template"] == "default":
+        return directory / "root"
+    return overlay_dirs(directory, meta)[0]
+
+
+def blank(base: Path, mb: int) -> Path:
+    """This home's blank image of ``mb`` MiB, made once (concurrent first makers race
+    safely: each formats its own file and the first rename wins)."""
+    image = base / f"blank-{mb}.img"
+    if image.is_file():
+        return image
+    base.mkdir(parents=True, exist_ok=True)
+    staging = base / f".blank-{os.getpid()}-{secrets.token_hex(6)}.img"
+    try:
+        with open(staging, "xb") as f:
+            f.truncate(mb << 20)
+        # No reserved blocks: the sandbox's user may be root, and its quota is exact.
+        # Lazy init keeps the sparse file small and mkfs fast.
+        _run([_which("mkfs.ext4") or "mkfs.ext4", "-q", "-F", "-m", "0",
+              "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1", "-L", "psdk",
+              str(staging)], what="formatting a sandbox disk image")
+        _without_lost_found(staging)
+        if image.exists():
+            staging.unlink()
+        else:
+            os.replace(staging, image)
+    except BaseException:
+        staging.unlink(missing_ok=True)
+        raise
+    return image
+
+
+def _without_lost_found(image: Path) -> None:
+    """Remove ``lost+found`` so a sandbox's ``/`` shows only its own files (edited in
+    the image, unmounted: a maker killed half way leaves no mount behind)."""
+    _run([_which("debugfs") or "debugfs", "-w", "-R", "rmdir lost+found", str(image)],
+         what="preparing a sandbox disk image")
+
+
+def make(directory: Path, template: str, blank_image: Path) -> Path:
+    """Give a new sandbox its own copy of the blank image, mounted; return the mount
+    point (empty)."""
+    image = directory / IMAGE
+    sparse_copy(blank_image, image)
+    target = mount_point(directory, template)
+    target.mkdir(exist_ok=True)
+    mount(image, target)
+    return target
+
+
+def sparse_copy(src: Path, dst: Path) -> None:
+    """Copy a sparse file's data extents only (in the kernel; a reflink where the
+    filesystem can), keeping its holes: no process is started for it."""
+    with open(src, "rb") as source, open(dst, "xb") as target:
+        size = os.fstat(source.fileno()).st_size
+        target.truncate(size)
+        offset = 0
+        while offset < size:
+            try:
+                data = os.lseek(source.fileno(), offset, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # only a hole is left
+                    return
+                raise
+            hole = os.lseek(source.fileno(), data, os.SEEK_HOLE)
+            while data < hole:
+                copied = os.copy_file_range(source.fileno(), target.fileno(), hole - data,
+                                            data, data)
+                if copied == 0:
+                    raise OSError(errno.EIO, f"{src} shrank while being copied")
+                data += copied
+            offset = hole
+
+
+def ensure_mounted(
+directory: Path, meta: dict[str, Any]) -> None:
+    """Mount a quota'd sandbox's image if it is not (after a host restart)."""
+    if not has_quota(meta):
+        return
+    target = mount_point(directory, meta["template"])
+    if not os.path.ismount(target):
+        mount(directory / IMAGE, target)
+
+
+def mount(image: Path, target: Path) -> None:
+    """Loop-mount an ext4 image on ``target`` in the host's mount namespace."""
+    _run([_which("mount") or "mount", "-t", "ext4", "-o", _MOUNT_OPTIONS, "--", str(image),
+          str(target)], what="mounting the sandbox's disk image")
+
+
+def unmount_all(directory: Path) -> None:
+    """Unmount whatever this module mounted in a sandbox's directory (kill, and a
+    failed create). A mount still busy is detached lazily: it goes when its last user
+    does, and the directory can be removed now."""
+    for name in ("root", LAYER):
+        target = directory / name
+        if os.path.ismount(target):
+            unmount(target)
+
+
+def unmount(target: Path) -> None:
+    umount = _which("umount") or "umount"
+    done = subprocess.run([umount, "--", str(target)], capture_output=True, check=False)
+    if done.returncode != 0 and os.path.ismount(target):
+        _run([umount, "-l", "--", str(target)], what="unmounting a sandbox's disk image")
+
+
+def copy_into(src: Path, dst: Path) -> None:
+    """Copy a directory's contents into an existing directory (a mount point),
+    keeping owners, modes, links and special files."""
+    _run(["cp", "-a", "--reflink=auto", "--", f"{src}/.", str(dst)],
+         what=f"copying {src}")
+
+
+def _run(argv: list[str], *, what: str) -> None:
+    done = subprocess.run(argv, capture_output=True, check=False,
+                          env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"})
+    if done.returncode != 0:
+        message = done.stderr.decode(errors="replace").strip()
+        code = errno.ENOSPC if _NO_SPACE in message else errno.EIO
+        raise OSError(code, f"{what} failed: {message}")
+
+
+def no_space(exc: BaseException) -> bool:
+    """Whether an error means the home's filesystem is full."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def full_error(exc: OSError, *, doing: str, provider: str,
+               sandbox_id: str | None = None) -> errors.QuotaExceeded:
+    """The typed error for a full home: what was being done and where."""
+    return errors.QuotaExceeded(
+        f"{doing} failed: the local provider's state directory is out of disk space "
+        f"({exc.strerror or exc})", provider=provider, sandbox_id=sandbox_id)
+
+
+@contextlib.contextmanager
+def typed_full(*, doing: str, provider: str,
+               sandbox_id: str | None = None) -> Iterator[None]:
+    """Turn a full home (ENOSPC/EDQUOT) into ``QuotaExceeded``."""
+    try:
+        yield
+    except OSError as exc:
+        if no_space(exc):
+            raise full_error(exc, doing=doing, provider=provider,
+                             sandbox_id=sandbox_id) from exc
+        raise

@@ -1,0 +1,139 @@
+"""Checking a local sandbox's state record (``meta.json``) before anything trusts it.
+
+A record can be damaged: truncated by a full disk or a crash, emptied, edited by hand,
+written by another version, or never finished because its creator was killed. Such a
+record is *broken*: listing reports it (state ``ERROR``, ``extra["broken"]`` saying
+why) beside the good ones, and ``kill`` removes it. A record its creator is still
+making holds the directory's lock and is not broken (see ``Home.claim``).
+
+This module reads and judges records; it changes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+from provider_sdk.local._home import Home
+from provider_sdk.models import Resources, SandboxInfo, SandboxState
+
+
+class BrokenRecordWarning(RuntimeWarning):
+    """A sandbox's state record in the local provider's home is unreadable or
+    incomplete: the sandbox is listed as broken (``SandboxState.ERROR``) until killed."""
+
+
+_REQUIRED: dict[str, tuple[type, ...]] = {
+    "id": (str,),
+    "created_at": (str,),
+    "template": (str,),
+    "metadata": (dict,),
+    "env": (dict,),
+    "cwd": (str,),
+    "resources": (dict,),
+    "idle_timeout": (int, float, type(None)),
+    "volumes": (list,),
+    "snapshot": (str, type(None)),
+    "unisolated": (bool,),
+}
+# Added by later versions: a record without them is still good.
+_OPTIONAL: dict[str, tuple[type, ...]] = {
+    "image_env": (dict,), "start_cmd": (str, type(None)), "ready_cmd": (str, type(None)),
+}
+_LAUNCH: dict[str, tuple[type, ...]] = {
+    "init_pid": (int,), "init_start": (int,), "pid_namespace": (int, type(None)),
+}
+
+
+def read(directory: Path, sandbox_id: str) -> tuple[dict[str, Any] | None, str | None]:
+    """A record and, if it is broken, why (``(None, None)``: there is no such record)."""
+    try:
+        text = (directory / "meta.json").read_text()
+    except (FileNotFoundError, NotADirectoryError):
+        if not directory.is_dir():
+            return None, None
+        return None, "it has no meta.json (its creator stopped before finishing it)"
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"its meta.json cannot be read ({type(exc).__name__})"
+    try:
+        meta = json.loads(text)
+    except ValueError:
+        return None, ("its meta.json is empty" if not text.strip()
+                      else "its meta.json is not valid JSON (truncated?)")
+    reason = problem(meta, sandbox_id)
+    return (None, reason) if reason else (meta, None)
+
+
+def problem(meta: Any, sandbox_id: str) -> str | None:
+    """Why a parsed record cannot be used, or ``None`` if it can."""
+    if not isinstance(meta, dict):
+        return f"its meta.json holds a {type(meta).__name__}, not an object"
+    missing = [key for key in _REQUIRED if key not in meta]
+    if missing:
+        return f"its meta.json lacks {', '.join(missing)}"
+    for key, types in [*_REQUIRED.items(), *_OPTIONAL.items()]:
+        if key in meta and (not isinstance(meta[key], types) or (
+                isinstance(meta[key], bool) and bool not in types)):
+            return f"its meta.json has a {type(meta[key]).__name__} for {key!r}"
+    if not all(isinstance(v, str) for v in meta["env"].values()):
+        return "its meta.json has non-string env values"
+    if meta["id"] != sandbox_id:
+        return "its meta.json names another sandbox"
+    try:
+        dt.datetime.fromisoformat(meta["created_at"])
+    except ValueError:
+        return "its meta.json has an invalid 'created_at'"
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in meta["metadata"].items()):
+        return "its meta.json has non-string metadata"
+    try:
+        Resources(**meta["resources"])
+    except (TypeError, ValueError):
+        return "its meta.json has invalid 'resources'"
+    if not all(isinstance(v, list) and len(v) == 3 and isinstance(v[0], str)
+               and isinstance(v[1], str) and isinstance(v[2], bool) for v in meta["volumes"]):
+        return "its meta.json has invalid 'volumes'"
+    launch = meta.get("launch")
+    if launch is not None and not _valid_launch(launch):
+        return "its meta.json has an invalid 'launch'"
+    return None
+
+
+def _valid_launch(launch: Any) -> bool:
+    return isinstance(launch, dict) and set(launch) == set(_LAUNCH) and all(
+        isinstance(launch[k], t) and not isinstance(launch[k], bool)
+        for k, t in _LAUNCH.items())
+
+
+def broken_info(home: Home, sandbox_id: str, *, provider: str,
+                warn: bool = False) -> SandboxInfo | None:
+    """A broken record's info (state ``ERROR``, ``extra["broken"]``), else ``None``.
+
+    A record whose lock someone holds is being made (or removed), not broken: its
+    creator holds the lock until the sandbox has started, so a record written but
+    never started is broken only once its creator is gone.
+    """
+    directory = home.sandbox(sandbox_id)
+    meta, reason = read(directory, sandbox_id)
+    if reason is None and meta is not None and "launch" not in meta:
+        reason = "its creator stopped before starting it"
+    if reason is None or home.busy(directory):
+        return None
+    try:
+        created = dt.datetime.fromtimestamp(directory.stat().st_mtime, dt.timezone.utc)
+    except FileNotFoundError:  # removed meanwhile
+        return None
+    if warn:
+        _warn(sandbox_id, reason, home.path)
+    return SandboxInfo(id=sandbox_id, provider=provider, state=SandboxState.ERROR,
+                       template=None, metadata={}, created_at=created, expires_at=None,
+                       resources=Resources(), extra={"home": str(home.path), "broken": reason})
+
+
+def _warn(sandbox_id: str, reason: str, home: Path) -> None:
+    """Say once per listing that a record is broken (never the record's contents)."""
+    warnings.warn(f"local sandbox {sandbox_id} in {home} is broken: {reason}; "
+                  "kill it (psdk kill, or provider.kill) to remove it",
+                  BrokenRecordWarning, stacklevel=6)

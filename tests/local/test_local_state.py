@@ -1,0 +1,220 @@
+"""The local provider's state records: a broken one never hides or breaks the others,
+is reported, and is removed (with what it left) by kill; a full disk is a typed error
+that leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provider_sdk import QuotaExceeded, Resources, SandboxNotRunning, SandboxState
+from provider_sdk.local import BrokenRecordWarning, LocalProvider, _disk, _launch
+from provider_sdk.local._home import ABANDONED_AFTER
+
+pytestmark = pytest.mark.anyio
+
+
+def corrupt(provider: LocalProvider, sandbox_id: str, text: str) -> dict[str, Any]:
+    """Replace a record's meta.json with ``text``; return what it held."""
+    path = provider._home.sandbox(sandbox_id) / "meta.json"
+    meta: dict[str, Any] = json.loads(path.read_text())
+    path.write_text(text)
+    return meta
+
+
+def mounts() -> list[str]:
+    return Path("/proc/self/mounts").read_text().splitlines()
+
+
+def record(provider: LocalProvider, sandbox_id: str) -> dict[str, Any]:
+    meta: dict[str, Any] = json.loads(
+        (provider._home.sandbox(sandbox_id) / "meta.json").read_text())
+    return meta
+
+
+async def listed(provider: LocalProvider) -> tuple[dict[str, Any], list[str]]:
+    """``list()`` by id, and the broken-record warnings it gave."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        infos = await provider.list()
+    said = [str(w.message) for w in caught if issubclass(w.category, BrokenRecordWarning)]
+    return {info.id: info for info in infos}, said
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ('{"id": "', "not valid JSON"),
+    ("", "empty"),
+    ("{}", "lacks"),
+    ("[1, 2]", "list"),
+])
+async def test_a_broken_record_is_listed_as_broken_beside_the_good_ones(
+        provider: LocalProvider, text: str, reason: str) -> None:
+    """A truncated, empty, ``{}`` or non-object meta.json: list() still lists the
+    good sandbox, reports the bad one as ERROR with the reason, and warns."""
+    good = await provider.create(metadata={"role": "good"})
+    bad = await provider.create()
+    corrupt(provider, bad.id, text)
+    found, said = await listed(provider)
+    assert found[good.id].state == SandboxState.RUNNING
+    assert found[good.id].metadata == {"role": "good"}
+    assert found[bad.id].state == SandboxState.ERROR
+    assert reason in found[bad.id].extra["broken"]
+    assert any(bad.id in message for message in said)
+    info = await provider.get_info(bad.id)
+    assert info.state == SandboxState.ERROR
+    assert info.extra["broken"] == found[bad.id].extra["broken"]
+    assert (await provider.list(metadata={"role": "good"}))[0].id == good.id
+
+
+@pytest.mark.parametrize("change", [
+    {"metadata": ["a"]}, {"resources": {"memory_mb": "lots"}}, {"unisolated": "false"},
+    {"created_at": "yesterday"}, {"launch": {"init_pid": "1"}}, {"id": "someone-else"},
+    {"volumes": [["data"]]}, {"env": {"KEY": 1}},
+])
+async def test_a_record_with_wrong_types_is_broken(provider: LocalProvider,
+                                                   change: dict[str, Any]) -> None:
+    """Each field the provider relies on is checked before it is used; the reason
+    names the field, never a value (env values may be secrets)."""
+    sandbox = await provider.create()
+    meta = record(provider, sandbox.id)
+    corrupt(provider, sandbox.id, json.dumps({**meta, **change}))
+    found, _said = await listed(provider)
+    assert found[sandbox.id].state == SandboxState.ERROR
+    assert "lots" not in found[sandbox.id].extra["broken"]
+    with pytest.raises(SandboxNotRunning, match="broken"):
+        await sandbox.exec("true")
+
+
+async def test_kill_of_a_broken_record_removes_its_processes_cgroups_and_mount(
+        provider: LocalProvider) -> None:
+    """A running sandbox whose record broke is still found by name: kill ends its
+    processes, removes its cgroups, unmounts its layer and deletes its directory."""
+    sandbox = await provider.create()
+    meta = corrupt(provider, sandbox.id, "{}")
+    directory = provider._home.sandbox(sandbox.id)
+    launched = _launch.Launched(**meta["launch"])
+    assert _launch.alive(launched)
+    await provider.kill(sandbox.id)
+    assert not _launch.alive(launched)
+    assert not provider._cgroup(sandbox.id).exists()
+    assert not directory.exists()
+    assert not any(str(directory) in line for line in mounts())
+    assert (await listed(provider))[0] == {}
+
+
+async def test_a_half_created_record_is_broken_once_its_creator_is_gone(
+        provider: LocalProvider) -> None:
+    """A directory with no meta.json (its creator was killed mid-create) is broken and
+    killable; while its creator holds it, it is being made and listed as nothing."""
+    sandbox_id, claim = provider._home.claim("sandboxes")
+    try:
+        found, said = await listed(provider)
+        assert found == {}
+        assert said == []
+        with pytest.raises(SandboxNotRunning, match="being created"):
+            await provider.get_info(sandbox_id)
+    finally:
+        claim.release()
+    found, said = await listed(provider)
+    assert found[sandbox_id].state == SandboxState.ERROR
+    assert "no meta.json" in found[sandbox_id].extra["broken"]
+    await provider.kill(sandbox_id)
+    assert not provider._home.sandbox(sandbox_id).exists()
+
+
+async def test_a_record_never_started_is_broken_once_its_creator_is_gone(
+        provider: LocalProvider) -> None:
+    """A record written but never launched (the creator died between the two) is
+    broken, not 'starting' for ever."""
+    sandbox = await provider.create()
+    meta = record(provider, sandbox.id)
+    del meta["launch"]
+    corrupt(provider, sandbox.id, json.dumps(meta))
+    found, _said = await listed(provider)
+    assert found[sandbox.id].extra["broken"] == "its creator stopped before starting it"
+
+
+async def test_an_abandoned_claim_is_removed_by_listing(provider: LocalProvider) -> None:
+    """A creator killed before its record had a name leaves a hidden directory that
+    listing removes (it never held a sandbox), once it is old enough that it cannot be
+    a claim between its mkdir and its lock."""
+    sandboxes = provider._home.path / "sandboxes"
+    staging, fresh = sandboxes / ".new-abandoned", sandboxes / ".new-just-made"
+    for path in (staging, fresh):
+        path.mkdir()
+        (path / ".lock").touch()
+    long_ago = time.time() - ABANDONED_AFTER - 1
+    os.utime(staging, (long_ago, long_ago))
+    await provider.list()
+    assert not staging.exists()
+    assert fresh.exists()  # it may be a claim about to be locked
+
+
+@pytest.fixture
+def full_home(tmp_path: Path) -> Iterator[Path]:
+    """A home on a 48 MiB tmpfs of its own (root only), to fill up."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    home = tmp_path / "full-home"
+    home.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m,mode=0700", "psdk-full", str(home)],
+                   check=True)
+    try:
+        yield home
+    finally:
+        subprocess.run(["umount", "-l", str(home)], check=False)
+
+
+@pytest.fixture
+async def full_provider(full_home: Path) -> AsyncIterator[LocalProvider]:
+    provider = LocalProvider(home=full_home)
+    try:
+        yield provider
+    finally:
+        for info in await provider.list():
+            await provider.kill(info.id)
+
+
+def fill(home: Path) -> None:
+    """Fill the home's filesystem to the last block."""
+    with open(home / "filler", "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * (1 << 20))
+                f.flush()
+        except OSError:
+            pass
+
+
+async def test_a_snapshot_on_a_full_disk_is_a_typed_error_and_leaves_nothing(
+        full_provider: LocalProvider, full_home: Path) -> None:
+    """QuotaExceeded names the cause; no partial snapshot remains; the sandbox runs on."""
+    resources = Resources(disk_mb=32) if _disk.available() else Resources()
+    async with full_provider.create(resources=resources) as sandbox:
+        await sandbox.exec("head -c 12M /dev/urandom > /home/user/data")
+        fill(full_home)
+        with pytest.raises(QuotaExceeded, match="out of disk space"):
+            await sandbox.snapshot()
+        assert list((full_home / "snapshots").iterdir()) == []
+        assert await full_provider.list_snapshots() == []
+        (full_home / "filler").unlink()
+        assert (await sandbox.exec("wc -c < /home/user/data")).stdout.strip() == str(12 << 20)
+
+
+async def test_a_create_on_a_full_disk_is_a_typed_error_and_leaves_nothing(
+        full_provider: LocalProvider, full_home: Path) -> None:
+    """QuotaExceeded names the cause and no sandbox directory is left."""
+    resources = Resources(disk_mb=32) if _disk.available() else Resources()
+    fill(full_home)
+    with pytest.raises(QuotaExceeded, match="out of disk space"):
+        await full_provider.create(resources=resources)
+    assert [p.name for p in (full_home / "sandboxes").iterdir()] == []
+    assert await full_provider.list() == []
