@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import anyio
 import pytest
@@ -33,10 +34,20 @@ def _launched(provider: LocalProvider, sandbox: Sandbox) -> _launch.Launched:
 
 
 def _agent_pid(provider: LocalProvider, sandbox: Sandbox) -> int:
-    launched = _launched(provider, sandbox)
-    assert launched.agent_pid is not None, launched
-    assert launched.agent_pid != launched.init_pid
-    return launched.agent_pid
+    """The agent's host pid: the child of the sandbox's init (bubblewrap's) that runs
+    the agent, found from the host's /proc."""
+    init = _launched(provider, sandbox).init_pid
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{name}/stat").read_bytes()
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat[stat.rindex(b")") + 2:].split()[1]) == init and b"agent.py" in cmdline:
+            return int(name)
+    raise AssertionError("no agent process found")
 
 
 async def _state(provider: LocalProvider, sandbox: Sandbox) -> SandboxState:
@@ -127,7 +138,7 @@ async def test_unacknowledged_call_times_out(provider: LocalProvider) -> None:
         pytest.skip("cgroup v1 freezer is not writable here")
     provider.agent_timeout = 1.5
     async with provider.create() as sandbox:
-        client = provider._client(sandbox.id, _launched(provider, sandbox))
+        client = provider._running(sandbox.id)
         cgroup = provider._cgroup(sandbox.id)
         cgroup.freeze(True)
         try:
