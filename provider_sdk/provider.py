@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 import builtins
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 import attrs
@@ -124,7 +124,8 @@ class SandboxProvider(abc.ABC):
 
     Attributes:
         name: the provider's registry name (``"local"``, ``"docker"``, ...).
-        capabilities: the capabilities it declares.
+        capabilities: the capabilities it declares; an instance may hold fewer, where
+            its mode or host decides (read ``provider.capabilities`` or ``supports()``).
     """
 
     name: ClassVar[str]
@@ -139,6 +140,17 @@ class SandboxProvider(abc.ABC):
     :meth:`check_template` reports the rest, with line numbers, before a build."""
 
     # ------------------------------------------------------------------ public API
+
+    def _hold_only(self, held: Iterable[Capability]) -> None:
+        """Narrow this instance's capabilities to ``held``, for a provider whose mode or
+        host decides what holds (the class declares everything it can hold; the registry
+        checks hooks against that). ``held`` must be a subset of the class's."""
+        narrowed = frozenset(held)
+        extra = narrowed - type(self).capabilities
+        if extra:
+            raise TypeError(f"{type(self).__name__} does not declare "
+                            f"{', '.join(sorted(map(str, extra)))}")
+        vars(self)["capabilities"] = narrowed
 
     def supports(self, capability: Capability | str) -> bool:
         """Whether this provider declares ``capability``."""

@@ -7,8 +7,14 @@ socket's path is never inside the sandbox's reach. One connection carries one op
 
 Frames: one kind byte, a 4-byte big-endian length, the payload. Kinds: ``J`` a JSON
 object, ``O``/``E`` stdout/stderr bytes, ``I`` stdin bytes, ``D`` file bytes, ``Z`` end
-of a client's data. Every operation ends with a ``J`` frame: ``{"ok": ...}`` or
+of a client's data, ``A`` (empty) the agent's acknowledgement that it took a request,
+sent at once so the host can tell a live agent from one that cannot answer. Every
+operation ends with a ``J`` frame: ``{"ok": ...}`` or
 ``{"error": {"type": ..., "message": ...}}``.
+
+The agent writes nothing to its stdout or stderr: they are a pipe the host reads only
+while the sandbox starts. It ends the sandbox after its idle timeout by exiting with
+status 75, which the host-side launcher records where the sandbox cannot write.
 
 This module must not import anything outside the standard library, and must not trust
 anything the sandbox can change.
@@ -37,6 +43,7 @@ HEADER = struct.Struct(">cI")
 CHUNK = 1 << 18
 REPLAY_LIMIT = 64 << 20  # bytes of a background process's output kept for replay
 FINISHED_KEPT = 256  # finished background processes remembered for reattach
+IDLE_EXIT = 75  # the exit status that tells the host the idle timeout ended the sandbox
 
 ERRNO_TYPES = {
     errno.ENOENT: "FileNotFound",
@@ -152,7 +159,6 @@ class Agent:
                 running = any(p.exit_code is None for p in self.procs.values())
                 idle = time.monotonic() - self.last_active
             if not self.busy and not running and idle > limit:
-                print("psdk-agent: idle timeout reached, ending the sandbox", flush=True)
                 self.stop()
 
     def stop(self) -> None:
@@ -162,7 +168,7 @@ class Agent:
         else:
             with contextlib.suppress(ProcessLookupError):  # nothing else is running
                 os.kill(-1, signal.SIGKILL)
-        os._exit(75)
+        os._exit(IDLE_EXIT)
 
     def handle(self, sock: socket.socket) -> None:
         conn = Conn(sock)
@@ -172,6 +178,7 @@ class Agent:
             frame = conn.recv()
             if frame is None or frame[0] != b"J":
                 return
+            conn.send(b"A", b"")
             req = json.loads(frame[1])
             op = getattr(self, "op_" + str(req.get("op")), None)
             if op is None:

@@ -1,7 +1,11 @@
 """The host's side of the agent protocol (framing described in ``_agent.py``).
 
 One connection per operation; errors the agent reports become the neutral error tree
-here, once. This module knows the wire format, not sandbox state.
+here, once. Every call is bounded: the agent must accept it (connect and acknowledge)
+within ``accept_timeout``, and while the call lasts a ``health`` check, given by the
+provider, is polled so that an agent that died or was stopped ends the call with
+``Unavailable`` instead of holding it. This module knows the wire format, not sandbox
+state.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ import contextlib
 import json
 import os
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -47,54 +51,128 @@ async def connect_unix(path: str) -> SocketStream:
         os.close(fd)
 
 
+HEALTH_POLL = 0.5  # seconds between checks of the agent's process during a call
+
+
+class AgentTrouble(Exception):
+    """The health check found the agent dead or stopped (the message says which)."""
+
+
 class _Channel:
     """One framed connection to the agent."""
 
-    def __init__(self, stream: SocketStream) -> None:
+    def __init__(self, stream: SocketStream,
+                 health: Callable[[], str | None] | None = None) -> None:
         self.stream = stream
         self.reader = BufferedByteReceiveStream(stream)
+        self.health = health
+        self.pending: tuple[bytes, bytes] | None = None
+
+    async def _check(self) -> None:
+        if self.health is not None:
+            trouble = await anyio.to_thread.run_sync(self.health)
+            if trouble is not None:
+                raise AgentTrouble(trouble)
+
+    async def _receive_exactly(self, size: int) -> bytes:
+        """``size`` bytes, checking the agent's health every :data:`HEALTH_POLL` seconds
+        of waiting (the reader keeps what it has read when a wait is cut short)."""
+        if self.health is None:
+            return await self.reader.receive_exactly(size)
+        while True:
+            with anyio.move_on_after(HEALTH_POLL):
+                return await self.reader.receive_exactly(size)
+            await self._check()
 
     async def send(self, kind: bytes, payload: bytes = b"") -> None:
-        await self.stream.send(HEADER.pack(kind, len(payload)) + payload)
+        data = HEADER.pack(kind, len(payload)) + payload
+        if self.health is None or len(data) < 65536:
+            await self.stream.send(data)
+            return
+        # A large frame blocks on an agent that stopped reading: watch it meanwhile (a
+        # send cut short cannot be retried, so the watch runs beside it).
+        async with anyio.create_task_group() as tg:
+            async def watch() -> None:
+                while True:
+                    await anyio.sleep(HEALTH_POLL)
+                    await self._check()
+
+            tg.start_soon(watch)
+            await self.stream.send(data)
+            tg.cancel_scope.cancel()
 
     async def send_json(self, obj: dict[str, Any]) -> None:
         await self.send(b"J", json.dumps(obj).encode())
 
     async def recv(self) -> tuple[bytes, bytes]:
-        kind, size = HEADER.unpack(await self.reader.receive_exactly(HEADER.size))
+        """The next frame (acknowledgements are skipped)."""
+        if self.pending is not None:
+            frame, self.pending = self.pending, None
+            return frame
+        while True:
+            kind, payload = await self._recv_any()
+            if kind != b"A":
+                return kind, payload
+
+    async def _recv_any(self) -> tuple[bytes, bytes]:
+        kind, size = HEADER.unpack(await self._receive_exactly(HEADER.size))
         if size > MAX_FRAME:  # the agent runs inside the sandbox: never trust its sizes
             raise anyio.BrokenResourceError(f"frame of {size} bytes from the agent")
-        return kind, (await self.reader.receive_exactly(size) if size else b"")
+        return kind, (await self._receive_exactly(size) if size else b"")
+
+    async def accepted(self) -> None:
+        """Wait for the agent's acknowledgement of the request."""
+        frame = await self._recv_any()
+        if frame[0] != b"A":  # an agent started before acknowledgements: keep the frame
+            self.pending = frame
 
 
 class AgentClient:
     """Talks to one sandbox's agent through its socket."""
 
-    def __init__(self, socket_path: str, *, provider: str, sandbox_id: str) -> None:
+    def __init__(self, socket_path: str, *, provider: str, sandbox_id: str,
+                 accept_timeout: float = 15.0,
+                 health: Callable[[], str | None] | None = None) -> None:
         self.socket_path = socket_path
         self.provider = provider
         self.sandbox_id = sandbox_id
+        self.accept_timeout = accept_timeout
+        self.health = health
+
+    def _unavailable(self, message: str) -> errors.Unavailable:
+        return errors.Unavailable(message, provider=self.provider, sandbox_id=self.sandbox_id)
 
     @contextlib.asynccontextmanager
     async def _open(self, request: dict[str, Any]) -> AsyncIterator[_Channel]:
         try:
-            stream = await connect_unix(self.socket_path)
+            with anyio.fail_after(self.accept_timeout):
+                stream = await connect_unix(self.socket_path)
         except OSError as exc:
-            raise errors.Unavailable(f"the sandbox's agent does not answer ({exc.strerror})",
-                                     provider=self.provider, sandbox_id=self.sandbox_id) from exc
+            raise self._unavailable(
+                f"the sandbox's agent does not answer ({exc.strerror})") from exc
+        except TimeoutError:
+            raise self._unavailable(f"the sandbox's agent did not take the connection "
+                                    f"within {self.accept_timeout:g}s") from None
         async with stream:
-            channel = _Channel(stream)
+            channel = _Channel(stream, self.health)
             try:
-                await channel.send_json(request)
+                try:
+                    with anyio.fail_after(self.accept_timeout):
+                        await channel.send_json(request)
+                        await channel.accepted()
+                except TimeoutError:
+                    raise self._unavailable(f"the sandbox's agent did not take the call "
+                                            f"within {self.accept_timeout:g}s") from None
                 yield channel
             except Exception as exc:
                 # A task group around the channel wraps what it raises in a group of one.
                 inner = _single(exc)
+                if isinstance(inner, AgentTrouble):
+                    raise self._unavailable(str(inner)) from None
                 if isinstance(inner, (anyio.EndOfStream, anyio.BrokenResourceError,
                                       anyio.IncompleteRead)):
-                    raise errors.Unavailable("the sandbox's agent closed the connection",
-                                             provider=self.provider,
-                                             sandbox_id=self.sandbox_id) from exc
+                    raise self._unavailable("the sandbox's agent closed the connection"
+                                            ) from exc
                 if inner is not exc:
                     raise inner from exc
                 raise

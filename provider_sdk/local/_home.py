@@ -4,9 +4,9 @@ Layout under the home (``PSDK_HOME``; default ``$XDG_DATA_HOME/psdk``)::
 
     sandboxes/<id>/meta.json     the spec it was made from, and its launch identity
     sandboxes/<id>/root/         its writable root filesystem
-    sandboxes/<id>/agent/        the agent and its config, shown read-only at /.psdk
+    sandboxes/<id>/agent.json    the agent's config (copied into the sandbox at start)
     sandboxes/<id>/agent.sock    the agent's socket (never visible inside)
-    sandboxes/<id>/agent.log     the agent's output
+    sandboxes/<id>/exit-<token>  the exit status of one launch, written by the host side
     snapshots/<id>/meta.json, root/
     volumes/<name>/meta.json, data/
     templates/<id>/meta.json, root/   an image's filesystem (read-only lower layer)

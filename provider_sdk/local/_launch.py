@@ -23,6 +23,7 @@ from pathlib import Path
 
 import attrs
 
+from provider_sdk.local import _seccomp
 from provider_sdk.models import Resources
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -51,6 +52,11 @@ class Launched:
     init_start: int
     """The init process's start time, so a recycled pid is never mistaken for it."""
     pid_namespace: int | None
+    agent_pid: int | None = None
+    """The agent's pid on the host, once known (:func:`find_agent`)."""
+    agent_start: int = 0
+    token: str = ""
+    """Names this launch's exit-status file (:func:`status_path`)."""
 
 
 def system_links() -> dict[str, str]:
@@ -178,15 +184,38 @@ class Cgroup:
 
 INFO_FD = "{info_fd}"
 LISTEN_FD = "{listen_fd}"
+ARGS_FD = "{args_fd}"
+SECCOMP_FD = "{seccomp_fd}"
+AGENT_FD = "{agent_fd}"
+CONFIG_FD = "{config_fd}"
+AGENT_NS_PID = 2
+"""The agent's pid inside an isolated sandbox: bubblewrap's init is 1, and its first
+(and only) child is the agent."""
+IDLE_EXIT = 75
+"""The agent's exit status when it ends the sandbox after its idle timeout. The host-side
+launcher records the status in a file only the host can write, so code inside the
+sandbox cannot forge it by writing anywhere."""
+OUTPUT_QUOTED = 2000
+"""Bytes of start-up output (bubblewrap's and the agent's) quoted in an error."""
 
 
-def bwrap_argv(*, bwrap: str, root: Path, etc: Path, config: Path,
+def seal_args() -> list[str]:
+    """bubblewrap options that seal the sandbox: its own user namespace in which no
+    further one can be made, and the seccomp filter (where the architecture is known)."""
+    args = ["--unshare-user", "--disable-userns"]
+    if _seccomp.supported():
+        args += ["--seccomp", SECCOMP_FD]
+    return args
+
+
+def bwrap_argv(*, bwrap: str, root: Path, etc: Path,
                volumes: list[tuple[Path, str, bool]]) -> list[str]:
     """The bubblewrap command line for a sandbox whose writable root is ``root``
-    (:func:`start` fills in ``INFO_FD``)."""
+    (:func:`start` fills in the ``*_FD`` placeholders). The agent and its configuration
+    are copied in (``--ro-bind-data``), not bound from host paths."""
     argv = [
-        bwrap, "--unshare-all", "--uid", "1000", "--gid", "1000", "--hostname", "sandbox",
-        "--new-session", "--info-fd", INFO_FD,
+        bwrap, "--unshare-all", *seal_args(), "--uid", "1000", "--gid", "1000",
+        "--hostname", "sandbox", "--new-session", "--info-fd", INFO_FD,
         "--bind", str(root), "/",
         "--ro-bind", "/usr", "/usr",
     ]
@@ -194,12 +223,11 @@ def bwrap_argv(*, bwrap: str, root: Path, etc: Path, config: Path,
         host = Path("/") / name
         if host.is_dir() and not host.is_symlink():
             argv += ["--ro-bind", str(host), f"/{name}"]
-    argv += ["--proc", "/proc", "--dev", "/dev", *shm_argv(), "--ro-bind", str(etc), "/etc"]
+    argv += ["--proc", "/proc", "--dev", "/dev", *shm_argv(), *etc_args(etc)]
     for name in ETC_LIVE:
         if (Path("/etc") / name).exists():
             argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-    argv += ["--ro-bind", str(AGENT_SOURCE), SANDBOX_AGENT,
-             "--ro-bind", str(config), SANDBOX_CONFIG]
+    argv += [*agent_data_args(), "--remount-ro", "/etc"]
     for source, target, read_only in volumes:
         argv += ["--ro-bind" if read_only else "--bind", str(source), target]
     return argv
@@ -211,44 +239,157 @@ def shm_argv() -> list[str]:
     return ["--size", str(SHM_MB << 20), "--tmpfs", "/dev/shm"]
 
 
-def start(*, argv: list[str], listener: socket.socket, info: bool, log: Path,
+def _etc_entries(etc: Path) -> list[Path]:
+    """The shared ``etc`` directory's own entries (not the mount points for the host's
+    live entries, which bubblewrap makes on the tmpfs)."""
+    if not etc.is_dir():
+        return []
+    return sorted(e for e in etc.iterdir() if e.name not in ETC_LIVE)
 
-          cgroup: Cgroup | None, resources: Resources) -> Launched:
+
+def etc_args(etc: Path) -> list[str]:
+    """bubblewrap options that make ``/etc`` a copy of the shared ``etc`` directory on
+    a tmpfs (files through descriptors, see :func:`etc_data`), so that no host path of
+    the home shows in the sandbox's mount table. The caller remounts it read-only."""
+    argv = ["--tmpfs", "/etc"]
+    for entry in _etc_entries(etc):
+        inside = f"/etc/{entry.name}"
+        if entry.is_symlink():
+            argv += ["--symlink", os.readlink(entry), inside]
+        elif entry.is_dir():
+            argv += ["--dir", inside]
+        elif entry.is_file():
+            argv += ["--perms", "0644", "--ro-bind-data", "{etc:" + entry.name + "}", inside]
+    return argv
+
+
+def etc_data(etc: Path, names: tuple[str, ...] | None = None) -> dict[str, bytes]:
+    """The contents :func:`etc_args` (or one of its ``names``) refers to."""
+    return {"{etc:" + e.name + "}": e.read_bytes() for e in _etc_entries(etc)
+            if e.is_file() and not e.is_symlink() and (names is None or e.name in names)}
+
+
+def agent_data_args() -> list[str]:
+    """bubblewrap options that copy the agent and its configuration into the sandbox."""
+    return ["--ro-bind-data", AGENT_FD, SANDBOX_AGENT, "--ro-bind-data", CONFIG_FD,
+            SANDBOX_CONFIG]
+
+
+@attrs.frozen
+class Started:
+    """A started sandbox, and the read end of its start-up output (bubblewrap's and the
+    agent's stdout and stderr): read while starting, for an error message, then closed.
+    Nothing in the sandbox holds a host file."""
+
+    launched: Launched
+    output: int
+
+    def output_text(self) -> str:
+        """What was written to the start-up output so far, bounded and marked as coming
+        from inside the sandbox."""
+        return quote_output(self.output)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.output)
+
+
+def quote_output(fd: int) -> str:
+    """Up to :data:`OUTPUT_QUOTED` bytes of the start-up output, without waiting."""
+    os.set_blocking(fd, False)
+    raw = b""
+    with contextlib.suppress(OSError):
+        while len(raw) < 1 << 16 and (chunk := os.read(fd, 1 << 16)):
+            raw += chunk
+    if not raw.strip():
+        return "(no output)"
+    text = raw[-OUTPUT_QUOTED:].decode(errors="replace").strip()
+    cut = " (last bytes)" if len(raw) > OUTPUT_QUOTED else ""
+    return f"its output{cut}, from inside the sandbox: {text!r}"
+
+
+# Runs with stdout on the start-up output pipe and stderr captured: it prints the
+# sandbox's pid to stderr, then drops both, waits and records the exit status.
+_LAUNCHER = r"""
+status=$1; shift
+while [ "$1" != -- ]; do echo $$ > "$1" || exit 1; shift; done; shift
+(
+  "$@" </dev/null 2>&1 &
+  echo $! >&2
+  exec >/dev/null 2>&1
+  wait $!
+  echo $? > "$status.new" && mv -f "$status.new" "$status"
+) &
+"""
+
+
+def start(*, argv: list[str], args: list[str] | None, listener: socket.socket,
+          data: dict[str, bytes], status: Path, cgroup: Cgroup | None,
+          resources: Resources) -> Started:
     """Start ``argv`` detached, in the cgroups, with the agent's listening socket.
 
-    A throwaway ``sh`` joins the cgroups (so every later process is inside them),
-    starts the sandbox in the background and exits: the sandbox is nobody's child and
-    outlives this process.
+    ``args`` (bubblewrap's options and command) are handed over through ``--args FD``
+    so that no host path shows in the sandbox's ``/proc/1/cmdline``; ``data`` fills
+    placeholders with descriptors to in-memory files of that content. A throwaway
+    ``sh`` joins the cgroups (so every later process is inside them) and starts a host
+    side launcher that runs the sandbox and, when it ends, writes its exit status to
+    ``status``; the sandbox is nobody's child and outlives this process.
     """
     procs = cgroup.create(resources) if cgroup else []
-    read_fd, write_fd = os.pipe()
-    script = ('log=$1; shift; while [ "$1" != -- ]; do echo $$ > "$1" || exit 1; shift; done; '
-              'shift; "$@" >>"$log" 2>&1 </dev/null & echo $!')
-    fill = {INFO_FD: str(write_fd), LISTEN_FD: str(listener.fileno())}
-    argv = [fill.get(a, a) for a in argv]
+    info_read, info_write = os.pipe()
+    out_read, out_write = os.pipe()
+    fds: dict[str, int] = {INFO_FD: info_write, LISTEN_FD: listener.fileno()}
     try:
+        for key, content in data.items():
+            fds[key] = _memfd(key, content)
+        if args is not None:
+            fds[SECCOMP_FD] = _memfd(SECCOMP_FD, _seccomp.program())
+            filled = [str(fds[a]) if a in fds else a for a in args]
+            fds[ARGS_FD] = _memfd(ARGS_FD, b"".join(a.encode() + b"\0" for a in filled))
+        argv = [str(fds[a]) if a in fds else a for a in argv]
         sh = subprocess.run(
-            ["/bin/sh", "-c", script, "sh", str(log), *procs, "--", *argv],
-            pass_fds=(write_fd, listener.fileno()), start_new_session=True,
-            capture_output=True, env={"PATH": "/usr/bin:/bin"},
+            ["/bin/sh", "-c", _LAUNCHER, "sh", str(status), *procs, "--", *argv],
+            pass_fds=tuple(fds.values()), start_new_session=True, stdin=subprocess.DEVNULL,
+            stdout=out_write, stderr=subprocess.PIPE, env={"PATH": "/usr/bin:/bin"},
             check=False, timeout=30,
         )
     finally:
-        os.close(write_fd)
+        for key, fd in fds.items():
+            if key not in (INFO_FD, LISTEN_FD):
+                os.close(fd)
+        os.close(info_write)
+        os.close(out_write)
+    started: Started | None = None
     try:
         if sh.returncode != 0:
             raise OSError(f"cannot start the sandbox: {sh.stderr.decode(errors='replace')}")
-        pid = int(sh.stdout)
-        if not info:
-            return Launched(init_pid=pid, init_start=start_time(pid) or 0, pid_namespace=None)
-        data = _read_info(read_fd)
-        if data is None:
-            raise OSError("bubblewrap exited at start: " + tail(log))
-        init = int(data["child-pid"])
-        return Launched(init_pid=init, init_start=start_time(init) or 0,
-                        pid_namespace=int(data["pid-namespace"]))
+        pid = int(sh.stderr)
+        if args is None:
+            started = Started(Launched(init_pid=pid, init_start=start_time(pid) or 0,
+                                       pid_namespace=None, agent_pid=pid,
+                                       agent_start=start_time(pid) or 0), out_read)
+            return started
+        info = _read_info(info_read)
+        if info is None:
+            raise OSError("bubblewrap exited at start; " + quote_output(out_read))
+        init = int(info["child-pid"])
+        started = Started(Launched(init_pid=init, init_start=start_time(init) or 0,
+                                   pid_namespace=int(info["pid-namespace"])), out_read)
+        return started
     finally:
-        os.close(read_fd)
+        os.close(info_read)
+        if started is None:
+            os.close(out_read)
+
+
+def _memfd(name: str, content: bytes) -> int:
+    """An in-memory file holding ``content``, positioned at its start."""
+    fd = os.memfd_create(name.strip("{}"))
+    view = memoryview(content)
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def _read_info(fd: int) -> dict[str, int] | None:
@@ -338,12 +479,47 @@ def _signal(pid: int, sig: signal.Signals) -> None:
         os.kill(pid, sig)
 
 
-def tail(path: Path, lines: int = 20) -> str:
-    """The last lines of a log file."""
+def find_agent(launched: Launched) -> Launched:
+    """``launched`` with its agent's host pid filled in, if the agent is found (the
+    process of the sandbox's PID namespace that is pid 2 there)."""
+    if launched.agent_pid is not None or launched.pid_namespace is None:
+        return launched
+    for pid in namespace_pids(launched):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("NSpid:") and line.split()[-1] == str(AGENT_NS_PID):
+                begun = start_time(pid)
+                if begun is not None:
+                    return attrs.evolve(launched, agent_pid=pid, agent_start=begun)
+    return launched
+
+
+def agent_state(launched: Launched) -> str | None:
+    """The agent's process state: ``None`` if it is gone, ``"stopped"`` if stopped by a
+    signal or a tracer, ``"running"`` otherwise (a frozen cgroup is seen elsewhere);
+    ``"unknown"`` while its pid is not recorded."""
+    if launched.agent_pid is None:
+        return "unknown"
+    fields = _stat_fields(launched.agent_pid)
+    if fields is None or fields[0] in (b"Z", b"X") or int(fields[19]) != launched.agent_start:
+        return None
+    return "stopped" if fields[0] in (b"T", b"t") else "running"
+
+
+def continue_process(pid: int) -> None:
+    """Let a stopped process go on (SIGCONT)."""
+    _signal(pid, signal.SIGCONT)
+
+
+def exit_status(path: Path) -> int | None:
+    """The exit status the launcher recorded when the sandbox ended, if it has."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def host_python() -> str:

@@ -280,22 +280,20 @@ def overlay_prefix(*, lower: Path, upper: Path, work: Path, root: Path) -> list[
             "/bin/sh", "-c", script, "sh", mount, options, str(root)]
 
 
-def bwrap_argv(*, bwrap: str, root: Path, etc: Path, config: Path,
+def bwrap_argv(*, bwrap: str, root: Path, etc: Path,
                volumes: list[tuple[Path, str, bool]]) -> list[str]:
     """The bubblewrap command line for a template sandbox whose (overlay) root is
     ``root``: the image's own ``/usr`` and ``/etc``, the host's system directories under
     HOST_DIR for the agent, and ``hosts``/``hostname`` from the shared ``etc``."""
     argv = [
-        bwrap, "--unshare-all", "--uid", "1000", "--gid", "1000", "--hostname", "sandbox",
-        "--new-session", "--info-fd", _launch.INFO_FD,
+        bwrap, "--unshare-all", *_launch.seal_args(), "--uid", "1000", "--gid", "1000",
+        "--hostname", "sandbox", "--new-session", "--info-fd", _launch.INFO_FD,
         "--bind", str(root), "/",
         *host_binds(),
         "--proc", "/proc", "--dev", "/dev", *_launch.shm_argv(),
-        "--ro-bind", str(etc / "hosts"), "/etc/hosts",
-
-        "--ro-bind", str(etc / "hostname"), "/etc/hostname",
-        "--ro-bind", str(_launch.AGENT_SOURCE), _launch.SANDBOX_AGENT,
-        "--ro-bind", str(config), _launch.SANDBOX_CONFIG,
+        "--perms", "0644", "--ro-bind-data", "{etc:hosts}", "/etc/hosts",
+        "--perms", "0644", "--ro-bind-data", "{etc:hostname}", "/etc/hostname",
+        *_launch.agent_data_args(),
     ]
     for source, target, read_only in volumes:
         argv += ["--ro-bind" if read_only else "--bind", str(source), target]

@@ -40,7 +40,7 @@ import attrs
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
 from provider_sdk.dockerfile import Problem, TemplateSupport
-from provider_sdk.local import _disk, _launch, _records, _templates
+from provider_sdk.local import _disk, _launch, _records, _seccomp, _templates
 from provider_sdk.local._client import AgentClient
 from provider_sdk.local._home import Home, default_home, read_meta, write_meta
 from provider_sdk.local._records import BrokenRecordWarning
@@ -97,10 +97,10 @@ TEMPLATE_SUPPORT = TemplateSupport(
 READY_CMD_TIMEOUT = 120.0  # seconds a template's ready_cmd may take to succeed
 VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 READY_TIMEOUT = 15.0
-IDLE_MARK = "psdk-agent: idle timeout"  # what the agent logs before ending the sandbox
 DEFAULT_MEMORY_MB = 2048
 """An isolated sandbox's memory limit when neither the spec nor its template gives one
 (as the Docker provider's)."""
+AGENT_TIMEOUT = 15.0
 
 
 class UnisolatedWarning(RuntimeWarning):
@@ -143,6 +143,11 @@ class LocalProvider(SandboxProvider):
         Capability.LIST_METADATA,
         Capability.METRICS,
         Capability.TEMPLATES_BUILD,
+        # Held per instance, where the host and the mode allow (see __init__).
+        Capability.LIMITS_MEMORY,
+        Capability.LIMITS_PIDS,
+        Capability.LIMITS_DISK,
+        Capability.SEAL_SYSCALLS,
     })
     template_support: ClassVar[TemplateSupport] = TEMPLATE_SUPPORT
 
@@ -152,12 +157,21 @@ class LocalProvider(SandboxProvider):
         self._unisolated = unisolated
         self._cgroups = _launch.Cgroup.available()
         self._quota = not unisolated and _disk.available()
-        limits = set()
+        held = set(type(self).capabilities) - {
+            Capability.LIMITS_MEMORY, Capability.LIMITS_PIDS, Capability.LIMITS_DISK,
+            Capability.SEAL_SYSCALLS}
         if self._cgroups and not unisolated:
-            limits |= {Capability.LIMITS_MEMORY, Capability.LIMITS_PIDS}
+            held |= {Capability.LIMITS_MEMORY, Capability.LIMITS_PIDS}
         if self._quota:
-            limits.add(Capability.LIMITS_DISK)
-        self.capabilities = type(self).capabilities | limits  # type: ignore[misc]
+            held.add(Capability.LIMITS_DISK)
+        if not unisolated and _seccomp.supported():
+            held.add(Capability.SEAL_SYSCALLS)  # only isolated sandboxes run under the filter
+        self._hold_only(held)
+
+    agent_timeout: float = AGENT_TIMEOUT
+    """Seconds a sandbox's agent has to accept each call (connect and acknowledge).
+    Past it the call raises ``Unavailable``; a dead or stopped agent is noticed sooner,
+    from its process state. Set it on an instance to change it."""
 
     def __repr__(self) -> str:
         return f"<LocalProvider home={str(self._home.path)!r}>"
@@ -399,48 +413,67 @@ class LocalProvider(SandboxProvider):
             "idle_timeout": meta["idle_timeout"],
             "root": str(root) if meta["unisolated"] else "",
         }
-        _write_json(directory / "agent.json", config)
+        _write_json(directory / "agent.json", config)  # unisolated agents read it there
+        config_bytes = json.dumps(config).encode()
         # Mounted already at create; after a host restart, mounted again here.
         await anyio.to_thread.run_sync(_disk.ensure_mounted, directory, meta)
         sock_path = directory / "agent.sock"
         listener = _listen(sock_path)
+        token = secrets.token_hex(6)
+        args: list[str] | None = None
+        data: dict[str, bytes] = {}
         try:
             if bwrap is not None:
                 volumes = [(self._home.volume(name) / "data", path, ro)
                            for name, path, ro in meta["volumes"]]
                 etc = await anyio.to_thread.run_sync(self._base_etc)
                 if meta["template"] == "default":
-                    argv = _launch.bwrap_argv(bwrap=bwrap, root=root, etc=etc,
-                                              config=directory / "agent.json", volumes=volumes)
+                    prefix: list[str] = []
+                    args = _launch.bwrap_argv(bwrap=bwrap, root=root, etc=etc, volumes=volumes)
                     python = [_launch.SANDBOX_PYTHON]
                 else:
                     upper, work = _disk.overlay_dirs(directory, meta)
-                    argv = [*_templates.overlay_prefix(
+                    prefix = _templates.overlay_prefix(
                         lower=self._home.template(meta["template"]) / "root",
-                        upper=upper, work=work, root=root),
-                        *_templates.bwrap_argv(bwrap=bwrap, root=root, etc=etc,
-                                               config=directory / "agent.json",
-                                               volumes=volumes)]
+                        upper=upper, work=work, root=root)
+                    args = _templates.bwrap_argv(bwrap=bwrap, root=root, etc=etc,
+                                                 volumes=volumes)
                     python = _templates.agent_interpreter()
-                argv += [*python[:-1], *_launch.agent_command(
-                    python[-1], agent=_launch.SANDBOX_AGENT, config=_launch.SANDBOX_CONFIG)]
+                # bubblewrap's options (host paths) come through a descriptor: the
+                # command line the sandbox can read names only paths inside it.
+                argv = [*prefix, args[0], "--args", _launch.ARGS_FD, *python[:-1],
+                        *_launch.agent_command(python[-1], agent=_launch.SANDBOX_AGENT,
+                                               config=_launch.SANDBOX_CONFIG)]
+                args = args[1:]
+                data = {_launch.AGENT_FD: _launch.AGENT_SOURCE.read_bytes(),
+                        _launch.CONFIG_FD: config_bytes,
+                        **_launch.etc_data(etc, None if meta["template"] == "default"
+                                           else ("hosts", "hostname"))}
             else:
                 argv = _launch.agent_command(_launch.host_python(),
                                              agent=str(_launch.AGENT_SOURCE),
                                              config=str(directory / "agent.json"))
             cgroup = self._cgroup(sandbox_id) if self._cgroups else None
             resources = Resources(**meta["resources"])
-            launched = await anyio.to_thread.run_sync(lambda: _launch.start(
-                argv=argv, listener=listener, info=bwrap is not None,
-                log=directory / "agent.log", cgroup=cgroup, resources=resources))
+            status = self._status_path(sandbox_id, token)
+            started = await anyio.to_thread.run_sync(lambda: _launch.start(
+                argv=argv, args=args, listener=listener, data=data, status=status,
+                cgroup=cgroup, resources=resources))
         finally:
             listener.close()
-        meta["launch"] = attrs.asdict(launched)
+        try:
+            launched = attrs.evolve(started.launched, token=token)
+            meta["launch"] = attrs.asdict(launched)
+            write_meta(directory, meta)
+            (directory / "paused").unlink(missing_ok=True)
+            await self._wait_ready(sandbox_id, launched, started)
+        finally:
+            started.close()  # from now on the sandbox writes to no one
+        meta["launch"] = attrs.asdict(_launch.find_agent(launched))
         write_meta(directory, meta)
-        (directory / "paused").unlink(missing_ok=True)
-        await self._wait_ready(sandbox_id, launched)
 
-    async def _wait_ready(self, sandbox_id: str, launched: _launch.Launched) -> None:
+    async def _wait_ready(self, sandbox_id: str, launched: _launch.Launched,
+                          started: _launch.Started | None = None) -> None:
         """Ping the agent. Its socket listens from before the launch, so the ping waits
         in the socket's backlog until the agent serves it: no polling delay."""
         client = self._client(sandbox_id)
@@ -451,13 +484,18 @@ class LocalProvider(SandboxProvider):
                     return
                 except errors.Unavailable:
                     if not _launch.alive(launched):
-                        log = _launch.tail(self._home.sandbox(sandbox_id) / "agent.log")
-                        raise errors.SandboxError(f"the sandbox exited at start: {log}",
+                        said = started.output_text() if started else "(no output)"
+                        raise errors.SandboxError(f"the sandbox exited at start; {said}",
                                                   provider=self.name,
                                                   sandbox_id=sandbox_id) from None
                 await anyio.sleep(0.005)
         raise errors.OperationTimeout(f"the sandbox's agent did not answer in {READY_TIMEOUT}s",
                                       provider=self.name, sandbox_id=sandbox_id)
+
+    def _status_path(self, sandbox_id: str, token: str) -> Path:
+        """Where the host-side launcher records the sandbox's exit status (a file outside
+        the sandbox's root, which nothing inside can write)."""
+        return self._home.sandbox(sandbox_id) / f"exit-{token}"
 
     def _cgroup(self, sandbox_id: str) -> _launch.Cgroup:
         return _launch.Cgroup(f"psdk-{self._home.tag}-{sandbox_id}")
@@ -546,14 +584,18 @@ class LocalProvider(SandboxProvider):
         state = self._state(sandbox_id, meta)
         if state == SandboxState.PAUSED:
             await anyio.to_thread.run_sync(self._thaw, sandbox_id, directory, meta)
-        elif state == SandboxState.STOPPED:
-            # Its processes are gone (e.g. the machine restarted): start it again from
-            # its files.
+        elif state in (SandboxState.STOPPED, SandboxState.ERROR):
+            # Its processes are gone (e.g. the machine restarted), or its agent is and
+            # leftovers linger: end what is left and start it again from its files.
             bwrap = None if meta["unisolated"] else self._check_can_launch()
-            await anyio.to_thread.run_sync(self._cgroup(sandbox_id).destroy)
+            await anyio.to_thread.run_sync(self._stop_processes, sandbox_id, meta)
             await self._start_sandbox(sandbox_id, meta, bwrap)
             await self._start_command(sandbox_id, meta)
-        elif state != SandboxState.RUNNING:
+        elif state == SandboxState.RUNNING:
+            agent = _launch.Launched(**meta["launch"])
+            if _launch.agent_state(agent) == "stopped" and agent.agent_pid is not None:
+                _launch.continue_process(agent.agent_pid)
+        else:
             raise self._not_running(sandbox_id, state)
         await self._wait_ready(sandbox_id, _launch.Launched(**self._read(sandbox_id)["launch"]))
         return self._to_info(self._read(sandbox_id), SandboxState.RUNNING)
@@ -588,41 +630,76 @@ class LocalProvider(SandboxProvider):
         return meta
 
     def _ended_by_idle(self, sandbox_id: str, meta: dict[str, Any]) -> bool:
-        """Whether the sandbox killed itself after its idle timeout (its agent says so
-        last in its log); such a sandbox is gone, and its files are removed lazily."""
+        """Whether the sandbox ended itself after its idle timeout: its agent exited with
+        the idle status, as recorded by the host-side launcher in a file the sandbox
+        cannot write. Such a sandbox is gone, and its files are removed lazily."""
         launch = meta.get("launch")
-        return bool(meta["idle_timeout"] and launch and not _launch.alive(
-            _launch.Launched(**launch)) and _launch.tail(
-                self._home.sandbox(sandbox_id) / "agent.log", 1).startswith(IDLE_MARK))
+        if not (meta["idle_timeout"] and launch and launch.get("token")):
+            return False
+        launched = _launch.Launched(**launch)
+        return not _launch.alive(launched) and _launch.exit_status(
+            self._status_path(sandbox_id, launched.token)) == _launch.IDLE_EXIT
 
     def _state(self, sandbox_id: str, meta: dict[str, Any]) -> SandboxState:
+        """The sandbox's state from its processes. Its agent gone while other processes
+        of it linger is ``ERROR``: nothing serves it (``resume()`` starts it again)."""
         launch = meta.get("launch")
         if launch is None:
             return SandboxState.STARTING
-        if not _launch.alive(_launch.Launched(**launch)):
+        launched = _launch.Launched(**launch)
+        if not _launch.alive(launched):
             return SandboxState.STOPPED
         directory = self._home.sandbox(sandbox_id)
         if self._cgroup(sandbox_id).frozen() or (directory / "paused").exists():
             return SandboxState.PAUSED
+        if _launch.agent_state(launched) is None:
+            return SandboxState.ERROR
         return SandboxState.RUNNING
 
     def _not_running(self, sandbox_id: str, state: SandboxState) -> errors.SandboxNotRunning:
         hint = " (resume it first)" if state in (SandboxState.PAUSED,
                                                  SandboxState.STOPPED) else ""
+        if state == SandboxState.ERROR:
+            hint = " (its agent is gone; resume() starts it again from its files)"
         return errors.SandboxNotRunning(f"the sandbox is {state}{hint}", state=str(state),
                                         provider=self.name, sandbox_id=sandbox_id)
 
-    def _client(self, sandbox_id: str) -> AgentClient:
+    def _client(self, sandbox_id: str, launched: _launch.Launched | None = None) -> AgentClient:
+        health = None if launched is None else (
+            lambda: self._agent_trouble(sandbox_id, launched))
         return AgentClient(str(self._home.sandbox(sandbox_id) / "agent.sock"),
-                           provider=self.name, sandbox_id=sandbox_id)
+                           provider=self.name, sandbox_id=sandbox_id,
+                           accept_timeout=self.agent_timeout, health=health)
+
+    def _agent_trouble(self, sandbox_id: str, launched: _launch.Launched) -> str | None:
+        """Why the agent cannot answer, if its process says so: gone, or stopped by a
+        signal while the sandbox is not paused (a pause waits for resume instead)."""
+        state = _launch.agent_state(launched)
+        if state is None:
+            return ("the sandbox's agent is gone (state: error); resume() starts the "
+                    "sandbox again from its files")
+        if state == "stopped" and not self._paused(sandbox_id):
+            return ("the sandbox's agent is stopped (SIGSTOP or a tracer); resume() "
+                    "continues it")
+        return None
+
+    def _paused(self, sandbox_id: str) -> bool:
+        return self._cgroup(sandbox_id).frozen() or (
+            self._home.sandbox(sandbox_id) / "paused").exists()
 
     def _running(self, sandbox_id: str) -> AgentClient:
-        """A client for a running sandbox; a typed error for any other state."""
+        """A client for a running sandbox; a typed error for any other state, and
+        ``Unavailable`` at once if its agent is stopped."""
         # Read fresh each time: another process may have paused, resumed or killed it.
-        state = self._state(sandbox_id, self._read(sandbox_id))
+        meta = self._read(sandbox_id)
+        state = self._state(sandbox_id, meta)
         if state != SandboxState.RUNNING:
             raise self._not_running(sandbox_id, state)
-        return self._client(sandbox_id)
+        launched = _launch.Launched(**meta["launch"])
+        trouble = self._agent_trouble(sandbox_id, launched)
+        if trouble is not None:
+            raise errors.Unavailable(trouble, provider=self.name, sandbox_id=sandbox_id)
+        return self._client(sandbox_id, launched)
 
     async def _agent(self, sandbox_id: str, call: Callable[[AgentClient], Any]) -> Any:
         """Run ``call`` against the agent; if it fails to answer, say why."""

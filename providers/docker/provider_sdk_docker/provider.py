@@ -158,8 +158,8 @@ class DockerProvider(ProcessesMixin, FilesMixin, SandboxProvider):
         self.host_control = host_control_possible(url) if host_control is None \
             else host_control
         # Per instance: what holds depends on where the Engine runs (the class lists all).
-        self.capabilities = BASE_CAPABILITIES | (  # type: ignore[misc]
-            HOST_CAPABILITIES if self.host_control else frozenset())
+        self._hold_only(BASE_CAPABILITIES | (
+            HOST_CAPABILITIES if self.host_control else frozenset()))
         self._workdirs: dict[str, str] = {}
         self._owners: dict[str, tuple[int, int]] = {}
         self._controls: dict[str, HostControl | None] = {}
