@@ -43,8 +43,9 @@ _REQUIRED: dict[str, tuple[type, ...]] = {
 _OPTIONAL: dict[str, tuple[type, ...]] = {
     "image_env": (dict,), "start_cmd": (str, type(None)), "ready_cmd": (str, type(None)),
 }
-_LAUNCH: dict[str, tuple[type, ...]] = {
+_LAUNCH: dict[str, tuple[type, ...]] = {  # the fields of _launch.Launched
     "init_pid": (int,), "init_start": (int,), "pid_namespace": (int, type(None)),
+    "agent_pid": (int, type(None)), "agent_start": (int,), "token": (str,),
 }
 
 
