@@ -46,7 +46,8 @@ echo "checked $n"
 # Every process but this shell and its own children: reading its environment, opening
 # its memory, signalling it and (with perl on x86_64) PTRACE_SEIZE must all fail.
 # Bash builtins open the /proc files, so the checks fork nothing that could be confused
-# with a target. PTRACE_SEIZE (not ATTACH) never stops the target.
+# with a target. PTRACE_SEIZE (not ATTACH) never stops the target; perl's syscall()
+# passes a string as a pointer, hence the "+ 0".
 _REACH_OTHERS = r"""
 seize=
 if command -v perl >/dev/null 2>&1 && [ "$(uname -m)" = x86_64 ]; then seize=1; fi
@@ -61,7 +62,7 @@ for d in /proc/[0-9]*; do
     echo "REACHED environ of $p"; fi
   if { exec 3< "$d/mem"; } 2>/dev/null; then echo "REACHED mem of $p"; exec 3<&-; fi
   if kill -0 "$p" 2>/dev/null; then echo "REACHED signal to $p"; fi
-  if [ -n "$seize" ] && perl -e 'exit(syscall(101, 0x4206, $ARGV[0], 0, 0) == -1 ? 1 : 0)' \
+  if [ -n "$seize" ] && perl -e 'exit(syscall(101, 0x4206, $ARGV[0] + 0, 0, 0) == -1 ? 1 : 0)' \
       "$p" 2>/dev/null; then echo "REACHED ptrace of $p"; fi
 done
 echo "checked $n"
