@@ -44,7 +44,8 @@ echo "checked $n"
 """
 
 # Every process but this shell and its own children: reading its environment, opening
-# its memory, signalling it and (with perl on x86_64) PTRACE_SEIZE must all fail.
+# its memory, signalling it and (with perl on x86_64) PTRACE_SEIZE or taking its stdin
+# with pidfd_open + pidfd_getfd must all fail.
 # Bash builtins open the /proc files, so the checks fork nothing that could be confused
 # with a target. PTRACE_SEIZE (not ATTACH) never stops the target; perl's syscall()
 # passes a string as a pointer, hence the "+ 0".
@@ -64,6 +65,9 @@ for d in /proc/[0-9]*; do
   if kill -0 "$p" 2>/dev/null; then echo "REACHED signal to $p"; fi
   if [ -n "$seize" ] && perl -e 'exit(syscall(101, 0x4206, $ARGV[0] + 0, 0, 0) == -1 ? 1 : 0)' \
       "$p" 2>/dev/null; then echo "REACHED ptrace of $p"; fi
+  if [ -n "$seize" ] && perl -e 'my $f = syscall(434, $ARGV[0] + 0, 0);
+      exit($f >= 0 && syscall(438, $f, 0, 0) >= 0 ? 0 : 1)' "$p" 2>/dev/null; then
+    echo "REACHED descriptors of $p"; fi
 done
 echo "checked $n"
 """
@@ -119,7 +123,8 @@ class HostileSealContract(ContractBase):
     async def test_hostile_processes_not_started_by_the_command_are_out_of_reach(
             self, sandbox: Sandbox) -> None:
         """No process the command did not start (the provider's agent, an init) can be
-        read through ``/proc/PID/environ`` or ``/proc/PID/mem``, signalled, or traced."""
+        read through ``/proc/PID/environ`` or ``/proc/PID/mem``, signalled, traced, or
+        robbed of a descriptor."""
         result = await sandbox.exec(["/bin/bash", "-c", _REACH_OTHERS], timeout=120)
         assert result.exit_code == 0, result.stderr
         reached = [line for line in result.stdout.splitlines() if line.startswith("REACHED")]
