@@ -21,6 +21,13 @@ collection; ``known_failures`` are strict expected failures; a key naming no tes
 usage error. Every sandbox is tagged ``{"psdk-contract": <run id>}`` and killed after its
 test, and anything left is swept when the session ends.
 
+The hostile section (``hostile_*`` modules) runs what code written to attack would:
+output floods, reads of devices and FIFOs, escapes from a timeout, fork bombs, memory
+and disk floods, nested namespaces, reaching for the host. The promises every provider
+makes run ungated; the rest are gated on the containment capabilities
+(``exec.contained``, ``limits.*``, ``seal.*``), so a provider that declares one is held
+to it.
+
 This package owns the suite and its plugin; it must not know any backend.
 """
 

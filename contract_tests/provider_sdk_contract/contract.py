@@ -6,6 +6,10 @@ import pytest
 
 from provider_sdk_contract.commands import ExecContract
 from provider_sdk_contract.files import FilesContract
+from provider_sdk_contract.hostile_escapes import HostileEscapeContract
+from provider_sdk_contract.hostile_limits import HostileLimitContract
+from provider_sdk_contract.hostile_output import HostileOutputContract
+from provider_sdk_contract.hostile_seal import HostileSealContract
 from provider_sdk_contract.isolation import IsolationContract
 from provider_sdk_contract.lifecycle import LifecycleContract
 from provider_sdk_contract.metrics import MetricsContract
@@ -25,7 +29,12 @@ __all__ = ["ProviderContract"]
 
 class ProviderContract(
     # pytest runs the tests of the last base first. Files go first: the 256 MiB
-    # transfer measures this process's memory before other tests raise its peak.
+    # transfer measures this process's memory before other tests raise its peak. The
+    # hostile section runs last: its fork bomb and floods load the machine most.
+    HostileLimitContract,
+    HostileSealContract,
+    HostileEscapeContract,
+    HostileOutputContract,
     ScaleContract,
     TemplateContract,
     UnsupportedContract,

@@ -17,7 +17,7 @@ import anyio
 from provider_sdk.sandbox import Sandbox
 
 __all__ = ["MARK_VAR", "RssGrowth", "eventually", "marked_processes", "new_marker",
-           "net_interfaces"]
+           "net_interfaces", "none_marked"]
 
 MARK_VAR = "PSDK_CONTRACT_MARK"
 """Environment variable that tags a command's whole process tree: children inherit it."""
@@ -49,6 +49,15 @@ async def marked_processes(sandbox: Sandbox, marker: str) -> list[str]:
                                  marker[half:]])
     assert result.exit_code == 0, f"process scan failed: {result.stderr!r}"
     return result.stdout.split()
+
+
+async def none_marked(sandbox: Sandbox, marker: str) -> bool:
+    """Whether no process inside ``sandbox`` holds ``marker``; false while the scan
+    itself cannot run (a full pids limit leaves it no process to fork)."""
+    try:
+        return await marked_processes(sandbox, marker) == []
+    except AssertionError:
+        return False
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], *, what: str,
