@@ -32,6 +32,9 @@ AGENT_SOURCE = Path(__file__).with_name("_agent.py")
 SANDBOX_PYTHON = "/usr/bin/python3"
 SANDBOX_AGENT = "/etc/psdk/agent.py"
 SANDBOX_CONFIG = "/etc/psdk/agent.json"
+# The agent's process model, beside the agent (which imports it from its own directory).
+PROCS_SOURCE = AGENT_SOURCE.with_name("_procs.py")
+SANDBOX_PROCS = "/etc/psdk/_procs.py"
 # Host /etc entries that change as packages are installed: shown read-only, live.
 ETC_LIVE = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives")
 # Top-level host directories a shell and Python need, shown read-only (or as the same
@@ -175,6 +178,7 @@ def bwrap_argv(*, bwrap: str, root: Path, etc: Path, config: Path,
         if (Path("/etc") / name).exists():
             argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
     argv += ["--ro-bind", str(AGENT_SOURCE), SANDBOX_AGENT,
+             "--ro-bind", str(PROCS_SOURCE), SANDBOX_PROCS,
              "--ro-bind", str(config), SANDBOX_CONFIG]
     for source, target, read_only in volumes:
         argv += ["--ro-bind" if read_only else "--bind", str(source), target]

@@ -294,6 +294,7 @@ def bwrap_argv(*, bwrap: str, root: Path, etc: Path, config: Path,
         "--ro-bind", str(etc / "hosts"), "/etc/hosts",
         "--ro-bind", str(etc / "hostname"), "/etc/hostname",
         "--ro-bind", str(_launch.AGENT_SOURCE), _launch.SANDBOX_AGENT,
+        "--ro-bind", str(_launch.PROCS_SOURCE), _launch.SANDBOX_PROCS,
         "--ro-bind", str(config), _launch.SANDBOX_CONFIG,
     ]
     for source, target, read_only in volumes:

@@ -320,6 +320,8 @@ class LocalProvider(SandboxProvider):
         """The read-only /etc every sandbox of this home shares, made once."""
         etc = self._home.path / "base" / "etc"
         if etc.is_dir():
+            # A home made by an earlier version may miss a newer mount point.
+            (etc / "psdk" / _launch.SANDBOX_PROCS.rsplit("/", 1)[1]).touch()
             return etc
         # Unique per call: concurrent first creates, in one process or several, race here.
         staging = self._home.path / "base" / f".etc-{os.getpid()}-{secrets.token_hex(6)}"
@@ -337,7 +339,7 @@ class LocalProvider(SandboxProvider):
             elif src.exists():
                 (staging / name).touch()
         (staging / "psdk").mkdir()
-        for name in (_launch.SANDBOX_AGENT, _launch.SANDBOX_CONFIG):
+        for name in (_launch.SANDBOX_AGENT, _launch.SANDBOX_PROCS, _launch.SANDBOX_CONFIG):
             (staging / "psdk" / name.rsplit("/", 1)[1]).touch()
         (staging / "passwd").write_text(PASSWD)
         (staging / "group").write_text(GROUP)
