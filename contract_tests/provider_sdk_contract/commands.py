@@ -172,7 +172,8 @@ class ExecContract(ContractBase):
         script = (f"(yes psdk-err | head -c {err_size} >&2) & "
                   f"yes psdk-out | head -c {out_size}; wait")
         with anyio.fail_after(240):
-            result = await sandbox.exec(["bash", "-c", script], timeout=200)
+            result = await sandbox.exec(["bash", "-c", script], timeout=200,
+                                        output_limit=64 * _MiB)
         assert result.exit_code == 0
         assert len(result.stdout_bytes) == out_size
         assert len(result.stderr_bytes) == err_size
