@@ -29,7 +29,6 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 try:
@@ -40,11 +39,7 @@ except ImportError:  # inside a sandbox: the copy beside this file
 
 HEADER = struct.Struct(">cI")
 CHUNK = 1 << 18
-REPLAY_LIMIT = 64 << 20  # bytes of a background process's output kept for replay
 FINISHED_KEPT = 256  # finished background processes remembered for reattach
-# Seconds a killed command's output is still read: a descendant that escaped the kill
-# (or another command holding its pipe) must not hold the call.
-KILL_GRACE = 2.0
 
 ERRNO_TYPES = {
     errno.ENOENT: "FileNotFound",
@@ -122,8 +117,8 @@ class Agent:
         self.idle_timeout = config.get("idle_timeout")
         self.last_active = time.monotonic()
         self.busy = 0
-        self.procs: dict[int, Background] = {}
-        self.children: dict[int, Running] = {}  # every command running now (exec and start)
+        self.procs: dict[int, _procs.Background] = {}
+        self.children: dict[int, _procs.Running] = {}  # every command running now (exec and start)
         self.lock = threading.Lock()
         user = config.get("user")  # set when this agent is the sandbox's root
         self.user: tuple[int, int] | None = (int(user[0]), int(user[1])) if user else None
@@ -220,7 +215,7 @@ class Agent:
 
     # ---------------------------------------------------------------- process
 
-    def spawn(self, req: dict[str, Any], stdin: bool) -> Running:
+    def spawn(self, req: dict[str, Any], stdin: bool) -> _procs.Running:
         """Start a command under a supervisor of its own (see ``_procs``)."""
         argv = req["argv"]
         env = {**self.env, **req.get("env", {})}
@@ -242,7 +237,7 @@ class Agent:
                                       "no_new_privs": not self.root}, in_r, out_w, err_w)
         except BaseException:
             for fd in ours:
-                close_fd(fd)
+                _procs.close_fd(fd)
             raise
         finally:
             for fd in (in_r, out_w, err_w):
@@ -256,10 +251,10 @@ class Agent:
         if reply is None or "pid" not in reply:
             ctl.close()
             for fd in ours:
-                close_fd(fd)
+                _procs.close_fd(fd)
             failure = (reply or {}).get("error") or {"message": "the supervisor failed"}
             raise OpError("Spawn", f"{argv[0]}: {failure['message']}")
-        run = Running(int(reply["pid"]), ctl, in_w if stdin else None, out_r, err_r)
+        run = _procs.Running(int(reply["pid"]), ctl, in_w if stdin else None, out_r, err_r)
         run.supervisor = int(reply.get("supervisor") or 0)
         with self.lock:
             self.children[run.pid] = run
@@ -317,7 +312,7 @@ class Agent:
         try:
             while True:
                 if give_up is not None and run.gone:
-                    run.drain(conn)  # everything is dead: what is left in the pipes
+                    run.drain(conn.send)  # everything is dead: what is left in the pipes
                     break
                 if not open_pipes and (run.exit_code is not None or run.gone):
                     break
@@ -328,7 +323,7 @@ class Agent:
                 if deadline is not None and now >= deadline:
                     timed_out = True
                     run.kill()
-                    deadline, give_up = None, now + KILL_GRACE
+                    deadline, give_up = None, now + _procs.KILL_GRACE
                 if give_up is not None and now >= give_up:
                     run.force()  # the subtree outlived the grace: kill it from here
                     break
@@ -369,7 +364,7 @@ class Agent:
 
     def op_start(self, conn: Conn, req: dict[str, Any]) -> dict[str, Any]:
         run = self.spawn(req, stdin=True)
-        bg = Background(run, self.forget)
+        bg = _procs.Background(run, self.forget)
         with self.lock:
             self.procs[run.pid] = bg
             finished = [p for p, b in self.procs.items() if b.exit_code is not None]
@@ -382,7 +377,7 @@ class Agent:
         with self.lock:
             self.children.pop(pid, None)
 
-    def background(self, pid: int) -> Background:
+    def background(self, pid: int) -> _procs.Background:
         with self.lock:
             bg = self.procs.get(pid)
         if bg is None:
@@ -529,139 +524,6 @@ class Agent:
         os.replace(src, dst)
 
 
-class Running:
-    """A command under its supervisor: the agent's ends of its pipes, and what the
-    supervisor reported on its control socket."""
-
-    def __init__(self, pid: int, ctl: socket.socket, stdin: int | None, stdout: int,
-                 stderr: int) -> None:
-        self.pid = pid
-        self.ctl = ctl
-        self.stdin = stdin
-        self.stdout = stdout
-        self.stderr = stderr
-        self.exit_code: int | None = None
-        self.gone = False  # the supervisor's whole subtree has ended
-        self.killed = False
-        self.supervisor = 0
-
-    def on_control(self) -> bool:
-        """Read one report; ``False`` once the supervisor has nothing more to say."""
-        try:
-            report, fds = _procs.recv_packet(self.ctl)
-        except OSError:
-            report, fds = None, []
-        for fd in fds:
-            os.close(fd)
-        if report is None or report.get("done"):
-            self.gone = True
-            return False
-        if "exit" in report and self.exit_code is None:
-            self.exit_code = int(report["exit"])
-        return True
-
-    def kill(self) -> None:
-        """Ask the supervisor to SIGKILL everything the command started."""
-        self.killed = True
-        with contextlib.suppress(OSError):
-            _procs.send_packet(self.ctl, {"kill": True})
-
-    def force(self) -> None:
-        """SIGKILL the supervisor and its subtree from here: a killed command whose
-        subtree is still not gone after the grace may have stopped its supervisor.
-        What survives the sweep is reparented to the spawner, which kills it."""
-        if self.gone or not self.supervisor:
-            return
-        for pid in [self.supervisor, *_procs.descendants(self.supervisor)]:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-
-    def drain(self, conn: Conn) -> None:
-        """Send what is already in the output pipes, without waiting for more."""
-        for tag, fd in ((b"O", self.stdout), (b"E", self.stderr)):
-            if fd < 0:
-                continue
-            os.set_blocking(fd, False)
-            with contextlib.suppress(OSError):
-                while data := os.read(fd, CHUNK):
-                    conn.send(tag, data)
-
-    def close_stdin(self) -> None:
-        if self.stdin is not None:
-            close_fd(self.stdin)
-            self.stdin = None
-
-    def close(self) -> None:
-        self.close_stdin()
-        for fd in (self.stdout, self.stderr):
-            close_fd(fd)
-        self.stdout = self.stderr = -1
-        with contextlib.suppress(OSError):
-            self.ctl.close()
-
-
-class Background:
-    """A background process: its output kept for replay, its exit code once known."""
-
-    def __init__(self, run: Running, on_exit: Callable[[int], None]) -> None:
-        self.run = run
-        self.on_exit = on_exit
-        self.stdin = open(run.stdin, "wb") if run.stdin is not None else None  # noqa: SIM115
-        run.stdin = None  # the file object owns it now
-        self.chunks: list[tuple[bytes, bytes]] = []
-        self.size = 0
-        self.exit_code: int | None = None
-        self.cond = threading.Condition()
-        threading.Thread(target=self.pump, daemon=True).start()
-
-    def keep(self, tag: bytes, data: bytes) -> None:
-        with self.cond:
-            self.chunks.append((tag, data))
-            self.size += len(data)
-            while self.size > REPLAY_LIMIT and len(self.chunks) > 1:
-                self.size -= len(self.chunks.pop(0)[1])
-            self.cond.notify_all()
-
-    def pump(self) -> None:
-        run = self.run
-        sel = selectors.DefaultSelector()
-        sel.register(run.stdout, selectors.EVENT_READ, b"O")
-        sel.register(run.stderr, selectors.EVENT_READ, b"E")
-        sel.register(run.ctl, selectors.EVENT_READ, b"K")
-        open_pipes = 2
-        give_up: float | None = None
-        while open_pipes or (run.exit_code is None and not run.gone):
-            if run.killed and give_up is None:
-                give_up = time.monotonic() + KILL_GRACE
-            if give_up is not None and (run.gone or time.monotonic() >= give_up):
-                run.force()  # killed: a survivor holding a pipe must not keep it running
-                break
-            events = sel.select(None if give_up is None else
-                                max(0.0, min(0.5, give_up - time.monotonic())))
-            if run.killed and give_up is None:
-                continue
-            for key, _ in events:
-                if key.data == b"K":
-                    if not run.on_control():
-                        sel.unregister(key.fileobj)
-                    continue
-                data = os.read(key.fd, CHUNK)
-                if data:
-                    self.keep(key.data, data)
-                else:
-                    sel.unregister(key.fileobj)
-                    open_pipes -= 1
-        sel.close()
-        self.on_exit(run.pid)
-        code = run.exit_code if run.exit_code is not None else -signal.SIGKILL
-        if self.stdin is not None:
-            close_quietly(self.stdin)
-        run.close()
-        with self.cond:
-            self.exit_code = code
-            self.cond.notify_all()
-
-
 def conn_closed(sock: socket.socket) -> bool:
     try:
         return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
@@ -692,12 +554,6 @@ def check_regular(mode: int, shown: str) -> None:
     if not stat.S_ISREG(mode):
         raise OpError("NotARegularFile", f"{shown} is not a regular file (a device, FIFO "
                                          "or socket): it cannot be read")
-
-
-def close_fd(fd: int | None) -> None:
-    if fd is not None and fd >= 0:
-        with contextlib.suppress(OSError):
-            os.close(fd)
 
 
 def main() -> None:

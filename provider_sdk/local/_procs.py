@@ -17,6 +17,9 @@ After a normal exit it keeps reaping the descendants the command left on purpose
 ends when none are left. Orphans of a supervisor that died anyway reach the spawner
 (a subreaper too), which kills them.
 
+``Running`` and ``Background`` are the agent's side of one command: its pipes, its
+control socket, and (for ``start``) its output kept for replay.
+
 Like ``_agent.py``, this module is copied into the sandbox and imports only the standard
 library.
 """
@@ -31,7 +34,9 @@ import os
 import selectors
 import signal
 import socket
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 PR_SET_PDEATHSIG = 1
@@ -39,6 +44,11 @@ PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 PACKET = 1 << 16
+CHUNK = 1 << 18
+REPLAY_LIMIT = 64 << 20  # bytes of a background process's output kept for replay
+# Seconds a killed command's output is still read: a descendant that escaped the kill
+# (or another command holding its pipe) must not hold the call.
+KILL_GRACE = 2.0
 FORK_ATTEMPTS = 30  # about 4.5 s of retries while a pids limit is full
 SPAWN_TIMEOUT = 30.0  # seconds the agent waits for a supervisor's first report
 
@@ -352,3 +362,143 @@ def _kill_and_report(ctl: socket.socket, me: int, command: int) -> None:
         if code is not None:
             send_packet(ctl, {"exit": code})
         send_packet(ctl, {"done": True})
+
+
+class Running:
+    """A command under its supervisor: the agent's ends of its pipes, and what the
+    supervisor reported on its control socket."""
+
+    def __init__(self, pid: int, ctl: socket.socket, stdin: int | None, stdout: int,
+                 stderr: int) -> None:
+        self.pid = pid
+        self.ctl = ctl
+        self.stdin = stdin
+        self.stdout = stdout
+        self.stderr = stderr
+        self.exit_code: int | None = None
+        self.gone = False  # the supervisor's whole subtree has ended
+        self.killed = False
+        self.supervisor = 0
+
+    def on_control(self) -> bool:
+        """Read one report; ``False`` once the supervisor has nothing more to say."""
+        try:
+            report, fds = recv_packet(self.ctl)
+        except OSError:
+            report, fds = None, []
+        for fd in fds:
+            os.close(fd)
+        if report is None or report.get("done"):
+            self.gone = True
+            return False
+        if "exit" in report and self.exit_code is None:
+            self.exit_code = int(report["exit"])
+        return True
+
+    def kill(self) -> None:
+        """Ask the supervisor to SIGKILL everything the command started."""
+        self.killed = True
+        with contextlib.suppress(OSError):
+            send_packet(self.ctl, {"kill": True})
+
+    def force(self) -> None:
+        """SIGKILL the supervisor and its subtree from here: a killed command whose
+        subtree is still not gone after the grace may have stopped its supervisor.
+        What survives the sweep is reparented to the spawner, which kills it."""
+        if self.gone or not self.supervisor:
+            return
+        for pid in [self.supervisor, *descendants(self.supervisor)]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+    def drain(self, send: Callable[[bytes, bytes], None]) -> None:
+        """Send what is already in the output pipes, without waiting for more."""
+        for tag, fd in ((b"O", self.stdout), (b"E", self.stderr)):
+            if fd < 0:
+                continue
+            os.set_blocking(fd, False)
+            with contextlib.suppress(OSError):
+                while data := os.read(fd, CHUNK):
+                    send(tag, data)
+
+    def close_stdin(self) -> None:
+        if self.stdin is not None:
+            close_fd(self.stdin)
+            self.stdin = None
+
+    def close(self) -> None:
+        self.close_stdin()
+        for fd in (self.stdout, self.stderr):
+            close_fd(fd)
+        self.stdout = self.stderr = -1
+        with contextlib.suppress(OSError):
+            self.ctl.close()
+
+
+class Background:
+    """A background process: its output kept for replay, its exit code once known."""
+
+    def __init__(self, run: Running, on_exit: Callable[[int], None]) -> None:
+        self.run = run
+        self.on_exit = on_exit
+        self.stdin = open(run.stdin, "wb") if run.stdin is not None else None  # noqa: SIM115
+        run.stdin = None  # the file object owns it now
+        self.chunks: list[tuple[bytes, bytes]] = []
+        self.size = 0
+        self.exit_code: int | None = None
+        self.cond = threading.Condition()
+        threading.Thread(target=self.pump, daemon=True).start()
+
+    def keep(self, tag: bytes, data: bytes) -> None:
+        with self.cond:
+            self.chunks.append((tag, data))
+            self.size += len(data)
+            while self.size > REPLAY_LIMIT and len(self.chunks) > 1:
+                self.size -= len(self.chunks.pop(0)[1])
+            self.cond.notify_all()
+
+    def pump(self) -> None:
+        run = self.run
+        sel = selectors.DefaultSelector()
+        sel.register(run.stdout, selectors.EVENT_READ, b"O")
+        sel.register(run.stderr, selectors.EVENT_READ, b"E")
+        sel.register(run.ctl, selectors.EVENT_READ, b"K")
+        open_pipes = 2
+        give_up: float | None = None
+        while open_pipes or (run.exit_code is None and not run.gone):
+            if run.killed and give_up is None:
+                give_up = time.monotonic() + KILL_GRACE
+            if give_up is not None and (run.gone or time.monotonic() >= give_up):
+                run.force()  # killed: a survivor holding a pipe must not keep it running
+                break
+            events = sel.select(None if give_up is None else
+                                max(0.0, min(0.5, give_up - time.monotonic())))
+            if run.killed and give_up is None:
+                continue
+            for key, _ in events:
+                if key.data == b"K":
+                    if not run.on_control():
+                        sel.unregister(key.fileobj)
+                    continue
+                data = os.read(key.fd, CHUNK)
+                if data:
+                    self.keep(key.data, data)
+                else:
+                    sel.unregister(key.fileobj)
+                    open_pipes -= 1
+        sel.close()
+        self.on_exit(run.pid)
+        code = run.exit_code if run.exit_code is not None else -signal.SIGKILL
+        if self.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.stdin.close()
+        run.close()
+        with self.cond:
+            self.exit_code = code
+            self.cond.notify_all()
+
+
+def close_fd(fd: int | None) -> None:
+    if fd is not None and fd >= 0:
+        with contextlib.suppress(OSError):
+            os.close(fd)
