@@ -233,8 +233,8 @@ class Agent:
             in_r, in_w = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), -1
         ours = [out_r, err_r, in_w]
         try:
-            ctl = self.spawner.spawn({"argv": argv, "env": env, "cwd": cwd,
-                                      "no_new_privs": not self.root}, in_r, out_w, err_w)
+            ctl = self.spawner.spawn({"argv": argv, "env": env, "cwd": cwd},
+                                     in_r, out_w, err_w)
         except BaseException:
             for fd in ours:
                 _procs.close_fd(fd)

@@ -34,6 +34,7 @@ import os
 import selectors
 import signal
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -42,7 +43,6 @@ from typing import Any
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
-PR_SET_NO_NEW_PRIVS = 38
 PACKET = 1 << 16
 CHUNK = 1 << 18
 REPLAY_LIMIT = 64 << 20  # bytes of a background process's output kept for replay
@@ -242,58 +242,39 @@ def _reap_orphans(supervisors: set[int]) -> None:
 def _supervise(request: dict[str, Any], fds: list[int], user: tuple[int, int] | None) -> None:
     ctl = socket.socket(fileno=fds[3])
     prctl(PR_SET_CHILD_SUBREAPER, 1)
-    err_r, err_w = os.pipe2(os.O_CLOEXEC)
-    pid = _fork_or_report(ctl.fileno())
-    if pid < 0:
+    try:
+        for attempt in range(FORK_ATTEMPTS):
+            try:
+                # subprocess forks and execs in C (vfork where it can): far cheaper than a
+                # Python fork of this process.
+                proc = subprocess.Popen(
+                    request["argv"], stdin=fds[0], stdout=fds[1], stderr=fds[2],
+                    cwd=request["cwd"], env=request["env"], start_new_session=True,
+                    close_fds=True, restore_signals=True,
+                    user=None if user is None else user[0],
+                    group=None if user is None else user[1],
+                    extra_groups=None if user is None else [])
+                break
+            except BlockingIOError:  # the pids limit is full; a killed tree frees it soon
+                if attempt == FORK_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.01 * (attempt + 1))
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            send_packet(ctl, {"error": {"errno": exc.errno or 0,
+                                        "message": exc.strerror or str(exc)}})
         return
-    if pid == 0:
-        try:
-            os.close(err_r)
-            _become_command(request, fds[:3], user, keep=err_w)
-        except OSError as exc:
-            os.write(err_w, json.dumps({"errno": exc.errno or 0,
-                                        "message": exc.strerror or str(exc)}).encode())
-        finally:
-            os._exit(127)
-    os.close(err_w)
-    for fd in fds[:3]:
-        os.close(fd)
-    failure = b""
-    while chunk := os.read(err_r, 4096):
-        failure += chunk
-    os.close(err_r)
-    with contextlib.suppress(OSError):
-        if failure:
-            send_packet(ctl, {"error": json.loads(failure)})
-        else:
-            send_packet(ctl, {"pid": pid, "supervisor": os.getpid()})
-    _watch(ctl, pid)
-
-
-def _become_command(request: dict[str, Any], stdio: list[int], user: tuple[int, int] | None,
-                    keep: int) -> None:
-    """In the forked child: set up stdio, drop to the sandbox user, exec the command."""
-    for target, fd in enumerate(stdio):
-        os.dup2(fd, target)  # dup2 clears close-on-exec on the copy
-    os.closerange(3, keep)
-    os.closerange(keep + 1, 1 << 16)
-    for sig in (signal.SIGPIPE, signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_SETMASK, set())
-    os.setsid()
+    finally:
+        for fd in fds[:3]:
+            os.close(fd)
     # Under the sandbox's memory limit the OOM killer must pick commands, never the
-    # agent or a supervisor (raising one's own score needs no privilege).
-    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
+    # agent or a supervisor.
+    with contextlib.suppress(OSError), open(f"/proc/{proc.pid}/oom_score_adj", "w") as f:
         f.write("1000")
-    if user is not None:
-        os.setgroups([])
-        os.setgid(user[1])
-        os.setuid(user[0])
-    if request.get("no_new_privs"):
-        prctl(PR_SET_NO_NEW_PRIVS, 1)
-    os.chdir(request["cwd"])
-    argv = request["argv"]
-    os.execvpe(argv[0], argv, request["env"])
+    proc.returncode = 0  # reaped by _watch, not by this object
+    with contextlib.suppress(OSError):
+        send_packet(ctl, {"pid": proc.pid, "supervisor": os.getpid()})
+    _watch(ctl, proc.pid)
 
 
 def _watch(ctl: socket.socket, command: int) -> None:
