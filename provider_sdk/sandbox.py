@@ -37,6 +37,7 @@ from provider_sdk.limits import OutputBuffer, check_limit
 from provider_sdk.models import (
     ExecResult,
     FileInfo,
+    FileType,
     Metrics,
     NetworkPolicy,
     SandboxInfo,
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = ["EmulatedShell", "Files", "Process", "Sandbox", "SandboxCreation", "Shell"]
 
 _CHUNK = 1 << 20
+_SIZE_CHECK_AFTER = 16 << 20  # bytes a read holds before it asks for the file's size
 Data = bytes | bytearray | memoryview | str | AsyncIterable[bytes] | Iterable[bytes]
 
 
@@ -295,15 +297,23 @@ class Files:
         except InvalidInput as exc:
             raise InvalidInput(exc.message, sandbox_id=self._id) from None
         kept = OutputBuffer(most)
+        too_large = FileTooLarge(f"{path}: larger than the read limit of {most} bytes; "
+                                 "stream it with files.stream() or files.download()",
+                                 limit=most, provider=self._provider.name, sandbox_id=self._id)
+        checked = False
         chunks = self.stream(path)
         try:
             async for chunk in chunks:
                 kept.append(chunk)
                 if kept.dropped:
-                    raise FileTooLarge(f"{path}: larger than the read limit of {most} bytes; "
-                                       "stream it with files.stream() or files.download()",
-                                       limit=most, provider=self._provider.name,
-                                       sandbox_id=self._id)
+                    raise too_large
+                if not checked and len(kept) > _SIZE_CHECK_AFTER:
+                    # A large read: ask for the size once, so a file far past the limit
+                    # fails now instead of after filling memory up to the limit.
+                    checked = True
+                    info = await self.stat(path)
+                    if info.type == FileType.FILE and info.size > most:
+                        raise too_large
         finally:
             await chunks.aclose()  # type: ignore[attr-defined]
         return kept.value()

@@ -32,16 +32,19 @@ import signal
 import socket
 import stat
 import struct
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
+
+try:
+    from provider_sdk.local import _procs  # on the host: type checks, unisolated agents
+except ImportError:  # inside a sandbox: the copy beside this file
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _procs  # type: ignore[import-not-found,no-redef]
 
 HEADER = struct.Struct(">cI")
 CHUNK = 1 << 18
-REPLAY_LIMIT = 64 << 20  # bytes of a background process's output kept for replay
 FINISHED_KEPT = 256  # finished background processes remembered for reattach
 IDLE_EXIT = 75  # the exit status that tells the host the idle timeout ended the sandbox
 
@@ -121,9 +124,12 @@ class Agent:
         self.idle_timeout = config.get("idle_timeout")
         self.last_active = time.monotonic()
         self.busy = 0
-        self.procs: dict[int, Background] = {}
-        self.children: set[int] = set()  # every command running now (exec and start)
+        self.procs: dict[int, _procs.Background] = {}
+        self.children: dict[int, _procs.Running] = {}  # every command running now (exec and start)
         self.lock = threading.Lock()
+        user = config.get("user")  # set when this agent is the sandbox's root
+        self.user: tuple[int, int] | None = (int(user[0]), int(user[1])) if user else None
+        self.spawner: _procs.Spawner | None = None
 
     # ------------------------------------------------------------------ paths
 
@@ -145,11 +151,17 @@ class Agent:
     # ---------------------------------------------------------------- serving
 
     def serve(self, listener: socket.socket) -> None:
+        # Forked before any thread starts: forking a threaded process is not safe.
+        self.spawner = _procs.Spawner(self.user, keep=[listener.fileno()])
         if self.idle_timeout:
             threading.Thread(target=self.idle_watch, daemon=True).start()
         while True:
             sock, _ = listener.accept()
-            threading.Thread(target=self.handle, args=(sock,), daemon=True).start()
+            try:
+                threading.Thread(target=self.handle, args=(sock,), daemon=True).start()
+            except RuntimeError:  # no thread to be had (a full pids limit): refuse this one
+                sock.close()
+                time.sleep(0.01)
 
     def idle_watch(self) -> None:
         limit = float(self.idle_timeout or 0)
@@ -174,6 +186,9 @@ class Agent:
         conn = Conn(sock)
         with self.lock:
             self.busy += 1
+        if self.user is not None:
+            # File operations act as the sandbox user: its owner, its permissions.
+            _procs.set_fs_ids(*self.user)
         try:
             frame = conn.recv()
             if frame is None or frame[0] != b"J":
@@ -207,7 +222,8 @@ class Agent:
 
     # ---------------------------------------------------------------- process
 
-    def spawn(self, req: dict[str, Any], stdin: bool) -> subprocess.Popen[bytes]:
+    def spawn(self, req: dict[str, Any], stdin: bool) -> _procs.Running:
+        """Start a command under a supervisor of its own (see ``_procs``)."""
         argv = req["argv"]
         env = {**self.env, **req.get("env", {})}
         cwd = self.path(req.get("cwd") or self.workdir)
@@ -215,31 +231,56 @@ class Agent:
             raise OpError("InvalidInput", f"cwd {self.shown(cwd)!r} is not a directory")
         if self.root and "HOME" not in req.get("env", {}):
             env["HOME"] = self.root + env.get("HOME", "/")
+        assert self.spawner is not None
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        if stdin:
+            in_r, in_w = os.pipe2(os.O_CLOEXEC)
+        else:
+            in_r, in_w = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), -1
+        ours = [out_r, err_r, in_w]
         try:
-            proc = subprocess.Popen(
-                argv, env=env, cwd=cwd, start_new_session=True,
-                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            )
-        except (FileNotFoundError, PermissionError) as exc:
-            raise OpError("Spawn", f"{argv[0]}: {exc.strerror}") from None
+            ctl = self.spawner.spawn({"argv": argv, "env": env, "cwd": cwd},
+                                     in_r, out_w, err_w)
+        except BaseException:
+            for fd in ours:
+                _procs.close_fd(fd)
+            raise
+        finally:
+            for fd in (in_r, out_w, err_w):
+                os.close(fd)
+        ctl.settimeout(_procs.SPAWN_TIMEOUT)  # a dead spawner must not hold the call
+        try:
+            reply, _ = _procs.recv_packet(ctl)
+        except OSError:
+            reply = None
+        ctl.settimeout(None)
+        if reply is None or "pid" not in reply:
+            ctl.close()
+            for fd in ours:
+                _procs.close_fd(fd)
+            failure = (reply or {}).get("error") or {"message": "the supervisor failed"}
+            raise OpError("Spawn", f"{argv[0]}: {failure['message']}")
+        run = _procs.Running(int(reply["pid"]), ctl, in_w if stdin else None, out_r, err_r)
+        run.supervisor = int(reply.get("supervisor") or 0)
         with self.lock:
-            self.children.add(proc.pid)
-        return proc
+            self.children[run.pid] = run
+        return run
 
     def op_kill_all(self, conn: Conn | None, req: dict[str, Any]) -> None:
         """Kill every command this agent started (the host then ends the agent)."""
         with self.lock:
-            roots = self.children | {p for p, b in self.procs.items() if b.exit_code is None}
-        for pid in roots:
-            kill_tree(pid)
+            running = list(self.children.values()) + [
+                b.run for b in self.procs.values() if b.exit_code is None]
+        for run in running:
+            run.kill()
 
     def op_ping(self, conn: Conn, req: dict[str, Any]) -> dict[str, Any]:
         return {"pid": os.getpid()}
 
     def op_exec(self, conn: Conn, req: dict[str, Any]) -> dict[str, Any]:
         try:
-            proc = self.spawn(req, stdin=bool(req.get("stdin")))
+            run = self.spawn(req, stdin=bool(req.get("stdin")))
         except OpError as exc:
             if exc.kind != "Spawn":
                 raise
@@ -248,48 +289,60 @@ class Agent:
             conn.send(b"E", f"psdk: {exc}\n".encode())
             return {"exit_code": 127, "timed_out": False}
         timeout = req.get("timeout")
-        deadline = time.monotonic() + timeout if timeout else None
+        deadline = time.monotonic() + float(timeout) if timeout else None
         sel = selectors.DefaultSelector()
-        assert proc.stdout is not None
-        assert proc.stderr is not None
-        sel.register(proc.stdout, selectors.EVENT_READ, b"O")
-        sel.register(proc.stderr, selectors.EVENT_READ, b"E")
+        sel.register(run.stdout, selectors.EVENT_READ, b"O")
+        sel.register(run.stderr, selectors.EVENT_READ, b"E")
+        sel.register(run.ctl, selectors.EVENT_READ, b"K")
         sel.register(conn.sock, selectors.EVENT_READ, b"C")
         pending = bytearray()
-        stdin_open = proc.stdin is not None  # the client may still send stdin frames
+        stdin_open = run.stdin is not None  # the client may still send stdin frames
 
         def take_stdin() -> bool:
             """Queue the stdin frames read so far; whether more may come."""
             while (frame := conn.next_frame()) is not None:
                 if frame[0] == b"I" and frame[1]:
-                    if not pending:
-                        assert proc.stdin is not None
-                        sel.register(proc.stdin, selectors.EVENT_WRITE, b"W")
+                    if not pending and run.stdin is not None:
+                        sel.register(run.stdin, selectors.EVENT_WRITE, b"W")
                     pending.extend(frame[1])
                 elif frame[0] == b"Z":
                     if not pending:
-                        close_quietly(proc.stdin)
+                        run.close_stdin()
                     return False
             return True
 
         if stdin_open:
             stdin_open = take_stdin()  # frames that arrived with the request
         timed_out = False
+        give_up: float | None = None  # once killed: when to stop waiting for output
         open_pipes = 2
         try:
-            while open_pipes:
-                wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            while True:
+                if give_up is not None and run.gone:
+                    run.drain(conn.send)  # everything is dead: what is left in the pipes
+                    break
+                if not open_pipes and (run.exit_code is not None or run.gone):
+                    break
+                ends = [t for t in (deadline, give_up) if t is not None]
+                wait = max(0.0, min(ends) - time.monotonic()) if ends else None
                 events = sel.select(wait)
-                if not events and deadline is not None and time.monotonic() >= deadline:
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
                     timed_out = True
-                    kill_tree(proc.pid)
-                    deadline = None
+                    run.kill()
+                    deadline, give_up = None, now + _procs.KILL_GRACE
+                if give_up is not None and now >= give_up:
+                    run.force()  # the subtree outlived the grace: kill it from here
+                    break
                 for key, _ in events:
                     if key.data == b"C":
                         if not conn.fill():  # the client went away: so must the command
                             raise ConnectionResetError("client closed")
                         if stdin_open:
                             stdin_open = take_stdin()
+                    elif key.data == b"K":
+                        if not run.on_control():
+                            sel.unregister(key.fileobj)
                     elif key.data == b"W":
                         try:
                             del pending[:os.write(key.fd, pending[:CHUNK])]
@@ -298,7 +351,7 @@ class Agent:
                         if not pending:
                             sel.unregister(key.fileobj)
                             if not stdin_open:
-                                close_quietly(proc.stdin)
+                                run.close_stdin()
                     else:
                         data = os.read(key.fd, CHUNK)
                         if data:
@@ -306,35 +359,32 @@ class Agent:
                         else:
                             sel.unregister(key.fileobj)
                             open_pipes -= 1
-            code = proc.wait()
         except BaseException:
-            kill_tree(proc.pid)
-            proc.wait()
+            run.kill()
             raise
         finally:
-            self.forget(proc.pid)
+            self.forget(run.pid)
             sel.close()
-            for f in (proc.stdin, proc.stdout, proc.stderr):
-                if f is not None:
-                    close_quietly(f)
+            run.close()
+        code = run.exit_code if run.exit_code is not None else -signal.SIGKILL
         return {"exit_code": code, "timed_out": timed_out}
 
     def op_start(self, conn: Conn, req: dict[str, Any]) -> dict[str, Any]:
-        proc = self.spawn(req, stdin=True)
-        bg = Background(proc, self.forget)
+        run = self.spawn(req, stdin=True)
+        bg = _procs.Background(run, self.forget)
         with self.lock:
-            self.procs[proc.pid] = bg
+            self.procs[run.pid] = bg
             finished = [p for p, b in self.procs.items() if b.exit_code is not None]
             for pid in finished[:-FINISHED_KEPT]:
                 del self.procs[pid]
-        return {"pid": proc.pid}
+        return {"pid": run.pid}
 
     def forget(self, pid: int) -> None:
         """A command has exited: it is no longer one to kill."""
         with self.lock:
-            self.children.discard(pid)
+            self.children.pop(pid, None)
 
-    def background(self, pid: int) -> Background:
+    def background(self, pid: int) -> _procs.Background:
         with self.lock:
             bg = self.procs.get(pid)
         if bg is None:
@@ -360,7 +410,7 @@ class Agent:
 
     def op_stdin(self, conn: Conn, req: dict[str, Any]) -> None:
         bg = self.background(int(req["pid"]))
-        stdin = bg.proc.stdin
+        stdin = bg.stdin
         while True:
             frame = conn.recv()
             if frame is None or frame[0] == b"Z":
@@ -373,19 +423,21 @@ class Agent:
                     raise OpError("Conflict", "the process closed its stdin") from None
         if req.get("close") and stdin is not None:
             close_quietly(stdin)
+            bg.run.stdin = None  # closed through the file object
 
     def op_kill_process(self, conn: Conn, req: dict[str, Any]) -> None:
-        bg = self.background(int(req["pid"]))
-        kill_tree(bg.proc.pid)
+        self.background(int(req["pid"])).run.kill()
 
     # ------------------------------------------------------------------ files
 
     def op_read(self, conn: Conn, req: dict[str, Any]) -> None:
         path = self.path(req["path"])
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        check_regular(os.stat(path).st_mode, self.shown(path))  # before any open
+        # O_NONBLOCK: a FIFO swapped in after the check must not block the open.
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
         try:
-            if stat.S_ISDIR(os.fstat(fd).st_mode):
-                raise OpError("IsADirectory", f"{self.shown(path)} is a directory")
+            check_regular(os.fstat(fd).st_mode, self.shown(path))
+            os.set_blocking(fd, True)
             while data := os.read(fd, 1 << 20):
                 conn.send(b"D", data)
         finally:
@@ -479,46 +531,6 @@ class Agent:
         os.replace(src, dst)
 
 
-class Background:
-    """A background process: its output kept for replay, its exit code once known."""
-
-    def __init__(self, proc: subprocess.Popen[bytes], on_exit: Callable[[int], None]) -> None:
-        self.proc = proc
-        self.on_exit = on_exit
-        self.chunks: list[tuple[bytes, bytes]] = []
-        self.size = 0
-        self.exit_code: int | None = None
-        self.cond = threading.Condition()
-        threading.Thread(target=self.pump, daemon=True).start()
-
-    def pump(self) -> None:
-        sel = selectors.DefaultSelector()
-        assert self.proc.stdout is not None
-        assert self.proc.stderr is not None
-        sel.register(self.proc.stdout, selectors.EVENT_READ, b"O")
-        sel.register(self.proc.stderr, selectors.EVENT_READ, b"E")
-        open_pipes = 2
-        while open_pipes:
-            for key, _ in sel.select():
-                data = os.read(key.fd, CHUNK)
-                if not data:
-                    sel.unregister(key.fileobj)
-                    open_pipes -= 1
-                    continue
-                with self.cond:
-                    self.chunks.append((key.data, data))
-                    self.size += len(data)
-                    while self.size > REPLAY_LIMIT and len(self.chunks) > 1:
-                        self.size -= len(self.chunks.pop(0)[1])
-                    self.cond.notify_all()
-        sel.close()
-        code = self.proc.wait()
-        self.on_exit(self.proc.pid)
-        with self.cond:
-            self.exit_code = code
-            self.cond.notify_all()
-
-
 def conn_closed(sock: socket.socket) -> bool:
     try:
         return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
@@ -541,62 +553,14 @@ def close_quietly(f: Any) -> None:
         f.close()
 
 
-def processes() -> dict[int, tuple[int, int]]:
-    """pid -> (parent pid, session id) for every process this agent can see."""
-    out = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                raw = f.read()
-        except OSError:
-            continue
-        fields = raw[raw.rindex(b")") + 2:].split()
-        out[int(name)] = (int(fields[1]), int(fields[3]))
-    return out
-
-
-def kill_tree(root: int) -> None:
-    """SIGKILL a command and everything it started: its session and its descendants.
-
-    Repeats until nothing is left, so a process forking while we kill is caught too.
-    """
-    me = os.getpid()
-    for _ in range(50):
-        procs = processes()
-        victims = set()
-        for pid, (_ppid, sid) in procs.items():
-            if pid == me:
-                continue
-            if pid == root or sid == root:
-                victims.add(pid)
-                continue
-            seen = pid
-            for _depth in range(64):
-                parent = procs.get(seen, (0, 0))[0]
-                if parent == root:
-                    victims.add(pid)
-                    break
-                if parent in (0, 1, me):
-                    break
-                seen = parent
-        alive = [p for p in victims if not is_zombie(p)]
-        if not alive:
-            return
-        for pid in alive:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.005)
-
-
-def is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return True
-    return raw[raw.rindex(b")") + 2:raw.rindex(b")") + 3] in (b"Z", b"X")
+def check_regular(mode: int, shown: str) -> None:
+    """Refuse anything but a regular file to be read: a device, FIFO or socket can give
+    endless data or block forever."""
+    if stat.S_ISDIR(mode):
+        raise OpError("IsADirectory", f"{shown} is a directory")
+    if not stat.S_ISREG(mode):
+        raise OpError("NotARegularFile", f"{shown} is not a regular file (a device, FIFO "
+                                         "or socket): it cannot be read")
 
 
 def main() -> None:
@@ -604,6 +568,8 @@ def main() -> None:
         config = json.load(f)
     listener = socket.socket(fileno=int(sys.argv[2]))
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    # Sandboxed code may not trace this process or open its descriptors through /proc.
+    _procs.prctl(_procs.PR_SET_DUMPABLE, 0)
     Agent(config).serve(listener)
 
 

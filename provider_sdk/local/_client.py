@@ -37,7 +37,12 @@ _ERRORS: dict[str, type[errors.SandboxError]] = {
     "PermissionDenied": errors.PermissionDenied,
     "InvalidInput": errors.InvalidInput,
     "ProcessNotFound": errors.ProcessNotFound,
+    "NotARegularFile": errors.NotARegularFile,
 }
+# Seconds past a command's timeout the client waits for the agent's answer: the agent
+# gives up on a killed command's output after its own grace, so this is only reached
+# when the agent itself is stuck.
+CLIENT_GRACE = 10.0
 
 
 async def connect_unix(path: str) -> SocketStream:
@@ -198,29 +203,35 @@ class AgentClient:
         request = {"op": "exec", "argv": list(command.argv), "env": dict(command.env),
                    "cwd": command.cwd, "timeout": command.timeout,
                    "stdin": command.stdin is not None}
-        out: list[bytes] = []
-        err: list[bytes] = []
+        out, err = command.buffers()
         start = anyio.current_time()
-        async with self._open(request) as channel, anyio.create_task_group() as tg:
-            if command.stdin is not None:
-                tg.start_soon(self._send_stdin, channel, command.stdin)
-            while True:
-                kind, payload = await channel.recv()
-                if kind == b"O":
-                    out.append(payload)
-                    if command.on_stdout is not None:
-                        await _call(command.on_stdout, payload)
-                elif kind == b"E":
-                    err.append(payload)
-                    if command.on_stderr is not None:
-                        await _call(command.on_stderr, payload)
-                elif kind == b"J":
-                    reply = self._result(payload)
-                    tg.cancel_scope.cancel()
-                    break
-        result = ExecResult(exit_code=reply["exit_code"], stdout_bytes=b"".join(out),
-                            stderr_bytes=b"".join(err), duration=anyio.current_time() - start)
-        if reply["timed_out"]:
+        reply: dict[str, Any] | None = None
+        limit = command.timeout + CLIENT_GRACE if command.timeout else None
+        with anyio.move_on_after(limit):
+            async with self._open(request) as channel, anyio.create_task_group() as tg:
+                if command.stdin is not None:
+                    tg.start_soon(self._send_stdin, channel, command.stdin)
+                while True:
+                    kind, payload = await channel.recv()
+                    if kind == b"O":
+                        out.append(payload)
+                        if command.on_stdout is not None:
+                            await _call(command.on_stdout, payload)
+                    elif kind == b"E":
+                        err.append(payload)
+                        if command.on_stderr is not None:
+                            await _call(command.on_stderr, payload)
+                    elif kind == b"J":
+                        reply = self._result(payload)
+                        tg.cancel_scope.cancel()
+                        break
+        # Without a reply the connection is closed, which makes the agent kill the tree.
+        timed_out = reply is None or bool(reply["timed_out"])
+        result = ExecResult(exit_code=-9 if reply is None else reply["exit_code"],
+                            stdout_bytes=out.value(), stderr_bytes=err.value(),
+                            duration=anyio.current_time() - start,
+                            stdout_truncated=out.dropped, stderr_truncated=err.dropped)
+        if timed_out:
             raise errors.CommandTimeout(
                 f"command timed out after {command.timeout}s; its process tree was killed",
                 result=result, provider=self.provider, sandbox_id=self.sandbox_id)

@@ -390,7 +390,7 @@ class LocalProvider(SandboxProvider):
             elif src.exists():
                 (staging / name).touch()
         (staging / "psdk").mkdir()
-        for name in (_launch.SANDBOX_AGENT, _launch.SANDBOX_CONFIG):
+        for name in (_launch.SANDBOX_AGENT, _launch.SANDBOX_PROCS, _launch.SANDBOX_CONFIG):
             (staging / "psdk" / name.rsplit("/", 1)[1]).touch()
         (staging / "passwd").write_text(PASSWD)
         (staging / "group").write_text(GROUP)
@@ -446,6 +446,7 @@ class LocalProvider(SandboxProvider):
                                                config=_launch.SANDBOX_CONFIG)]
                 args = args[1:]
                 data = {_launch.AGENT_FD: _launch.AGENT_SOURCE.read_bytes(),
+                        _launch.PROCS_FD: _launch.PROCS_SOURCE.read_bytes(),
                         _launch.CONFIG_FD: config_bytes,
                         **_launch.etc_data(etc, None if meta["template"] == "default"
                                            else ("hosts", "hostname"))}

@@ -103,6 +103,9 @@ BASE_CAPABILITIES = frozenset({
     Capability.METRICS,
     Capability.TEMPLATES_BUILD,
     Capability.LIMITS_PIDS,
+    # The Engine's default seccomp profile (no nested user namespaces without
+    # CAP_SYS_ADMIN, which containers never get here).
+    Capability.SEAL_SYSCALLS,
 })
 #: What holds only where the provider controls the containers from the Engine's host.
 HOST_CAPABILITIES = frozenset({Capability.EXEC_CONTAINED, Capability.LIMITS_MEMORY})

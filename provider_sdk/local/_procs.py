@@ -1,0 +1,485 @@
+"""How the agent starts commands and contains everything they start.
+
+The agent forks one small helper, the spawner, before it starts any thread. For each
+``exec`` and ``start`` the spawner forks a supervisor, which marks itself a child
+subreaper and forks the command. Every orphan the command leaves (``setsid``, double
+fork, ``nohup``, a cleared environment, closed stdio) is reparented to that supervisor,
+so "everything the command started" is exactly the supervisor's subtree: no session,
+process group or environment variable is trusted. Where the agent runs as the sandbox's
+root (see ``docs/local-provider.md``) spawner and supervisors stay root, so the
+command, which runs as the sandbox user, can neither signal nor trace them.
+
+A supervisor reports on its control socket (one JSON object per packet): ``{"pid"}``
+once the command runs (or ``{"error"}`` if it could not be started), ``{"exit"}`` when
+the command itself ends, ``{"done"}`` when its whole subtree is gone. On a ``kill``
+packet it SIGKILLs its subtree, repeatedly and without forking, until nothing is left.
+After a normal exit it keeps reaping the descendants the command left on purpose, and
+ends when none are left. Orphans of a supervisor that died anyway reach the spawner
+(a subreaper too), which kills them.
+
+``Running`` and ``Background`` are the agent's side of one command: its pipes, its
+control socket, and (for ``start``) its output kept for replay.
+
+Like ``_agent.py``, this module is copied into the sandbox and imports only the standard
+library.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import ctypes
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+PACKET = 1 << 16
+CHUNK = 1 << 18
+REPLAY_LIMIT = 64 << 20  # bytes of a background process's output kept for replay
+# Seconds a killed command's output is still read: a descendant that escaped the kill
+# (or another command holding its pipe) must not hold the call.
+KILL_GRACE = 2.0
+FORK_ATTEMPTS = 30  # about 4.5 s of retries while a pids limit is full
+SPAWN_TIMEOUT = 30.0  # seconds the agent waits for a supervisor's first report
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def prctl(option: int, value: int) -> None:
+    """``prctl(option, value)``; raises ``OSError`` on failure."""
+    if _libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def set_fs_ids(uid: int, gid: int) -> None:
+    """Make this thread's file accesses act as ``uid``/``gid`` (per thread on Linux)."""
+    _libc.setfsgid(gid)
+    _libc.setfsuid(uid)
+
+
+def send_packet(sock: socket.socket, obj: dict[str, Any], fds: list[int] | None = None) -> None:
+    data = json.dumps(obj).encode()
+    if fds:
+        sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+    else:
+        sock.send(data)
+
+
+def recv_packet(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
+    """One packet and the descriptors sent with it; ``None`` at end of stream."""
+    fds = array.array("i")
+    data, ancdata, _flags, _addr = sock.recvmsg(PACKET, socket.CMSG_LEN(16 * fds.itemsize))
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    if not data:
+        for fd in fds:
+            os.close(fd)
+        return None, []
+    return json.loads(data), list(fds)
+
+
+def children_of() -> dict[int, list[int]]:
+    """parent pid -> child pids, for every process this process can see."""
+    tree: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                raw = f.read()
+        except OSError:
+            continue
+        # The command name may hold spaces and parentheses: fields follow the last ')'.
+        fields = raw[raw.rindex(b")") + 2:].split()
+        tree.setdefault(int(fields[1]), []).append(int(name))
+    return tree
+
+
+def descendants(root: int) -> list[int]:
+    tree = children_of()
+    found, todo = [], list(tree.get(root, []))
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(tree.get(pid, []))
+    return found
+
+
+class Spawner:
+    """The agent's handle on its spawner process (made before any thread starts)."""
+
+    def __init__(self, user: tuple[int, int] | None, keep: list[int]) -> None:
+        """``user``: the uid and gid commands run as (when the agent may switch to
+        them); ``keep``: descriptors the spawner closes (the agent's own)."""
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                self.sock.close()
+                for fd in keep:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                _spawner_main(theirs, user)
+            finally:
+                os._exit(70)
+        theirs.close()
+        self.pid = pid
+
+    def spawn(self, request: dict[str, Any], stdin: int, stdout: int,
+              stderr: int) -> socket.socket:
+        """Start a command under a new supervisor; returns the supervisor's control
+        socket. The caller still owns (and closes) the three descriptors."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            send_packet(self.sock, request, [stdin, stdout, stderr, theirs.fileno()])
+        except OSError:
+            mine.close()
+            raise
+        finally:
+            theirs.close()
+        return mine
+
+
+def _spawner_main(sock: socket.socket, user: tuple[int, int] | None) -> None:
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    supervisors: set[int] = set()
+    sel = selectors.DefaultSelector()
+    sel.register(sock, selectors.EVENT_READ)
+    sel.register(wake_r, selectors.EVENT_READ)
+    while True:
+        for key, _ in sel.select():
+            if key.fd == wake_r:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 4096)
+                _reap_orphans(supervisors)
+                continue
+            try:
+                request, fds = recv_packet(sock)
+            except (OSError, ValueError):
+                continue  # a malformed request must not end the spawner
+            if request is None:  # the agent is gone, and so is the sandbox
+                os._exit(0)
+            if len(fds) != 4:
+                for fd in fds:
+                    os.close(fd)
+                continue
+            pid = _fork_or_report(fds[3])
+            if pid < 0:
+                for fd in fds:
+                    os.close(fd)
+                continue
+            if pid == 0:
+                try:
+                    sel.close()
+                    sock.close()
+                    for fd in (wake_r, wake_w):
+                        os.close(fd)
+                    signal.set_wakeup_fd(-1)
+                    _supervise(request, fds, user)
+                finally:
+                    os._exit(70)
+            supervisors.add(pid)
+            for fd in fds:
+                os.close(fd)
+
+
+def _fork_or_report(ctl: int) -> int:
+    """``os.fork()``, retried while the pids limit is full (a killed tree frees it soon);
+    -1 after reporting the failure on the control socket ``ctl``."""
+    for attempt in range(FORK_ATTEMPTS):
+        try:
+            return os.fork()
+        except BlockingIOError as exc:
+            if attempt == FORK_ATTEMPTS - 1:
+                with contextlib.suppress(OSError), socket.socket(fileno=os.dup(ctl)) as sock:
+                    send_packet(sock, {"error": {"errno": exc.errno,
+                                                 "message": f"cannot fork: {exc.strerror}"}})
+            else:
+                time.sleep(0.01 * (attempt + 1))
+    return -1
+
+
+def _reap_orphans(supervisors: set[int]) -> None:
+    """Reap ended supervisors; kill whatever a supervisor that died left behind."""
+    lost = False
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        supervisors.discard(pid)
+        lost = True
+    if not lost:
+        return
+    me = os.getpid()
+    for pid in children_of().get(me, []):
+        if pid not in supervisors:
+            # Reparented here: its supervisor was killed, so no one contains it.
+            for victim in [pid, *descendants(pid)]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(victim, signal.SIGKILL)
+
+
+def _supervise(request: dict[str, Any], fds: list[int], user: tuple[int, int] | None) -> None:
+    ctl = socket.socket(fileno=fds[3])
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    try:
+        for attempt in range(FORK_ATTEMPTS):
+            try:
+                # subprocess forks and execs in C (vfork where it can): far cheaper than a
+                # Python fork of this process.
+                proc = subprocess.Popen(
+                    request["argv"], stdin=fds[0], stdout=fds[1], stderr=fds[2],
+                    cwd=request["cwd"], env=request["env"], start_new_session=True,
+                    close_fds=True, restore_signals=True,
+                    user=None if user is None else user[0],
+                    group=None if user is None else user[1],
+                    extra_groups=None if user is None else [])
+                break
+            except BlockingIOError:  # the pids limit is full; a killed tree frees it soon
+                if attempt == FORK_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.01 * (attempt + 1))
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            send_packet(ctl, {"error": {"errno": exc.errno or 0,
+                                        "message": exc.strerror or str(exc)}})
+        return
+    finally:
+        for fd in fds[:3]:
+            os.close(fd)
+    # Under the sandbox's memory limit the OOM killer must pick commands, never the
+    # agent or a supervisor.
+    with contextlib.suppress(OSError), open(f"/proc/{proc.pid}/oom_score_adj", "w") as f:
+        f.write("1000")
+    proc.returncode = 0  # reaped by _watch, not by this object
+    with contextlib.suppress(OSError):
+        send_packet(ctl, {"pid": proc.pid, "supervisor": os.getpid()})
+    _watch(ctl, proc.pid)
+
+
+def _watch(ctl: socket.socket, command: int) -> None:
+    """Report the command's exit, contain its subtree, end when the subtree is empty."""
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    sel = selectors.DefaultSelector()
+    sel.register(ctl, selectors.EVENT_READ)
+    sel.register(wake_r, selectors.EVENT_READ)
+    me = os.getpid()
+    while True:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                with contextlib.suppress(OSError):
+                    send_packet(ctl, {"done": True})
+                return
+            if pid == 0:
+                break
+            if pid == command:
+                with contextlib.suppress(OSError):
+                    send_packet(ctl, {"exit": os.waitstatus_to_exitcode(status)})
+        for key, _ in sel.select():
+            if key.fd == wake_r:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 4096)
+                continue
+            try:
+                request, fds = recv_packet(ctl)
+            except OSError:
+                request, fds = None, []
+            for fd in fds:
+                os.close(fd)
+            if request is None:  # nobody listens any more: keep containing, quietly
+                sel.unregister(ctl)
+            elif request.get("kill"):
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(command, signal.SIGKILL)
+                _kill_and_report(ctl, me, command)
+                return
+
+
+def _kill_and_report(ctl: socket.socket, me: int, command: int) -> None:
+    """Kill the subtree; report the command's exit (if not yet reported) and done."""
+    code: int | None = None
+    while True:
+        # Stop first, then kill: a stopped process cannot fork while we sweep.
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in descendants(me):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+        # Reap every dead child before the next sweep (a sweep reads all of /proc).
+        flags = 0  # block for the first: the sweep killed at least one
+        try:
+            while (reaped := os.waitpid(-1, flags))[0]:
+                if reaped[0] == command:
+                    code = os.waitstatus_to_exitcode(reaped[1])
+                flags = os.WNOHANG
+        except ChildProcessError:
+            break
+    with contextlib.suppress(OSError):
+        if code is not None:
+            send_packet(ctl, {"exit": code})
+        send_packet(ctl, {"done": True})
+
+
+class Running:
+    """A command under its supervisor: the agent's ends of its pipes, and what the
+    supervisor reported on its control socket."""
+
+    def __init__(self, pid: int, ctl: socket.socket, stdin: int | None, stdout: int,
+                 stderr: int) -> None:
+        self.pid = pid
+        self.ctl = ctl
+        self.stdin = stdin
+        self.stdout = stdout
+        self.stderr = stderr
+        self.exit_code: int | None = None
+        self.gone = False  # the supervisor's whole subtree has ended
+        self.killed = False
+        self.supervisor = 0
+
+    def on_control(self) -> bool:
+        """Read one report; ``False`` once the supervisor has nothing more to say."""
+        try:
+            report, fds = recv_packet(self.ctl)
+        except OSError:
+            report, fds = None, []
+        for fd in fds:
+            os.close(fd)
+        if report is None or report.get("done"):
+            self.gone = True
+            return False
+        if "exit" in report and self.exit_code is None:
+            self.exit_code = int(report["exit"])
+        return True
+
+    def kill(self) -> None:
+        """Ask the supervisor to SIGKILL everything the command started."""
+        self.killed = True
+        with contextlib.suppress(OSError):
+            send_packet(self.ctl, {"kill": True})
+
+    def force(self) -> None:
+        """SIGKILL the supervisor and its subtree from here: a killed command whose
+        subtree is still not gone after the grace may have stopped its supervisor.
+        What survives the sweep is reparented to the spawner, which kills it."""
+        if self.gone or not self.supervisor:
+            return
+        for pid in [self.supervisor, *descendants(self.supervisor)]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+    def drain(self, send: Callable[[bytes, bytes], None]) -> None:
+        """Send what is already in the output pipes, without waiting for more."""
+        for tag, fd in ((b"O", self.stdout), (b"E", self.stderr)):
+            if fd < 0:
+                continue
+            os.set_blocking(fd, False)
+            with contextlib.suppress(OSError):
+                while data := os.read(fd, CHUNK):
+                    send(tag, data)
+
+    def close_stdin(self) -> None:
+        if self.stdin is not None:
+            close_fd(self.stdin)
+            self.stdin = None
+
+    def close(self) -> None:
+        self.close_stdin()
+        for fd in (self.stdout, self.stderr):
+            close_fd(fd)
+        self.stdout = self.stderr = -1
+        with contextlib.suppress(OSError):
+            self.ctl.close()
+
+
+class Background:
+    """A background process: its output kept for replay, its exit code once known."""
+
+    def __init__(self, run: Running, on_exit: Callable[[int], None]) -> None:
+        self.run = run
+        self.on_exit = on_exit
+        self.stdin = open(run.stdin, "wb") if run.stdin is not None else None  # noqa: SIM115
+        run.stdin = None  # the file object owns it now
+        self.chunks: list[tuple[bytes, bytes]] = []
+        self.size = 0
+        self.exit_code: int | None = None
+        self.cond = threading.Condition()
+        threading.Thread(target=self.pump, daemon=True).start()
+
+    def keep(self, tag: bytes, data: bytes) -> None:
+        with self.cond:
+            self.chunks.append((tag, data))
+            self.size += len(data)
+            while self.size > REPLAY_LIMIT and len(self.chunks) > 1:
+                self.size -= len(self.chunks.pop(0)[1])
+            self.cond.notify_all()
+
+    def pump(self) -> None:
+        run = self.run
+        sel = selectors.DefaultSelector()
+        sel.register(run.stdout, selectors.EVENT_READ, b"O")
+        sel.register(run.stderr, selectors.EVENT_READ, b"E")
+        sel.register(run.ctl, selectors.EVENT_READ, b"K")
+        open_pipes = 2
+        give_up: float | None = None
+        while open_pipes or (run.exit_code is None and not run.gone):
+            if run.killed and give_up is None:
+                give_up = time.monotonic() + KILL_GRACE
+            if give_up is not None and (run.gone or time.monotonic() >= give_up):
+                run.force()  # killed: a survivor holding a pipe must not keep it running
+                break
+            events = sel.select(None if give_up is None else
+                                max(0.0, min(0.5, give_up - time.monotonic())))
+            if run.killed and give_up is None:
+                continue
+            for key, _ in events:
+                if key.data == b"K":
+                    if not run.on_control():
+                        sel.unregister(key.fileobj)
+                    continue
+                data = os.read(key.fd, CHUNK)
+                if data:
+                    self.keep(key.data, data)
+                else:
+                    sel.unregister(key.fileobj)
+                    open_pipes -= 1
+        sel.close()
+        self.on_exit(run.pid)
+        code = run.exit_code if run.exit_code is not None else -signal.SIGKILL
+        if self.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.stdin.close()
+        run.close()
+        with self.cond:
+            self.exit_code = code
+            self.cond.notify_all()
+
+
+def close_fd(fd: int | None) -> None:
+    if fd is not None and fd >= 0:
+        with contextlib.suppress(OSError):
+            os.close(fd)
