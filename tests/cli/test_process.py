@@ -273,9 +273,6 @@ def test_cp_of_a_fifo_on_local_fails_at_once(local_env: dict[str, str],
     _cp_refused(local_env, tmp_path, "mkfifo /tmp/fifo", "/tmp/fifo")
 
 
-@pytest.mark.xfail(strict=True, raises=subprocess.TimeoutExpired,
-                   reason="the local provider refuses a symlink to a FIFO or device when it "
-                          "reads (NotARegularFile) only once its agent's refusal lands on main")
 def test_cp_of_a_symlink_to_a_fifo_on_local_fails_at_once(local_env: dict[str, str],
                                                           tmp_path: Path) -> None:
     _cp_refused(local_env, tmp_path, "mkfifo /tmp/fifo && ln -s /tmp/fifo /tmp/link",
