@@ -7,7 +7,10 @@ bubblewrap is a failure: CI installs it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+import os
+import subprocess
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +29,28 @@ def home(tmp_path: Path) -> Path:
 @pytest.fixture
 async def provider(home: Path) -> AsyncIterator[LocalProvider]:
     """A local provider in ``home``; every sandbox it has is killed afterwards."""
+    async with provider_in(home) as made:
+        yield made
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str) -> Iterator[Path]:
+    """``path`` as a tmpfs of ``size`` (e.g. ``"48m"``) for the block; root only (skips
+    otherwise)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "psdk-test",
+                    str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+@contextlib.asynccontextmanager
+async def provider_in(home: Path) -> AsyncIterator[LocalProvider]:
+    """A local provider in ``home`` whose sandboxes are all killed afterwards."""
     provider = LocalProvider(home=home)
     try:
         yield provider

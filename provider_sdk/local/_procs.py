@@ -242,6 +242,10 @@ def _reap_orphans(supervisors: set[int]) -> None:
 def _supervise(request: dict[str, Any], fds: list[int], user: tuple[int, int] | None) -> None:
     ctl = socket.socket(fileno=fds[3])
     prctl(PR_SET_CHILD_SUBREAPER, 1)
+    # Under the sandbox's memory limit the OOM killer must pick commands, never the
+    # agent or a supervisor: the command inherits this score at fork, before it can
+    # fork anything itself; the supervisor takes its own back right after.
+    _oom_score_adj(1000)
     try:
         for attempt in range(FORK_ATTEMPTS):
             try:
@@ -265,16 +269,18 @@ def _supervise(request: dict[str, Any], fds: list[int], user: tuple[int, int] | 
                                         "message": exc.strerror or str(exc)}})
         return
     finally:
+        _oom_score_adj(0)
         for fd in fds[:3]:
             os.close(fd)
-    # Under the sandbox's memory limit the OOM killer must pick commands, never the
-    # agent or a supervisor.
-    with contextlib.suppress(OSError), open(f"/proc/{proc.pid}/oom_score_adj", "w") as f:
-        f.write("1000")
     proc.returncode = 0  # reaped by _watch, not by this object
     with contextlib.suppress(OSError):
         send_packet(ctl, {"pid": proc.pid, "supervisor": os.getpid()})
     _watch(ctl, proc.pid)
+
+
+def _oom_score_adj(value: int) -> None:
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
+        f.write(str(value))
 
 
 def _watch(ctl: socket.socket, command: int) -> None:

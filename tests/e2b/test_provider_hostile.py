@@ -10,6 +10,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from process_trees import TREE, first_chunk, sleepers, until_started
 from provider_emulators import emulator, faults, provider_options
 
 from provider_sdk import errors, open_provider
@@ -17,15 +18,6 @@ from provider_sdk.emulators import RunningEmulator
 from provider_sdk.sandbox import Sandbox
 
 pytestmark = pytest.mark.anyio
-
-ODD = "a) R 1 1 1 (b"
-"""A command name that a parse of /proc/PID/stat from the first ")" reads as child of 1."""
-TREE = (
-    f"cp /bin/sleep '/tmp/{ODD}' && '/tmp/{ODD}' 600 & "
-    "(exec -a 'a) b' sleep 601) & "
-    "setsid sh -c '(sleep 602 &); exec sleep 603' & "
-    "sleep 604")
-"""A tree whose every process sleeps 600..604 s; the test looks for those after a kill."""
 
 
 @pytest.fixture(scope="module", params=["e2b", "cube"])
@@ -41,28 +33,6 @@ async def sandbox(running: RunningEmulator) -> AsyncIterator[Sandbox]:
     async with open_provider(running.name, **provider_options(running)) as provider, \
             provider.create() as made:
         yield made
-
-
-async def _sleepers(sandbox: Sandbox) -> list[str]:
-    """The stat lines of live processes of :data:`TREE` (found by their sleep argument)."""
-    found = await sandbox.exec(
-        "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | "
-        "grep -qE ' 60[0-4] ?$' && ! grep -q ') Z' $p/stat && cat $p/stat; done; true")
-    return [line for line in found.stdout.splitlines() if line]
-
-
-async def _until_started(sandbox: Sandbox, count: int) -> None:
-    for _ in range(300):
-        if len(await _sleepers(sandbox)) >= count:
-            return
-        await anyio.sleep(0.1)
-    pytest.fail(f"fewer than {count} processes of the tree started")
-
-
-async def _first_chunk(sandbox: Sandbox, path: str) -> bytes:
-    async for chunk in sandbox.files.stream(path):
-        return chunk
-    return b""
 
 
 async def test_an_output_flood_is_kept_within_the_limit_and_counted(sandbox: Sandbox) -> None:
@@ -102,7 +72,7 @@ async def test_reads_of_devices_and_fifos_are_refused_at_once(sandbox: Sandbox, 
         with pytest.raises(errors.NotARegularFile):
             await sandbox.files.read(path)
         with pytest.raises(errors.NotARegularFile):
-            await _first_chunk(sandbox, path)
+            await first_chunk(sandbox, path)
         with pytest.raises(errors.NotARegularFile):
             await sandbox.files.download(path, tmp_path / "out")
     assert [entry async for entry in anyio.Path(tmp_path).iterdir()] == []
@@ -114,18 +84,18 @@ async def test_a_timeout_kills_the_whole_tree(sandbox: Sandbox) -> None:
     with anyio.fail_after(60), pytest.raises(errors.CommandTimeout):
         await sandbox.exec(TREE, timeout=3)
     with anyio.fail_after(30):
-        while survivors := await _sleepers(sandbox):
+        while survivors := await sleepers(sandbox):
             pytest.fail(f"still alive after the timeout: {survivors}")
 
 
 async def test_killing_a_process_kills_its_whole_tree(sandbox: Sandbox) -> None:
     process = await sandbox.start(["bash", "-c", TREE])
-    await _until_started(sandbox, 5)
+    await until_started(sandbox, 5)
     await process.kill()
     with anyio.fail_after(30):
         result = await process.wait()
     assert result.exit_code == -9
-    assert await _sleepers(sandbox) == []
+    assert await sleepers(sandbox) == []
 
 
 async def test_a_data_plane_that_stops_answering_ends_in_a_typed_error(

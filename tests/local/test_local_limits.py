@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import textwrap
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from local_fixtures import provider_in, tmpfs
 
 from provider_sdk import CommandTimeout, Resources, UnsupportedCapability
 from provider_sdk.capabilities import Capability
@@ -42,26 +42,17 @@ def allocate(mib: int) -> list[str]:
 
 
 @pytest.fixture
-def tmpfs_home(tmp_path: Path, home: Path) -> Iterator[Path]:
+def tmpfs_home(home: Path) -> Iterator[Path]:
     """A home on a 256 MiB tmpfs of its own, so disk use is measured exactly."""
     needs_quota()
-    home.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m,mode=0700", "psdk-test", str(home)],
-                   check=True)
-    try:
-        yield home
-    finally:
-        subprocess.run(["umount", "-l", str(home)], check=False)
+    with tmpfs(home, "256m") as mounted_home:
+        yield mounted_home
 
 
 @pytest.fixture
 async def small_provider(tmpfs_home: Path) -> AsyncIterator[LocalProvider]:
-    provider = LocalProvider(home=tmpfs_home)
-    try:
+    async with provider_in(tmpfs_home) as provider:
         yield provider
-    finally:
-        for info in await provider.list():
-            await provider.kill(info.id)
 
 
 def mounted(path: Path) -> bool:

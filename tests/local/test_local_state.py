@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 import warnings
 from collections.abc import AsyncIterator, Iterator
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from local_fixtures import provider_in, tmpfs
 
 from provider_sdk import QuotaExceeded, Resources, SandboxNotRunning, SandboxState
 from provider_sdk.local import BrokenRecordWarning, LocalProvider, _disk, _launch
@@ -161,26 +161,14 @@ async def test_an_abandoned_claim_is_removed_by_listing(provider: LocalProvider)
 @pytest.fixture
 def full_home(tmp_path: Path) -> Iterator[Path]:
     """A home on a 48 MiB tmpfs of its own (root only), to fill up."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    home = tmp_path / "full-home"
-    home.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m,mode=0700", "psdk-full", str(home)],
-                   check=True)
-    try:
+    with tmpfs(tmp_path / "full-home", "48m") as home:
         yield home
-    finally:
-        subprocess.run(["umount", "-l", str(home)], check=False)
 
 
 @pytest.fixture
 async def full_provider(full_home: Path) -> AsyncIterator[LocalProvider]:
-    provider = LocalProvider(home=full_home)
-    try:
+    async with provider_in(full_home) as provider:
         yield provider
-    finally:
-        for info in await provider.list():
-            await provider.kill(info.id)
 
 
 def fill(home: Path) -> None:

@@ -1,0 +1,44 @@
+"""A process tree built to escape a kill, and how to find what is left of it: shared by
+the vendor providers' hostile tests (each runs it through its own provider)."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from provider_sdk.sandbox import Sandbox
+
+__all__ = ["ODD", "TREE", "first_chunk", "sleepers", "until_started"]
+
+ODD = "a) R 1 1 1 (b"
+"""A command name that a parse of /proc/PID/stat from the first ")" reads as child of 1."""
+TREE = (
+    f"cp /bin/sleep '/tmp/{ODD}' && '/tmp/{ODD}' 600 & "
+    "(exec -a 'a) b' sleep 601) & "
+    "setsid sh -c '(sleep 602 &); exec sleep 603' & "
+    "sleep 604")
+"""A tree whose every process sleeps 600..604 s; the test looks for those after a kill."""
+
+
+async def sleepers(sandbox: Sandbox) -> list[str]:
+    """The stat lines of live processes of :data:`TREE` (found by their sleep argument)."""
+    found = await sandbox.exec(
+        "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | "
+        "grep -qE ' 60[0-4] ?$' && ! grep -q ') Z' $p/stat && cat $p/stat; done; true")
+    return [line for line in found.stdout.splitlines() if line]
+
+
+async def until_started(sandbox: Sandbox, count: int) -> None:
+    """Wait until ``count`` processes of :data:`TREE` run (fail after 30 s)."""
+    for _ in range(300):
+        if len(await sleepers(sandbox)) >= count:
+            return
+        await anyio.sleep(0.1)
+    pytest.fail(f"fewer than {count} processes of the tree started")
+
+
+async def first_chunk(sandbox: Sandbox, path: str) -> bytes:
+    """The first chunk a stream of ``path`` yields."""
+    async for chunk in sandbox.files.stream(path):
+        return chunk
+    return b""
