@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 __all__ = ["EmulatedShell", "Files", "Process", "Sandbox", "SandboxCreation", "Shell"]
 
 _CHUNK = 1 << 20
-_SIZE_CHECK_AFTER = 16 << 20  # bytes a read holds before it asks for the file's size
+_SIZE_CHECK_AFTER = 16 << 20  # bytes past which a read asks for the file's size first
 Data = bytes | bytearray | memoryview | str | AsyncIterable[bytes] | Iterable[bytes]
 
 
@@ -296,24 +296,32 @@ class Files:
             most = check_limit("limit", self._provider.read_limit if limit is None else limit)
         except InvalidInput as exc:
             raise InvalidInput(exc.message, sandbox_id=self._id) from None
-        kept = OutputBuffer(most)
         too_large = FileTooLarge(f"{path}: larger than the read limit of {most} bytes; "
                                  "stream it with files.stream() or files.download()",
                                  limit=most, provider=self._provider.name, sandbox_id=self._id)
-        checked = False
+        head = await self._read_at_most(path, min(most, _SIZE_CHECK_AFTER))
+        if head is not None:
+            return head
+        # A large file: ask for its size (with no read open, which some backends
+        # serialize against), so one far past the limit fails now instead of after
+        # filling memory up to the limit; then read it again, whole.
+        info = await self.stat(path)
+        if info.type == FileType.FILE and info.size > most:
+            raise too_large
+        whole = await self._read_at_most(path, most)
+        if whole is None:
+            raise too_large
+        return whole
+
+    async def _read_at_most(self, path: str, most: int) -> bytes | None:
+        """The file's content if it is at most ``most`` bytes, else ``None``."""
+        kept = OutputBuffer(most)
         chunks = self.stream(path)
         try:
             async for chunk in chunks:
                 kept.append(chunk)
                 if kept.dropped:
-                    raise too_large
-                if not checked and len(kept) > _SIZE_CHECK_AFTER:
-                    # A large read: ask for the size once, so a file far past the limit
-                    # fails now instead of after filling memory up to the limit.
-                    checked = True
-                    info = await self.stat(path)
-                    if info.type == FileType.FILE and info.size > most:
-                        raise too_large
+                    return None
         finally:
             await chunks.aclose()  # type: ignore[attr-defined]
         return kept.value()

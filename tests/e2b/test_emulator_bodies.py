@@ -7,6 +7,7 @@ import gzip
 import zlib
 from collections.abc import AsyncIterator
 
+import anyio
 import httpx
 import pytest
 from provider_sdk_e2b.emulator._multipart import MultipartError, boundary_of, parts
@@ -126,15 +127,41 @@ def test_a_content_type_without_a_boundary_is_an_error() -> None:
         boundary_of("multipart/form-data")
 
 
-async def test_a_process_stream_that_falls_behind_is_cut_off_with_an_error() -> None:
+async def test_a_process_stream_that_falls_behind_is_cut_off_with_an_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from provider_sdk_e2b.emulator import _world
     from provider_sdk_e2b.emulator._world import ProcessEntry
 
+    monkeypatch.setattr(_world, "_STALL", 0.05)
     entry = ProcessEntry(pid=1, config={}, tag=None, process=None)  # type: ignore[arg-type]
     slow = entry.subscribe()
     for index in range(5000):  # nobody reads: the stream must not hold them all
-        entry.broadcast({"event": {"data": {"stdout": str(index)}}})
+        await entry.publish({"event": {"data": {"stdout": str(index)}}})
     assert slow.statistics().current_buffer_used <= 1000
     assert not entry.subscribers
     items = [item async for item in slow]
     assert items[-1]["error"].code == "resource_exhausted"
     assert items[0] == {"event": {"data": {"stdout": "0"}}}
+
+
+async def test_a_process_stream_waits_for_a_slow_reader() -> None:
+    """Output is held back while a reader catches up, not dropped: every event arrives."""
+    from provider_sdk_e2b.emulator._world import _BACKLOG, ProcessEntry
+
+    entry = ProcessEntry(pid=1, config={}, tag=None, process=None)  # type: ignore[arg-type]
+    stream = entry.subscribe()
+    got: list[dict[str, object]] = []
+
+    async def read_slowly() -> None:
+        async for item in stream:
+            got.append(item)
+            if len(got) % 100 == 0:
+                await anyio.sleep(0.01)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(read_slowly)
+        for index in range(3 * _BACKLOG):
+            await entry.publish({"event": {"data": {"stdout": str(index)}}})
+        entry.finish({"event": {"end": {}}})
+    assert len(got) == 3 * _BACKLOG + 1
+    assert "error" not in got[-1]

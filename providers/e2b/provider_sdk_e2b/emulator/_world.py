@@ -54,6 +54,7 @@ _PTY_CHUNK = 16 * 1024  # and terminal output in chunks of at most this
 # Events a stream attached to a process may have waiting (at most 16 MiB of output): a
 # client that reads slower than the process writes is cut off there, not buffered for.
 _BACKLOG = 512
+_STALL = 60.0  # seconds a process stream may wait for a reader that does not read
 SCRIPT = "/usr/bin/script"
 """util-linux's ``script``, which gives a command a terminal inside the sandbox."""
 _SIGNALS = {signal.SIGKILL: "killed", signal.SIGTERM: "terminated", signal.SIGINT: "interrupt",
@@ -118,7 +119,20 @@ class ProcessEntry:
             self.subscribers.append(send)
         return receive
 
+    async def publish(self, message: dict[str, Any]) -> None:
+        """Hand ``message`` to every stream, waiting while one is full (as a real
+        stream's flow control holds the process back) for up to :data:`_STALL` seconds;
+        a reader stalled longer is cut off (:meth:`broadcast`)."""
+        for send in list(self.subscribers):
+            with anyio.move_on_after(_STALL):
+                # A memory stream has no "room" event to wait on.
+                while send.statistics().current_buffer_used >= _BACKLOG:  # noqa: ASYNC110
+                    await anyio.sleep(0.005)
+        self.broadcast(message)
+
     def broadcast(self, message: dict[str, Any]) -> None:
+        """Hand ``message`` to every stream at once; one that is full is cut off with a
+        ``resource_exhausted`` error."""
         for send in list(self.subscribers):
             try:
                 if send.statistics().current_buffer_used >= _BACKLOG:
@@ -534,7 +548,7 @@ class World:
                                 size = _PTY_CHUNK if entry.pty else _OUTPUT_CHUNK
                                 for i in range(0, len(event.data), size):
                                     piece = event.data[i:i + size]
-                                    entry.broadcast({"event": {"data": {
+                                    await entry.publish({"event": {"data": {
                                         key: base64.b64encode(piece).decode()}}})
                             elif isinstance(event, ProcessExit):
                                 end = {"event": {"end": end_event(event.exit_code)}}
