@@ -3,8 +3,8 @@ that does nothing but one exec printing 1.5 GiB, against the same exec printing 
 
 Each measurement is a new Python process (``--child``) that connects to a sandbox made
 beforehand, runs ``head -c N /dev/zero`` once with the provider's default output limit,
-and reports its own ``ru_maxrss``; so imports, the client and the event loop cost the
-same on both sides and the difference is what the flood adds. Runs on the local
+and reports its own peak resident set (``VmHWM``); so imports, the client and the event
+loop cost the same on both sides and the difference is what the flood adds. Runs on the local
 provider, and on Docker when an Engine answers. Prints one JSON line per provider, as
 ``bench/run.py`` does, with ``difference`` in MiB and a goal on it (under 64 MiB apart).
 Not a test: goals are reported, not asserted. Usage: ``python bench/hostile.py``.
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import shutil
 import subprocess
 import sys
@@ -41,8 +40,15 @@ async def child(provider: str, options: dict[str, Any], sandbox_id: str, size: i
         result = await sandbox.exec(["head", "-c", str(size), "/dev/zero"],
                                     timeout=EXEC_TIMEOUT)
         kept = len(result.stdout_bytes)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-    print(json.dumps({"peak": peak, "kept": kept, "exit_code": result.exit_code}))
+    print(json.dumps({"peak": _peak_rss(), "kept": kept, "exit_code": result.exit_code}))
+
+
+def _peak_rss() -> int:
+    """This process's peak resident set in bytes: ``VmHWM``, not ``ru_maxrss``, which
+    keeps the peak of the process that forked this one (exec does not reset it)."""
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) * 1024 for line in status
+                    if line.startswith("VmHWM:"))
 
 
 def measure(provider: str, options: dict[str, Any], sandbox_id: str, size: int) -> int:

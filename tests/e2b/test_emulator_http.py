@@ -3,14 +3,19 @@ uploads, and the Connect framing envd's clients rely on."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import socket
 import struct
 from collections.abc import Iterator
 
+import anyio
+import anyio.from_thread
 import httpx
+import pytest
 from e2b import Sandbox
+from provider_sdk_e2b.emulator._http import Request, Response, serve
 
 from provider_sdk.emulators import RunningEmulator
 
@@ -87,3 +92,46 @@ def test_connect_framing_of_a_streamed_call(e2b_emulator: RunningEmulator) -> No
         assert "start" in frames[0][1]["event"]
         assert frames[-2][1]["event"]["end"]["exited"] is True
         assert frames[-1] == (2, {})  # the end-stream frame
+
+
+@pytest.mark.anyio
+async def test_a_body_sent_faster_than_it_is_read_waits_in_the_socket() -> None:
+    """The server reads a body only as its handler asks: a client that pushes faster is
+    held back by TCP flow control, not queued in the server's memory."""
+    reading = anyio.Event()
+    release = anyio.Event()
+
+    async def slow(request: Request) -> Response:
+        body = request.stream()
+        await anext(body)
+        reading.set()
+        await release.wait()
+        async for _ in body:
+            pass
+        return Response(200, body=b"read")
+
+    def push(port: int) -> tuple[int, bytes]:
+        """Send up to 512 MiB; how much the server took before the sender was held."""
+        block = bytes(1 << 20)
+        sent = 0
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"POST /slow HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Length: %d\r\n\r\n" % (512 << 20))
+            sock.settimeout(2)
+            with contextlib.suppress(TimeoutError):
+                while sent < 512 << 20:
+                    sent += sock.send(block)
+            anyio.from_thread.run_sync(release.set)
+            sock.settimeout(60)
+            sock.sendall(bytes((512 << 20) - sent))
+            answer = b""
+            while b"read" not in answer and (chunk := sock.recv(65536)):
+                answer += chunk
+        return sent, answer
+
+    async with serve(slow) as port:
+        sent, answer = await anyio.to_thread.run_sync(push, port)
+    assert reading.is_set()
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    # Loopback socket buffers hold a few MiB; a server that read ahead took it all.
+    assert sent < 64 << 20, f"the server took {sent >> 20} MiB ahead of its handler"

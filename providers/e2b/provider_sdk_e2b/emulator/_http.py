@@ -14,8 +14,10 @@ This module owns HTTP framing only; it knows nothing of sandboxes or vendors.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import socket
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -23,6 +25,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import attrs
 import h11
 
@@ -269,21 +272,99 @@ async def _send_error(conn: _Connection, status: int, message: str) -> None:
         pass
 
 
+class _SocketStream(anyio.abc.ByteStream):
+    """A connected socket that reads only when asked.
+
+    anyio's own TCP stream (asyncio backend) keeps its transport reading until a
+    ``receive`` has to wait, so a client that sends faster than a handler reads has its
+    bytes queued in the server's memory; here the kernel's socket buffer is all there
+    is, and a fast sender is held back by TCP flow control.
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self.closed = False
+
+    async def receive(self, max_bytes: int = _RECEIVE) -> bytes:
+        while True:
+            if self.closed:
+                raise anyio.ClosedResourceError
+            try:
+                data = self.sock.recv(max_bytes)
+            except (BlockingIOError, InterruptedError):
+                await anyio.wait_readable(self.sock)
+                continue
+            except OSError as exc:
+                raise anyio.BrokenResourceError from exc
+            if not data:
+                raise anyio.EndOfStream
+            return data
+
+    async def send(self, item: bytes) -> None:
+        view = memoryview(item)
+        while view:
+            if self.closed:
+                raise anyio.ClosedResourceError
+            try:
+                sent = self.sock.send(view)
+            except (BlockingIOError, InterruptedError):
+                await anyio.wait_writable(self.sock)
+                continue
+            except OSError as exc:
+                raise anyio.BrokenResourceError from exc
+            view = view[sent:]
+        await anyio.lowlevel.checkpoint()
+
+    async def send_eof(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_WR)
+
+    async def aclose(self) -> None:
+        if not self.closed:
+            self.closed = True
+            anyio.notify_closing(self.sock)  # wakes a task waiting on it
+            self.sock.close()
+        await anyio.lowlevel.checkpoint()
+
+
 @asynccontextmanager
 async def serve(handler: Handler, *, port: int = 0) -> AsyncIterator[int]:
     """Serve ``handler`` on 127.0.0.1 (only) until the block exits; yield the port."""
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=port)
-    bound = int(listener.extra(anyio.abc.SocketAttribute.local_port))
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(128)
+    listener.setblocking(False)
+    bound = int(listener.getsockname()[1])
 
-    async def on_connection(stream: anyio.abc.SocketStream) -> None:
+    async def on_connection(sock: socket.socket) -> None:
         try:
-            await _serve_connection(stream, handler)
+            await _serve_connection(_SocketStream(sock), handler)
         except Exception:  # a broken connection must never take the server down
             log.debug("emulator: connection ended with an error", exc_info=True)
 
-    async with listener, anyio.create_task_group() as tg:
-        tg.start_soon(listener.serve, on_connection, tg)
-        try:
-            yield bound
-        finally:
-            tg.cancel_scope.cancel()
+    async def accept(tg: anyio.abc.TaskGroup) -> None:
+        while True:
+            await anyio.wait_readable(listener)
+            try:
+                sock, _address = listener.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                continue
+            except OSError:  # out of descriptors, say: wait, then try again
+                log.warning("emulator: accept failed", exc_info=True)
+                await anyio.sleep(0.1)
+                continue
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            tg.start_soon(on_connection, sock)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(accept, tg)
+            try:
+                yield bound
+            finally:
+                tg.cancel_scope.cancel()
+    finally:
+        anyio.notify_closing(listener)
+        listener.close()
