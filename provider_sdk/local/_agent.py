@@ -393,20 +393,28 @@ class Agent:
 
     def op_events(self, conn: Conn, req: dict[str, Any]) -> dict[str, Any]:
         bg = self.background(int(req["pid"]))
-        index = 0
-        while True:
-            with bg.cond:
-                while index >= len(bg.chunks) and bg.exit_code is None:
-                    bg.cond.wait(0.5)
-                    if conn_closed(conn.sock):
-                        return {}
-                chunks = bg.chunks[index:]
-                index += len(chunks)
-                code = bg.exit_code if index >= len(bg.chunks) else None
-            for tag, data in chunks:
-                conn.send(tag, data)
-            if code is not None:
-                return {"exit_code": code}
+        reader = bg.attach()
+        try:
+            position = bg.first
+            while True:
+                with bg.cond:
+                    position = max(position, bg.first)  # what was dropped is gone
+                    while position >= bg.end and bg.exit_code is None:
+                        bg.cond.wait(0.5)
+                        if conn_closed(conn.sock):
+                            return {}
+                        position = max(position, bg.first)
+                    chunks = bg.chunks[position - bg.first:]
+                    # The exit code is set after the last chunk: with it, none follow.
+                    code = bg.exit_code
+                for tag, data in chunks:
+                    conn.send(tag, data)
+                    position += 1
+                    bg.advance(reader, position)
+                if code is not None:
+                    return {"exit_code": code}
+        finally:
+            bg.detach(reader)
 
     def op_stdin(self, conn: Conn, req: dict[str, Any]) -> None:
         bg = self.background(int(req["pid"]))

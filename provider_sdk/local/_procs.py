@@ -46,6 +46,9 @@ PR_SET_CHILD_SUBREAPER = 36
 PACKET = 1 << 16
 CHUNK = 1 << 18
 REPLAY_LIMIT = 64 << 20  # bytes of a background process's output kept for replay
+# Seconds a background process's output waits for an attached reader that takes none of
+# it; past that the reader is no longer waited for and what it missed is dropped.
+READER_STALL = 60.0
 # Seconds a killed command's output is still read: a descendant that escaped the kill
 # (or another command holding its pipe) must not hold the call.
 KILL_GRACE = 2.0
@@ -422,8 +425,20 @@ class Running:
             self.ctl.close()
 
 
+_FIRST_READER = object()  # stands for the reader a background process has not had yet
+
+
 class Background:
-    """A background process: its output kept for replay, its exit code once known."""
+    """A background process: its output kept for replay, its exit code once known.
+
+    Output is a sequence of chunks numbered from the start. At most
+    :data:`REPLAY_LIMIT` bytes are kept; past that the oldest go, except while an
+    attached reader (:meth:`attach`) still has to send them: then the process is held
+    back (its pipes are not read, so its writes block) until the reader catches up,
+    for up to :data:`READER_STALL` seconds without progress from it. Until the first
+    reader attaches, the process is held as if one had (for up to that long after its
+    start), so whoever started it and then asks for its output gets all of it.
+    """
 
     def __init__(self, run: Running, on_exit: Callable[[int], None]) -> None:
         self.run = run
@@ -431,18 +446,57 @@ class Background:
         self.stdin = open(run.stdin, "wb") if run.stdin is not None else None  # noqa: SIM115
         run.stdin = None  # the file object owns it now
         self.chunks: list[tuple[bytes, bytes]] = []
+        self.first = 0
+        """The number of ``chunks[0]``: how many chunks were dropped before it."""
         self.size = 0
+        self.readers: dict[object, tuple[int, float]] = {_FIRST_READER: (0, time.monotonic())}
+        """Each attached reader's next chunk number, and when it last took one."""
         self.exit_code: int | None = None
         self.cond = threading.Condition()
         threading.Thread(target=self.pump, daemon=True).start()
+
+    @property
+    def end(self) -> int:
+        """The number the next chunk will have."""
+        return self.first + len(self.chunks)
+
+    def attach(self) -> object:
+        """A new reader, starting at the oldest chunk kept; :meth:`detach` it after."""
+        reader = object()
+        with self.cond:
+            self.readers.pop(_FIRST_READER, None)  # the first reader takes its place
+            self.readers[reader] = (self.first, time.monotonic())
+        return reader
+
+    def detach(self, reader: object) -> None:
+        with self.cond:
+            self.readers.pop(reader, None)
+            self.cond.notify_all()
+
+    def advance(self, reader: object, position: int) -> None:
+        """``reader`` has sent every chunk before ``position``."""
+        with self.cond:
+            self.readers[reader] = (position, time.monotonic())
+            self.cond.notify_all()
+
+    def _waited_for(self) -> bool:
+        """Whether a reader that is still taking output needs the oldest chunk."""
+        now = time.monotonic()
+        return not self.run.killed and any(
+            position <= self.first and now - taken < READER_STALL
+            for position, taken in self.readers.values())
 
     def keep(self, tag: bytes, data: bytes) -> None:
         with self.cond:
             self.chunks.append((tag, data))
             self.size += len(data)
-            while self.size > REPLAY_LIMIT and len(self.chunks) > 1:
-                self.size -= len(self.chunks.pop(0)[1])
             self.cond.notify_all()
+            while self.size > REPLAY_LIMIT and len(self.chunks) > 1:
+                if self._waited_for():
+                    self.cond.wait(0.5)
+                    continue
+                self.size -= len(self.chunks.pop(0)[1])
+                self.first += 1
 
     def pump(self) -> None:
         run = self.run

@@ -12,10 +12,11 @@ import anyio
 import docker
 import pytest
 from provider_sdk_docker import DockerProvider
+from provider_sdk_docker._control import disk_quotas_possible
 
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
-from provider_sdk.models import Resources
+from provider_sdk.models import Resources, VolumeMount
 from provider_sdk.sandbox import Sandbox
 
 pytestmark = pytest.mark.anyio
@@ -163,9 +164,12 @@ async def test_kill_reaches_a_background_process_of_another_user(sandbox: Sandbo
     assert not [p for p in await _procs(sandbox) if "sleep 68" in p]
 
 
-async def test_escaped_processes_die_at_the_next_timeout(sandbox: Sandbox) -> None:
-    # Root code kills its own exec's first process and lives on, orphaned to PID 1.
-    await sandbox.exec("(sleep 691 &) ; sleep 0.3", user="0")
+async def test_escaped_processes_die_at_the_next_timeout(sandbox: Sandbox,
+                                                         engine: docker.APIClient) -> None:
+    # A process outside every command's cgroup, orphaned to PID 1: as one that escaped
+    # before its exec's move would be (or one another client's docker exec started).
+    started = engine.exec_create(f"psdk-{sandbox.id}", ["sh", "-c", "(sleep 691 &)"])
+    engine.exec_start(started["Id"])
     assert [p for p in await _procs(sandbox) if "sleep 691" in p]
     await _timed_out(sandbox, "sleep 692", timeout=1)
     assert not [p for p in await _procs(sandbox) if "sleep 69" in p]
@@ -279,10 +283,76 @@ async def test_safe_defaults(provider: DockerProvider, sandbox: Sandbox,
     assert provider.supports(Capability.EXEC_CONTAINED)
     assert provider.supports(Capability.LIMITS_MEMORY)
     assert provider.supports(Capability.LIMITS_PIDS)
-    assert not provider.supports(Capability.LIMITS_DISK)
+    assert provider.supports(Capability.LIMITS_DISK) == provider.disk_quota
+    if provider.disk_quota:
+        # btrfs counts the image's files too: the size leaves disk_mb above them.
+        assert int(host["StorageOpt"]["size"].rstrip("M")) >= provider.disk_mb
+        assert (await sandbox.refresh()).resources.disk_mb == provider.disk_mb
     remote = DockerProvider(host_control=False)
     assert not remote.supports(Capability.EXEC_CONTAINED)
+    assert not remote.supports(Capability.LIMITS_DISK)
     assert DockerProvider.capabilities >= remote.capabilities
+
+
+XFS_QUOTA = ("36 1 7:3 / /var/lib/psdk-docker rw,relatime - xfs /dev/loop3 "
+             "rw,attr2,inode64,logbufs=8,logbsize=32k,prjquota")
+ROOT_EXT4 = "25 1 253:1 / / rw,relatime - ext4 /dev/vda rw"
+
+
+@pytest.mark.parametrize(("info", "mountinfo", "expected"), [
+    ({"Driver": "overlay2", "DockerRootDir": "/var/lib/psdk-docker"},
+     f"{ROOT_EXT4}\n{XFS_QUOTA}", True),
+    ({"Driver": "overlay2", "DockerRootDir": "/var/lib/docker"},
+     f"{ROOT_EXT4}\n{XFS_QUOTA}", False),
+    ({"Driver": "overlay2", "DockerRootDir": "/var/lib/psdk-docker"},
+     f"{ROOT_EXT4}\n{XFS_QUOTA.replace(',prjquota', '')}", False),
+    # A later mount over the storage hides the quota-enabled one.
+    ({"Driver": "overlay2", "DockerRootDir": "/var/lib/psdk-docker"},
+     f"{XFS_QUOTA}\n40 36 0:50 / /var/lib/psdk-docker/overlay2 rw - tmpfs tmpfs rw", False),
+    ({"Driver": "vfs", "DockerRootDir": "/var/lib/psdk-docker"}, XFS_QUOTA, False),
+    ({"Driver": "overlay2"}, XFS_QUOTA, False),
+    ({"Driver": "btrfs", "DockerRootDir": "/var/lib/docker"}, ROOT_EXT4, True),
+], ids=["xfs-pquota", "other-root", "xfs-no-quota", "hidden", "vfs", "no-root", "btrfs"])
+def test_disk_quotas_are_found_from_the_engines_storage_mount(
+        info: dict[str, str], mountinfo: str, expected: bool) -> None:
+    assert disk_quotas_possible(info, mountinfo) is expected
+
+
+async def test_a_full_filesystem_is_quota_exceeded_and_keeps_nothing_of_the_write(
+        provider: DockerProvider, engine: docker.APIClient) -> None:
+    """A write through the files API that fills its filesystem (here an 8 MiB tmpfs
+    volume) is ``QuotaExceeded``, and no part of the file stays to hold the room."""
+    name = f"psdk-test-small-{os.urandom(4).hex()}"
+    engine.create_volume(name, driver="local", labels={"psdk.volume": "1"},
+                         driver_opts={"type": "tmpfs", "device": "tmpfs", "o": "size=8m"})
+    try:
+        async with provider.create(volumes=[VolumeMount(volume=name, path="/small")]
+                                   ) as sandbox:
+            with pytest.raises(errors.QuotaExceeded):
+                await sandbox.files.write("/small/big", bytes(16 << 20))
+            assert await sandbox.files.list("/small") == []
+            await sandbox.files.write("/small/fits", bytes(6 << 20))
+            assert (await sandbox.files.stat("/small/fits")).size == 6 << 20
+    finally:
+        engine.remove_volume(name, force=True)
+
+
+async def test_a_full_writable_layer_fails_typed_and_the_sandbox_answers(
+        provider: DockerProvider) -> None:
+    """With a quota, a write past it is ``QuotaExceeded`` through the files API and an
+    error inside; removing the file frees the room again."""
+    if not provider.disk_quota:
+        pytest.skip("the Engine's storage has no quotas")
+    async with provider.create(resources=Resources(disk_mb=64)) as sandbox:
+        with pytest.raises(errors.QuotaExceeded):
+            await sandbox.files.write("/tmp/big", bytes(96 << 20))
+        assert not await sandbox.files.exists("/tmp/big")
+        filled = await sandbox.exec("head -c 96M /dev/zero > /tmp/fill", timeout=120)
+        assert filled.exit_code != 0
+        assert any(m in filled.stderr for m in ("No space left", "Disk quota exceeded"))
+        await sandbox.files.remove("/tmp/fill")
+        await sandbox.files.write("/tmp/small", b"x" * (8 << 20))
+        assert (await sandbox.files.stat("/tmp/small")).size == 8 << 20
 
 
 async def test_snapshots_do_not_keep_the_create_env(provider: DockerProvider,

@@ -82,13 +82,6 @@ class EmulatedContract(ProviderContract):
     lives until the end of the session, so the suite's final sweep can still reach it."""
 
     _running: ClassVar[dict[str, emulators.RunningEmulator]] = {}
-    known_failures: ClassVar[dict[str, str]] = {
-        "test_hostile_output_flood_keeps_the_caller_memory_bounded": (
-            "the emulator's local backend keeps at most 64 MiB of a background process's "
-            "output for replay and drops what a reader has not taken yet, so the stream "
-            "of a 256 MiB flood arrives short and the truncated count is too small"),
-    }
-
     @pytest.fixture(scope="class", autouse=True)
     def _emulator(self, request: pytest.FixtureRequest,
                   tmp_path_factory: pytest.TempPathFactory) -> emulators.RunningEmulator:

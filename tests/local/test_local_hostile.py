@@ -14,6 +14,7 @@ import pytest
 
 from provider_sdk import CommandTimeout, NotARegularFile
 from provider_sdk.local import LocalProvider
+from provider_sdk.provider import ProcessExit, ProcessOutput
 from provider_sdk.sandbox import Sandbox
 
 pytestmark = pytest.mark.anyio
@@ -124,6 +125,26 @@ async def test_timed_out_result_is_bounded_too(provider: LocalProvider) -> None:
     assert caught.value.result is not None
     assert len(caught.value.result.stdout_bytes) == 1_000_000
     assert caught.value.result.stdout_truncated == 2_000_000
+
+
+async def test_a_slow_reader_of_a_background_flood_misses_nothing(
+        provider: LocalProvider) -> None:
+    """Past the replay buffer the process waits for a reader that is still reading,
+    rather than dropping what the reader has not taken."""
+    size = 200 << 20  # three times the replay buffer
+    async with provider.create() as sandbox:
+        process = await sandbox.start(["head", "-c", str(size), "/dev/zero"])
+        received = 0
+        exit_code = None
+        async for event in process.events():
+            if isinstance(event, ProcessOutput):
+                if not received:
+                    await anyio.sleep(3)  # the process outruns the reader meanwhile
+                received += len(event.data)
+            elif isinstance(event, ProcessExit):
+                exit_code = event.exit_code
+    assert exit_code == 0
+    assert received == size
 
 
 def test_an_output_flood_keeps_the_callers_memory_bounded(home: Path) -> None:

@@ -15,19 +15,31 @@ exec``). Such processes stay in the container's own cgroup as children of PID 1;
 timeout or kill ends them too ("escaped"), sparing PID 1, the keep-alive process (its
 oldest child) and commands that other clients are still running.
 
-Everything here blocks (cgroupfs and ``/proc``): call it from a worker thread.
+Storage is the host's business too: whether the Engine can hold a container's files to a
+size (``storage_opt size``) depends on its storage driver and, for overlay2, on the
+filesystem under it, which only this host's mounts tell (:func:`engine_has_disk_quotas`).
+
+Everything here blocks (cgroupfs, ``/proc``, the Engine's ``info``): call it from a
+worker thread, or once at start-up.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import posixpath
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
-__all__ = ["GROUP_PREFIX", "HostControl", "host_control_possible"]
+import docker
+import docker.errors
+import requests.exceptions
+
+__all__ = ["GROUP_PREFIX", "HostControl", "disk_quotas_possible", "engine_has_disk_quotas",
+           "host_control_possible"]
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 GROUP_PREFIX = "psdk-"
@@ -42,6 +54,52 @@ def host_control_possible(base_url: str) -> bool:
     return base_url.startswith(("unix://", "http+unix://")) and \
         os.access(CGROUP_ROOT / "freezer", os.W_OK) and \
         (CGROUP_ROOT / "freezer" / "cgroup.procs").exists()
+
+
+def engine_has_disk_quotas(base_url: str) -> bool:
+    """Whether the Engine at ``base_url`` (on this host) can limit a writable layer's
+    size; ``False`` when it cannot be asked."""
+    try:
+        client = docker.APIClient(base_url=base_url, version="auto", timeout=5)
+        try:
+            info = client.info()
+        finally:
+            client.close()
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError):
+        return False
+    return disk_quotas_possible(info)
+
+
+def disk_quotas_possible(info: Mapping[str, Any], mountinfo: str | None = None) -> bool:
+    """Whether the Engine that ``docker info`` describes (running on this host) can hold a
+    container's files to a size (``storage_opt size``): the btrfs driver (a qgroup per
+    container), or overlay2 whose storage is on XFS mounted with project quotas.
+    ``mountinfo`` is this host's ``/proc/self/mountinfo`` (read when not given)."""
+    if info.get("Driver") == "btrfs":
+        return True
+    root = info.get("DockerRootDir")
+    if info.get("Driver") != "overlay2" or not isinstance(root, str) or not root:
+        return False
+    if mountinfo is None:
+        try:
+            mountinfo = Path("/proc/self/mountinfo").read_text()
+        except OSError:
+            return False
+    storage = posixpath.join(root, "overlay2")
+    best: tuple[int, str, str] | None = None  # the deepest mount holding the storage
+    for line in mountinfo.splitlines():
+        fields, _, rest = line.partition(" - ")
+        parts, tail = fields.split(), rest.split()
+        if len(parts) < 5 or len(tail) < 3:
+            continue
+        point = parts[4].replace("\\040", " ")
+        holds = storage == point or storage.startswith(point.rstrip("/") + "/")
+        if holds and (best is None or len(point) >= best[0]):  # a later mount hides
+            best = (len(point), tail[0], tail[2])
+    if best is None:
+        return False
+    _, fstype, options = best
+    return fstype == "xfs" and bool({"prjquota", "pquota"} & set(options.split(",")))
 
 
 class HostControl:

@@ -100,6 +100,9 @@ class Engine:
             return errors.SandboxError(f"Docker client error: {exc}", **where)
         status = exc.status_code or 0
         message = _explanation(exc)
+        if "no space left on device" in message.lower() or \
+                "disk quota exceeded" in message.lower():
+            return errors.QuotaExceeded(f"the sandbox's disk is full: {message}", **where)
         if status == 404:
             if kind == "sandbox":
                 return errors.SandboxNotFound(f"no sandbox {what!r}", **where)

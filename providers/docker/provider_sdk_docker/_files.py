@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import builtins
+import contextlib
 import datetime as dt
 import json
 import posixpath
@@ -43,16 +44,18 @@ _MODE_DIR = 1 << 31
 _MODE_SYMLINK = 1 << 27
 _MODE_NOT_REGULAR = (1 << 26) | (1 << 25) | (1 << 24) | (1 << 21) | (1 << 19)
 _FILE_ERRORS: tuple[tuple[str, type[errors.SandboxError]], ...] = (
-    ("No such file", errors.FileNotFound),
-    ("Not a directory", errors.NotADirectory),
-    ("Is a directory", errors.IsADirectory),
+    ("no such file", errors.FileNotFound),
+    ("not a directory", errors.NotADirectory),
+    ("is a directory", errors.IsADirectory),
     ("cannot overwrite directory", errors.IsADirectory),
-    ("File exists", errors.FileExists),
-    ("Directory not empty", errors.Conflict),
-    ("Permission denied", errors.PermissionDenied),
-    ("Read-only file system", errors.PermissionDenied),
+    ("file exists", errors.FileExists),
+    ("directory not empty", errors.Conflict),
+    ("permission denied", errors.PermissionDenied),
     ("read-only", errors.PermissionDenied),
+    ("no space left on device", errors.QuotaExceeded),
+    ("disk quota exceeded", errors.QuotaExceeded),
 )
+"""Error texts (lower case) from the Engine or the tools inside, and what they mean."""
 #: Mounts the archive endpoints do not see as processes do.
 _UNREACHABLE_TREES = ("/dev", "/proc", "/sys")
 _DEV_FILESYSTEMS = ("/dev/shm/", "/dev/mqueue/")
@@ -221,6 +224,14 @@ class FilesMixin:
                     if attempt:
                         raise
                     await self._mkdir(sandbox_id, parent, parents=True, exist_ok=True)
+                except errors.SandboxError:
+                    # A full disk can leave part of the temporary file: it must not
+                    # keep the room it took.
+                    with anyio.CancelScope(shield=True), \
+                            contextlib.suppress(errors.SandboxError):
+                        await self._remove(sandbox_id, posixpath.join(parent, temporary),
+                                           recursive=False)
+                    raise
         moved = await self._run(sandbox_id, _scripts.REPLACE,
                                 posixpath.join(parent, temporary), target)
         if not moved.ok:
@@ -264,7 +275,7 @@ class FilesMixin:
 
     def _file_error(self, message: str, sandbox_id: str) -> errors.SandboxError:
         for text, cls in _FILE_ERRORS:
-            if text in message:
+            if text in message.lower():
                 return cls(message, provider=self.name, sandbox_id=sandbox_id)
         return errors.SandboxError(message, provider=self.name, sandbox_id=sandbox_id)
 

@@ -48,7 +48,7 @@ from provider_sdk.provider import (
     SandboxProvider,
 )
 from provider_sdk_docker import _scripts
-from provider_sdk_docker._control import HostControl, host_control_possible
+from provider_sdk_docker._control import HostControl, engine_has_disk_quotas, host_control_possible
 from provider_sdk_docker._engine import Engine, Kind
 from provider_sdk_docker._files import FilesMixin, parse_time
 from provider_sdk_docker._processes import ProcessesMixin, container_name
@@ -66,6 +66,7 @@ LABEL_METADATA = "psdk.metadata"
 LABEL_META = "psdk.meta."
 LABEL_TEMPLATE = "psdk.template"
 LABEL_CREATED = "psdk.created"
+LABEL_DISK = "psdk.disk_mb"
 LABEL_SNAPSHOT = "psdk.snapshot"
 LABEL_SNAPSHOT_SOURCE = "psdk.snapshot.source"
 LABEL_VOLUME = "psdk.volume"
@@ -109,6 +110,8 @@ BASE_CAPABILITIES = frozenset({
 })
 #: What holds only where the provider controls the containers from the Engine's host.
 HOST_CAPABILITIES = frozenset({Capability.EXEC_CONTAINED, Capability.LIMITS_MEMORY})
+#: What holds only where the Engine's storage has quotas (overlay2 on XFS with pquota).
+QUOTA_CAPABILITIES = frozenset({Capability.LIMITS_DISK})
 #: The container's own log: PID 1's stdout, which sandboxed code can write through
 #: ``/proc/1/fd/1``. Nothing reads it, so nothing is kept on the host.
 LOG_CONFIG = {"type": "none", "config": {}}
@@ -137,15 +140,26 @@ class DockerProvider(ProcessesMixin, FilesMixin, SandboxProvider):
             default: whenever the Engine is on a local socket and this process can
             write the cgroup v1 freezer. Only then are ``exec.contained`` and
             ``limits.memory`` declared (``capabilities`` is per instance).
+        disk_mb: the size limit of a sandbox's writable layer when the spec gives none
+            (``PSDK_DOCKER_DISK_MB``, 4096), where the Engine's storage has quotas.
+        disk_quota: whether it has: the btrfs storage driver, or overlay2 on XFS
+            mounted with project quotas (the Engine's ``storage_opt size``). Default:
+            found out from the Engine's ``info`` and this host's mounts, with
+            ``host_control``; otherwise ``False``.
+            Only then is ``limits.disk`` declared. Without quotas a sandbox's files
+            take as much of the Engine's storage as they will (see the docs' security
+            page for the bounds that still hold).
     """
 
     name: ClassVar[str] = "docker"
-    capabilities: ClassVar[frozenset[Capability]] = BASE_CAPABILITIES | HOST_CAPABILITIES
+    capabilities: ClassVar[frozenset[Capability]] = (
+        BASE_CAPABILITIES | HOST_CAPABILITIES | QUOTA_CAPABILITIES)
 
     def __init__(self, *, base_url: str | None = None, template: str | None = None,
                  pids_limit: int | None = None, memory_mb: int | None = None,
                  network: str | None = None, cpus: float | None = None,
-                 host_control: bool | None = None) -> None:
+                 host_control: bool | None = None, disk_mb: int | None = None,
+                 disk_quota: bool | None = None) -> None:
         url = base_url or env_setting("DOCKER_HOST", default=DEFAULT_HOST)
         assert url is not None
         self._engine = Engine(url, provider=self.name)
@@ -160,13 +174,19 @@ class DockerProvider(ProcessesMixin, FilesMixin, SandboxProvider):
         self.cpus = cpus or _float_setting("PSDK_DOCKER_CPUS", min(2.0, os.cpu_count() or 2))
         self.host_control = host_control_possible(url) if host_control is None \
             else host_control
+        self.disk_mb = disk_mb or int_setting("PSDK_DOCKER_DISK_MB", 4096,
+                                               provider=self.name)
+        self.disk_quota = disk_quota if disk_quota is not None else \
+            self.host_control and engine_has_disk_quotas(url)
         # Per instance: what holds depends on where the Engine runs (the class lists all).
-        self._hold_only(BASE_CAPABILITIES | (
-            HOST_CAPABILITIES if self.host_control else frozenset()))
+        self._hold_only(BASE_CAPABILITIES
+                        | (HOST_CAPABILITIES if self.host_control else frozenset())
+                        | (QUOTA_CAPABILITIES if self.disk_quota else frozenset()))
         self._workdirs: dict[str, str] = {}
         self._owners: dict[str, tuple[int, int]] = {}
         self._controls: dict[str, HostControl | None] = {}
         self._proc_ready: set[str] = set()
+        self._storage_driver: str | None = None
 
     def __repr__(self) -> str:
         return f"<DockerProvider {self._engine.base_url!r} template={self.template!r}>"
@@ -203,6 +223,7 @@ class DockerProvider(ProcessesMixin, FilesMixin, SandboxProvider):
             **{f"{LABEL_META}{k}": v for k, v in spec.metadata.items()},
         }
         memory = (spec.resources.memory_mb or self.memory_mb) << 20
+        disk_mb = spec.resources.disk_mb or (self.disk_mb if self.disk_quota else None)
         host_config: dict[str, Any] = {
             "network_mode": network_mode,
             "privileged": False,
@@ -217,10 +238,12 @@ class DockerProvider(ProcessesMixin, FilesMixin, SandboxProvider):
             "nano_cpus": int((spec.resources.cpu or self.cpus) * 1e9),
             "log_config": LOG_CONFIG,
         }
-        if spec.resources.disk_mb is not None:
-            # Only some storage drivers have quotas (overlay2 on xfs with pquota, btrfs,
-            # zfs); the Engine refuses the option elsewhere, as InvalidInput.
-            host_config["storage_opt"] = {"size": f"{spec.resources.disk_mb}M"}
+        if disk_mb is not None:
+            # Only some storage setups have quotas (btrfs, overlay2 on XFS with pquota);
+            # the Engine refuses the option elsewhere, as InvalidInput.
+            size = await self._quota(image, disk_mb, kind, shown)
+            host_config["storage_opt"] = {"size": f"{size}M"}
+            labels[LABEL_DISK] = str(disk_mb)
         client = await self._engine.call(lambda: self._engine.client)
         container = await self._engine.call(
             client.create_container, image, name=_container(sandbox_id),
@@ -239,8 +262,20 @@ class DockerProvider(ProcessesMixin, FilesMixin, SandboxProvider):
             id=sandbox_id, provider=self.name, state=SandboxState.RUNNING,
             template=spec.snapshot or image, metadata=spec.metadata, created_at=created,
             resources=Resources(cpu=spec.resources.cpu or self.cpus, memory_mb=memory >> 20,
-                                disk_mb=spec.resources.disk_mb),
+                                disk_mb=disk_mb),
             extra={"container_id": container["Id"], "image": image})
+
+    async def _quota(self, image: str, disk_mb: int, kind: Kind, shown: str) -> int:
+        """The ``storage_opt size`` (MiB) that leaves ``disk_mb`` for a sandbox's own
+        files: btrfs counts the image's files in a container's quota too, overlay2 only
+        the writable layer."""
+        if self._storage_driver is None:
+            info = await self._engine.api("info")
+            self._storage_driver = str(info.get("Driver") or "")
+        if self._storage_driver != "btrfs":
+            return disk_mb
+        data = await self._engine.api("inspect_image", image, kind=kind, what=shown)
+        return disk_mb + -(-int(data.get("Size") or 0) >> 20)
 
     def _network_mode(self, policy: NetworkPolicy) -> str:
         if policy.allow_out or policy.deny_out:
@@ -257,7 +292,8 @@ class DockerProvider(ProcessesMixin, FilesMixin, SandboxProvider):
         return self._to_info(sandbox_id, config.get("Labels") or {}, status, extra={
             "container_id": data["Id"], "image": config.get("Image")},
             resources=Resources(cpu=(host.get("NanoCpus") or 0) / 1e9 or None,
-                                memory_mb=(host.get("Memory") or 0) >> 20 or None))
+                                memory_mb=(host.get("Memory") or 0) >> 20 or None,
+                                disk_mb=_int_label(config.get("Labels"), LABEL_DISK)))
 
     async def _inspect(self, sandbox_id: str) -> dict[str, Any]:
         data: dict[str, Any] = await self._engine.api(
@@ -532,6 +568,12 @@ class DockerProvider(ProcessesMixin, FilesMixin, SandboxProvider):
 
 def _container(sandbox_id: str) -> str:
     return container_name(sandbox_id)
+
+
+def _int_label(labels: Mapping[str, str] | None, name: str) -> int | None:
+    """A label holding a number; ``None`` when it is absent or not a number."""
+    value = (labels or {}).get(name, "")
+    return int(value) if value.isdigit() else None
 
 
 def _float_setting(var: str, default: float) -> float:
