@@ -28,27 +28,19 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import base64
-import collections
 import contextlib
 import datetime as dt
-import functools
 import gc
-import inspect
 import json
 import math
-import posixpath
-import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, ClassVar
 
 import anyio
 import attrs
 import httpx
-from connectrpc.code import Code
-from connectrpc.errors import ConnectError
 from e2b import AsyncSandbox, SandboxQuery
 from e2b import SandboxState as E2BState
 from e2b import exceptions as e2bx
@@ -56,24 +48,15 @@ from e2b.api import client_async
 from e2b.api.client.api.sandboxes import get_sandboxes_sandbox_id
 from e2b.api.client.models import SandboxDetail
 from e2b.api.client.types import Unset
-from e2b.api.client_async import get_api_client, get_envd_api
+from e2b.api.client_async import get_api_client
 from e2b.connection_config import ConnectionConfig
-from e2b.envd.client_async import as_stream, create_rpc_client
-from e2b.envd.process import process_connect, process_pb
-from e2b.sandbox.filesystem.filesystem import EntryInfo
-from e2b.sandbox.filesystem.filesystem import FileType as E2BFileType
 from packaging.version import Version
-from protobuf import Oneof
 
 from provider_sdk import errors, scripts
 from provider_sdk.capabilities import Capability
 from provider_sdk.config import Secret, env_setting
 from provider_sdk.dockerfile import TemplateSupport
-from provider_sdk.limits import OutputBuffer
 from provider_sdk.models import (
-    ExecResult,
-    FileInfo,
-    FileType,
     Lifecycle,
     Metrics,
     NetworkPolicy,
@@ -85,33 +68,20 @@ from provider_sdk.models import (
     Template,
     TemplateSpec,
 )
-from provider_sdk.provider import Command, ProcessEvent, ProcessExit, ProcessOutput, SandboxProvider
-from provider_sdk.sandbox import EmulatedShell
+from provider_sdk.provider import SandboxProvider
 from provider_sdk_e2b import _e2b_templates, _shell
-
-if sys.version_info < (3, 11):
-    from exceptiongroup import BaseExceptionGroup
-
-if TYPE_CHECKING:
-    from provider_sdk.sandbox import Sandbox, Shell
+from provider_sdk_e2b._errors import ErrorsMixin
+from provider_sdk_e2b._files import FilesMixin
+from provider_sdk_e2b._processes import ProcessesMixin, _Proc
+from provider_sdk_e2b._remote import Remote as Remote
+from provider_sdk_e2b._remote import _Handle
 
 __all__ = ["E2BProvider"]
-
-T = TypeVar("T")
 
 ENVD_PORT = 49983
 PSDK_KEY = "psdk"
 """Metadata key this provider reserves: the sandbox's working directory and idle window,
 so a handle opened in another process behaves the same. Never shown in ``metadata``."""
-_STDIN_CHUNK = 1 << 16
-_KEEPALIVE = {"Keepalive-Ping-Interval": "50"}
-_ROOT = {"Authorization": "Basic " + base64.b64encode(b"root:").decode()}
-"""envd runs a request as the user its basic authorization names: the tree kill runs
-as root, so it reaches processes of every user."""
-_YEAR = 365 * 86400.0
-_KILL_WAIT = 30.0
-_SYMLINK_HOPS = 40
-"""Seconds the tree kill may take before the provider gives up on it."""
 
 
 def _release_sdk_transports() -> None:
@@ -131,76 +101,7 @@ def _release_sdk_transports() -> None:
 
 atexit.register(_release_sdk_transports)
 
-
-@attrs.define
-class Remote:
-    """What the control plane says about one sandbox, vendor-neutral enough for both
-    flavors (E2B's typed models, Cube's raw JSON)."""
-
-    id: str
-    state: str
-    template: str | None = None
-    metadata: dict[str, str] = attrs.field(factory=dict)
-    started_at: dt.datetime | None = None
-    end_at: dt.datetime | None = None
-    cpu: float | None = None
-    memory_mb: int | None = None
-    disk_mb: int | None = None
-    envd_version: str | None = None
-    access_token: str | None = attrs.field(default=None, repr=False)
-    domain: str | None = None
-    extra: dict[str, Any] = attrs.field(factory=dict)
-    sdk: AsyncSandbox | None = attrs.field(default=None, repr=False, eq=False)
-    """The SDK's handle, when the SDK made one (create, connect)."""
-
-
-class _Handle:
-    """The data-plane clients of one sandbox, and what this provider knows of it."""
-
-    def __init__(self, sandbox: AsyncSandbox, *, workdir: str | None,
-                 renew: int | None) -> None:
-        self.sandbox = sandbox
-        self.rpc = create_rpc_client(process_connect.ProcessClient, sandbox.envd_api_url,
-                                     sandbox.connection_config)
-        self.health = get_envd_api(sandbox.connection_config, sandbox.envd_api_url,
-                                   retry_connect=False)
-        self.workdir = workdir
-        self.renew = renew
-        self.renewed_at = time.monotonic()
-
-
-class _Proc:
-    """A background process this provider started or attached to: its events so far.
-
-    Output is kept up to ``LIMIT`` bytes; beyond that the oldest output is dropped
-    (``first`` counts the events gone), never the exit.
-    """
-
-    LIMIT = 64 << 20
-
-    def __init__(self) -> None:
-        self.events: collections.deque[ProcessEvent | BaseException] = collections.deque()
-        self.first = 0
-        self.size = 0
-        self.changed = asyncio.Event()
-        self.task: asyncio.Task[None] | None = None
-
-    @property
-    def done(self) -> bool:
-        return bool(self.events) and not isinstance(self.events[-1], ProcessOutput)
-
-    def push(self, event: ProcessEvent | BaseException) -> None:
-        self.events.append(event)
-        if isinstance(event, ProcessOutput):
-            self.size += len(event.data)
-            while self.size > self.LIMIT and isinstance(self.events[0], ProcessOutput):
-                self.size -= len(self.events.popleft().data)  # type: ignore[union-attr]
-                self.first += 1
-        self.changed.set()
-        self.changed = asyncio.Event()
-
-
-class E2BProvider(SandboxProvider):
+class E2BProvider(ProcessesMixin, FilesMixin, ErrorsMixin, SandboxProvider):
     """Sandboxes on E2B, through the ``e2b`` SDK (async API).
 
     Every option falls back to its setting in the environment (in brackets).
@@ -371,183 +272,6 @@ class E2BProvider(SandboxProvider):
         task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-
-    # ------------------------------------------------------------ errors
-
-    @contextlib.contextmanager
-    def _translate(self, sandbox_id: str | None = None, *, what: str = "sandbox",
-                   path: str | None = None) -> Iterator[None]:
-        """The one place SDK and wire errors become neutral ones, most specific first.
-
-        ``what`` says what a "not found" refers to: ``sandbox``, ``file``, ``process``,
-        ``snapshot``, ``template`` or ``volume``.
-        """
-        try:
-            yield
-        except errors.SandboxError:
-            raise
-        except ConnectError as exc:
-            if isinstance(exc.__cause__, asyncio.CancelledError):
-                raise exc.__cause__ from None
-            raise self._from_rpc(exc, sandbox_id, what, path) from exc
-        except (e2bx.SandboxException, e2bx.AuthenticationException,
-                e2bx.ServiceBusyException) as exc:
-            raise self._from_sdk(exc, sandbox_id, what, path) from exc
-        except httpx.TimeoutException as exc:
-            raise errors.OperationTimeout(f"request timed out: {exc}", provider=self.name,
-                                          sandbox_id=sandbox_id) from exc
-        except (httpx.TransportError, ConnectionError) as exc:
-            raise errors.Unavailable(f"cannot reach {self.name}: {exc}", provider=self.name,
-                                     sandbox_id=sandbox_id) from exc
-
-    def _not_found(self, what: str, message: str, sandbox_id: str | None) -> errors.SandboxError:
-        kinds: dict[str, type[errors.NotFound]] = {
-            "sandbox": errors.SandboxNotFound, "file": errors.FileNotFound,
-            "process": errors.ProcessNotFound, "snapshot": errors.SnapshotNotFound,
-            "template": errors.TemplateNotFound, "volume": errors.VolumeNotFound,
-        }
-        return kinds.get(what, errors.NotFound)(message, provider=self.name,
-                                                sandbox_id=sandbox_id)
-
-    def _from_message(self, message: str, sandbox_id: str | None,
-                      path: str | None) -> errors.SandboxError | None:
-        """Errors told apart only by envd's message."""
-        text = message.lower()
-        where = {"provider": self.name, "sandbox_id": sandbox_id}
-        about = f"{path}: {message}" if path else message
-        if "read-only" in text or "permission denied" in text:
-            return errors.PermissionDenied(about, **where)
-        if "not a directory" in text:
-            return errors.NotADirectory(about, **where)
-        if "is a directory" in text:
-            return errors.IsADirectory(about, **where)
-        if "not empty" in text:
-            return errors.Conflict(about, **where)
-        return None
-
-    def _from_rpc(self, exc: ConnectError, sandbox_id: str | None, what: str,
-                  path: str | None) -> errors.SandboxError:
-        where = {"provider": self.name, "sandbox_id": sandbox_id}
-        message = exc.message or str(exc)
-        if exc.code == Code.NOT_FOUND:
-            return self._not_found(what, f"{path}: {message}" if path else message,
-                                   sandbox_id)
-        if exc.code == Code.ALREADY_EXISTS:
-            return errors.FileExists(f"{path}: {message}" if path else message, **where)
-        if exc.code == Code.UNAUTHENTICATED:
-            return errors.AuthenticationError(message, **where)
-        if exc.code == Code.RESOURCE_EXHAUSTED:
-            return errors.RateLimited(message, provider=self.name, sandbox_id=sandbox_id)
-        if exc.code in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.CANCELED):
-            if e2bx.is_sandbox_not_found_message(message):
-                return errors.SandboxNotRunning(message, **where)
-            if isinstance(exc.__cause__, TimeoutError):
-                return errors.OperationTimeout(message, **where)
-            return errors.Unavailable(message, **where)
-        if e2bx.is_sandbox_not_found_message(message):  # the proxy: gone (502, Cube's 410)
-            return errors.SandboxNotRunning(message, **where)
-        specific = self._from_message(message, sandbox_id, path)
-        if specific is not None:
-            return specific
-        if exc.code == Code.PERMISSION_DENIED:
-            return errors.PermissionDenied(message, **where)
-        if exc.code == Code.INVALID_ARGUMENT:
-            return errors.InvalidInput(message, **where)
-        return errors.SandboxError(f"{exc.code}: {message}", **where)
-
-    def _from_sdk(self, exc: Exception, sandbox_id: str | None, what: str,
-                  path: str | None) -> errors.SandboxError:
-        where = {"provider": self.name, "sandbox_id": sandbox_id}
-        message = str(exc)
-        if isinstance(exc, e2bx.AuthenticationException):
-            return errors.AuthenticationError(
-                f"{self.name} refused the API key (check {self.SETTINGS['api_key']})", **where)
-        if isinstance(exc, e2bx.RateLimitException):
-            return errors.RateLimited(message, provider=self.name, sandbox_id=sandbox_id)
-        if isinstance(exc, e2bx.ServiceBusyException):
-            return errors.Unavailable(message, **where)
-        if isinstance(exc, e2bx.SandboxNotFoundException):
-            return errors.SandboxNotFound(message, **where)
-        if isinstance(exc, e2bx.NotFoundException):
-            return self._not_found(what, f"{path}: {message}" if path else message,
-                                   sandbox_id)
-        if isinstance(exc, e2bx.SandboxNotRunningException):
-            return errors.SandboxNotRunning(message, **where)
-        if isinstance(exc, e2bx.SandboxUnreachableException):
-            return errors.Unavailable(message, **where)
-        if isinstance(exc, e2bx.NotEnoughSpaceException):
-            return errors.QuotaExceeded(message, **where)
-        if e2bx.is_sandbox_not_found_message(message):  # the proxy: gone (502, Cube's 410)
-            return errors.SandboxNotRunning(message, **where)
-        specific = self._from_message(message, sandbox_id, path)
-        if specific is not None:
-            return specific
-        if isinstance(exc, e2bx.InvalidArgumentException):
-            return errors.InvalidInput(message, **where)
-        if isinstance(exc, e2bx.TimeoutException):
-            return errors.OperationTimeout(message, **where)
-        status = getattr(exc, "status_code", None) or _status_prefix(message)
-        if status == 404:
-            return self._not_found(what, message, sandbox_id)
-        if status == 409:
-            return errors.Conflict(message, **where)
-        if status in (502, 503, 504):
-            return errors.Unavailable(message, **where)
-        if status == 403:
-            return errors.PermissionDenied(message, **where)
-        if status == 400:
-            return errors.InvalidInput(message, **where)
-        return errors.SandboxError(message, **where)
-
-    # ------------------------------------------------------------ readiness
-
-    async def _wait_ready(self, sandbox_id: str, handle: _Handle) -> None:
-        """Return once envd answers ``/health``; retry 502/503/504 and connection
-        failures for ``ready_timeout`` seconds, then raise ``Unavailable``."""
-        deadline = time.monotonic() + self._ready_timeout
-        delay = 0.02
-        last = "no answer"
-        while True:
-            remaining = deadline - time.monotonic()
-            wait = delay
-            with anyio.move_on_after(max(remaining, 0.01)):
-                try:
-                    response = await handle.health.get("/health",
-                                                      timeout=max(0.01, min(5.0, remaining)))
-                except httpx.HTTPError as exc:
-                    last = f"{type(exc).__name__}: {exc}"
-                else:
-                    if response.is_success:
-                        return
-                    last = f"HTTP {response.status_code}"
-                    if response.status_code == 401:
-                        raise errors.AuthenticationError(
-                            "the sandbox's data plane refused the access token",
-                            provider=self.name, sandbox_id=sandbox_id)
-                    if response.status_code not in (502, 503, 504):
-                        raise errors.SandboxError(f"the data plane answered {last}",
-                                                  provider=self.name, sandbox_id=sandbox_id)
-                    wait = max(delay, _retry_after(response) or 0.0)
-            if time.monotonic() + wait > deadline:
-                raise errors.Unavailable(
-                    f"the sandbox's data plane did not answer within {self._ready_timeout:g} s "
-                    f"(last: {last})", provider=self.name, sandbox_id=sandbox_id)
-            await anyio.sleep(wait)
-            delay = min(delay * 2, 1.0)
-
-    async def _retrying(self, sandbox_id: str, op: Callable[[], Awaitable[T]]) -> T:
-        """Run ``op``; while a gateway answers for envd (so nothing ran), retry it for
-        ``ready_timeout`` seconds. Anything that reached envd is never repeated."""
-        deadline = time.monotonic() + self._ready_timeout
-        delay = 0.02
-        while True:
-            try:
-                return await op()
-            except Exception as exc:
-                if not _refused_by_gateway(exc) or time.monotonic() + delay > deadline:
-                    raise
-            await anyio.sleep(delay)
-            delay = min(delay * 2, 1.0)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -736,379 +460,6 @@ class E2BProvider(SandboxProvider):
                       envd_version=str(sandbox._envd_version),
                       access_token=sandbox._envd_access_token, sdk=sandbox)
 
-    # ------------------------------------------------------------ exec
-
-    def _cwd(self, handle: _Handle, cwd: str | None) -> str | None:
-        if cwd is None:
-            return handle.workdir
-        if cwd.startswith("/") or handle.workdir is None:
-            return cwd
-        return posixpath.join(handle.workdir, cwd)
-
-    async def _open_process(self, sandbox_id: str, handle: _Handle, command: Command, *,
-                            stdin: bool, timeout: float | None, as_root: bool = False
-                            ) -> tuple[AsyncIterator[process_pb.StartResponse], int]:
-        envs = {_shell.CALL_ENV: scripts.export_script(command.env)} if command.env else {}
-        request = process_pb.StartRequest(
-            process=process_pb.ProcessConfig(
-                cmd="/bin/bash", args=["-l", "-c", _shell.command_text(command.argv)],
-                envs=envs, cwd=self._cwd(handle, command.cwd)),
-            stdin=stdin)
-        # envd's own deadline is a backstop for a client that went away; the command's
-        # timeout is enforced here, where the whole tree can be killed.
-        # A timeout past a year is no deadline at all (and would overflow the header).
-        backstop = None if timeout is None or timeout > _YEAR else int((timeout + 30) * 1000)
-        headers = {**_KEEPALIVE, **(_ROOT if as_root else {})}
-
-        async def start() -> tuple[AsyncIterator[process_pb.StartResponse], int]:
-            events = as_stream(handle.rpc.start(request, headers=headers,
-                                                timeout_ms=backstop))
-            try:
-                first = await self._first(sandbox_id, events)
-            except BaseException:
-                with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                    await events.aclose()
-                raise
-            started = _payload(first)
-            if isinstance(started, process_pb.ProcessEvent.StartEvent):
-                return events, int(started.pid)
-            await events.aclose()
-            raise errors.SandboxError(f"envd did not report the process start: {first}",
-                                      provider=self.name, sandbox_id=sandbox_id)
-
-        with self._translate(sandbox_id):
-            return await self._retrying(sandbox_id, start)
-
-    async def _first(self, sandbox_id: str, events: AsyncIterator[T]) -> T:
-        """The event that opens a process stream, within ``request_timeout``: a data
-        plane that accepts the request and never answers does not hang the caller."""
-        try:
-            with anyio.fail_after(self._request_timeout):
-                try:
-                    return await events.__anext__()
-                except ConnectError as exc:  # connectrpc wraps the scope's cancellation
-                    if isinstance(exc.__cause__, asyncio.CancelledError):
-                        raise exc.__cause__ from None
-                    raise
-        except TimeoutError:
-            raise errors.Unavailable(f"envd did not start the process within "
-                                     f"{self._request_timeout:g} s", provider=self.name,
-                                     sandbox_id=sandbox_id) from None
-
-    async def _exec(self, sandbox_id: str, command: Command) -> ExecResult:
-        handle = await self._handle(sandbox_id)
-        began = time.monotonic()
-        events, pid = await self._open_process(sandbox_id, handle, command,
-                                               stdin=command.stdin is not None,
-                                               timeout=command.timeout)
-        out, err = command.buffers()
-        code: int | None = None
-        try:
-            with anyio.move_on_after(_deadline(command.timeout)) as scope:
-                if command.stdin is None:
-                    code = await self._drain(sandbox_id, events, out, err, command)
-                else:
-                    code = await self._drain_feeding(sandbox_id, handle, pid, events, out,
-                                                     err, command, command.stdin)
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await self._kill_tree(sandbox_id, handle, pid)
-                await _aclose(events)
-            raise
-        if scope.cancelled_caught:
-            with anyio.CancelScope(shield=True):
-                await self._kill_tree(sandbox_id, handle, pid)
-                await _aclose(events)
-            partial = ExecResult(exit_code=-9, stdout_bytes=out.value(),
-                                 stderr_bytes=err.value(), stdout_truncated=out.dropped,
-                                 stderr_truncated=err.dropped, duration=time.monotonic() - began)
-            raise errors.CommandTimeout(f"the command ran longer than {command.timeout:g} s",
-                                        result=partial, provider=self.name,
-                                        sandbox_id=sandbox_id)
-        await _aclose(events)
-        if code is None:
-            raise errors.Unavailable("the command's output stream ended before its exit status",
-                                     provider=self.name, sandbox_id=sandbox_id)
-        return ExecResult(exit_code=code, stdout_bytes=out.value(), stderr_bytes=err.value(),
-                          stdout_truncated=out.dropped, stderr_truncated=err.dropped,
-                          duration=time.monotonic() - began)
-
-    async def _drain(self, sandbox_id: str, events: AsyncIterator[process_pb.StartResponse],
-                     out: OutputBuffer, err: OutputBuffer, command: Command) -> int | None:
-        """Collect a process's output until its end event; return its exit code."""
-        code = None
-        with self._translate(sandbox_id, what="process"):
-            async for event in events:
-                ended = await _collect(event, out, err, command)
-                code = ended if ended is not None else code
-        return code
-
-    async def _drain_feeding(self, sandbox_id: str, handle: _Handle, pid: int,
-                             events: AsyncIterator[process_pb.StartResponse], out: OutputBuffer,
-                             err: OutputBuffer, command: Command, data: bytes) -> int | None:
-        """:meth:`_drain` while writing ``data`` to stdin (then closing it): reading and
-        writing at once, so a command echoing a large input never blocks on its output."""
-        codes: list[int | None] = []
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._feed, sandbox_id, handle, pid, data)
-                codes.append(await self._drain(sandbox_id, events, out, err, command))
-        except BaseExceptionGroup as group:  # one failure: raise it, not a group
-            raise group.exceptions[0] from None
-        return codes[0]
-
-    async def _feed(self, sandbox_id: str, handle: _Handle, pid: int, data: bytes) -> None:
-        for i in range(0, len(data), _STDIN_CHUNK):
-            with self._deadline(sandbox_id), self._translate(sandbox_id, what="process"):
-                await handle.rpc.send_input(process_pb.SendInputRequest(
-                    process=_selector(pid), input=_stdin(data[i:i + _STDIN_CHUNK])))
-        with self._deadline(sandbox_id), self._translate(sandbox_id, what="process"):
-            await handle.rpc.close_stdin(process_pb.CloseStdinRequest(process=_selector(pid)))
-
-    @contextlib.contextmanager
-    def _deadline(self, sandbox_id: str) -> Iterator[None]:
-        """Bound one data-plane call by ``request_timeout``: envd that accepts a request
-        and never answers raises ``OperationTimeout`` instead of hanging the caller."""
-        try:
-            with anyio.fail_after(self._request_timeout):
-                yield
-        except TimeoutError:
-            raise errors.OperationTimeout(
-                f"envd did not answer within {self._request_timeout:g} s",
-                provider=self.name, sandbox_id=sandbox_id) from None
-
-    async def _kill_tree(self, sandbox_id: str, handle: _Handle, pid: int, *,
-                         quiet: bool = True) -> bool:
-        """Kill ``pid`` and everything it started (the core's tree kill, run as root);
-        ``False`` if there was no such pid. Bounded: a sandbox that stops answering costs
-        at most ``request_timeout`` plus :data:`_KILL_WAIT` seconds, then (unless
-        ``quiet``) raises ``OperationTimeout`` or ``Unavailable``."""
-        command = Command(argv=scripts.kill_tree_argv(pid), output_limit=4096)
-        code = None
-        with anyio.move_on_after(self._request_timeout + _KILL_WAIT) as scope:
-            try:
-                events, _ = await self._open_process(sandbox_id, handle, command, stdin=False,
-                                                     timeout=_KILL_WAIT, as_root=True)
-                with anyio.move_on_after(_KILL_WAIT):
-                    code = await self._drain(sandbox_id, events, *command.buffers(), command)
-                await _aclose(events)
-            except (errors.SandboxNotFound, errors.SandboxNotRunning):
-                return True  # the sandbox is gone or paused: nothing left to kill here
-            except errors.SandboxError:
-                if quiet:
-                    return True
-                raise
-            with contextlib.suppress(ConnectError):
-                await handle.rpc.send_signal(process_pb.SendSignalRequest(
-                    process=_selector(pid), signal=process_pb.Signal.SIGKILL))
-        if scope.cancelled_caught and not quiet:
-            raise errors.OperationTimeout(
-                f"killing process {pid} took longer than "
-                f"{self._request_timeout + _KILL_WAIT:g} s", provider=self.name,
-                sandbox_id=sandbox_id)
-        return code != scripts.NO_SUCH_PROCESS
-
-    # ------------------------------------------------------------ processes
-
-    async def _start(self, sandbox_id: str, command: Command) -> int:
-        handle = await self._handle(sandbox_id)
-        events, pid = await self._open_process(sandbox_id, handle, command, stdin=True,
-                                               timeout=None)
-        proc = self._new_proc(sandbox_id, pid)
-        proc.task = asyncio.ensure_future(self._pump(sandbox_id, proc, events))
-        return pid
-
-    def _new_proc(self, sandbox_id: str, pid: int) -> _Proc:
-        """Keep a new process's events; forget the oldest finished ones past 256."""
-        finished = [key for key, proc in self._procs.items() if proc.done]
-        for key in finished[:max(0, len(finished) - 256)]:
-            del self._procs[key]
-        proc = self._procs[(sandbox_id, pid)] = _Proc()
-        return proc
-
-    async def _pump(self, sandbox_id: str, proc: _Proc, events: AsyncIterator[
-            process_pb.StartResponse] | AsyncIterator[process_pb.ConnectResponse]) -> None:
-        """Keep a started process's events, so ``wait`` works after it exited."""
-        try:
-            with self._translate(sandbox_id, what="process"):
-                async for event in events:
-                    for item in _to_events(event):
-                        proc.push(item)
-        except errors.SandboxError as exc:
-            proc.push(exc)
-        finally:
-            await _aclose(events)
-            if not proc.events or not isinstance(proc.events[-1], (ProcessExit, BaseException)):
-                proc.push(errors.Unavailable("the process's output stream ended early",
-                                             provider=self.name, sandbox_id=sandbox_id))
-
-    async def _attach(self, sandbox_id: str, pid: int) -> _Proc:
-        """The events of ``pid``: those kept since this provider started it, or, for a
-        process started elsewhere, those from now on (kept from the first touch, so a
-        ``wait`` after writing its stdin still sees its exit)."""
-        proc = self._procs.get((sandbox_id, pid))
-        if proc is not None:
-            return proc
-        handle = await self._handle(sandbox_id)
-
-        async def attach() -> AsyncIterator[process_pb.ConnectResponse]:
-            stream = as_stream(handle.rpc.connect(
-                process_pb.ConnectRequest(process=_selector(pid)), headers=_KEEPALIVE))
-            try:
-                await self._first(sandbox_id, stream)  # the start event
-            except BaseException:
-                await _aclose(stream)
-                raise
-            return stream
-
-        with self._translate(sandbox_id, what="process"):
-            stream = await self._retrying(sandbox_id, attach)
-        proc = self._procs.get((sandbox_id, pid)) or self._new_proc(sandbox_id, pid)
-        if proc.task is None:
-            proc.task = asyncio.ensure_future(self._pump(sandbox_id, proc, stream))
-        else:
-            await _aclose(stream)
-        return proc
-
-    async def _process_events(self, sandbox_id: str, pid: int) -> AsyncIterator[ProcessEvent]:
-        proc = await self._attach(sandbox_id, pid)
-        index = 0
-        while True:
-            changed = proc.changed
-            while index < proc.first + len(proc.events):
-                index = max(index, proc.first)  # output beyond the limit was dropped
-                item = proc.events[index - proc.first]
-                index += 1
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-                if isinstance(item, ProcessExit):
-                    return
-            await changed.wait()
-
-    async def _send_stdin(self, sandbox_id: str, pid: int, data: bytes) -> None:
-        await self._attach(sandbox_id, pid)
-        handle = await self._handle(sandbox_id)
-        with self._deadline(sandbox_id), self._translate(sandbox_id, what="process"):
-            await self._retrying(sandbox_id, lambda: handle.rpc.send_input(
-                process_pb.SendInputRequest(process=_selector(pid), input=_stdin(data))))
-
-    async def _close_stdin(self, sandbox_id: str, pid: int) -> None:
-        await self._attach(sandbox_id, pid)
-        handle = await self._handle(sandbox_id)
-        with self._deadline(sandbox_id), self._translate(sandbox_id, what="process"):
-            await self._retrying(sandbox_id, lambda: handle.rpc.close_stdin(
-                process_pb.CloseStdinRequest(process=_selector(pid))))
-
-    async def _kill_process(self, sandbox_id: str, pid: int) -> None:
-        handle = await self._handle(sandbox_id)
-        if not await self._kill_tree(sandbox_id, handle, pid, quiet=False):
-            raise errors.ProcessNotFound(f"no process {pid}", provider=self.name,
-                                         sandbox_id=sandbox_id)
-
-    async def _open_shell(self, sandbox: Sandbox, *, cwd: str | None,
-                          env: Mapping[str, str]) -> Shell:
-        return await EmulatedShell.open(sandbox, cwd=cwd, env=env)
-
-    # ------------------------------------------------------------ files
-
-    def _path(self, handle: _Handle, path: str) -> str:
-        if path.startswith("/") or handle.workdir is None:
-            return path
-        return posixpath.join(handle.workdir, path)
-
-    async def _read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
-        handle = await self._handle(sandbox_id)
-        target = self._path(handle, path)
-        await self._refuse_special(sandbox_id, handle, target, path)
-        with self._translate(sandbox_id, what="file", path=path):
-            reader = await self._retrying(sandbox_id, lambda: handle.sandbox.files.read(
-                target, format="stream"))
-        try:
-            with self._translate(sandbox_id, what="file", path=path):
-                async for chunk in reader:
-                    yield bytes(chunk)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await reader.aclose()
-
-    async def _refuse_special(self, sandbox_id: str, handle: _Handle, target: str,
-                              path: str) -> None:
-        """Raise ``NotARegularFile`` for a device, FIFO or socket, or a symlink to one,
-        before anything is read: envd would stream ``/dev/zero`` forever and block on a
-        FIFO. One stat (plus one per symlink followed). What is missing or a directory is
-        left to the read, which says so."""
-        seen = target
-        for _ in range(_SYMLINK_HOPS):
-            with self._translate(sandbox_id, what="file", path=path):
-                entry = await self._retrying(
-                    sandbox_id, functools.partial(handle.sandbox.files.get_info, seen))
-            info = _to_file_info(entry)
-            if info.type == FileType.SYMLINK and entry.symlink_target:
-                seen = posixpath.normpath(posixpath.join(posixpath.dirname(seen),
-                                                         entry.symlink_target))
-                continue
-            if info.type == FileType.OTHER:
-                raise errors.NotARegularFile(
-                    f"{path}: not a regular file (a device, FIFO or socket); refused before "
-                    "reading", provider=self.name, sandbox_id=sandbox_id)
-            return
-
-    async def _write_file(self, sandbox_id: str, path: str,
-                          chunks: AsyncIterator[bytes]) -> None:
-        handle = await self._handle(sandbox_id)
-        with self._translate(sandbox_id, what="file", path=path):
-            await handle.sandbox.files.write(self._path(handle, path), chunks)
-
-    async def _list_dir(self, sandbox_id: str, path: str) -> list[FileInfo]:
-        handle = await self._handle(sandbox_id)
-        target = self._path(handle, path)
-        with self._translate(sandbox_id, what="file", path=path):
-            entries = await self._retrying(sandbox_id, lambda: handle.sandbox.files.list(
-                target, depth=1))
-        return [_to_file_info(e) for e in entries]
-
-    async def _stat(self, sandbox_id: str, path: str) -> FileInfo:
-        handle = await self._handle(sandbox_id)
-        target = self._path(handle, path)
-        with self._translate(sandbox_id, what="file", path=path):
-            entry = await self._retrying(sandbox_id, lambda: handle.sandbox.files.get_info(
-                target))
-        return _to_file_info(entry)
-
-    async def _mkdir(self, sandbox_id: str, path: str, *, parents: bool,
-                     exist_ok: bool) -> None:
-        handle = await self._handle(sandbox_id)
-        target = self._path(handle, path)
-        if not parents:
-            await self._stat(sandbox_id, posixpath.dirname(target.rstrip("/")) or "/")
-        with self._translate(sandbox_id, what="file", path=path):
-            made = await self._retrying(sandbox_id, lambda: handle.sandbox.files.make_dir(
-                target))
-        if not made:
-            info = await self._stat(sandbox_id, target)
-            if not exist_ok or info.type != FileType.DIRECTORY:
-                raise errors.FileExists(f"{path}: already exists", provider=self.name,
-                                        sandbox_id=sandbox_id)
-
-    async def _remove(self, sandbox_id: str, path: str, *, recursive: bool) -> None:
-        handle = await self._handle(sandbox_id)
-        target = self._path(handle, path)
-        info = await self._stat(sandbox_id, target)  # envd removes a missing path quietly
-        if not recursive and info.type == FileType.DIRECTORY and \
-                await self._list_dir(sandbox_id, target):
-            raise errors.Conflict(f"{path}: the directory is not empty (use recursive=True)",
-                                  provider=self.name, sandbox_id=sandbox_id)
-        with self._translate(sandbox_id, what="file", path=path):
-            await self._retrying(sandbox_id, lambda: handle.sandbox.files.remove(target))
-
-    async def _rename(self, sandbox_id: str, src: str, dst: str) -> None:
-        handle = await self._handle(sandbox_id)
-        source, target = self._path(handle, src), self._path(handle, dst)
-        with self._translate(sandbox_id, what="file", path=src):
-            await self._retrying(sandbox_id, lambda: handle.sandbox.files.rename(
-                source, target))
-
     # ------------------------------------------------------------ snapshots
 
     async def _snapshot(self, sandbox_id: str) -> Snapshot:
@@ -1174,111 +525,12 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
-def _selector(pid: int) -> process_pb.ProcessSelector:
-    return process_pb.ProcessSelector(selector=cast(Any, Oneof("pid", pid)))
-
-
-def _stdin(data: bytes) -> process_pb.ProcessInput:
-    return process_pb.ProcessInput(input=cast(Any, Oneof("stdin", data)))
-
-
-def _payload(event: process_pb.StartResponse | process_pb.ConnectResponse) -> Any:
-    """The payload of a process event: a StartEvent, DataEvent, EndEvent or KeepAlive."""
-    oneof = event.event.event if event.event is not None else None
-    return oneof.value if oneof is not None else None
-
-
 def _psdk(metadata: Mapping[str, str]) -> dict[str, Any]:
     try:
         data = json.loads(metadata.get(PSDK_KEY) or "{}")
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _status_prefix(message: str) -> int | None:
-    head = message.split(":", 1)[0].strip()
-    return int(head) if head.isdigit() else None
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("Retry-After", "").strip()
-    return float(value) if value.isdecimal() else None
-
-
-def _refused_by_gateway(exc: BaseException) -> bool:
-    """Whether a proxy answered instead of envd (502 other than "not found", 503, 504)
-    or the connection never opened: in both cases the request did not run."""
-    if isinstance(exc, ConnectError):
-        if isinstance(exc.__cause__, (asyncio.CancelledError, TimeoutError)):
-            return False
-        if isinstance(exc.__cause__, ConnectionError):
-            return True
-        return exc.code in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED) and \
-            not e2bx.is_sandbox_not_found_message(exc.message or "") and exc.__cause__ is None
-    if isinstance(exc, e2bx.SandboxUnreachableException):
-        return True
-    if isinstance(exc, e2bx.SandboxException) and \
-            not isinstance(exc, e2bx.SandboxNotRunningException):
-        # The SDK maps a gateway's 504 on an RPC to TimeoutException, raised while
-        # handling the wire error: judge by that.
-        if isinstance(exc.__context__, ConnectError):
-            return _refused_by_gateway(exc.__context__)
-        return _status_prefix(str(exc)) in (502, 503, 504)
-    return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
-
-
-async def _aclose(stream: AsyncIterator[Any]) -> None:
-    aclose = getattr(stream, "aclose", None)
-    if aclose is not None:
-        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-            await aclose()
-
-
-def _to_events(event: process_pb.StartResponse | process_pb.ConnectResponse
-               ) -> list[ProcessEvent]:
-    payload = _payload(event)
-    if isinstance(payload, process_pb.ProcessEvent.DataEvent) and payload.output is not None:
-        stream, chunk = payload.output.field, payload.output.value
-        if stream in ("stdout", "stderr") and chunk:
-            return [ProcessOutput(stream, bytes(chunk))]
-    elif isinstance(payload, process_pb.ProcessEvent.EndEvent):
-        return [ProcessExit(_shell.exit_code(payload.exit_code, payload.status))]
-    return []
-
-
-def _deadline(timeout: float | None) -> float | None:
-    """A command's timeout as a cancel scope's delay (past a year: none)."""
-    return None if timeout is None or timeout > _YEAR else timeout
-
-
-async def _collect(event: process_pb.StartResponse, out: OutputBuffer, err: OutputBuffer,
-                   command: Command) -> int | None:
-    """Add one event's output to the bounded ``out``/``err`` (the callbacks get every
-    chunk); return the exit code if it was the end event."""
-    code = None
-    for item in _to_events(event):
-        if isinstance(item, ProcessExit):
-            code = item.exit_code
-            continue
-        (out if item.stream == "stdout" else err).append(item.data)
-        callback = command.on_stdout if item.stream == "stdout" else command.on_stderr
-        if callback is not None:
-            result = callback(item.data)
-            if inspect.isawaitable(result):
-                await result
-    return code
-
-
-_FILE_TYPES = {E2BFileType.FILE: FileType.FILE, E2BFileType.DIR: FileType.DIRECTORY,
-               E2BFileType.SYMLINK: FileType.SYMLINK}
-
-
-def _to_file_info(entry: EntryInfo) -> FileInfo:
-    kind = _FILE_TYPES.get(entry.type, FileType.OTHER) if entry.type else FileType.OTHER
-    return FileInfo(path=entry.path, type=kind,
-                    size=entry.size, mode=entry.mode & 0o7777,
-                    modified_at=entry.modified_time, symlink_target=entry.symlink_target)
 
 
 def _optional(value: Any) -> Any:

@@ -1,0 +1,241 @@
+"""How ``E2BProvider`` turns SDK and wire errors into neutral ones, waits for a sandbox's
+data plane, and retries what a gateway refused (so nothing ran)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import ClassVar, TypeVar
+
+import anyio
+import httpx
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+from e2b import exceptions as e2bx
+
+from provider_sdk import errors
+from provider_sdk_e2b._remote import _Handle
+
+__all__ = ["ErrorsMixin"]
+
+T = TypeVar("T")
+
+
+class ErrorsMixin:
+    """Error translation and readiness for ``E2BProvider``."""
+
+    name: ClassVar[str]
+    SETTINGS: ClassVar[Mapping[str, str]]
+    _ready_timeout: float
+
+    # ------------------------------------------------------------ errors
+
+    @contextlib.contextmanager
+    def _translate(self, sandbox_id: str | None = None, *, what: str = "sandbox",
+                   path: str | None = None) -> Iterator[None]:
+        """The one place SDK and wire errors become neutral ones, most specific first.
+
+        ``what`` says what a "not found" refers to: ``sandbox``, ``file``, ``process``,
+        ``snapshot``, ``template`` or ``volume``.
+        """
+        try:
+            yield
+        except errors.SandboxError:
+            raise
+        except ConnectError as exc:
+            if isinstance(exc.__cause__, asyncio.CancelledError):
+                raise exc.__cause__ from None
+            raise self._from_rpc(exc, sandbox_id, what, path) from exc
+        except (e2bx.SandboxException, e2bx.AuthenticationException,
+                e2bx.ServiceBusyException) as exc:
+            raise self._from_sdk(exc, sandbox_id, what, path) from exc
+        except httpx.TimeoutException as exc:
+            raise errors.OperationTimeout(f"request timed out: {exc}", provider=self.name,
+                                          sandbox_id=sandbox_id) from exc
+        except (httpx.TransportError, ConnectionError) as exc:
+            raise errors.Unavailable(f"cannot reach {self.name}: {exc}", provider=self.name,
+                                     sandbox_id=sandbox_id) from exc
+
+    def _not_found(self, what: str, message: str, sandbox_id: str | None) -> errors.SandboxError:
+        kinds: dict[str, type[errors.NotFound]] = {
+            "sandbox": errors.SandboxNotFound, "file": errors.FileNotFound,
+            "process": errors.ProcessNotFound, "snapshot": errors.SnapshotNotFound,
+            "template": errors.TemplateNotFound, "volume": errors.VolumeNotFound,
+        }
+        return kinds.get(what, errors.NotFound)(message, provider=self.name,
+                                                sandbox_id=sandbox_id)
+
+    def _from_message(self, message: str, sandbox_id: str | None,
+                      path: str | None) -> errors.SandboxError | None:
+        """Errors told apart only by envd's message."""
+        text = message.lower()
+        where = {"provider": self.name, "sandbox_id": sandbox_id}
+        about = f"{path}: {message}" if path else message
+        if "read-only" in text or "permission denied" in text:
+            return errors.PermissionDenied(about, **where)
+        if "not a directory" in text:
+            return errors.NotADirectory(about, **where)
+        if "is a directory" in text:
+            return errors.IsADirectory(about, **where)
+        if "not empty" in text:
+            return errors.Conflict(about, **where)
+        return None
+
+    def _from_rpc(self, exc: ConnectError, sandbox_id: str | None, what: str,
+                  path: str | None) -> errors.SandboxError:
+        where = {"provider": self.name, "sandbox_id": sandbox_id}
+        message = exc.message or str(exc)
+        if exc.code == Code.NOT_FOUND:
+            return self._not_found(what, f"{path}: {message}" if path else message,
+                                   sandbox_id)
+        if exc.code == Code.ALREADY_EXISTS:
+            return errors.FileExists(f"{path}: {message}" if path else message, **where)
+        if exc.code == Code.UNAUTHENTICATED:
+            return errors.AuthenticationError(message, **where)
+        if exc.code == Code.RESOURCE_EXHAUSTED:
+            return errors.RateLimited(message, provider=self.name, sandbox_id=sandbox_id)
+        if exc.code in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.CANCELED):
+            if e2bx.is_sandbox_not_found_message(message):
+                return errors.SandboxNotRunning(message, **where)
+            if isinstance(exc.__cause__, TimeoutError):
+                return errors.OperationTimeout(message, **where)
+            return errors.Unavailable(message, **where)
+        if e2bx.is_sandbox_not_found_message(message):  # the proxy: gone (502, Cube's 410)
+            return errors.SandboxNotRunning(message, **where)
+        specific = self._from_message(message, sandbox_id, path)
+        if specific is not None:
+            return specific
+        if exc.code == Code.PERMISSION_DENIED:
+            return errors.PermissionDenied(message, **where)
+        if exc.code == Code.INVALID_ARGUMENT:
+            return errors.InvalidInput(message, **where)
+        return errors.SandboxError(f"{exc.code}: {message}", **where)
+
+    def _from_sdk(self, exc: Exception, sandbox_id: str | None, what: str,
+                  path: str | None) -> errors.SandboxError:
+        where = {"provider": self.name, "sandbox_id": sandbox_id}
+        message = str(exc)
+        if isinstance(exc, e2bx.AuthenticationException):
+            return errors.AuthenticationError(
+                f"{self.name} refused the API key (check {self.SETTINGS['api_key']})", **where)
+        if isinstance(exc, e2bx.RateLimitException):
+            return errors.RateLimited(message, provider=self.name, sandbox_id=sandbox_id)
+        if isinstance(exc, e2bx.ServiceBusyException):
+            return errors.Unavailable(message, **where)
+        if isinstance(exc, e2bx.SandboxNotFoundException):
+            return errors.SandboxNotFound(message, **where)
+        if isinstance(exc, e2bx.NotFoundException):
+            return self._not_found(what, f"{path}: {message}" if path else message,
+                                   sandbox_id)
+        if isinstance(exc, e2bx.SandboxNotRunningException):
+            return errors.SandboxNotRunning(message, **where)
+        if isinstance(exc, e2bx.SandboxUnreachableException):
+            return errors.Unavailable(message, **where)
+        if isinstance(exc, e2bx.NotEnoughSpaceException):
+            return errors.QuotaExceeded(message, **where)
+        if e2bx.is_sandbox_not_found_message(message):  # the proxy: gone (502, Cube's 410)
+            return errors.SandboxNotRunning(message, **where)
+        specific = self._from_message(message, sandbox_id, path)
+        if specific is not None:
+            return specific
+        if isinstance(exc, e2bx.InvalidArgumentException):
+            return errors.InvalidInput(message, **where)
+        if isinstance(exc, e2bx.TimeoutException):
+            return errors.OperationTimeout(message, **where)
+        status = getattr(exc, "status_code", None) or _status_prefix(message)
+        if status == 404:
+            return self._not_found(what, message, sandbox_id)
+        if status == 409:
+            return errors.Conflict(message, **where)
+        if status in (502, 503, 504):
+            return errors.Unavailable(message, **where)
+        if status == 403:
+            return errors.PermissionDenied(message, **where)
+        if status == 400:
+            return errors.InvalidInput(message, **where)
+        return errors.SandboxError(message, **where)
+
+    # ------------------------------------------------------------ readiness
+
+    async def _wait_ready(self, sandbox_id: str, handle: _Handle) -> None:
+        """Return once envd answers ``/health``; retry 502/503/504 and connection
+        failures for ``ready_timeout`` seconds, then raise ``Unavailable``."""
+        deadline = time.monotonic() + self._ready_timeout
+        delay = 0.02
+        last = "no answer"
+        while True:
+            remaining = deadline - time.monotonic()
+            wait = delay
+            with anyio.move_on_after(max(remaining, 0.01)):
+                try:
+                    response = await handle.health.get("/health",
+                                                      timeout=max(0.01, min(5.0, remaining)))
+                except httpx.HTTPError as exc:
+                    last = f"{type(exc).__name__}: {exc}"
+                else:
+                    if response.is_success:
+                        return
+                    last = f"HTTP {response.status_code}"
+                    if response.status_code == 401:
+                        raise errors.AuthenticationError(
+                            "the sandbox's data plane refused the access token",
+                            provider=self.name, sandbox_id=sandbox_id)
+                    if response.status_code not in (502, 503, 504):
+                        raise errors.SandboxError(f"the data plane answered {last}",
+                                                  provider=self.name, sandbox_id=sandbox_id)
+                    wait = max(delay, _retry_after(response) or 0.0)
+            if time.monotonic() + wait > deadline:
+                raise errors.Unavailable(
+                    f"the sandbox's data plane did not answer within {self._ready_timeout:g} s "
+                    f"(last: {last})", provider=self.name, sandbox_id=sandbox_id)
+            await anyio.sleep(wait)
+            delay = min(delay * 2, 1.0)
+
+    async def _retrying(self, sandbox_id: str, op: Callable[[], Awaitable[T]]) -> T:
+        """Run ``op``; while a gateway answers for envd (so nothing ran), retry it for
+        ``ready_timeout`` seconds. Anything that reached envd is never repeated."""
+        deadline = time.monotonic() + self._ready_timeout
+        delay = 0.02
+        while True:
+            try:
+                return await op()
+            except Exception as exc:
+                if not _refused_by_gateway(exc) or time.monotonic() + delay > deadline:
+                    raise
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+def _status_prefix(message: str) -> int | None:
+    head = message.split(":", 1)[0].strip()
+    return int(head) if head.isdigit() else None
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("Retry-After", "").strip()
+    return float(value) if value.isdecimal() else None
+
+
+def _refused_by_gateway(exc: BaseException) -> bool:
+    """Whether a proxy answered instead of envd (502 other than "not found", 503, 504)
+    or the connection never opened: in both cases the request did not run."""
+    if isinstance(exc, ConnectError):
+        if isinstance(exc.__cause__, (asyncio.CancelledError, TimeoutError)):
+            return False
+        if isinstance(exc.__cause__, ConnectionError):
+            return True
+        return exc.code in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED) and \
+            not e2bx.is_sandbox_not_found_message(exc.message or "") and exc.__cause__ is None
+    if isinstance(exc, e2bx.SandboxUnreachableException):
+        return True
+    if isinstance(exc, e2bx.SandboxException) and \
+            not isinstance(exc, e2bx.SandboxNotRunningException):
+        # The SDK maps a gateway's 504 on an RPC to TimeoutException, raised while
+        # handling the wire error: judge by that.
+        if isinstance(exc.__context__, ConnectError):
+            return _refused_by_gateway(exc.__context__)
+        return _status_prefix(str(exc)) in (502, 503, 504)
+    return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
+

@@ -1,0 +1,143 @@
+"""The files API of ``E2BProvider``, through envd's filesystem service.
+
+Relative paths are taken from the sandbox's working directory. Reads refuse a device,
+FIFO or socket (or a symlink to one) before a byte is read.
+"""
+
+from __future__ import annotations
+
+import functools
+import posixpath
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import anyio
+from e2b.sandbox.filesystem.filesystem import EntryInfo
+from e2b.sandbox.filesystem.filesystem import FileType as E2BFileType
+
+from provider_sdk import errors
+from provider_sdk.models import FileInfo, FileType
+from provider_sdk_e2b._errors import ErrorsMixin
+from provider_sdk_e2b._remote import _Handle
+
+__all__ = ["FilesMixin"]
+
+_SYMLINK_HOPS = 40
+
+
+class FilesMixin(ErrorsMixin):
+    """The file hooks of ``E2BProvider``."""
+
+    if TYPE_CHECKING:
+        async def _handle(self, sandbox_id: str) -> _Handle: ...
+
+    # ------------------------------------------------------------ files
+
+    def _path(self, handle: _Handle, path: str) -> str:
+        if path.startswith("/") or handle.workdir is None:
+            return path
+        return posixpath.join(handle.workdir, path)
+
+    async def _read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
+        handle = await self._handle(sandbox_id)
+        target = self._path(handle, path)
+        await self._refuse_special(sandbox_id, handle, target, path)
+        with self._translate(sandbox_id, what="file", path=path):
+            reader = await self._retrying(sandbox_id, lambda: handle.sandbox.files.read(
+                target, format="stream"))
+        try:
+            with self._translate(sandbox_id, what="file", path=path):
+                async for chunk in reader:
+                    yield bytes(chunk)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await reader.aclose()
+
+    async def _refuse_special(self, sandbox_id: str, handle: _Handle, target: str,
+                              path: str) -> None:
+        """Raise ``NotARegularFile`` for a device, FIFO or socket, or a symlink to one,
+        before anything is read: envd would stream ``/dev/zero`` forever and block on a
+        FIFO. One stat (plus one per symlink followed). What is missing or a directory is
+        left to the read, which says so."""
+        seen = target
+        for _ in range(_SYMLINK_HOPS):
+            with self._translate(sandbox_id, what="file", path=path):
+                entry = await self._retrying(
+                    sandbox_id, functools.partial(handle.sandbox.files.get_info, seen))
+            info = _to_file_info(entry)
+            if info.type == FileType.SYMLINK and entry.symlink_target:
+                seen = posixpath.normpath(posixpath.join(posixpath.dirname(seen),
+                                                         entry.symlink_target))
+                continue
+            if info.type == FileType.OTHER:
+                raise errors.NotARegularFile(
+                    f"{path}: not a regular file (a device, FIFO or socket); refused before "
+                    "reading", provider=self.name, sandbox_id=sandbox_id)
+            return
+
+    async def _write_file(self, sandbox_id: str, path: str,
+                          chunks: AsyncIterator[bytes]) -> None:
+        handle = await self._handle(sandbox_id)
+        with self._translate(sandbox_id, what="file", path=path):
+            await handle.sandbox.files.write(self._path(handle, path), chunks)
+
+    async def _list_dir(self, sandbox_id: str, path: str) -> list[FileInfo]:
+        handle = await self._handle(sandbox_id)
+        target = self._path(handle, path)
+        with self._translate(sandbox_id, what="file", path=path):
+            entries = await self._retrying(sandbox_id, lambda: handle.sandbox.files.list(
+                target, depth=1))
+        return [_to_file_info(e) for e in entries]
+
+    async def _stat(self, sandbox_id: str, path: str) -> FileInfo:
+        handle = await self._handle(sandbox_id)
+        target = self._path(handle, path)
+        with self._translate(sandbox_id, what="file", path=path):
+            entry = await self._retrying(sandbox_id, lambda: handle.sandbox.files.get_info(
+                target))
+        return _to_file_info(entry)
+
+    async def _mkdir(self, sandbox_id: str, path: str, *, parents: bool,
+                     exist_ok: bool) -> None:
+        handle = await self._handle(sandbox_id)
+        target = self._path(handle, path)
+        if not parents:
+            await self._stat(sandbox_id, posixpath.dirname(target.rstrip("/")) or "/")
+        with self._translate(sandbox_id, what="file", path=path):
+            made = await self._retrying(sandbox_id, lambda: handle.sandbox.files.make_dir(
+                target))
+        if not made:
+            info = await self._stat(sandbox_id, target)
+            if not exist_ok or info.type != FileType.DIRECTORY:
+                raise errors.FileExists(f"{path}: already exists", provider=self.name,
+                                        sandbox_id=sandbox_id)
+
+    async def _remove(self, sandbox_id: str, path: str, *, recursive: bool) -> None:
+        handle = await self._handle(sandbox_id)
+        target = self._path(handle, path)
+        info = await self._stat(sandbox_id, target)  # envd removes a missing path quietly
+        if not recursive and info.type == FileType.DIRECTORY and \
+                await self._list_dir(sandbox_id, target):
+            raise errors.Conflict(f"{path}: the directory is not empty (use recursive=True)",
+                                  provider=self.name, sandbox_id=sandbox_id)
+        with self._translate(sandbox_id, what="file", path=path):
+            await self._retrying(sandbox_id, lambda: handle.sandbox.files.remove(target))
+
+    async def _rename(self, sandbox_id: str, src: str, dst: str) -> None:
+        handle = await self._handle(sandbox_id)
+        source, target = self._path(handle, src), self._path(handle, dst)
+        with self._translate(sandbox_id, what="file", path=src):
+            await self._retrying(sandbox_id, lambda: handle.sandbox.files.rename(
+                source, target))
+
+
+_FILE_TYPES = {E2BFileType.FILE: FileType.FILE, E2BFileType.DIR: FileType.DIRECTORY,
+               E2BFileType.SYMLINK: FileType.SYMLINK}
+
+
+def _to_file_info(entry: EntryInfo) -> FileInfo:
+    kind = _FILE_TYPES.get(entry.type, FileType.OTHER) if entry.type else FileType.OTHER
+    return FileInfo(path=entry.path, type=kind,
+                    size=entry.size, mode=entry.mode & 0o7777,
+                    modified_at=entry.modified_time, symlink_target=entry.symlink_target)
+
