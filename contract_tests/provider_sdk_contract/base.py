@@ -22,6 +22,7 @@ from provider_sdk.errors import NotFound, SandboxError
 from provider_sdk.models import SandboxSpec, Snapshot, Template, TemplateSpec, Volume
 from provider_sdk.provider import SandboxProvider
 from provider_sdk.sandbox import Sandbox
+from provider_sdk_contract.markers import capability_skip
 
 if TYPE_CHECKING:
     from provider_sdk_contract.plugin import ContractRun
@@ -173,9 +174,15 @@ class ContractBase:
         return options
 
     @pytest.fixture
-    async def provider(self, provider_opts: dict[str, Any]) -> AsyncIterator[SandboxProvider]:
-        """A provider, closed after the test."""
+    async def provider(self, provider_opts: dict[str, Any],
+                       request: pytest.FixtureRequest) -> AsyncIterator[SandboxProvider]:
+        """A provider, closed after the test. A test whose capabilities this instance
+        does not hold (where its host decides) is skipped here, as collection skips
+        those the class does not declare."""
         async with self._open(provider_opts) as provider:
+            reason = capability_skip(request.node, self.provider_name, provider.capabilities)
+            if reason is not None:
+                pytest.skip(reason)
             yield provider
 
     @pytest.fixture

@@ -38,7 +38,7 @@ from provider_sdk.capabilities import Capability
 from provider_sdk.errors import NotFound, ProviderNotFound, SandboxError
 from provider_sdk.models import SandboxState
 from provider_sdk_contract.base import TAG_KEY, ContractBase, volume_prefix
-from provider_sdk_contract.markers import LACKS, REQUIRES
+from provider_sdk_contract.markers import LACKS, REQUIRES, capability_skip
 
 __all__ = ["ContractRun", "psdk_contract_run"]
 
@@ -147,17 +147,9 @@ def _check_contract_class(cls: type[ContractBase]) -> frozenset[Capability]:
 
 def _apply_marks(item: pytest.Item, cls: type[ContractBase],
                  declared: frozenset[Capability]) -> None:
-    name = cls.provider_name
-    missing = [str(c) for mark in item.iter_markers(REQUIRES) for c in mark.args
-               if c not in declared]
-    if missing:
-        item.add_marker(pytest.mark.skip(
-            reason=f"provider {name!r} does not declare: {', '.join(dict.fromkeys(missing))}"))
-    present = [str(c) for mark in item.iter_markers(LACKS) for c in mark.args if c in declared]
-    if present:
-        item.add_marker(pytest.mark.skip(
-            reason=f"provider {name!r} declares {', '.join(present)}: the error for an "
-                   "undeclared capability cannot be shown with it"))
+    reason = capability_skip(item, cls.provider_name, declared)
+    if reason is not None:
+        item.add_marker(pytest.mark.skip(reason=reason))
     test_name = getattr(item, "originalname", item.name)
     if test_name in cls.known_failures:
         item.add_marker(pytest.mark.xfail(reason=cls.known_failures[test_name], strict=True))

@@ -41,6 +41,8 @@ class MiniProvider(SandboxProvider):
     def __init__(self, *, log: str) -> None:
         self.log = Path(log)
         self._write("open")
+        if self.log.with_name("narrow").exists():  # this instance holds none of them
+            self._hold_only(frozenset())
 
     def _write(self, line):
         with self.log.open("a") as f:
@@ -175,6 +177,18 @@ def test_declared_capability_runs_its_test(pytester: pytest.Pytester, log: Path)
     _contract(pytester, log)
     result = pytester.runpytest("-k", "test_metrics_report_memory_in_use")
     result.assert_outcomes(passed=1)
+
+
+def test_a_capability_the_instance_does_not_hold_skips_with_a_reason(
+        pytester: pytest.Pytester, log: Path) -> None:
+    """The class declares metrics but this instance narrows it away (where its host
+    decides): the test is skipped once the provider is opened, not run and failed."""
+    (pytester.path / "narrow").touch()
+    _contract(pytester, log)
+    result = pytester.runpytest("-rs", "-k", "test_metrics_report_memory_in_use")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*SKIPPED*provider 'mini' does not declare: metrics*"])
+    assert "open" in _log_lines(log)
 
 
 def test_undeclared_capability_check_runs_for_a_lacking_provider(
