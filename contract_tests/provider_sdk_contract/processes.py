@@ -71,7 +71,7 @@ class ProcessContract(ContractBase):
         await process.close_stdin()
         with anyio.fail_after(30):
             result = await process.wait()
-        assert (result.exit_code, result.stdout) == (0, "hello wörld\n")
+        assert (result.exit_code, result.stdout) == (0, "hello wörld\n"), result
 
     @requires(Capability.PROCESS_BACKGROUND)
     async def test_process_wait_returns_exit_code_and_output(self, sandbox: Sandbox) -> None:

@@ -165,3 +165,18 @@ async def test_a_process_stream_waits_for_a_slow_reader() -> None:
         entry.finish({"event": {"end": {}}})
     assert len(got) == 3 * _BACKLOG + 1
     assert "error" not in got[-1]
+
+
+async def test_a_reader_still_behind_at_the_end_gets_the_end_not_an_error() -> None:
+    """A process that ends while its reader's backlog is full: the reader gets every
+    event, then the end (the stream keeps a slot for it)."""
+    from provider_sdk_e2b.emulator._world import _BACKLOG, ProcessEntry
+
+    entry = ProcessEntry(pid=1, config={}, tag=None, process=None)  # type: ignore[arg-type]
+    stream = entry.subscribe()
+    for index in range(_BACKLOG):
+        await entry.publish({"event": {"data": {"stdout": str(index)}}})
+    entry.finish({"event": {"end": {}}})
+    items = [item async for item in stream]
+    assert len(items) == _BACKLOG + 1
+    assert items[-1] == {"event": {"end": {}}}

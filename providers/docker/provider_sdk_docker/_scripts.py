@@ -53,14 +53,16 @@ d=/tmp/.psdk/proc/$$
 mkdir -p "$d" && mkfifo -m 600 "$d/in" && : > "$d/out" && : > "$d/err" || exit 125
 export PSDK_TREE=p$$
 exec 3<>"$d/in" </dev/null
-trap 'exec 3>&-' USR1
+trap 'exec 3>&-; i=1' USR1
 "$@" <"$d/in" >"$d/out" 2>"$d/err" 3>&- &
 c=$!
 echo "$$"
 exec >/dev/null 2>&1
+# A wait that our SIGUSR1 cut short (i=1, status 128+10) is waited again for the real
+# status, even when the process has exited meanwhile (the shell keeps it until waited).
 while :; do
-  wait "$c"; r=$?
-  if [ "$r" -le 128 ] || ! kill -0 "$c" 2>/dev/null; then break; fi
+  i=0; wait "$c"; r=$?
+  [ "$i" = 1 ] && [ "$r" -eq 138 ] || break
 done
 echo "$r" > "$d/rc.tmp" && mv "$d/rc.tmp" "$d/rc"
 """

@@ -110,7 +110,8 @@ class ProcessEntry:
 
         At most a bounded backlog waits in it: a reader that falls that far behind gets
         a ``resource_exhausted`` error in place of the rest."""
-        # One slot past the backlog, for the error that ends a stream that fell behind.
+        # One slot past the backlog, for what ends a stream: the process's end, or the
+        # error for a stream that fell behind.
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](_BACKLOG + 1)
         if self.ended is not None:
             send.send_nowait(self.ended)
@@ -130,12 +131,13 @@ class ProcessEntry:
                     await anyio.sleep(0.005)
         self.broadcast(message)
 
-    def broadcast(self, message: dict[str, Any]) -> None:
+    def broadcast(self, message: dict[str, Any], *, final: bool = False) -> None:
         """Hand ``message`` to every stream at once; one that is full is cut off with a
-        ``resource_exhausted`` error."""
+        ``resource_exhausted`` error, unless ``message`` is the ``final`` one (the
+        process's end), which takes the slot kept past the backlog."""
         for send in list(self.subscribers):
             try:
-                if send.statistics().current_buffer_used >= _BACKLOG:
+                if not final and send.statistics().current_buffer_used >= _BACKLOG:
                     send.send_nowait({"error": RpcError(
                         "resource_exhausted", "the client fell behind the process's "
                         f"output by {_BACKLOG} events; reconnect to follow it")})
@@ -151,7 +153,9 @@ class ProcessEntry:
         if self.ended is not None:
             return
         self.ended = message
-        self.broadcast(message)
+        # A reader still behind when the process ends gets the end after what it has
+        # yet to take, not an error in its place.
+        self.broadcast(message, final=True)
         for send in self.subscribers:
             send.close()
         self.subscribers.clear()
