@@ -644,25 +644,21 @@ class DaytonaProvider(SandboxProvider):
         started = await self._toolbox(sandbox_id, lambda s: s.process.execute_session_command(
             session, SessionExecuteRequest(command=DaytonaShell.EXIT + script, run_async=True)))
         deadline = anyio.current_time() + self._window
-        exit_code: int | None = None
         while True:  # the wrapper writes the pid as soon as the child exists
+            # The state first: a quick child that has ended had its pid written already.
+            state = await self._toolbox(sandbox_id, lambda s: s.process.get_session_command(
+                session, started.cmd_id))
             with contextlib.suppress(errors.FileNotFound, ValueError):
                 pid = int((await self._read_all(sandbox_id, procs.pid_path(token))).strip())
                 self._processes[(sandbox_id, pid)] = (token, started.cmd_id)
                 return pid
-            # A quick child can write its pid and exit between the read above and the
-            # state below: after the wrapper has ended, the pid file is read once more.
-            if exit_code is not None or anyio.current_time() > deadline:
+            if state.exit_code is not None or anyio.current_time() > deadline:
                 logs = await self._toolbox(sandbox_id, lambda s: (
                     s.process.get_session_command_logs(session, started.cmd_id)))
                 raise errors.SandboxError(f"the process did not start (exit "
-                                          f"{exit_code}): {logs.stderr or logs.output}",
+                                          f"{state.exit_code}): {logs.stderr or logs.output}",
                                           provider=self.name, sandbox_id=sandbox_id)
-            state = await self._toolbox(sandbox_id, lambda s: s.process.get_session_command(
-                session, started.cmd_id))
-            exit_code = state.exit_code
-            if exit_code is None:
-                await anyio.sleep(0.01)
+            await anyio.sleep(0.01)
 
     async def _read_all(self, sandbox_id: str, path: str) -> bytes:
         """One of the provider's small files (a pid, a token): its first bytes only,

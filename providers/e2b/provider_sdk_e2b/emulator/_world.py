@@ -110,8 +110,7 @@ class ProcessEntry:
 
         At most a bounded backlog waits in it: a reader that falls that far behind gets
         a ``resource_exhausted`` error in place of the rest."""
-        # One slot past the backlog, for what ends a stream: the process's end, or the
-        # error for a stream that fell behind.
+        # One slot past the backlog, for what ends a stream (the end, or an error).
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](_BACKLOG + 1)
         if self.ended is not None:
             send.send_nowait(self.ended)
@@ -121,9 +120,8 @@ class ProcessEntry:
         return receive
 
     async def publish(self, message: dict[str, Any]) -> None:
-        """Hand ``message`` to every stream, waiting while one is full (as a real
-        stream's flow control holds the process back) for up to :data:`_STALL` seconds;
-        a reader stalled longer is cut off (:meth:`broadcast`)."""
+        """Hand ``message`` to every stream, waiting up to :data:`_STALL` seconds while
+        one is full (flow control); a reader stalled longer is cut off."""
         for send in list(self.subscribers):
             with anyio.move_on_after(_STALL):
                 # A memory stream has no "room" event to wait on.
@@ -132,9 +130,8 @@ class ProcessEntry:
         self.broadcast(message)
 
     def broadcast(self, message: dict[str, Any], *, final: bool = False) -> None:
-        """Hand ``message`` to every stream at once; one that is full is cut off with a
-        ``resource_exhausted`` error, unless ``message`` is the ``final`` one (the
-        process's end), which takes the slot kept past the backlog."""
+        """Hand ``message`` to every stream at once; a full one is cut off with a
+        ``resource_exhausted`` error, or takes its spare slot for the ``final`` message."""
         for send in list(self.subscribers):
             try:
                 if not final and send.statistics().current_buffer_used >= _BACKLOG:
@@ -153,8 +150,7 @@ class ProcessEntry:
         if self.ended is not None:
             return
         self.ended = message
-        # A reader still behind when the process ends gets the end after what it has
-        # yet to take, not an error in its place.
+        # A reader still behind gets the end after its backlog, not an error.
         self.broadcast(message, final=True)
         for send in self.subscribers:
             send.close()
