@@ -17,11 +17,9 @@ import secrets
 import shlex
 from collections.abc import (
     AsyncGenerator,
-    AsyncIterable,
     AsyncIterator,
     Callable,
     Generator,
-    Iterable,
     Mapping,
     Sequence,
 )
@@ -30,8 +28,10 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 import attrs
 
+from provider_sdk._transfer import CHUNK, as_chunks, named, next_chunk
+from provider_sdk._transfer import Data as Data  # write()'s argument type, importable from here
 from provider_sdk.capabilities import Capability
-from provider_sdk.errors import FileNotFound, FileTooLarge, InvalidInput, SandboxError
+from provider_sdk.errors import FileNotFound, FileTooLarge, InvalidInput
 from provider_sdk.events import span
 from provider_sdk.limits import OutputBuffer, check_limit
 from provider_sdk.models import (
@@ -53,9 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EmulatedShell", "Files", "Process", "Sandbox", "SandboxCreation", "Shell"]
 
-_CHUNK = 1 << 20
 _SIZE_CHECK_AFTER = 16 << 20  # bytes past which a read asks for the file's size first
-Data = bytes | bytearray | memoryview | str | AsyncIterable[bytes] | Iterable[bytes]
 
 
 class SandboxCreation:
@@ -345,7 +343,7 @@ class Files:
         """
         _check_path(path, self._id)
         async with span("files.write", self._provider.name, self._id):
-            await self._provider._write_file(self._id, path, _chunks(data))
+            await self._provider._write_file(self._id, path, as_chunks(data))
 
     async def list(self, path: str = ".") -> builtins.list[FileInfo]:
         """A directory's entries, sorted by name."""
@@ -392,7 +390,7 @@ class Files:
 
         async def chunks() -> AsyncIterator[bytes]:
             async with await anyio.open_file(local_path, "rb") as f:
-                while chunk := await f.read(_CHUNK):
+                while chunk := await f.read(CHUNK):
                     yield chunk
 
         async with span("files.upload", self._provider.name, self._id):
@@ -412,15 +410,15 @@ class Files:
         target = os.fspath(local_path)
         chunks = cast("AsyncGenerator[bytes, None]", self.stream(path))
         try:
-            first = await _next_chunk(chunks)
+            first = await next_chunk(chunks)
             partial = os.path.join(os.path.dirname(target),
                                    f".{os.path.basename(target)}.psdk-{secrets.token_hex(4)}")
             try:
-                with _named(target):
+                with named(target):
                     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
                                  0o666)
                 try:
-                    with _named(target):
+                    with named(target):
                         f = await anyio.open_file(fd, "wb")
                 except BaseException:
                     os.close(fd)
@@ -428,12 +426,12 @@ class Files:
                 async with f:
                     chunk: bytes | None = first or b""  # an empty file is a file
                     while chunk is not None:
-                        with _named(target):
+                        with named(target):
                             await f.write(chunk)
                         if progress is not None:
                             progress(len(chunk))
-                        chunk = await _next_chunk(chunks)
-                with _named(target):
+                        chunk = await next_chunk(chunks)
+                with named(target):
                     os.replace(partial, target)
             except BaseException:
                 with contextlib.suppress(OSError):
@@ -570,24 +568,6 @@ class EmulatedShell(Shell):
         await self._sandbox.exec(["rm", "-f", "--", self._state, self._state + ".new"])
 
 
-async def _next_chunk(chunks: AsyncIterator[bytes]) -> bytes | None:
-    try:
-        return await chunks.__anext__()
-    except StopAsyncIteration:
-        return None
-
-
-@contextlib.contextmanager
-def _named(target: str) -> Generator[None, None, None]:
-    """Report a local file error under ``target``'s name, not the temporary file's."""
-    try:
-        yield
-    except SandboxError:
-        raise
-    except OSError as exc:
-        raise OSError(exc.errno, exc.strerror or str(exc), target) from None
-
-
 def _check_path(path: str, sandbox_id: str) -> None:
     if not isinstance(path, str):
         raise InvalidInput(f"path: expected a string, got {type(path).__name__}",
@@ -595,20 +575,3 @@ def _check_path(path: str, sandbox_id: str) -> None:
     if not path or "\0" in path:
         raise InvalidInput(f"path: {path!r} is empty or contains a NUL byte",
                            sandbox_id=sandbox_id)
-
-
-async def _chunks(data: Data) -> AsyncIterator[bytes]:
-    if isinstance(data, str):
-        yield data.encode()
-    elif isinstance(data, (bytes, bytearray, memoryview)):
-        view = memoryview(data)
-        for i in range(0, max(len(view), 1), _CHUNK):
-            yield bytes(view[i:i + _CHUNK])
-    elif isinstance(data, AsyncIterable):
-        async for chunk in data:
-            yield bytes(chunk)
-    else:
-        for chunk in data:
-            yield bytes(chunk)
-
-

@@ -21,6 +21,7 @@ restart) sees the same sandboxes. This module owns paths and metadata, nothing e
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import errno
 import fcntl
 import hashlib
@@ -194,3 +195,8 @@ def write_meta(directory: Path, meta: dict[str, Any]) -> None:
     with os.fdopen(fd, "w") as f:
         json.dump(meta, f)
     os.replace(tmp, directory / "meta.json")
+
+
+def now() -> dt.datetime:
+    """The current time, as records store it (UTC)."""
+    return dt.datetime.now(dt.timezone.utc)

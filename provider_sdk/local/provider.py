@@ -14,25 +14,24 @@ Templates (``templates.build``) are images built with Docker Engine and exported
 the home; a sandbox made from one runs on an overlay of that filesystem (see
 ``_templates``). Only building needs Docker (and the distribution
 ``provider-sdk-templates``); listing, deleting and creating from a built template do not.
+
+This module holds the class, its lifecycle and the state it reads from the home; its
+other hooks are in mixins: ``_startup`` (a sandbox's root and launch), ``_calls`` (exec,
+processes and files, through the agent), ``_storage`` (snapshots and volumes) and
+``_template_builds``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import errno
-import json
 import os
-import re
-import secrets
 import shutil
 import signal
-import socket
-import subprocess
 import warnings
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import anyio
 import attrs
@@ -40,48 +39,29 @@ import attrs
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
 from provider_sdk.dockerfile import Problem, TemplateSupport
-from provider_sdk.local import _disk, _launch, _records, _seccomp, _templates
+from provider_sdk.local import _disk, _launch, _records, _seccomp
+from provider_sdk.local._calls import CallsMixin
 from provider_sdk.local._client import AgentClient
-from provider_sdk.local._home import Home, default_home, read_meta, write_meta
+from provider_sdk.local._home import Home, default_home, now, read_meta, write_meta
 from provider_sdk.local._records import BrokenRecordWarning
+from provider_sdk.local._startup import WORKDIR, StartupMixin
+from provider_sdk.local._storage import StorageMixin
+from provider_sdk.local._template_builds import TemplateBuildsMixin
+from provider_sdk.local._trees import disk_usage, remove_tree
 from provider_sdk.models import (
-    ExecResult,
-    FileInfo,
-    FileType,
     Metrics,
     Resources,
     SandboxInfo,
     SandboxSpec,
     SandboxState,
-    Snapshot,
-    Template,
     TemplateSpec,
-    Volume,
 )
-from provider_sdk.provider import Command, ProcessEvent, SandboxProvider
-from provider_sdk.sandbox import EmulatedShell
-
-if TYPE_CHECKING:
-    from provider_sdk.sandbox import Sandbox, Shell
+from provider_sdk.provider import SandboxProvider
 
 __all__ = ["BrokenRecordWarning", "LocalProvider", "UnisolatedWarning"]
 
 T = TypeVar("T")
 
-WORKDIR = "/home/user"
-BASE_ENV = {
-    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    "HOME": WORKDIR,
-    "USER": "user",
-    "LOGNAME": "user",
-    "SHELL": "/bin/bash",
-    "LANG": "C.UTF-8",
-}
-PASSWD = "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000:user:/home/user:/bin/bash\n"
-GROUP = "root:x:0:\nuser:x:1000:\n"
-HOSTS = "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-# Host /etc entries a shell and Python need, copied once into the shared read-only /etc.
-ETC_COPIED = ("nsswitch.conf", "localtime", "bash.bashrc", "profile", "inputrc", "mime.types")
 _NO_COMMAND = "local sandboxes run no image command: start processes with sandbox.start()"
 TEMPLATE_SUPPORT = TemplateSupport(
     unsupported={
@@ -94,9 +74,6 @@ TEMPLATE_SUPPORT = TemplateSupport(
     },
     # USER is checked by LocalProvider.check_template and at build time: uid 0 or 1000.
 )
-READY_CMD_TIMEOUT = 120.0  # seconds a template's ready_cmd may take to succeed
-VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-READY_TIMEOUT = 15.0
 DEFAULT_MEMORY_MB = 2048
 """An isolated sandbox's memory limit when neither the spec nor its template gives one
 (as the Docker provider's)."""
@@ -110,7 +87,8 @@ class UnisolatedWarning(RuntimeWarning):
 warnings.simplefilter("always", UnisolatedWarning)
 
 
-class LocalProvider(SandboxProvider):
+class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
+                    SandboxProvider):
     """Sandboxes on this machine, in bubblewrap namespaces.
 
     Args:
@@ -198,7 +176,7 @@ class LocalProvider(SandboxProvider):
         directory = self._home.sandbox(sandbox_id)
         meta: dict[str, Any] = {
             "id": sandbox_id,
-            "created_at": _now().isoformat(),
+            "created_at": now().isoformat(),
             "template": template,
             "metadata": dict(spec.metadata),
             "image_env": image.get("env", {}),
@@ -228,14 +206,6 @@ class LocalProvider(SandboxProvider):
         finally:
             claim.release()
         return self._to_info(meta, SandboxState.RUNNING)
-
-    def _make_layer(self, directory: Path, meta: dict[str, Any]) -> None:
-        """A new sandbox's writable layer: its quota'd image mounted (where quotas
-        hold), then its root's first files."""
-        if _disk.has_quota(meta):
-            blank = _disk.blank(self._home.path / "base", meta["resources"]["disk_mb"])
-            _disk.make(directory, meta["template"], blank)
-        self._make_root(directory, meta["snapshot"], meta["cwd"], meta["template"], meta)
 
     def _check_can_launch(self) -> str | None:
         if self._unisolated:
@@ -286,32 +256,6 @@ class LocalProvider(SandboxProvider):
             defaults["disk_mb"] = _disk.DEFAULT_DISK_MB
         return attrs.evolve(spec.resources, **defaults) if defaults else spec.resources
 
-    async def _start_command(self, sandbox_id: str, meta: Mapping[str, Any]) -> None:
-        """Start a template's ``start_cmd`` in the background and wait until its
-        ``ready_cmd`` exits 0 (at create, and when a stopped sandbox is started again)."""
-        if meta.get("start_cmd"):
-            await self._start(sandbox_id, Command(argv=("/bin/sh", "-c", meta["start_cmd"])))
-        if not meta.get("ready_cmd"):
-            return
-        probe = Command(argv=("/bin/sh", "-c", meta["ready_cmd"]), timeout=10)
-        with anyio.move_on_after(READY_CMD_TIMEOUT):
-            while (await self._exec(sandbox_id, probe)).exit_code != 0:  # noqa: ASYNC110
-                await anyio.sleep(0.1)  # a command's result: there is no event to wait on
-            return
-        raise errors.OperationTimeout(
-            f"the template's ready_cmd did not succeed within {READY_CMD_TIMEOUT:.0f}s",
-            provider=self.name, sandbox_id=sandbox_id)
-
-    def _template_meta(self, template_id: str) -> dict[str, Any]:
-        meta = (read_meta(self._home.template(template_id))
-                if _templates.TEMPLATE_ID.match(template_id) else None)
-        if meta is None:
-            known = ", ".join(["default", *self._home.ids("templates")])
-            raise errors.TemplateNotFound(
-                f"template {template_id!r} does not exist; this home has: {known}",
-                provider=self.name)
-        return meta
-
     def _check_create(self, spec: SandboxSpec) -> None:
         if spec.network.allow_internet or spec.network.allow_out:
             raise errors.UnsupportedCapability(
@@ -337,161 +281,6 @@ class LocalProvider(SandboxProvider):
         if spec.snapshot is not None and read_meta(self._home.snapshot(spec.snapshot)) is None:
             raise errors.SnapshotNotFound(f"snapshot {spec.snapshot!r} does not exist",
                                           provider=self.name)
-
-    def _make_root(self, directory: Path, snapshot: str | None, workdir: str,
-                   template: str, meta: dict[str, Any]) -> None:
-        root = directory / "root"
-        if template != "default":
-            # The template is the overlay's lower layer; the sandbox writes to upper/.
-            upper, work = _disk.overlay_dirs(directory, meta)
-            if snapshot is not None:
-                _copy_tree(self._home.snapshot(snapshot) / "root", upper)
-            else:
-                upper.mkdir()
-            work.mkdir()
-            root.mkdir()
-            _templates.make_cwd(self._home.template(template) / "root", upper, workdir)
-            return
-        if snapshot is not None and _disk.has_quota(meta):
-            _disk.copy_into(self._home.snapshot(snapshot) / "root", root)
-        elif snapshot is not None:
-            _copy_tree(self._home.snapshot(snapshot) / "root", root)
-        else:
-
-            # Mount points first (bubblewrap would make them anyway), then the writable
-            # directories every sandbox has.
-            for name in ("etc", "usr", "proc", "dev", "home/user", "root"):
-                (root / name).mkdir(parents=True)
-            for name in ("tmp", "var/tmp"):
-                (root / name).mkdir(parents=True)
-                (root / name).chmod(0o1777)
-            for name, target in _launch.system_links().items():
-                (root / name).symlink_to(target)
-        (root / workdir.lstrip("/")).mkdir(parents=True, exist_ok=True)
-
-    def _base_etc(self) -> Path:
-        """The read-only /etc every sandbox of this home shares, made once."""
-        etc = self._home.path / "base" / "etc"
-        if etc.is_dir():
-            return etc
-        # Unique per call: concurrent first creates, in one process or several, race here.
-        staging = self._home.path / "base" / f".etc-{os.getpid()}-{secrets.token_hex(6)}"
-        staging.mkdir(parents=True)
-        for name in ETC_COPIED:
-            src = Path("/etc") / name
-            if src.is_dir() and not src.is_symlink():
-                shutil.copytree(src, staging / name, symlinks=True)
-            elif src.exists() or src.is_symlink():
-                shutil.copy2(src, staging / name, follow_symlinks=False)
-        for name in _launch.ETC_LIVE:  # mount points for the live host entries
-            src = Path("/etc") / name
-            if src.is_dir():
-                (staging / name).mkdir()
-            elif src.exists():
-                (staging / name).touch()
-        (staging / "psdk").mkdir()
-        for name in (_launch.SANDBOX_AGENT, _launch.SANDBOX_PROCS, _launch.SANDBOX_CONFIG):
-            (staging / "psdk" / name.rsplit("/", 1)[1]).touch()
-        (staging / "passwd").write_text(PASSWD)
-        (staging / "group").write_text(GROUP)
-        (staging / "hosts").write_text(HOSTS)
-        (staging / "hostname").write_text("sandbox\n")
-        try:
-            staging.rename(etc)
-        except OSError:  # another process made it first
-            shutil.rmtree(staging, ignore_errors=True)
-        return etc
-
-    async def _start_sandbox(self, sandbox_id: str, meta: dict[str, Any],
-                             bwrap: str | None) -> None:
-        """Start the sandbox's processes and wait until its agent answers."""
-        directory = self._home.sandbox(sandbox_id)
-        root = directory / "root"
-        config = {
-            "workdir": meta["cwd"],
-            "env": {**BASE_ENV, **meta.get("image_env", {}), **meta["env"]},
-            "idle_timeout": meta["idle_timeout"],
-            "root": str(root) if meta["unisolated"] else "",
-        }
-        _write_json(directory / "agent.json", config)  # unisolated agents read it there
-        config_bytes = json.dumps(config).encode()
-        # Mounted already at create; after a host restart, mounted again here.
-        await anyio.to_thread.run_sync(_disk.ensure_mounted, directory, meta)
-        sock_path = directory / "agent.sock"
-        listener = _listen(sock_path)
-        token = secrets.token_hex(6)
-        args: list[str] | None = None
-        data: dict[str, bytes] = {}
-        try:
-            if bwrap is not None:
-                volumes = [(self._home.volume(name) / "data", path, ro)
-                           for name, path, ro in meta["volumes"]]
-                etc = await anyio.to_thread.run_sync(self._base_etc)
-                if meta["template"] == "default":
-                    prefix: list[str] = []
-                    args = _launch.bwrap_argv(bwrap=bwrap, root=root, etc=etc, volumes=volumes)
-                    python = [_launch.SANDBOX_PYTHON]
-                else:
-                    upper, work = _disk.overlay_dirs(directory, meta)
-                    prefix = _templates.overlay_prefix(
-                        lower=self._home.template(meta["template"]) / "root",
-                        upper=upper, work=work, root=root)
-                    args = _templates.bwrap_argv(bwrap=bwrap, root=root, etc=etc,
-                                                 volumes=volumes)
-                    python = _templates.agent_interpreter()
-                # bubblewrap's options (host paths) come through a descriptor: the
-                # command line the sandbox can read names only paths inside it.
-                argv = [*prefix, args[0], "--args", _launch.ARGS_FD, *python[:-1],
-                        *_launch.agent_command(python[-1], agent=_launch.SANDBOX_AGENT,
-                                               config=_launch.SANDBOX_CONFIG)]
-                args = args[1:]
-                data = {_launch.AGENT_FD: _launch.AGENT_SOURCE.read_bytes(),
-                        _launch.PROCS_FD: _launch.PROCS_SOURCE.read_bytes(),
-                        _launch.CONFIG_FD: config_bytes,
-                        **_launch.etc_data(etc, None if meta["template"] == "default"
-                                           else ("hosts", "hostname"))}
-            else:
-                argv = _launch.agent_command(_launch.host_python(),
-                                             agent=str(_launch.AGENT_SOURCE),
-                                             config=str(directory / "agent.json"))
-            cgroup = self._cgroup(sandbox_id) if self._cgroups else None
-            resources = Resources(**meta["resources"])
-            status = self._status_path(sandbox_id, token)
-            started = await anyio.to_thread.run_sync(lambda: _launch.start(
-                argv=argv, args=args, listener=listener, data=data, status=status,
-                cgroup=cgroup, resources=resources))
-        finally:
-            listener.close()
-        try:
-            launched = attrs.evolve(started.launched, token=token)
-            meta["launch"] = attrs.asdict(launched)
-            write_meta(directory, meta)
-            (directory / "paused").unlink(missing_ok=True)
-            await self._wait_ready(sandbox_id, launched, started)
-        finally:
-            started.close()  # from now on the sandbox writes to no one
-        meta["launch"] = attrs.asdict(_launch.find_agent(launched))
-        write_meta(directory, meta)
-
-    async def _wait_ready(self, sandbox_id: str, launched: _launch.Launched,
-                          started: _launch.Started | None = None) -> None:
-        """Ping the agent. Its socket listens from before the launch, so the ping waits
-        in the socket's backlog until the agent serves it: no polling delay."""
-        client = self._client(sandbox_id)
-        with anyio.move_on_after(READY_TIMEOUT):
-            while True:
-                try:
-                    await client.call("ping")
-                    return
-                except errors.Unavailable:
-                    if not _launch.alive(launched):
-                        said = started.output_text() if started else "(no output)"
-                        raise errors.SandboxError(f"the sandbox exited at start; {said}",
-                                                  provider=self.name,
-                                                  sandbox_id=sandbox_id) from None
-                await anyio.sleep(0.005)
-        raise errors.OperationTimeout(f"the sandbox's agent did not answer in {READY_TIMEOUT}s",
-                                      provider=self.name, sandbox_id=sandbox_id)
 
     def _status_path(self, sandbox_id: str, token: str) -> Path:
         """Where the host-side launcher records the sandbox's exit status (a file outside
@@ -549,7 +338,7 @@ class LocalProvider(SandboxProvider):
             meta, _reason = _records.read(directory, sandbox_id)
             self._stop_processes(sandbox_id, meta)
             _disk.unmount_all(directory)
-            _remove_tree(directory)  # moved aside first: no lister sees it half removed
+            remove_tree(directory)  # moved aside first: no lister sees it half removed
 
     def _stop_processes(self, sandbox_id: str, meta: dict[str, Any] | None) -> None:
         launch = meta.get("launch") if meta else None
@@ -720,256 +509,6 @@ class LocalProvider(SandboxProvider):
                    "idle_timeout": meta["idle_timeout"], "snapshot": meta["snapshot"]},
         )
 
-    # ---------------------------------------------------------------------- exec
-
-    async def _exec(self, sandbox_id: str, command: Command) -> ExecResult:
-        if command.user is not None:
-            raise self._unsupported(Capability.EXEC_USER, sandbox_id)
-        # The memory cgroup counts its OOM kills: one during the call killed a process
-        # of this command (or one it started), even when another process exits last.
-        cgroup = self._cgroup(sandbox_id) if self._cgroups else None
-        kills = cgroup.oom_kills() if cgroup else None
-        try:
-            result: ExecResult = await self._agent(sandbox_id, lambda c: c.exec(command))
-        except errors.CommandTimeout as exc:
-            if cgroup and kills is not None and (cgroup.oom_kills() or 0) > kills:
-                exc.result = attrs.evolve(exc.result, oom_killed=True)
-            raise
-        if cgroup and kills is not None and (cgroup.oom_kills() or 0) > kills:
-            result = attrs.evolve(result, oom_killed=True)
-        return result
-
-    async def _start(self, sandbox_id: str, command: Command) -> int:
-        started = await self._agent(sandbox_id, lambda c: c.call(
-            "start", argv=list(command.argv), env=dict(command.env), cwd=command.cwd))
-        return int(started["pid"])
-
-    async def _process_events(self, sandbox_id: str, pid: int) -> AsyncIterator[ProcessEvent]:
-        client = self._running(sandbox_id)
-        async for event in client.events(pid):
-            yield event
-
-    async def _send_stdin(self, sandbox_id: str, pid: int, data: bytes) -> None:
-        await self._agent(sandbox_id, lambda c: c.stdin(pid, data, close=False))
-
-    async def _close_stdin(self, sandbox_id: str, pid: int) -> None:
-        await self._agent(sandbox_id, lambda c: c.stdin(pid, b"", close=True))
-
-    async def _kill_process(self, sandbox_id: str, pid: int) -> None:
-        await self._agent(sandbox_id, lambda c: c.call("kill_process", pid=pid))
-
-    async def _open_shell(self, sandbox: Sandbox, *, cwd: str | None,
-                          env: Mapping[str, str]) -> Shell:
-        return await EmulatedShell.open(sandbox, cwd=cwd, env=env)
-
-    # --------------------------------------------------------------------- files
-
-    async def _read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
-        client = self._running(sandbox_id)
-        async for chunk in client.read(path):
-            yield chunk
-
-    async def _write_file(self, sandbox_id: str, path: str,
-                          chunks: AsyncIterator[bytes]) -> None:
-        await self._agent(sandbox_id, lambda c: c.write(path, chunks))
-
-    async def _list_dir(self, sandbox_id: str, path: str) -> list[FileInfo]:
-        entries = await self._agent(sandbox_id, lambda c: c.call("list", path=path))
-        return [_to_file_info(e) for e in entries]
-
-    async def _stat(self, sandbox_id: str, path: str) -> FileInfo:
-        return _to_file_info(await self._agent(sandbox_id, lambda c: c.call("stat", path=path)))
-
-    async def _mkdir(self, sandbox_id: str, path: str, *, parents: bool,
-                     exist_ok: bool) -> None:
-        await self._agent(sandbox_id, lambda c: c.call("mkdir", path=path, parents=parents,
-                                                       exist_ok=exist_ok))
-
-    async def _remove(self, sandbox_id: str, path: str, *, recursive: bool) -> None:
-        await self._agent(sandbox_id, lambda c: c.call("remove", path=path,
-                                                       recursive=recursive))
-
-    async def _rename(self, sandbox_id: str, src: str, dst: str) -> None:
-        await self._agent(sandbox_id, lambda c: c.call("rename", src=src, dst=dst))
-
-    # ----------------------------------------------------------------- snapshots
-
-    async def _snapshot(self, sandbox_id: str) -> Snapshot:
-        return await anyio.to_thread.run_sync(self._snapshot_blocking, sandbox_id)
-
-    def _snapshot_blocking(self, sandbox_id: str) -> Snapshot:
-        directory = self._home.sandbox(sandbox_id)
-        meta = self._read(sandbox_id)
-        with _disk.typed_full(doing="taking a snapshot", provider=self.name,
-                              sandbox_id=sandbox_id):
-            return self._copy_snapshot(sandbox_id, directory, meta)
-
-    def _copy_snapshot(self, sandbox_id: str, directory: Path,
-                       meta: dict[str, Any]) -> Snapshot:
-        snapshot_id = self._home.new_id("snapshots")
-        target = self._home.snapshot(snapshot_id)
-        try:
-            with self._home.lock(directory):
-                cgroup = self._cgroup(sandbox_id)
-                # Freeze while copying so the snapshot is consistent.
-                thaw = self._state(sandbox_id, meta) == SandboxState.RUNNING and cgroup.exists()
-                if thaw:
-                    cgroup.freeze(True)
-                try:
-                    # A template sandbox's own files are its overlay layer: the snapshot
-                    # keeps that, over the same template.
-                    _copy_tree(_disk.own_files(directory, meta), target / "root")
-                finally:
-                    if thaw:
-                        cgroup.freeze(False)
-            snap = {"id": snapshot_id, "sandbox_id": sandbox_id,
-                    "created_at": _now().isoformat(), "template": meta["template"]}
-            write_meta(target, snap)
-
-        except BaseException:
-            shutil.rmtree(target, ignore_errors=True)
-            raise
-        return self._to_snapshot(snap)
-
-    async def _list_snapshots(self, sandbox_id: str | None) -> list[Snapshot]:
-        snaps = [read_meta(self._home.snapshot(s)) for s in self._home.ids("snapshots")]
-        return [self._to_snapshot(s) for s in snaps
-                if s is not None and sandbox_id in (None, s["sandbox_id"])]
-
-    async def _delete_snapshot(self, snapshot_id: str) -> None:
-        target = self._home.snapshot(snapshot_id)
-        if read_meta(target) is None:
-            raise errors.SnapshotNotFound(f"snapshot {snapshot_id!r} does not exist",
-                                          provider=self.name)
-        await anyio.to_thread.run_sync(lambda: shutil.rmtree(target, ignore_errors=True))
-
-    def _to_snapshot(self, meta: dict[str, Any]) -> Snapshot:
-        return Snapshot(id=meta["id"], provider=self.name, sandbox_id=meta["sandbox_id"],
-                        captures=frozenset({"filesystem"}),
-                        created_at=dt.datetime.fromisoformat(meta["created_at"]),
-                        extra={"template": meta["template"]})
-
-    # ------------------------------------------------------------------- volumes
-
-    def _check_volume_name(self, name: str) -> None:
-        if not VOLUME_NAME.match(name):
-            raise errors.InvalidInput(
-                f"volume name {name!r}: use letters, digits, '.', '_' and '-'",
-                provider=self.name)
-
-    async def _create_volume(self, name: str) -> Volume:
-        self._check_volume_name(name)
-        directory = self._home.volume(name)
-        try:
-            directory.mkdir(mode=0o700)
-        except FileExistsError:
-            raise errors.Conflict(f"volume {name!r} already exists", provider=self.name) from None
-        (directory / "data").mkdir()
-        meta = {"name": name, "created_at": _now().isoformat()}
-        write_meta(directory, meta)
-        return self._to_volume(meta)
-
-    async def _get_volume(self, name: str) -> Volume:
-        self._check_volume_name(name)
-        meta = read_meta(self._home.volume(name))
-        if meta is None:
-            raise errors.VolumeNotFound(f"volume {name!r} does not exist", provider=self.name)
-        return self._to_volume(meta)
-
-    async def _list_volumes(self) -> list[Volume]:
-        metas = [read_meta(self._home.volume(v)) for v in self._home.ids("volumes")]
-        return [self._to_volume(m) for m in metas if m is not None]
-
-    async def _delete_volume(self, name: str) -> None:
-        await self._get_volume(name)
-        for info in await self._list(metadata={}, state=None):
-            meta = read_meta(self._home.sandbox(info.id)) or {"volumes": []}
-            if info.state in (SandboxState.RUNNING, SandboxState.PAUSED) and \
-                    any(v[0] == name for v in meta["volumes"]):
-                raise errors.Conflict(f"volume {name!r} is mounted by sandbox {info.id}",
-                                      provider=self.name)
-        await anyio.to_thread.run_sync(
-            lambda: shutil.rmtree(self._home.volume(name), ignore_errors=True))
-
-    def _to_volume(self, meta: dict[str, Any]) -> Volume:
-        return Volume(id=meta["name"], name=meta["name"], provider=self.name,
-                      created_at=dt.datetime.fromisoformat(meta["created_at"]),
-                      extra={"path": str(self._home.volume(meta["name"]) / "data")})
-
-    # ----------------------------------------------------------------- templates
-
-    async def _build_template(self, spec: TemplateSpec, *, force: bool,
-                              on_progress: Callable[[str], None] | None) -> Template:
-        try:
-            from provider_sdk_docker import DockerProvider
-            from provider_sdk_templates import rootfs
-        except ImportError as exc:
-            raise errors.ConfigError(
-                "templates for the local provider are built with Docker Engine: install the "
-                f"distribution provider-sdk-templates (missing module: {exc.name})",
-                provider=self.name) from exc
-        digest = await anyio.to_thread.run_sync(spec.content_hash)
-        template_id = _templates.template_id(spec.name, digest)
-        meta = read_meta(self._home.template(template_id))
-        if meta is not None and not force:
-            return self._to_template(meta)
-        if meta is not None:
-            await anyio.to_thread.run_sync(self._check_unused, template_id)
-        docker = DockerProvider()
-        try:
-            before = {(t.name, t.content_hash) for t in await docker.list_templates()}
-            image = await docker.build_template(spec, force=force, on_progress=on_progress)
-            try:
-                if on_progress is not None:
-                    on_progress(f"exporting the filesystem of {image.id} as local template "
-                                f"{template_id}")
-                meta = await anyio.to_thread.run_sync(
-                    lambda: self._export(rootfs.export_image, image.id, spec, digest, force))
-            finally:
-                if (spec.name, digest) not in before:  # made for this build: not kept
-                    with contextlib.suppress(errors.SandboxError):
-                        await docker.delete_template(image.id)
-        finally:
-            await docker.aclose()
-        return self._to_template(meta)
-
-    def _export(self, export: Callable[..., Any], image: str, spec: TemplateSpec, digest: str,
-                force: bool) -> dict[str, Any]:
-        """Export ``image`` beside the templates, then move it into place."""
-        name = spec.name
-        template_id = _templates.template_id(name, digest)
-        templates = self._home.path / "templates"
-        staging = templates / f".{template_id}-{secrets.token_hex(4)}"
-        staging.mkdir(mode=0o700)
-        try:
-            config = export(image, staging / "root", provider=self.name)
-            if _templates.user_uid(staging / "root", config.user) not in (0, 1000):
-                users = [i.line for i in spec.parsed().instructions if i.keyword == "USER"]
-                raise errors.TemplateBuildError(
-                    f"the image's USER is {config.user!r}, which is not uid 0 or 1000 in its "
-                    "/etc/passwd: local sandboxes always run as uid 1000",
-                    step=f"USER (line {users[-1]})" if users else "USER", provider=self.name)
-            _templates.prepare_root(staging / "root")
-            meta = {"id": template_id, "name": name, "content_hash": digest,
-                    "created_at": _now().isoformat(), "image": image,
-                    "env": dict(config.env), "workdir": config.workdir, "user": config.user,
-                    "cpu": spec.cpu, "memory_mb": spec.memory_mb,
-                    "start_cmd": spec.start_cmd, "ready_cmd": spec.ready_cmd}
-            write_meta(staging, meta)
-            target = self._home.template(template_id)
-            with self._home.lock(templates):
-                if read_meta(target) is not None:
-                    if not force:  # another build of the same spec finished first
-                        shutil.rmtree(staging)
-                        return read_meta(target) or meta
-                    self._check_unused(template_id)
-                    _remove_tree(target)
-                staging.rename(target)
-            return meta
-        except BaseException:
-            _remove_tree(staging)
-            raise
-
     def check_template(self, spec: TemplateSpec) -> list[Problem]:
         """What local templates cannot do with ``spec``, with line numbers: besides the
         declared :attr:`template_support`, a ``USER`` naming a uid other than 0 or 1000
@@ -983,110 +522,20 @@ class LocalProvider(SandboxProvider):
                         f"uid {uid}: local sandboxes always run as uid 1000 ('user')")))
         return sorted(found, key=lambda p: (p.line is None, p.line or 0))
 
-    def _check_unused(self, template_id: str) -> None:
-        """Conflict while a sandbox or snapshot of this home is made from the template
-        (its files are their lower layer)."""
-        sandboxes = [s for s in self._home.ids("sandboxes")
-                     if (read_meta(self._home.sandbox(s)) or {}).get("template") == template_id]
-        snapshots = [s for s in self._home.ids("snapshots")
-                     if (read_meta(self._home.snapshot(s)) or {}).get("template") == template_id]
-        if sandboxes or snapshots:
-            users = [f"sandbox {s}" for s in sandboxes] + [f"snapshot {s}" for s in snapshots]
-            raise errors.Conflict(
-                f"template {template_id!r} is in use by {', '.join(users)}: kill those "
-                "sandboxes and delete those snapshots first", provider=self.name)
-
-    async def _list_templates(self) -> list[Template]:
-        metas = [read_meta(self._home.template(t)) for t in self._home.ids("templates")]
-        return [self._to_template(m) for m in metas if m is not None]
-
-    async def _delete_template(self, template_id: str) -> None:
-        self._template_meta(template_id)  # TemplateNotFound
-        templates = self._home.path / "templates"
-
-        def delete() -> None:
-            with self._home.lock(templates):
-                self._check_unused(template_id)
-                _remove_tree(self._home.template(template_id))
-
-        await anyio.to_thread.run_sync(delete)
-
-    def _to_template(self, meta: dict[str, Any]) -> Template:
-        return Template(id=meta["id"], name=meta["name"], provider=self.name,
-                        content_hash=meta["content_hash"],
-                        created_at=dt.datetime.fromisoformat(meta["created_at"]),
-                        extra={"path": str(self._home.template(meta["id"]) / "root"),
-                               "image": meta["image"], "env": dict(meta["env"]),
-                               "workdir": meta["workdir"], "user": meta["user"],
-                               "start_cmd": meta.get("start_cmd"),
-                               "ready_cmd": meta.get("ready_cmd")})
-
     # ------------------------------------------------------------------- metrics
 
     async def _metrics(self, sandbox_id: str) -> Metrics:
         self._running(sandbox_id)
         cgroup = self._cgroup(sandbox_id)
         layer = _disk.own_files(self._home.sandbox(sandbox_id), self._read(sandbox_id))
-        disk = await anyio.to_thread.run_sync(_disk_usage, layer)
+        disk = await anyio.to_thread.run_sync(disk_usage, layer)
         memory, limit = cgroup.memory() if cgroup.exists() else (None, None)
         cpu = cgroup.cpu_seconds() if cgroup.exists() else None
         if memory is None:
             launched = _launch.Launched(**self._read(sandbox_id)["launch"])
             memory = sum(_rss(pid) for pid in _launch.namespace_pids(launched))
         return Metrics(cpu_seconds=cpu, memory_bytes=memory, memory_limit_bytes=limit,
-                       disk_bytes=disk, timestamp=_now())
-
-
-def _listen(path: Path) -> socket.socket:
-    """A listening socket at ``path`` (bound through /proc when the path is too long)."""
-    path.unlink(missing_ok=True)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        if len(str(path)) <= 100:
-            sock.bind(str(path))
-        else:
-            fd = os.open(path.parent, os.O_PATH)
-            try:
-                sock.bind(f"/proc/self/fd/{fd}/{path.name}")
-            finally:
-                os.close(fd)
-        sock.listen(128)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def _copy_tree(src: Path, dst: Path) -> None:
-    """Copy a root filesystem, keeping owners, modes, links and special files."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["cp", "-a", "--reflink=auto", "--", str(src), str(dst)],
-                          capture_output=True, check=False, env={**os.environ, "LC_ALL": "C"})
-    if done.returncode != 0:
-        message = done.stderr.decode(errors="replace").strip()
-        full = "No space left on device" in message or "Disk quota exceeded" in message
-        raise OSError(errno.ENOSPC if full else errno.EIO, f"copying {src} failed: {message}")
-
-
-def _remove_tree(path: Path) -> None:
-    """Remove a directory tree, first moving it aside so no reader sees it half gone."""
-    if not path.exists():
-        return
-    aside = path.with_name(f".deleted-{path.name}-{secrets.token_hex(4)}")
-    path.rename(aside)
-    (aside / "meta.json").unlink(missing_ok=True)
-    shutil.rmtree(aside, ignore_errors=True)
-
-
-def _disk_usage(root: Path) -> int:
-    total = 0
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-            except OSError:
-                continue
-    return total
+                       disk_bytes=disk, timestamp=now())
 
 
 def _rss(pid: int) -> int:
@@ -1097,21 +546,3 @@ def _rss(pid: int) -> int:
     except OSError:
         pass
     return 0
-
-
-def _to_file_info(entry: dict[str, Any]) -> FileInfo:
-    return FileInfo(path=entry["path"], type=FileType(entry["type"]), size=entry["size"],
-                    mode=entry["mode"],
-                    modified_at=dt.datetime.fromtimestamp(entry["mtime"], dt.timezone.utc),
-                    symlink_target=entry["target"])
-
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
-
-
-def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    """Write a JSON file readable only by its owner."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f)

@@ -1,0 +1,273 @@
+"""How a local sandbox starts: its writable layer and root, the shared read-only
+``/etc``, the agent's launch inside bubblewrap (or without it), and the wait until the
+agent and a template's ``ready_cmd`` answer.
+
+``StartupMixin`` holds these for ``LocalProvider``, at create and when ``resume``
+starts a stopped sandbox again from its files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import anyio
+import attrs
+
+from provider_sdk import errors
+from provider_sdk.local import _disk, _launch, _templates
+from provider_sdk.local._home import Home, write_meta
+from provider_sdk.local._trees import copy_tree
+from provider_sdk.models import Resources
+from provider_sdk.provider import Command
+
+if TYPE_CHECKING:
+    from provider_sdk.local._client import AgentClient
+    from provider_sdk.models import ExecResult
+
+__all__ = ["WORKDIR", "StartupMixin"]
+
+WORKDIR = "/home/user"
+BASE_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": WORKDIR,
+    "USER": "user",
+    "LOGNAME": "user",
+    "SHELL": "/bin/bash",
+    "LANG": "C.UTF-8",
+}
+PASSWD = "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000:user:/home/user:/bin/bash\n"
+GROUP = "root:x:0:\nuser:x:1000:\n"
+HOSTS = "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+# Host /etc entries a shell and Python need, copied once into the shared read-only /etc.
+ETC_COPIED = ("nsswitch.conf", "localtime", "bash.bashrc", "profile", "inputrc", "mime.types")
+READY_CMD_TIMEOUT = 120.0  # seconds a template's ready_cmd may take to succeed
+READY_TIMEOUT = 15.0
+
+
+class StartupMixin:
+    """The start of a sandbox's processes, for ``LocalProvider``."""
+
+    name: ClassVar[str]
+    _home: Home
+    _cgroups: bool
+
+    if TYPE_CHECKING:
+        def _cgroup(self, sandbox_id: str) -> _launch.Cgroup: ...
+        def _status_path(self, sandbox_id: str, token: str) -> Path: ...
+        def _client(self, sandbox_id: str,
+                    launched: _launch.Launched | None = None) -> AgentClient: ...
+        async def _start(self, sandbox_id: str, command: Command) -> int: ...
+        async def _exec(self, sandbox_id: str, command: Command) -> ExecResult: ...
+
+    def _make_layer(self, directory: Path, meta: dict[str, Any]) -> None:
+        """A new sandbox's writable layer: its quota'd image mounted (where quotas
+        hold), then its root's first files."""
+        if _disk.has_quota(meta):
+            blank = _disk.blank(self._home.path / "base", meta["resources"]["disk_mb"])
+            _disk.make(directory, meta["template"], blank)
+        self._make_root(directory, meta["snapshot"], meta["cwd"], meta["template"], meta)
+
+    async def _start_command(self, sandbox_id: str, meta: Mapping[str, Any]) -> None:
+        """Start a template's ``start_cmd`` in the background and wait until its
+        ``ready_cmd`` exits 0 (at create, and when a stopped sandbox is started again)."""
+        if meta.get("start_cmd"):
+            await self._start(sandbox_id, Command(argv=("/bin/sh", "-c", meta["start_cmd"])))
+        if not meta.get("ready_cmd"):
+            return
+        probe = Command(argv=("/bin/sh", "-c", meta["ready_cmd"]), timeout=10)
+        with anyio.move_on_after(READY_CMD_TIMEOUT):
+            while (await self._exec(sandbox_id, probe)).exit_code != 0:  # noqa: ASYNC110
+                await anyio.sleep(0.1)  # a command's result: there is no event to wait on
+            return
+        raise errors.OperationTimeout(
+            f"the template's ready_cmd did not succeed within {READY_CMD_TIMEOUT:.0f}s",
+            provider=self.name, sandbox_id=sandbox_id)
+
+    def _make_root(self, directory: Path, snapshot: str | None, workdir: str,
+                   template: str, meta: dict[str, Any]) -> None:
+        root = directory / "root"
+        if template != "default":
+            # The template is the overlay's lower layer; the sandbox writes to upper/.
+            upper, work = _disk.overlay_dirs(directory, meta)
+            if snapshot is not None:
+                copy_tree(self._home.snapshot(snapshot) / "root", upper)
+            else:
+                upper.mkdir()
+            work.mkdir()
+            root.mkdir()
+            _templates.make_cwd(self._home.template(template) / "root", upper, workdir)
+            return
+        if snapshot is not None and _disk.has_quota(meta):
+            _disk.copy_into(self._home.snapshot(snapshot) / "root", root)
+        elif snapshot is not None:
+            copy_tree(self._home.snapshot(snapshot) / "root", root)
+        else:
+
+            # Mount points first (bubblewrap would make them anyway), then the writable
+            # directories every sandbox has.
+            for name in ("etc", "usr", "proc", "dev", "home/user", "root"):
+                (root / name).mkdir(parents=True)
+            for name in ("tmp", "var/tmp"):
+                (root / name).mkdir(parents=True)
+                (root / name).chmod(0o1777)
+            for name, target in _launch.system_links().items():
+                (root / name).symlink_to(target)
+        (root / workdir.lstrip("/")).mkdir(parents=True, exist_ok=True)
+
+    def _base_etc(self) -> Path:
+        """The read-only /etc every sandbox of this home shares, made once."""
+        etc = self._home.path / "base" / "etc"
+        if etc.is_dir():
+            return etc
+        # Unique per call: concurrent first creates, in one process or several, race here.
+        staging = self._home.path / "base" / f".etc-{os.getpid()}-{secrets.token_hex(6)}"
+        staging.mkdir(parents=True)
+        for name in ETC_COPIED:
+            src = Path("/etc") / name
+            if src.is_dir() and not src.is_symlink():
+                shutil.copytree(src, staging / name, symlinks=True)
+            elif src.exists() or src.is_symlink():
+                shutil.copy2(src, staging / name, follow_symlinks=False)
+        for name in _launch.ETC_LIVE:  # mount points for the live host entries
+            src = Path("/etc") / name
+            if src.is_dir():
+                (staging / name).mkdir()
+            elif src.exists():
+                (staging / name).touch()
+        (staging / "psdk").mkdir()
+        for name in (_launch.SANDBOX_AGENT, _launch.SANDBOX_PROCS, _launch.SANDBOX_CONFIG):
+            (staging / "psdk" / name.rsplit("/", 1)[1]).touch()
+        (staging / "passwd").write_text(PASSWD)
+        (staging / "group").write_text(GROUP)
+        (staging / "hosts").write_text(HOSTS)
+        (staging / "hostname").write_text("sandbox\n")
+        try:
+            staging.rename(etc)
+        except OSError:  # another process made it first
+            shutil.rmtree(staging, ignore_errors=True)
+        return etc
+
+    async def _start_sandbox(self, sandbox_id: str, meta: dict[str, Any],
+                             bwrap: str | None) -> None:
+        """Start the sandbox's processes and wait until its agent answers."""
+        directory = self._home.sandbox(sandbox_id)
+        root = directory / "root"
+        config = {
+            "workdir": meta["cwd"],
+            "env": {**BASE_ENV, **meta.get("image_env", {}), **meta["env"]},
+            "idle_timeout": meta["idle_timeout"],
+            "root": str(root) if meta["unisolated"] else "",
+        }
+        _write_json(directory / "agent.json", config)  # unisolated agents read it there
+        config_bytes = json.dumps(config).encode()
+        # Mounted already at create; after a host restart, mounted again here.
+        await anyio.to_thread.run_sync(_disk.ensure_mounted, directory, meta)
+        sock_path = directory / "agent.sock"
+        listener = _listen(sock_path)
+        token = secrets.token_hex(6)
+        args: list[str] | None = None
+        data: dict[str, bytes] = {}
+        try:
+            if bwrap is not None:
+                volumes = [(self._home.volume(name) / "data", path, ro)
+                           for name, path, ro in meta["volumes"]]
+                etc = await anyio.to_thread.run_sync(self._base_etc)
+                if meta["template"] == "default":
+                    prefix: list[str] = []
+                    args = _launch.bwrap_argv(bwrap=bwrap, root=root, etc=etc, volumes=volumes)
+                    python = [_launch.SANDBOX_PYTHON]
+                else:
+                    upper, work = _disk.overlay_dirs(directory, meta)
+                    prefix = _templates.overlay_prefix(
+                        lower=self._home.template(meta["template"]) / "root",
+                        upper=upper, work=work, root=root)
+                    args = _templates.bwrap_argv(bwrap=bwrap, root=root, etc=etc,
+                                                 volumes=volumes)
+                    python = _templates.agent_interpreter()
+                # bubblewrap's options (host paths) come through a descriptor: the
+                # command line the sandbox can read names only paths inside it.
+                argv = [*prefix, args[0], "--args", _launch.ARGS_FD, *python[:-1],
+                        *_launch.agent_command(python[-1], agent=_launch.SANDBOX_AGENT,
+                                               config=_launch.SANDBOX_CONFIG)]
+                args = args[1:]
+                data = {_launch.AGENT_FD: _launch.AGENT_SOURCE.read_bytes(),
+                        _launch.PROCS_FD: _launch.PROCS_SOURCE.read_bytes(),
+                        _launch.CONFIG_FD: config_bytes,
+                        **_launch.etc_data(etc, None if meta["template"] == "default"
+                                           else ("hosts", "hostname"))}
+            else:
+                argv = _launch.agent_command(_launch.host_python(),
+                                             agent=str(_launch.AGENT_SOURCE),
+                                             config=str(directory / "agent.json"))
+            cgroup = self._cgroup(sandbox_id) if self._cgroups else None
+            resources = Resources(**meta["resources"])
+            status = self._status_path(sandbox_id, token)
+            started = await anyio.to_thread.run_sync(lambda: _launch.start(
+                argv=argv, args=args, listener=listener, data=data, status=status,
+                cgroup=cgroup, resources=resources))
+        finally:
+            listener.close()
+        try:
+            launched = attrs.evolve(started.launched, token=token)
+            meta["launch"] = attrs.asdict(launched)
+            write_meta(directory, meta)
+            (directory / "paused").unlink(missing_ok=True)
+            await self._wait_ready(sandbox_id, launched, started)
+        finally:
+            started.close()  # from now on the sandbox writes to no one
+        meta["launch"] = attrs.asdict(_launch.find_agent(launched))
+        write_meta(directory, meta)
+
+    async def _wait_ready(self, sandbox_id: str, launched: _launch.Launched,
+                          started: _launch.Started | None = None) -> None:
+        """Ping the agent. Its socket listens from before the launch, so the ping waits
+        in the socket's backlog until the agent serves it: no polling delay."""
+        client = self._client(sandbox_id)
+        with anyio.move_on_after(READY_TIMEOUT):
+            while True:
+                try:
+                    await client.call("ping")
+                    return
+                except errors.Unavailable:
+                    if not _launch.alive(launched):
+                        said = started.output_text() if started else "(no output)"
+                        raise errors.SandboxError(f"the sandbox exited at start; {said}",
+                                                  provider=self.name,
+                                                  sandbox_id=sandbox_id) from None
+                await anyio.sleep(0.005)
+        raise errors.OperationTimeout(f"the sandbox's agent did not answer in {READY_TIMEOUT}s",
+                                      provider=self.name, sandbox_id=sandbox_id)
+
+
+def _listen(path: Path) -> socket.socket:
+    """A listening socket at ``path`` (bound through /proc when the path is too long)."""
+    path.unlink(missing_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        if len(str(path)) <= 100:
+            sock.bind(str(path))
+        else:
+            fd = os.open(path.parent, os.O_PATH)
+            try:
+                sock.bind(f"/proc/self/fd/{fd}/{path.name}")
+            finally:
+                os.close(fd)
+        sock.listen(128)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    """Write a JSON file readable only by its owner."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)

@@ -1,0 +1,141 @@
+"""Snapshots and volumes of ``LocalProvider``: directories in the home.
+
+A snapshot is a copy of a sandbox's own files (its root, or its overlay layer over a
+template), taken with the sandbox frozen; a volume is a directory bind-mounted into the
+sandboxes that name it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import anyio
+
+from provider_sdk import errors
+from provider_sdk.local import _disk, _launch
+from provider_sdk.local._home import Home, now, read_meta, write_meta
+from provider_sdk.local._trees import copy_tree
+from provider_sdk.models import SandboxInfo, SandboxState, Snapshot, Volume
+
+__all__ = ["VOLUME_NAME", "StorageMixin"]
+
+VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+class StorageMixin:
+    """The snapshot and volume hooks of ``LocalProvider``."""
+
+    name: ClassVar[str]
+    _home: Home
+
+    if TYPE_CHECKING:
+        def _cgroup(self, sandbox_id: str) -> _launch.Cgroup: ...
+        def _read(self, sandbox_id: str) -> dict[str, Any]: ...
+        def _state(self, sandbox_id: str, meta: dict[str, Any]) -> SandboxState: ...
+        async def _list(self, *, metadata: Mapping[str, str],
+                        state: SandboxState | None) -> list[SandboxInfo]: ...
+
+    async def _snapshot(self, sandbox_id: str) -> Snapshot:
+        return await anyio.to_thread.run_sync(self._snapshot_blocking, sandbox_id)
+
+    def _snapshot_blocking(self, sandbox_id: str) -> Snapshot:
+        directory = self._home.sandbox(sandbox_id)
+        meta = self._read(sandbox_id)
+        with _disk.typed_full(doing="taking a snapshot", provider=self.name,
+                              sandbox_id=sandbox_id):
+            return self._copy_snapshot(sandbox_id, directory, meta)
+
+    def _copy_snapshot(self, sandbox_id: str, directory: Path,
+                       meta: dict[str, Any]) -> Snapshot:
+        snapshot_id = self._home.new_id("snapshots")
+        target = self._home.snapshot(snapshot_id)
+        try:
+            with self._home.lock(directory):
+                cgroup = self._cgroup(sandbox_id)
+                # Freeze while copying so the snapshot is consistent.
+                thaw = self._state(sandbox_id, meta) == SandboxState.RUNNING and cgroup.exists()
+                if thaw:
+                    cgroup.freeze(True)
+                try:
+                    # A template sandbox's own files are its overlay layer: the snapshot
+                    # keeps that, over the same template.
+                    copy_tree(_disk.own_files(directory, meta), target / "root")
+                finally:
+                    if thaw:
+                        cgroup.freeze(False)
+            snap = {"id": snapshot_id, "sandbox_id": sandbox_id,
+                    "created_at": now().isoformat(), "template": meta["template"]}
+            write_meta(target, snap)
+
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
+        return self._to_snapshot(snap)
+
+    async def _list_snapshots(self, sandbox_id: str | None) -> list[Snapshot]:
+        snaps = [read_meta(self._home.snapshot(s)) for s in self._home.ids("snapshots")]
+        return [self._to_snapshot(s) for s in snaps
+                if s is not None and sandbox_id in (None, s["sandbox_id"])]
+
+    async def _delete_snapshot(self, snapshot_id: str) -> None:
+        target = self._home.snapshot(snapshot_id)
+        if read_meta(target) is None:
+            raise errors.SnapshotNotFound(f"snapshot {snapshot_id!r} does not exist",
+                                          provider=self.name)
+        await anyio.to_thread.run_sync(lambda: shutil.rmtree(target, ignore_errors=True))
+
+    def _to_snapshot(self, meta: dict[str, Any]) -> Snapshot:
+        return Snapshot(id=meta["id"], provider=self.name, sandbox_id=meta["sandbox_id"],
+                        captures=frozenset({"filesystem"}),
+                        created_at=dt.datetime.fromisoformat(meta["created_at"]),
+                        extra={"template": meta["template"]})
+
+    def _check_volume_name(self, name: str) -> None:
+        if not VOLUME_NAME.match(name):
+            raise errors.InvalidInput(
+                f"volume name {name!r}: use letters, digits, '.', '_' and '-'",
+                provider=self.name)
+
+    async def _create_volume(self, name: str) -> Volume:
+        self._check_volume_name(name)
+        directory = self._home.volume(name)
+        try:
+            directory.mkdir(mode=0o700)
+        except FileExistsError:
+            raise errors.Conflict(f"volume {name!r} already exists", provider=self.name) from None
+        (directory / "data").mkdir()
+        meta = {"name": name, "created_at": now().isoformat()}
+        write_meta(directory, meta)
+        return self._to_volume(meta)
+
+    async def _get_volume(self, name: str) -> Volume:
+        self._check_volume_name(name)
+        meta = read_meta(self._home.volume(name))
+        if meta is None:
+            raise errors.VolumeNotFound(f"volume {name!r} does not exist", provider=self.name)
+        return self._to_volume(meta)
+
+    async def _list_volumes(self) -> list[Volume]:
+        metas = [read_meta(self._home.volume(v)) for v in self._home.ids("volumes")]
+        return [self._to_volume(m) for m in metas if m is not None]
+
+    async def _delete_volume(self, name: str) -> None:
+        await self._get_volume(name)
+        for info in await self._list(metadata={}, state=None):
+            meta = read_meta(self._home.sandbox(info.id)) or {"volumes": []}
+            if info.state in (SandboxState.RUNNING, SandboxState.PAUSED) and \
+                    any(v[0] == name for v in meta["volumes"]):
+                raise errors.Conflict(f"volume {name!r} is mounted by sandbox {info.id}",
+                                      provider=self.name)
+        await anyio.to_thread.run_sync(
+            lambda: shutil.rmtree(self._home.volume(name), ignore_errors=True))
+
+    def _to_volume(self, meta: dict[str, Any]) -> Volume:
+        return Volume(id=meta["name"], name=meta["name"], provider=self.name,
+                      created_at=dt.datetime.fromisoformat(meta["created_at"]),
+                      extra={"path": str(self._home.volume(meta["name"]) / "data")})
