@@ -10,6 +10,7 @@ The child's ``argv[0]`` carries the marker, so a cleared environment does not hi
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import anyio
@@ -128,6 +129,21 @@ class HostileEscapeContract(ContractBase):
             self, sandbox: Sandbox) -> None:
         """A detached daemon of another user (``exec(user=...)``) dies with the timeout."""
         await self._times_out_and_leaves_nothing(sandbox, "all_at_once", user=self.other_user)
+
+    @requires(Capability.EXEC_CONTAINED)
+    async def test_hostile_command_cannot_stop_or_kill_what_contains_it(
+            self, sandbox: Sandbox) -> None:
+        """A command that stops, then kills, every process it may signal (``kill -STOP
+        -1``, ``kill -KILL -1``: the provider's agent and supervisors, where they share
+        its user) leaves the sandbox serving: the next exec answers, and a timeout still
+        ends a detached daemon."""
+        with anyio.fail_after(10 + GRACE), contextlib.suppress(CommandTimeout):
+            await sandbox.exec(["/bin/bash", "-c", "kill -STOP -1; kill -KILL -1; true"],
+                               timeout=10)
+        with anyio.fail_after(GRACE):
+            result = await sandbox.exec(["echo", "still here"])
+        assert (result.exit_code, result.stdout) == (0, "still here\n")
+        await self._times_out_and_leaves_nothing(sandbox, "all_at_once")
 
     @requires(Capability.EXEC_CONTAINED)
     async def test_hostile_detached_child_holding_stdout_does_not_hold_the_call(

@@ -127,7 +127,7 @@ class Agent:
         self.procs: dict[int, _procs.Background] = {}
         self.children: dict[int, _procs.Running] = {}  # every command running now (exec and start)
         self.lock = threading.Lock()
-        user = config.get("user")  # set when this agent is the sandbox's root
+        user = config.get("user")  # set when this agent is not the sandbox user
         self.user: tuple[int, int] | None = (int(user[0]), int(user[1])) if user else None
         self.spawner: _procs.Spawner | None = None
 

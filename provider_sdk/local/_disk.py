@@ -11,7 +11,13 @@ The mount lives in the host's mount namespace: it outlives the process that made
 is unmounted when the sandbox is killed, and is made again when a sandbox whose
 processes are gone (after a host restart) is started from its files. Mounting needs
 root; elsewhere (:func:`available` is false) there is no quota and ``disk_mb`` is
-refused. Volumes are plain directories and are not counted.
+refused.
+
+A volume made where mounting is possible is such a filesystem too, of
+:data:`VOLUME_MB` (``<volume>/disk.img``, mounted on its ``data`` directory): it is
+bounded, and a sandbox's mount table shows a device for it, not the volume's path in the
+home (a bind of a plain directory shows where it lives). Elsewhere, and for volumes made
+by an older version, a volume is a plain directory and is not bounded.
 
 This module knows images, mounts and paths; it starts no sandbox.
 """
@@ -32,6 +38,8 @@ from provider_sdk import errors
 
 DEFAULT_DISK_MB = 4096
 """The writable layer's size when the spec gives no ``Resources.disk_mb``."""
+VOLUME_MB = 16384
+"""A volume's size where volumes are filesystems of their own."""
 IMAGE = "disk.img"
 LAYER = "layer"
 """Where a template sandbox's image is mounted (its ``upper`` and ``work`` inside)."""
@@ -154,6 +162,20 @@ directory: Path, meta: dict[str, Any]) -> None:
     target = mount_point(directory, meta["template"])
     if not os.path.ismount(target):
         mount(directory / IMAGE, target)
+
+
+def make_volume(directory: Path, blank_image: Path) -> None:
+    """Give a new volume its own copy of the blank image, mounted on ``data``."""
+    sparse_copy(blank_image, directory / IMAGE)
+    (directory / "data").mkdir()
+    mount(directory / IMAGE, directory / "data")
+
+
+def ensure_volume_mounted(directory: Path) -> None:
+    """Mount a volume's image if it has one and it is not mounted (after a host
+    restart); a plain-directory volume is left as it is."""
+    if (directory / IMAGE).is_file() and not os.path.ismount(directory / "data"):
+        mount(directory / IMAGE, directory / "data")
 
 
 def mount(image: Path, target: Path) -> None:

@@ -19,7 +19,7 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import attrs
 
@@ -192,6 +192,18 @@ SECCOMP_FD = "{seccomp_fd}"
 AGENT_FD = "{agent_fd}"
 CONFIG_FD = "{config_fd}"
 PROCS_FD = "{procs_fd}"
+USERNS_FD = "{userns_fd}"
+SANDBOX_UID = 1000
+"""The uid and gid commands run as inside a sandbox (``user``)."""
+AGENT_HOST_ID = 2147483646
+"""The host uid and gid of a sandbox's agent and its supervisors where they run as a
+user of their own (:func:`separate_users`): an id no host account has, so that nothing
+on the host or in any sandbox shares it."""
+AGENT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_DAC_OVERRIDE",
+              "CAP_DAC_READ_SEARCH")
+"""What the agent keeps in the sandbox's user namespace where it runs as a user of its
+own: switching to the sandbox user (for commands and file operations), signalling its
+commands, and reaching a command's working directory. Commands get none of them."""
 AGENT_NS_PID = 2
 """The agent's pid inside an isolated sandbox: bubblewrap's init is 1, and its first
 (and only) child is the agent."""
@@ -203,24 +215,57 @@ OUTPUT_QUOTED = 2000
 """Bytes of start-up output (bubblewrap's and the agent's) quoted in an error."""
 
 
-def seal_args() -> list[str]:
-    """bubblewrap options that seal the sandbox: its own user namespace in which no
-    further one can be made, and the seccomp filter (where the architecture is known)."""
-    args = ["--unshare-user", "--disable-userns"]
+def separate_users() -> bool:
+    """Whether sandboxes started here run their agent as a user of its own.
+
+    That takes root (to map two host ids into the sandbox's user namespace: the
+    sandbox user to this process's own, the agent to :data:`AGENT_HOST_ID`),
+    util-linux's ``unshare`` and ``setpriv`` (to make that namespace, and to start
+    bubblewrap as its owner) and the seccomp filter, which refuses nested user
+    namespaces in place of bubblewrap's ``--disable-userns`` (whose own nested namespace
+    maps one user only). Commands then cannot signal, trace or read the agent, the
+    supervisors that contain them, or the sandbox's init.
+    """
+    return os.geteuid() == 0 and shutil.which("unshare") is not None \
+        and shutil.which("setpriv") is not None and _seccomp.supported()
+
+
+def as_agent() -> list[str]:
+    """A command prefix that runs the rest as :data:`AGENT_HOST_ID`, without groups or
+    capabilities on the host (see :func:`separate_users`)."""
+    setpriv = shutil.which("setpriv") or "setpriv"
+    return [setpriv, f"--reuid={AGENT_HOST_ID}", f"--regid={AGENT_HOST_ID}",
+            "--clear-groups", "--inh-caps=-all", "--"]
+
+
+def seal_args(*, separate: bool) -> list[str]:
+    """bubblewrap options that seal the sandbox: its own namespaces, a user namespace
+    in which no further one can be made, and the seccomp filter (where the architecture
+    is known). ``separate``: bubblewrap runs as :data:`AGENT_HOST_ID` (:func:`as_agent`)
+    in the namespace :func:`user_namespace` made, where that id is uid 0: the agent
+    keeps :data:`AGENT_CAPS` and runs commands as the sandbox user."""
+    if separate:
+        # Every namespace --unshare-all makes but the user namespace, which is given.
+        args = ["--userns", USERNS_FD, "--unshare-ipc", "--unshare-pid", "--unshare-net",
+                "--unshare-uts", "--unshare-cgroup-try", "--cap-drop", "ALL"]
+        for cap in AGENT_CAPS:
+            args += ["--cap-add", cap]
+    else:
+        args = ["--unshare-all", "--unshare-user", "--disable-userns",
+                "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
     if _seccomp.supported():
         args += ["--seccomp", SECCOMP_FD]
     return args
 
 
 def bwrap_argv(*, bwrap: str, root: Path, etc: Path,
-               volumes: list[tuple[Path, str, bool]]) -> list[str]:
+               volumes: list[tuple[Path, str, bool]], separate: bool) -> list[str]:
     """The bubblewrap command line for a sandbox whose writable root is ``root``
     (:func:`start` fills in the ``*_FD`` placeholders). The agent and its configuration
     are copied in (``--ro-bind-data``), not bound from host paths."""
     argv = [
-        bwrap, "--unshare-all", *seal_args(), "--uid", "1000", "--gid", "1000",
-        "--hostname", "sandbox", "--new-session", "--info-fd", INFO_FD,
-        "--bind", str(root), "/",
+        bwrap, *seal_args(separate=separate), "--hostname", "sandbox", "--new-session",
+        "--info-fd", INFO_FD, "--bind", str(root), "/",
         "--ro-bind", "/usr", "/usr",
     ]
     for name in SYSTEM_DIRS:
@@ -231,16 +276,28 @@ def bwrap_argv(*, bwrap: str, root: Path, etc: Path,
     for name in ETC_LIVE:
         if (Path("/etc") / name).exists():
             argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-    argv += [*agent_data_args(), "--remount-ro", "/etc"]
+    argv += [*agent_data_args(), "--remount-ro", "/etc", *volume_args(volumes)]
+    return argv
+
+
+def volume_args(volumes: list[tuple[Path, str, bool]]) -> list[str]:
+    """bubblewrap options that bind each volume at its target. Missing directories on
+    the way are made ``0755`` first: bubblewrap would make them ``0700`` for its own
+    user, which the sandbox user is not where users are separate. Existing ones are
+    left as they are."""
+    argv: list[str] = []
     for source, target, read_only in volumes:
+        parts = PurePosixPath(target).parts[1:]
+        for depth in range(1, len(parts) + 1):
+            argv += ["--perms", "0755", "--dir", "/" + "/".join(parts[:depth])]
         argv += ["--ro-bind" if read_only else "--bind", str(source), target]
     return argv
 
 
 def shm_argv() -> list[str]:
-    """bubblewrap arguments making ``/dev/shm`` a tmpfs of :data:`SHM_MB` (after
-    ``--dev``)."""
-    return ["--size", str(SHM_MB << 20), "--tmpfs", "/dev/shm"]
+    """bubblewrap arguments making ``/dev/shm`` a tmpfs of :data:`SHM_MB`, writable by
+    every user as on any Linux (after ``--dev``)."""
+    return ["--perms", "1777", "--size", str(SHM_MB << 20), "--tmpfs", "/dev/shm"]
 
 
 def _etc_entries(etc: Path) -> list[Path]:
@@ -328,6 +385,38 @@ while [ "$1" != -- ]; do echo $$ > "$1" || exit 1; shift; done; shift
 """
 
 
+def user_namespace() -> int:
+    """A descriptor of a new user namespace (for ``--userns``), owned by
+    :data:`AGENT_HOST_ID`, that maps uid and gid 0 to that id and :data:`SANDBOX_UID`
+    to this process's own (root).
+
+    A helper (util-linux's ``unshare``, run as that id) makes it; this process,
+    privileged in the parent namespace, writes the maps, which bubblewrap could not (it
+    maps one id only).
+    """
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        raise OSError("util-linux's unshare is not installed")
+    helper = subprocess.Popen([*as_agent(), unshare, "--user", "--", "sleep", "60"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        mine = os.readlink("/proc/self/ns/user")
+        deadline = time.monotonic() + 10
+        while os.readlink(f"/proc/{helper.pid}/ns/user") == mine:
+            if helper.poll() is not None or time.monotonic() > deadline:
+                raise OSError("cannot make the sandbox's user namespace (are user "
+                              "namespaces allowed for unprivileged users here?)")
+            time.sleep(0.0005)
+        for name, own in (("uid_map", os.geteuid()), ("gid_map", os.getegid())):
+            Path(f"/proc/{helper.pid}/{name}").write_text(
+                f"0 {AGENT_HOST_ID} 1\n{SANDBOX_UID} {own} 1\n")
+        return os.open(f"/proc/{helper.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        helper.kill()
+        helper.wait()
+
+
 def start(*, argv: list[str], args: list[str] | None, listener: socket.socket,
           data: dict[str, bytes], status: Path, cgroup: Cgroup | None,
           resources: Resources) -> Started:
@@ -348,6 +437,8 @@ def start(*, argv: list[str], args: list[str] | None, listener: socket.socket,
         for key, content in data.items():
             fds[key] = _memfd(key, content)
         if args is not None:
+            if USERNS_FD in args:
+                fds[USERNS_FD] = user_namespace()
             fds[SECCOMP_FD] = _memfd(SECCOMP_FD, _seccomp.program())
             filled = [str(fds[a]) if a in fds else a for a in args]
             fds[ARGS_FD] = _memfd(ARGS_FD, b"".join(a.encode() + b"\0" for a in filled))

@@ -6,7 +6,12 @@ so do new user namespaces (``unshare`` and ``clone`` with ``CLONE_NEWUSER``, and
 ``setns``), which would hand the code inside a fresh set of capabilities. ``clone3``
 fails with ``ENOSYS``, so the C library falls back to ``clone``, whose flags a classic
 filter can inspect (``clone3`` passes them in memory). Other namespace flags, and
-``fork``/``clone`` without any, are allowed: the agent uses them.
+``fork``/``clone`` without any, are allowed: the agent uses them. A mode with the setuid
+or setgid bit fails with ``EPERM`` wherever a call sets one (``chmod`` and its kin,
+``mknod``, and ``open``/``openat``/``creat`` when they create a file), so no file made
+inside carries those bits onto the host; ``openat2``, which passes its mode in memory,
+fails with ``ENOSYS`` (callers fall back to ``openat``), and io_uring, which would do the
+same out of the filter's sight, with ``EPERM``.
 
 The program is built here in pure Python (no libseccomp) and handed to bubblewrap with
 ``--seccomp FD``. It knows x86_64 and aarch64; any other architecture (including the
@@ -19,7 +24,7 @@ import errno
 import platform
 import struct
 
-__all__ = ["DENIED", "SUPPORTED", "program"]
+__all__ = ["CREATORS", "DENIED", "MODE_SETTERS", "SUPPORTED", "program"]
 
 # Architectures (linux/audit.h) and their seccomp_data offsets (linux/seccomp.h).
 AUDIT_ARCH_X86_64 = 0xC000003E
@@ -68,11 +73,29 @@ DENIED: dict[str, tuple[int, int | None]] = {
     "quotactl": (179, 60), "quotactl_fd": (443, 443), "lookup_dcookie": (212, 18),
     "setns": (308, 268), "syslog": (103, 116), "vhangup": (153, 58),
     "uselib": (134, None), "_sysctl": (156, None), "nfsservctl": (180, 42),
+    # io_uring opens, creates and changes files without system calls a filter can see.
+    "io_uring_setup": (425, 425), "io_uring_enter": (426, 426),
+    "io_uring_register": (427, 427),
 }
+#: Calls that set a file's mode: name -> ((x86_64, aarch64 number), the mode's argument).
+#: A mode with the setuid or setgid bit fails with EPERM.
+MODE_SETTERS: dict[str, tuple[tuple[int | None, int | None], int]] = {
+    "chmod": ((90, None), 1), "fchmod": ((91, 52), 1), "fchmodat": ((268, 53), 2),
+    "fchmodat2": ((452, 452), 2), "mknod": ((133, None), 1), "mknodat": ((259, 33), 2),
+    "creat": ((85, None), 1),
+}
+#: Calls that create a file only with O_CREAT or O_TMPFILE in their flags: name ->
+#: ((x86_64, aarch64 number), the flags' argument, the mode's argument).
+CREATORS: dict[str, tuple[tuple[int | None, int | None], int, int]] = {
+    "open": ((2, None), 1, 2), "openat": ((257, 56), 2, 3),
+}
+S_ISUID_ISGID = 0o6000
+O_CREAT_OR_TMPFILE = 0o100 | 0o20000000  # the same bits on x86_64 and aarch64
 #: Checked by their arguments: name -> (x86_64 number, aarch64 number).
 _UNSHARE = (272, 97)
 _CLONE = (56, 220)
 _CLONE3 = (435, 435)
+_OPENAT2 = (437, 437)
 _PERSONALITY = (135, 92)
 _IOCTL = (16, 29)
 
@@ -127,6 +150,13 @@ def _arch_block(asm: _Asm, name: str, column: int) -> None:
         if nr is not None:
             asm.jump(_JEQ_K, nr, "eperm")
     asm.jump(_JEQ_K, _CLONE3[column], "enosys")
+    asm.jump(_JEQ_K, _OPENAT2[column], "enosys")
+    for setter, mode in MODE_SETTERS.values():
+        if (nr := setter[column]) is not None:
+            asm.jump(_JEQ_K, nr, f"mode{mode}")
+    for creator, flags, mode in CREATORS.values():
+        if (nr := creator[column]) is not None:
+            asm.jump(_JEQ_K, nr, f"create{flags}_{mode}")
     asm.jump(_JEQ_K, _UNSHARE[column], "flags")
     asm.jump(_JEQ_K, _CLONE[column], "flags")
     asm.jump(_JEQ_K, _PERSONALITY[column], f"personality_{name}")
@@ -156,6 +186,19 @@ def program() -> bytes:
     asm.load(_arg(1))
     asm.jump(_JEQ_K, TIOCSTI, "eperm")
     asm.ret(RET_ALLOW)
+    # A mode argument: no setuid or setgid bit, so nothing made inside can carry one
+    # onto the host. open and openat look at their mode only when they create a file.
+    for flags, mode in sorted({(f, m) for _, f, m in CREATORS.values()}):
+        asm.label(f"create{flags}_{mode}")
+        asm.load(_arg(flags))
+        asm.jump(_JSET_K, O_CREAT_OR_TMPFILE, f"mode{mode}")
+        asm.ret(RET_ALLOW)
+    for mode in sorted({m for _, m in MODE_SETTERS.values()} |
+                       {m for _, _, m in CREATORS.values()}):
+        asm.label(f"mode{mode}")
+        asm.load(_arg(mode))
+        asm.jump(_JSET_K, S_ISUID_ISGID, "eperm")
+        asm.ret(RET_ALLOW)
     asm.label("allow")
     asm.ret(RET_ALLOW)
     asm.label("eperm")

@@ -57,6 +57,7 @@ class StartupMixin:
     name: ClassVar[str]
     _home: Home
     _cgroups: bool
+    _separate: bool
 
     if TYPE_CHECKING:
         def _cgroup(self, sandbox_id: str) -> _launch.Cgroup: ...
@@ -165,6 +166,11 @@ class StartupMixin:
             "idle_timeout": meta["idle_timeout"],
             "root": str(root) if meta["unisolated"] else "",
         }
+        separate = self._separate and bwrap is not None
+        if separate:
+            # The agent is uid 0 inside (a host id of its own); it runs commands, and
+            # acts on files, as the sandbox user.
+            config["user"] = [_launch.SANDBOX_UID, _launch.SANDBOX_UID]
         _write_json(directory / "agent.json", config)  # unisolated agents read it there
         config_bytes = json.dumps(config).encode()
         # Mounted already at create; after a host restart, mounted again here.
@@ -176,12 +182,16 @@ class StartupMixin:
         data: dict[str, bytes] = {}
         try:
             if bwrap is not None:
+                for name, _, _ in meta["volumes"]:
+                    await anyio.to_thread.run_sync(_disk.ensure_volume_mounted,
+                                                   self._home.volume(name))
                 volumes = [(self._home.volume(name) / "data", path, ro)
                            for name, path, ro in meta["volumes"]]
                 etc = await anyio.to_thread.run_sync(self._base_etc)
                 if meta["template"] == "default":
                     prefix: list[str] = []
-                    args = _launch.bwrap_argv(bwrap=bwrap, root=root, etc=etc, volumes=volumes)
+                    args = _launch.bwrap_argv(bwrap=bwrap, root=root, etc=etc, volumes=volumes,
+                                              separate=separate)
                     python = [_launch.SANDBOX_PYTHON]
                 else:
                     upper, work = _disk.overlay_dirs(directory, meta)
@@ -189,11 +199,12 @@ class StartupMixin:
                         lower=self._home.template(meta["template"]) / "root",
                         upper=upper, work=work, root=root)
                     args = _templates.bwrap_argv(bwrap=bwrap, root=root, etc=etc,
-                                                 volumes=volumes)
+                                                 volumes=volumes, separate=separate)
                     python = _templates.agent_interpreter()
                 # bubblewrap's options (host paths) come through a descriptor: the
                 # command line the sandbox can read names only paths inside it.
-                argv = [*prefix, args[0], "--args", _launch.ARGS_FD, *python[:-1],
+                argv = [*prefix, *(_launch.as_agent() if separate else []), args[0],
+                        "--args", _launch.ARGS_FD, *python[:-1],
                         *_launch.agent_command(python[-1], agent=_launch.SANDBOX_AGENT,
                                                config=_launch.SANDBOX_CONFIG)]
                 args = args[1:]

@@ -2,12 +2,14 @@
 
 A snapshot is a copy of a sandbox's own files (its root, or its overlay layer over a
 template), taken with the sandbox frozen; a volume is a directory bind-mounted into the
-sandboxes that name it.
+sandboxes that name it: where mounting is possible, the root of a filesystem of its own
+(see ``_disk``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 import shutil
 from collections.abc import Mapping
@@ -32,6 +34,7 @@ class StorageMixin:
 
     name: ClassVar[str]
     _home: Home
+    _quota: bool
 
     if TYPE_CHECKING:
         def _cgroup(self, sandbox_id: str) -> _launch.Cgroup: ...
@@ -108,16 +111,36 @@ class StorageMixin:
             directory.mkdir(mode=0o700)
         except FileExistsError:
             raise errors.Conflict(f"volume {name!r} already exists", provider=self.name) from None
-        (directory / "data").mkdir()
-        meta = {"name": name, "created_at": now().isoformat()}
-        write_meta(directory, meta)
+        meta: dict[str, Any] = {"name": name, "created_at": now().isoformat()}
+        try:
+            with _disk.typed_full(doing="creating a volume", provider=self.name):
+                if self._quota:
+                    blank = await anyio.to_thread.run_sync(
+                        _disk.blank, self._home.path / "base", _disk.VOLUME_MB)
+                    await anyio.to_thread.run_sync(_disk.make_volume, directory, blank)
+                    meta["disk_mb"] = _disk.VOLUME_MB
+                else:
+                    (directory / "data").mkdir()
+                write_meta(directory, meta)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._remove_volume, directory)
+            raise
         return self._to_volume(meta)
+
+    @staticmethod
+    def _remove_volume(directory: Path) -> None:
+        while os.path.ismount(directory / "data"):
+            _disk.unmount(directory / "data")
+        shutil.rmtree(directory, ignore_errors=True)
 
     async def _get_volume(self, name: str) -> Volume:
         self._check_volume_name(name)
         meta = read_meta(self._home.volume(name))
         if meta is None:
             raise errors.VolumeNotFound(f"volume {name!r} does not exist", provider=self.name)
+        # Its files reachable at extra["path"] again after a host restart.
+        await anyio.to_thread.run_sync(_disk.ensure_volume_mounted, self._home.volume(name))
         return self._to_volume(meta)
 
     async def _list_volumes(self) -> list[Volume]:
@@ -132,10 +155,10 @@ class StorageMixin:
                     any(v[0] == name for v in meta["volumes"]):
                 raise errors.Conflict(f"volume {name!r} is mounted by sandbox {info.id}",
                                       provider=self.name)
-        await anyio.to_thread.run_sync(
-            lambda: shutil.rmtree(self._home.volume(name), ignore_errors=True))
+        await anyio.to_thread.run_sync(self._remove_volume, self._home.volume(name))
 
     def _to_volume(self, meta: dict[str, Any]) -> Volume:
         return Volume(id=meta["name"], name=meta["name"], provider=self.name,
                       created_at=dt.datetime.fromisoformat(meta["created_at"]),
-                      extra={"path": str(self._home.volume(meta["name"]) / "data")})
+                      extra={"path": str(self._home.volume(meta["name"]) / "data"),
+                             "disk_mb": meta.get("disk_mb")})

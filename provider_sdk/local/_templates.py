@@ -265,28 +265,32 @@ def overlay_prefix(*, lower: Path, upper: Path, work: Path, root: Path) -> list[
         raise errors.ConfigError(
             "local templates need util-linux's unshare and mount to make each sandbox's "
             "overlay root: install util-linux", provider="local")
-    for path in (lower, upper, work):
-        if any(c in str(path) for c in ",:\\"):
+    # Named relative to the sandbox's directory: the mount's options show in the
+    # sandbox's mount table, and must not name the home.
+    base = root.parent
+    names = [os.path.relpath(path, base) for path in (lower, upper, work)]
+    for name in names:
+        if any(c in name for c in ",:\\"):
             raise errors.ConfigError(
-                f"the local provider's home path {str(path)!r} has ',', ':' or '\\', "
+                f"the local provider's home path {name!r} has ',', ':' or '\\', "
                 "which an overlay mount cannot name: use another home", provider="local")
-    options = f"lowerdir={lower},upperdir={upper},workdir={work}"
+    options = "lowerdir={},upperdir={},workdir={}".format(*names)
     user: list[str] = []
     if os.geteuid() != 0:
         options += ",userxattr"
         user = ["--user", "--map-root-user"]
-    script = '"$1" -t overlay psdk -o "$2" "$3" || exit 125; shift 3; exec "$@"'
+    script = 'cd "$4" && "$1" -t overlay psdk -o "$2" "$3" || exit 125; shift 4; exec "$@"'
     return [unshare, *user, "--mount", "--propagation", "private", "--",
-            "/bin/sh", "-c", script, "sh", mount, options, str(root)]
+            "/bin/sh", "-c", script, "sh", mount, options, str(root), str(base)]
 
 
 def bwrap_argv(*, bwrap: str, root: Path, etc: Path,
-               volumes: list[tuple[Path, str, bool]]) -> list[str]:
+               volumes: list[tuple[Path, str, bool]], separate: bool) -> list[str]:
     """The bubblewrap command line for a template sandbox whose (overlay) root is
     ``root``: the image's own ``/usr`` and ``/etc``, the host's system directories under
     HOST_DIR for the agent, and ``hosts``/``hostname`` from the shared ``etc``."""
     argv = [
-        bwrap, "--unshare-all", *_launch.seal_args(), "--uid", "1000", "--gid", "1000",
+        bwrap, *_launch.seal_args(separate=separate),
         "--hostname", "sandbox", "--new-session", "--info-fd", _launch.INFO_FD,
         "--bind", str(root), "/",
         *host_binds(),
@@ -294,7 +298,6 @@ def bwrap_argv(*, bwrap: str, root: Path, etc: Path,
         "--perms", "0644", "--ro-bind-data", "{etc:hosts}", "/etc/hosts",
         "--perms", "0644", "--ro-bind-data", "{etc:hostname}", "/etc/hostname",
         *_launch.agent_data_args(),
+        *_launch.volume_args(volumes),
     ]
-    for source, target, read_only in volumes:
-        argv += ["--ro-bind" if read_only else "--bind", str(source), target]
     return argv

@@ -105,6 +105,11 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
     ``Resources.memory_mb`` and ``Resources.disk_mb`` override them. Each limit that
     holds on this instance is in its ``capabilities`` (``limits.memory``,
     ``limits.disk``, ``limits.pids``).
+
+    Containment: run as root (with util-linux's ``unshare`` and ``setpriv``), the agent
+    and the supervisors that contain each command run as a user of their own, which
+    commands (the sandbox user, without capabilities) cannot signal, stop or trace:
+    ``exec.contained`` is declared, and with disk quotas ``seal.host`` too.
     """
 
     name: ClassVar[str] = "local"
@@ -126,6 +131,8 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         Capability.LIMITS_PIDS,
         Capability.LIMITS_DISK,
         Capability.SEAL_SYSCALLS,
+        Capability.EXEC_CONTAINED,
+        Capability.SEAL_HOST,
     })
     template_support: ClassVar[TemplateSupport] = TEMPLATE_SUPPORT
 
@@ -135,15 +142,22 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         self._unisolated = unisolated
         self._cgroups = _launch.Cgroup.available()
         self._quota = not unisolated and _disk.available()
+        self._separate = not unisolated and _launch.separate_users()
         held = set(type(self).capabilities) - {
             Capability.LIMITS_MEMORY, Capability.LIMITS_PIDS, Capability.LIMITS_DISK,
-            Capability.SEAL_SYSCALLS}
+            Capability.SEAL_SYSCALLS, Capability.EXEC_CONTAINED, Capability.SEAL_HOST}
         if self._cgroups and not unisolated:
             held |= {Capability.LIMITS_MEMORY, Capability.LIMITS_PIDS}
         if self._quota:
             held.add(Capability.LIMITS_DISK)
         if not unisolated and _seccomp.supported():
             held.add(Capability.SEAL_SYSCALLS)  # only isolated sandboxes run under the filter
+        if self._separate:
+            held.add(Capability.EXEC_CONTAINED)  # commands cannot reach their supervisors
+        if self._separate and self._quota:
+            # The root and volumes are filesystems of their own (no home path in the
+            # mount table), and the agent and init are out of the commands' reach.
+            held.add(Capability.SEAL_HOST)
         self._hold_only(held)
 
     agent_timeout: float = AGENT_TIMEOUT

@@ -10,9 +10,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import anyio
 import pytest
 
-from provider_sdk import Capability
+from provider_sdk import Capability, VolumeMount
 from provider_sdk.local import LocalProvider, _launch, _seccomp
 from provider_sdk.sandbox import Sandbox
 
@@ -99,6 +100,64 @@ async def test_nested_user_namespaces_are_refused(provider: LocalProvider) -> No
     assert found["fork"] == 7
 
 
+MODES = textwrap.dedent("""
+    import ctypes, json, os, stat
+    libc = ctypes.CDLL(None, use_errno=True)
+    out = {}
+
+    def call(name, fn):
+        try:
+            fn()
+            out[name] = 0
+        except OSError as exc:
+            out[name] = exc.errno
+
+    def syscall(name, *args):
+        ctypes.set_errno(0)
+        out[name] = [libc.syscall(*args), ctypes.get_errno()]
+
+    open("plain", "w").close()
+    call("chmod_4755", lambda: os.chmod("plain", 0o4755))
+    call("chmod_2755", lambda: os.chmod("plain", 0o2755))
+    call("chmod_1777", lambda: os.chmod("plain", 0o1777))
+    call("chmod_0755", lambda: os.chmod("plain", 0o755))
+    fd = os.open("plain", os.O_RDONLY)
+    call("fchmod_4755", lambda: os.fchmod(fd, 0o4755))
+    call("create_4755", lambda: os.close(os.open("made", os.O_CREAT | os.O_WRONLY, 0o4755)))
+    out["made_exists"] = os.path.exists("made")
+    call("create_0600", lambda: os.close(os.open("made", os.O_CREAT | os.O_WRONLY, 0o600)))
+    # Without O_CREAT the mode is not looked at, whatever it holds.
+    call("open_with_mode", lambda: os.close(os.open("plain", os.O_RDONLY, 0o6777)))
+    call("mknod_fifo_4600", lambda: os.mknod("fifo", 0o4600 | stat.S_IFIFO))
+    syscall("fchmodat2", 452, -100, b"plain", 0o2755, 0)
+    syscall("io_uring_setup", 425, 1, 0)
+    syscall("openat2", 437, -100, b"plain", 0, 0)
+    out["mode"] = oct(stat.S_IMODE(os.stat("plain").st_mode))
+    print(json.dumps(out))
+""")
+
+
+async def test_setuid_and_setgid_modes_are_refused(provider: LocalProvider) -> None:
+    """No file made or changed inside gets the setuid or setgid bit (EPERM), through
+    chmod, fchmod, fchmodat2, an O_CREAT open or mknod; other modes (sticky included)
+    still work, an open without O_CREAT ignores its mode; io_uring is refused and
+    openat2 is ENOSYS, so neither goes round the check."""
+    async with provider.create() as sandbox:
+        found = json.loads(await _python(sandbox, MODES))
+        shell = await sandbox.exec("cp /bin/true t && chmod u+s t; echo $?; stat -c %a t")
+    assert found["chmod_4755"] == found["chmod_2755"] == found["fchmod_4755"] == 1, found
+    assert found["create_4755"] == 1, found
+    assert not found["made_exists"], found
+    assert found["mknod_fifo_4600"] == 1, found
+    assert found["fchmodat2"] == [-1, 1], found
+    assert (found["chmod_1777"], found["chmod_0755"], found["create_0600"],
+            found["open_with_mode"]) == (0, 0, 0, 0), found
+    assert found["mode"] == "0o755", found
+    assert found["io_uring_setup"] == [-1, 1], found
+    assert found["openat2"] == [-1, 38], found
+    assert shell.stdout.split() == ["1", "755"], shell
+
+
 async def test_ordinary_tools_still_work_under_the_filter(provider: LocalProvider) -> None:
     """bash, coreutils, Python (threads, subprocesses) and background processes."""
     async with provider.create() as sandbox:
@@ -181,12 +240,62 @@ async def test_no_process_inside_holds_a_host_file(provider: LocalProvider) -> N
     file its link names inside (so no host file, like the agent's old log, is held)."""
     async with provider.create() as sandbox:
         found = json.loads(await _python(sandbox, SCAN))
-    # The agent (pid 2) is not dumpable: its descriptors are not even listable inside.
-    assert any(key.startswith("1/") for key in found["fds"]), found["fds"]
+    # The agent (pid 2) is not dumpable: its descriptors are not even listable inside;
+    # where it runs as a user of its own, bubblewrap's init (pid 1) runs as that user
+    # too, out of the commands' reach.
+    listed_init = any(key.startswith("1/") for key in found["fds"])
+    assert listed_init != provider.supports(Capability.EXEC_CONTAINED), found["fds"]
     assert not any(key.startswith("2/") for key in found["fds"]), found["fds"]
+    assert found["fds"], "no descriptor was visible to check"
     for key, (target, same) in found["fds"].items():
         anonymous = target.startswith(("pipe:", "socket:", "anon_inode:"))
         assert anonymous or same, (key, target)
+
+
+async def test_commands_run_apart_from_the_agent_and_init(provider: LocalProvider) -> None:
+    """Where the agent runs as a user of its own, a command is the sandbox user with no
+    capability, the agent and init are uid 0 inside (a host id no account has), and the
+    command can neither signal nor read them."""
+    if not provider.supports(Capability.EXEC_CONTAINED):
+        pytest.skip("the agent runs as the sandbox user here (not root, or no setpriv)")
+    script = ("id -u; grep CapEff /proc/self/status | tr -d '\t'; "
+              "for p in 1 2; do grep ^Uid: /proc/$p/status | tr -s '\t' ' '; "
+              "kill -0 $p 2>/dev/null && echo signalled $p; "
+              "cat /proc/$p/environ >/dev/null 2>&1 && echo read $p; done; true")
+    async with provider.create() as sandbox:
+        result = await sandbox.exec(script)
+        meta = json.loads((provider.home / "sandboxes" / sandbox.id / "meta.json")
+                          .read_text())
+        agent = meta["launch"]["agent_pid"]
+        status = await anyio.Path(f"/proc/{agent}/status").read_text()
+        host_uid = status.split("Uid:")[1].split()[0]
+    assert result.stdout.splitlines() == [
+        "1000", "CapEff:0000000000000000", "Uid: 0 0 0 0", "Uid: 0 0 0 0"], result
+    assert int(host_uid) == _launch.AGENT_HOST_ID
+
+
+async def test_a_volume_shows_no_home_path_in_the_mount_table(
+        provider: LocalProvider) -> None:
+    """Where mounting is possible a volume is a filesystem of its own: the sandbox's
+    mount table shows a device for it, not its directory in the home; what the sandbox
+    writes there is at the volume's path on the host."""
+    if not provider.supports(Capability.LIMITS_DISK):
+        pytest.skip("volumes are plain directories where loop mounts are not possible")
+    volume = await provider.create_volume("sealed")
+    try:
+        async with provider.create(volumes=[VolumeMount(volume="sealed", path="/data")]) \
+                as sandbox:
+            found = json.loads(await _python(sandbox, SCAN))
+            await sandbox.files.write("/data/f", b"written inside")
+        assert (Path(volume.extra["path"]) / "f").read_bytes() == b"written inside"
+        assert volume.extra["disk_mb"] > 0
+    finally:
+        await provider.delete_volume("sealed")
+    mounted = [line for line in found["mountinfo"].splitlines() if " /data " in line]
+    assert len(mounted) == 1, mounted
+    assert mounted[0].split()[3] == "/", mounted
+    assert str(provider.home) not in found["mountinfo"]
+    assert not await anyio.Path(volume.extra["path"]).exists()
 
 
 async def test_agent_output_is_not_writable_from_inside(provider: LocalProvider) -> None:

@@ -21,6 +21,7 @@ import pytest
 from engines import require_bwrap, require_docker
 
 from provider_sdk import (
+    Capability,
     ConfigError,
     Conflict,
     Lifecycle,
@@ -28,6 +29,7 @@ from provider_sdk import (
     SandboxState,
     TemplateBuildError,
     TemplateNotFound,
+    VolumeMount,
 )
 from provider_sdk.local import LocalProvider, _launch
 from provider_sdk.models import SandboxSpec, Template, TemplateSpec
@@ -105,6 +107,25 @@ async def test_sandbox_runs_on_the_images_filesystem(local: LocalProvider,
         assert lines[3].startswith("12.")
         assert lines[4] == "none"
         assert (await sandbox.refresh()).template == template.id
+
+
+async def test_template_sandbox_mount_table_names_no_home_path(
+        local: LocalProvider, template: Template, built: tuple[Path, Template]) -> None:
+    """The overlay's layers are named relative to the sandbox's directory, and a volume
+    is a filesystem of its own (where mounting is possible): the mount table inside
+    names no path of the home."""
+    volumes = []
+    if local.supports(Capability.LIMITS_DISK):
+        await local.create_volume("tpl-sealed")
+        volumes = [VolumeMount(volume="tpl-sealed", path="/data")]
+    try:
+        async with local.create(template=template.id, volumes=volumes) as sandbox:
+            mountinfo = (await sandbox.exec(["cat", "/proc/self/mountinfo"])).stdout
+    finally:
+        if volumes:
+            await local.delete_volume("tpl-sealed")
+    assert " - overlay psdk " in mountinfo, mountinfo
+    assert str(built[0]) not in mountinfo, mountinfo
 
 
 async def test_spec_env_and_cwd_override_the_images(local: LocalProvider,

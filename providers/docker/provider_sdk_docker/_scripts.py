@@ -19,9 +19,12 @@ __all__ = ["FOLLOW", "KEEPALIVE", "KILL_TREE", "LIST_DIR", "MKDIR", "PREPARE_PRO
 TREE_VAR = "PSDK_TREE"
 PROC_DIR = "/tmp/.psdk/proc"
 
-#: PID 1 of every sandbox: sleeps until the container is stopped, reaping nothing
-#: itself (``init`` does that).
-KEEPALIVE = "trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; done"
+#: PID 1 of every sandbox: sleeps until the container is removed, and reaps every
+#: orphan (the shell's wait reaps any child). It sets no trap, so no signal sent from
+#: inside reaches it (the kernel guards a namespace's init); a killed ``sleep`` is only
+#: started again. A separate init would not do: it exits when its child, which
+#: ``kill -KILL -1`` inside can reach, does.
+KEEPALIVE = "while :; do sleep 86400 & wait $!; done"
 
 #: Kill every process whose environment holds ``PSDK_TREE=$1$2`` (given in two halves,
 #: so no command line matches), repeating until a sweep finds none, so that processes

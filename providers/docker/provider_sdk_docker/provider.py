@@ -233,7 +233,6 @@ class DockerProvider(ProcessesMixin, FilesMixin, SandboxProvider):
             "pids_limit": self.pids_limit,
             "mem_limit": memory,
             "memswap_limit": memory,
-            "init": True,
             "mounts": mounts,
             "nano_cpus": int((spec.resources.cpu or self.cpus) * 1e9),
             "log_config": LOG_CONFIG,
