@@ -17,6 +17,7 @@ import pytest
 from provider_sdk.capabilities import Capability
 from provider_sdk.errors import FileTooLarge, InvalidInput, NotARegularFile
 from provider_sdk.models import ExecResult
+from provider_sdk.provider import ProcessExit, ProcessOutput
 from provider_sdk.sandbox import Sandbox
 from provider_sdk_contract.base import ContractBase
 from provider_sdk_contract.markers import requires
@@ -64,6 +65,45 @@ class HostileOutputContract(ContractBase):
         _assert_kept(result, _SMALL_LIMIT, FLOOD - _SMALL_LIMIT)
         assert result.stdout_bytes == bytes(_SMALL_LIMIT)
         assert result.truncated
+
+    @requires(Capability.PROCESS_BACKGROUND)
+    async def test_hostile_background_flood_keeps_the_caller_memory_bounded(
+            self, sandbox: Sandbox) -> None:
+        """256 MiB on a background process's stdout: ``wait()`` keeps ``output_limit``
+        bytes, counts the rest as truncated, and this process grows by less than 64 MiB
+        meanwhile."""
+        async with RssGrowth().measure() as rss:
+            with anyio.fail_after(300):
+                process = await sandbox.start(["head", "-c", str(FLOOD), "/dev/zero"])
+                result = await process.wait(output_limit=_SMALL_LIMIT)
+        assert result.exit_code == 0, result.stderr
+        assert rss.growth < MEMORY_BOUND, (
+            f"the caller grew by {rss.growth / _MiB:.0f} MiB for a {FLOOD // _MiB} MiB "
+            "background flood")
+        _assert_kept(result, _SMALL_LIMIT, FLOOD - _SMALL_LIMIT)
+        assert result.stdout_bytes == bytes(_SMALL_LIMIT)
+
+    @requires(Capability.PROCESS_BACKGROUND)
+    async def test_hostile_background_flood_read_slowly_loses_nothing(
+            self, sandbox: Sandbox) -> None:
+        """A background process prints 96 MiB while its reader pauses after each chunk
+        for the first seconds: the reader still gets every byte, then the exit (the
+        provider holds the process back rather than drop what a reader still needs)."""
+        size = 96 * _MiB
+        process = await sandbox.start(["head", "-c", str(size), "/dev/zero"])
+        received, exit_code = 0, None
+        began = anyio.current_time()
+        with anyio.fail_after(300):
+            async for event in process.events():
+                if isinstance(event, ProcessOutput):
+                    assert event.data.count(0) == len(event.data)
+                    received += len(event.data)
+                    if anyio.current_time() - began < 3:
+                        await anyio.sleep(0.05)
+                elif isinstance(event, ProcessExit):
+                    exit_code = event.exit_code
+        assert (received, exit_code) == (size, 0), (
+            f"received {received} of {size} bytes, exit {exit_code}")
 
     async def test_hostile_stderr_flood_is_truncated_and_counted(
             self, sandbox: Sandbox) -> None:

@@ -7,14 +7,18 @@ command: a POSIX ``sh`` wrapper that
   process never sees end of file until :func:`close_stdin_script` signals the wrapper
   (``USR1``) to close it;
 - starts the argv in the background, in its directory with its environment, stdin from
-  the FIFO (fd 3 closed in the child), stdout and stderr into the session command's own
-  logs;
+  the FIFO (fd 3 closed in the child), stdout and stderr into files of its own
+  (``.out``, ``.err``);
 - writes the child's pid, and a file that maps that pid back to the token, so any
   provider instance can reattach by pid;
 - waits for the child and ends with its status, which is the session command's exit
   code.
 
-Output is read from the session command's logs, which Daytona keeps as text.
+Output is read from those files in pieces of at most :data:`CHUNK` bytes
+(:func:`chunk_script` cuts the next piece of each into a file of its own, which is
+downloaded), so a reader holds one piece at a time however much the process prints, and
+bytes stay bytes (the session command's logs are text). The files stay until the
+sandbox goes, so any reader can read the output again from the start.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from provider_sdk.provider import Command
 
 PREFIX = "/tmp/.psdk-proc-"
 PID_MAP = "/tmp/.psdk-pid-"
+CHUNK = 4 << 20
+"""The most bytes of each stream one poll of a process's output downloads."""
 
 
 def session_id(token: str) -> str:
@@ -51,7 +57,7 @@ def start_script(command: Command, token: str, *, cwd: str, env: dict[str, str])
         f"if mkfifo {p}.in && exec 3<>{p}.in; then\n"
         "  trap 'exec 3>&-; i=1' USR1\n"
         f"  ( exec 3>&-; cd -- {shlex.quote(cwd)} || exit; {exports}"
-        f"exec {shlex.join(command.argv)} ) < {p}.in &\n"
+        f"exec {shlex.join(command.argv)} ) < {p}.in > {p}.out 2> {p}.err &\n"
         "  c=$!\n"
         # Each file is written aside and renamed into place, so a reader never
         # sees it half written.
@@ -63,6 +69,31 @@ def start_script(command: Command, token: str, *, cwd: str, env: dict[str, str])
         "else rc=126; fi\n"
         '(exit "$rc")\n'
     )
+
+
+def output_path(token: str, stream: str) -> str:
+    """The file the process of ``token`` writes ``stream`` (``stdout``/``stderr``) to."""
+    return f"{PREFIX}{token}.{'out' if stream == 'stdout' else 'err'}"
+
+
+def piece_path(token: str, stream: str) -> str:
+    """Where :func:`chunk_script` puts the next piece of ``stream``."""
+    return output_path(token, stream) + ".piece"
+
+
+def chunk_script(token: str, sent: dict[str, int]) -> str:
+    """Print the sizes of the process's stdout and stderr files (``"<out> <err>"``), and
+    cut the next :data:`CHUNK` bytes of each past ``sent[stream]`` into its
+    :func:`piece_path`."""
+    lines = []
+    for stream, var in (("stdout", "o"), ("stderr", "e")):
+        f, piece = output_path(token, stream), piece_path(token, stream)
+        offset = int(sent[stream])
+        lines.append(f"{var}=$(wc -c < {f} 2>/dev/null) || {var}=0")
+        lines.append(f'if [ "${var}" -gt {offset} ]; then tail -c +{offset + 1} {f} | '
+                     f"head -c {CHUNK} > {piece}; fi")
+    lines.append('echo "$o $e"')
+    return "\n".join(lines) + "\n"
 
 
 def write_script(token: str, staged: str) -> str:

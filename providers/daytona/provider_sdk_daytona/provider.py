@@ -39,7 +39,7 @@ import re
 import secrets
 import shlex
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 import aiohttp
 import anyio
@@ -110,6 +110,7 @@ EXTENSIONS = ("daytona.image", "daytona.name", "daytona.public",
 _SMALL_WRITE = 4 << 20
 _SMALL_READ = 4096
 """Most the provider reads of its own small files (pids, tokens) in a sandbox."""
+_STREAMS: tuple[Literal["stdout", "stderr"], ...] = ("stdout", "stderr")
 
 _STATES = {
     "started": SandboxState.RUNNING, "snapshotting": SandboxState.RUNNING,
@@ -686,26 +687,48 @@ class DaytonaProvider(SandboxProvider):
     async def _process_events(self, sandbox_id: str, pid: int) -> AsyncIterator[ProcessEvent]:
         token, command_id = await self._process(sandbox_id, pid)
         session = procs.session_id(token)
-        sent_out = sent_err = 0
+        sent = {"stdout": 0, "stderr": 0}
+        end: dict[str, int] | None = None  # the sizes seen once the process had ended
+        code = 0
         delay = 0.02
         while True:
-            # Status first: logs read after the exit is seen are complete.
+            # Status first: sizes read after the exit is seen are final (but for a
+            # daemon the process left holding its output: only what it wrote by then).
             state = await self._toolbox(sandbox_id, lambda s: s.process.get_session_command(
                 session, command_id))
-            logs = await self._toolbox(sandbox_id, lambda s: (
-                s.process.get_session_command_logs(session, command_id)))
-            out, err = logs.stdout or "", logs.stderr or ""
-            if len(out) > sent_out:
-                yield ProcessOutput("stdout", out[sent_out:].encode())
-                sent_out = len(out)
-            if len(err) > sent_err:
-                yield ProcessOutput("stderr", err[sent_err:].encode())
-                sent_err = len(err)
-            if state.exit_code is not None:
-                yield ProcessExit(exit_code_from_status(state.exit_code))
+            sizes = await self._output_sizes(sandbox_id, token, sent)
+            if state.exit_code is not None and end is None:
+                end, code = sizes, state.exit_code
+            moved = False
+            for stream in _STREAMS:
+                wanted = sizes[stream] if end is None else min(sizes[stream], end[stream])
+                if wanted <= sent[stream]:
+                    continue
+                piece = OutputBuffer(min(procs.CHUNK, wanted - sent[stream]))
+                await self._download_into(sandbox_id, procs.piece_path(token, stream), piece)
+                if len(piece):
+                    yield ProcessOutput(stream, piece.value())
+                    sent[stream] += len(piece)
+                    moved = True
+            if end is not None and all(sent[k] >= end[k] for k in sent):
+                yield ProcessExit(exit_code_from_status(code))
                 return
+            if moved:
+                delay = 0.02
+                continue
             await anyio.sleep(delay)
             delay = min(delay * 1.5, 0.25)
+
+    async def _output_sizes(self, sandbox_id: str, token: str,
+                            sent: dict[str, int]) -> dict[str, int]:
+        """The sizes of a process's output files, with the next piece of each cut."""
+        said = (await self._run_quietly(sandbox_id, procs.chunk_script(token, sent))).split()
+        try:
+            return {"stdout": int(said[-2]), "stderr": int(said[-1])}
+        except (IndexError, ValueError):
+            raise errors.SandboxError(f"the output of a background process could not be "
+                                      f"measured: {' '.join(said)[-200:]!r}",
+                                      provider=self.name, sandbox_id=sandbox_id) from None
 
     async def _send_stdin(self, sandbox_id: str, pid: int, data: bytes) -> None:
         token, _command = await self._process(sandbox_id, pid)

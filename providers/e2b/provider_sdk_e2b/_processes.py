@@ -56,17 +56,24 @@ _KILL_WAIT = 30.0
 class _Proc:
     """A background process this provider started or attached to: its events so far.
 
-    Output is kept up to ``LIMIT`` bytes; beyond that the oldest output is dropped
-    (``first`` counts the events gone), never the exit.
+    Output is kept up to ``LIMIT`` bytes. Past that, while a reader (``wait``, a stream)
+    still needs the oldest output, the pump waits (it stops reading the process's
+    stream, so envd holds the process back) until the reader takes it, or for at most
+    ``READER_STALL`` seconds of a reader taking nothing; with no such reader, the oldest
+    output is dropped (``first`` counts the events gone). The exit is never dropped.
     """
 
-    LIMIT = 64 << 20
+    LIMIT = 16 << 20
+    READER_STALL = 60.0
 
     def __init__(self) -> None:
         self.events: collections.deque[ProcessEvent | BaseException] = collections.deque()
         self.first = 0
         self.size = 0
         self.changed = asyncio.Event()
+        self.readers: dict[object, int] = {}
+        """Each attached reader's next event (an absolute index)."""
+        self.progress = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 
     @property
@@ -77,11 +84,37 @@ class _Proc:
         self.events.append(event)
         if isinstance(event, ProcessOutput):
             self.size += len(event.data)
-            while self.size > self.LIMIT and isinstance(self.events[0], ProcessOutput):
+            # Drop only what every attached reader has taken (see room()).
+            needed = min(self.readers.values(), default=None)
+            while self.size > self.LIMIT and isinstance(self.events[0], ProcessOutput) \
+                    and (needed is None or self.first < needed):
                 self.size -= len(self.events.popleft().data)  # type: ignore[union-attr]
                 self.first += 1
         self.changed.set()
         self.changed = asyncio.Event()
+
+    async def room(self) -> None:
+        """Wait while the output kept is past ``LIMIT`` and a reader still needs its
+        oldest event (each reader that takes nothing for ``READER_STALL`` seconds is
+        waited for no longer)."""
+        while self.size > self.LIMIT and self.readers and \
+                min(self.readers.values()) <= self.first:
+            progress = self.progress
+            with anyio.move_on_after(self.READER_STALL) as stalled:
+                await progress.wait()
+            if stalled.cancelled_caught:
+                behind = [r for r, at in self.readers.items() if at <= self.first]
+                for reader in behind:
+                    del self.readers[reader]
+
+    def moved(self, reader: object, position: int | None) -> None:
+        """A reader took events up to ``position``, or (``None``) went away."""
+        if position is None:
+            self.readers.pop(reader, None)
+        else:
+            self.readers[reader] = position
+        self.progress.set()
+        self.progress = asyncio.Event()
 
 
 class ProcessesMixin(ErrorsMixin):
@@ -290,6 +323,8 @@ class ProcessesMixin(ErrorsMixin):
             with self._translate(sandbox_id, what="process"):
                 async for event in events:
                     for item in _to_events(event):
+                        if isinstance(item, ProcessOutput):
+                            await proc.room()
                         proc.push(item)
         except errors.SandboxError as exc:
             proc.push(exc)
@@ -330,18 +365,24 @@ class ProcessesMixin(ErrorsMixin):
     async def _process_events(self, sandbox_id: str, pid: int) -> AsyncIterator[ProcessEvent]:
         proc = await self._attach(sandbox_id, pid)
         index = 0
-        while True:
-            changed = proc.changed
-            while index < proc.first + len(proc.events):
-                index = max(index, proc.first)  # output beyond the limit was dropped
-                item = proc.events[index - proc.first]
-                index += 1
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-                if isinstance(item, ProcessExit):
-                    return
-            await changed.wait()
+        reader = object()
+        proc.moved(reader, proc.first)
+        try:
+            while True:
+                changed = proc.changed
+                while index < proc.first + len(proc.events):
+                    index = max(index, proc.first)  # output beyond the limit was dropped
+                    item = proc.events[index - proc.first]
+                    index += 1
+                    if isinstance(item, BaseException):
+                        raise item
+                    yield item
+                    proc.moved(reader, index)
+                    if isinstance(item, ProcessExit):
+                        return
+                await changed.wait()
+        finally:
+            proc.moved(reader, None)
 
     async def _send_stdin(self, sandbox_id: str, pid: int, data: bytes) -> None:
         await self._attach(sandbox_id, pid)
