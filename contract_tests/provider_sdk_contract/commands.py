@@ -302,7 +302,7 @@ class ExecContract(ContractBase):
                     tg.start_soon(run, i)
         for i in range(20):
             r = results[i]
-            assert (r.exit_code, r.stdout, r.stderr) == (i % 7, f"out-{i}", f"err-{i}")
+            assert (r.exit_code, r.stdout, r.stderr) == (i % 7, f"out-{i}", f"err-{i}"), (i, r)
 
     @pytest.mark.parametrize("timeout", [0, -1, -0.5])
     async def test_exec_non_positive_timeout_is_invalid_input(
