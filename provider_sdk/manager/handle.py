@@ -19,9 +19,10 @@ It is a :class:`~provider_sdk.sandbox.Sandbox` with these additions, and nothing
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from provider_sdk.capabilities import Capability
 from provider_sdk.errors import SandboxNotFound, SandboxNotRunning, Unavailable
@@ -30,7 +31,6 @@ from provider_sdk.provider import Command, OutputCallback
 from provider_sdk.sandbox import Data, Files, Process, Sandbox, Shell
 
 if TYPE_CHECKING:
-    from provider_sdk.manager.manager import SandboxManager
     from provider_sdk.provider import SandboxProvider
 
 __all__ = ["ManagedSandbox"]
@@ -38,6 +38,18 @@ __all__ = ["ManagedSandbox"]
 T = TypeVar("T")
 
 _RESUMABLE = frozenset({"paused", "pausing", "stopped"})
+
+
+class _Manager(Protocol):
+    """What a handle asks of the :class:`~provider_sdk.manager.SandboxManager` that made
+    it. Typed here, not imported: the manager's modules import the handle."""
+
+    async def _change_env(self, sandbox: ManagedSandbox, *, set_: Mapping[str, str],
+                          unset: tuple[str, ...]) -> dict[str, str]: ...
+    async def _resume(self, sandbox: ManagedSandbox) -> SandboxInfo: ...
+    def _in_use(self, sandbox: ManagedSandbox) -> contextlib.AbstractContextManager[None]: ...
+    def _suspect(self, owner: str, sandbox_id: str) -> None: ...
+    def _forget(self, owner: str, sandbox_id: str) -> None: ...
 
 
 class ManagedSandbox(Sandbox):
@@ -48,7 +60,7 @@ class ManagedSandbox(Sandbox):
     """
 
     def __init__(self, provider: SandboxProvider, info: SandboxInfo, *,
-                 manager: SandboxManager, owner: str, env: Mapping[str, str]) -> None:
+                 manager: _Manager, owner: str, env: Mapping[str, str]) -> None:
         super().__init__(provider, info)
         self.owner = owner
         self._manager = manager

@@ -13,7 +13,7 @@ import datetime as dt
 
 from provider_sdk.errors import InvalidInput
 from provider_sdk.events import span
-from provider_sdk.manager.manager import owner_claim
+from provider_sdk.manager._claims import owner_claim
 from provider_sdk.manager.store import BindingStore
 from provider_sdk.models import SandboxInfo
 from provider_sdk.provider import SandboxProvider

@@ -1,0 +1,291 @@
+"""Levels 2 to 4 of :meth:`SandboxManager.acquire`'s lookup chain: the bound sandbox,
+a sandbox found by the owner's tag, a new one.
+
+Level 2 connects to the bound sandbox and waits, within ``health_timeout``, for its
+data plane to answer. Levels 3 and 4 run only while holding the owner's claim: reuse a
+live sandbox tagged with the owner and heal the binding, or create one (from the
+owner's newest snapshot when the bound one vanished or broke); the owner's other
+sandboxes are killed in the background. A binding someone else wrote meanwhile (our
+claim had expired) wins over ours.
+
+This module must not know any provider or store by name, and leaves the cache to
+``acquire``.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from collections.abc import Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import attrs
+
+from provider_sdk.capabilities import Capability
+from provider_sdk.errors import (
+    Conflict,
+    RateLimited,
+    SandboxError,
+    SandboxNotFound,
+    SandboxNotRunning,
+    SnapshotNotFound,
+    Unavailable,
+)
+from provider_sdk.events import span
+from provider_sdk.manager._claims import owner_claim
+from provider_sdk.manager.handle import ManagedSandbox
+from provider_sdk.manager.store import Binding, BindingStore
+from provider_sdk.models import SandboxInfo, SandboxSpec, SandboxState
+from provider_sdk.provider import SandboxProvider
+from provider_sdk.sandbox import Sandbox
+
+__all__ = ["LookupMixin"]
+
+_DEAD = frozenset({SandboxState.KILLED, SandboxState.ERROR})
+_PREFERENCE = {SandboxState.RUNNING: 0, SandboxState.PAUSED: 1, SandboxState.PAUSING: 1}
+
+
+class _Lost(Exception):
+    """The binding is no good: its sandbox vanished (``vanished``) or broke."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _Rebound(Exception):
+    """Someone else bound the owner while we repaired it (our claim had expired)."""
+
+    def __init__(self, binding: Binding) -> None:
+        super().__init__(binding.sandbox_id)
+        self.binding = binding
+
+
+class LookupMixin:
+    """The lookup chain's levels 2 to 4, for ``SandboxManager``."""
+
+    provider: SandboxProvider
+    store: BindingStore
+    owner_key: str
+    spec: SandboxSpec
+    health_timeout: float
+    replace_unhealthy: bool
+    claim_ttl: float
+    _touch_every: float
+
+    if TYPE_CHECKING:
+        def _managed(self, sandbox: Sandbox, owner: str,
+                     env: Mapping[str, str]) -> ManagedSandbox: ...
+        async def _update(self, owner: str, sandbox_id: str,
+                          change: Callable[[Binding], Binding]) -> Binding | None: ...
+        async def _background(self, work: Coroutine[Any, Any, Any]) -> None: ...
+        async def _kill_duplicates(self, owner: str, keep: str) -> None: ...
+        async def _kill_all(self, sandbox_ids: list[str]) -> None: ...
+        async def _kill_quietly(self, sandbox_id: str) -> None: ...
+
+    async def _lookup(self, owner: str) -> tuple[ManagedSandbox, str]:
+        """Levels 2 to 4 of the chain; returns the sandbox and the level that answered."""
+        binding = await self.store.get(owner)
+        tried: Binding | None = None  # the binding last found broken
+        while True:
+            if binding is not None and (tried is None or binding.sandbox_id != tried.sandbox_id):
+                try:
+                    sandbox = await self._open_bound(binding)
+                except _Lost:
+                    tried = binding
+                else:
+                    await self._after_store_hit(binding, sandbox)
+                    return sandbox, "store"
+            token = secrets.token_hex(8)
+            newer = await self._claim_or_newer(owner, token, tried)
+            if newer is not None:  # someone else bound a sandbox meanwhile: try theirs
+                binding = newer
+                continue
+            try:
+                current = await self.store.get(owner)
+                if current is not None and (tried is None
+                                            or current.sandbox_id != tried.sandbox_id):
+                    binding = current  # bound between our read and our claim
+                    continue
+                return await self._repair(owner, current, token)
+            except _Rebound as rebound:  # theirs wins; ours was killed or is a duplicate
+                binding, tried = rebound.binding, None
+                continue
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self.store.release(owner_claim(owner), token)
+
+    async def _open_bound(self, binding: Binding) -> ManagedSandbox:
+        """Level 2: connect to the bound sandbox and probe it; ``_Lost`` if it is gone
+        or broken."""
+        if binding.provider != self.provider.name:
+            raise Conflict(f"owner {binding.owner!r} is bound to sandbox "
+                           f"{binding.sandbox_id} of provider {binding.provider!r}",
+                           provider=self.provider.name)
+        async with span("manager.store", self.provider.name, binding.sandbox_id,
+                        owner=binding.owner) as ev:
+            try:
+                sandbox = await self._connect_healthy(binding.sandbox_id)
+            except _Lost as lost:
+                ev["outcome"] = lost.reason
+                raise
+            ev["outcome"] = "healthy"
+        return self._managed(sandbox, binding.owner, binding.env)
+
+    async def _connect_healthy(self, sandbox_id: str) -> Sandbox:
+        """Connect (resuming), then wait for the data plane to answer, within
+        ``health_timeout``. ``_Lost("vanished")``/``_Lost("unhealthy")`` otherwise."""
+        deadline = anyio.current_time() + self.health_timeout
+        last: SandboxError | None = None
+        try:
+            sandbox = await self._open(sandbox_id)
+            try:  # the common case: the first probe answers, and no timer was armed
+                await sandbox.files.stat("/")
+                return sandbox
+            except (RateLimited, Unavailable) as exc:  # e.g. the post-resume 504 window
+                last = exc
+            with anyio.CancelScope(deadline=deadline):
+                delay = 0.05
+                while True:
+                    retry_after = last.retry_after if isinstance(last, RateLimited) else None
+                    await anyio.sleep(retry_after or delay)
+                    delay = min(delay * 2, 1.0)
+                    try:
+                        await sandbox.files.stat("/")
+                        return sandbox
+                    except (RateLimited, Unavailable) as exc:
+                        last = exc
+        except SandboxNotFound:
+            raise _Lost("vanished") from None
+        except SandboxNotRunning as exc:
+            if exc.state == "killed":
+                raise _Lost("vanished") from None
+            last = exc
+        except RateLimited:
+            raise  # connect was refused: the control plane is busy, not the sandbox
+        except Unavailable as exc:
+            last = exc
+        if not self.replace_unhealthy:
+            raise Unavailable(f"sandbox {sandbox_id} does not answer after "
+                              f"{self.health_timeout:g}s ({last or 'timed out'})",
+                              provider=self.provider.name, sandbox_id=sandbox_id)
+        raise _Lost("unhealthy")
+
+    async def _open(self, sandbox_id: str) -> Sandbox:
+        """Connect, resuming a paused sandbox and restarting a stopped one."""
+        sandbox = await self.provider.connect(sandbox_id, resume=True)
+        if sandbox.info.state == SandboxState.STOPPED and self.provider.supports(Capability.PAUSE):
+            await sandbox.resume()  # its processes are gone: restart from its files
+        return sandbox
+
+    async def _after_store_hit(self, binding: Binding, sandbox: ManagedSandbox) -> None:
+        if binding.paused or self._touch_every != math.inf:
+            now = time.time()
+            await self._update(binding.owner, binding.sandbox_id,
+                               lambda b: attrs.evolve(b, paused=False, last_used=now))
+        # Races elsewhere (an expired claim, a store restored from backup) leave extra
+        # sandboxes: look for them off the caller's path.
+        await self._background(self._kill_duplicates(binding.owner, sandbox.id))
+
+    async def _claim_or_newer(self, owner: str, token: str,
+                              tried: Binding | None) -> Binding | None:
+        """Take the owner's claim (``None``), or return a binding someone else wrote
+        while we waited. Bounded by the caller's ``acquire_timeout``."""
+        delay = 0.01
+        waited = False
+        async with span("manager.claim", self.provider.name, owner=owner) as ev:
+            while True:
+                if await self.store.claim(owner_claim(owner), token, self.claim_ttl):
+                    ev["waited"] = waited
+                    return None
+                waited = True
+                current = await self.store.get(owner)
+                if current is not None and (tried is None
+                                            or current.sandbox_id != tried.sandbox_id):
+                    ev["waited"] = waited
+                    return current
+                await anyio.sleep(delay)
+                delay = min(delay * 1.5, 0.5)
+
+    async def _repair(self, owner: str, broken: Binding | None,
+                      token: str) -> tuple[ManagedSandbox, str]:
+        """Levels 3 and 4, holding the owner's claim."""
+        # The chain has already spent time; keep our claim alive while we work.
+        await self.store.claim(owner_claim(owner), token, self.claim_ttl)
+        async with span("manager.list", self.provider.name, owner=owner) as ev:
+            tagged = await self.provider.list(metadata={self.owner_key: owner})
+            ev["found"] = len(tagged)
+        bad = {broken.sandbox_id} if broken is not None else set()
+        candidates = sorted(
+            (i for i in tagged if i.state not in _DEAD and i.id not in bad),
+            key=lambda i: (_PREFERENCE.get(i.state, 2), _created(i), i.id))
+        for info in candidates:
+            try:
+                sandbox = await self._connect_healthy(info.id)
+            except _Lost:
+                continue
+            bound = await self._bind(owner, sandbox.id, broken)
+            if bound.sandbox_id != sandbox.id:
+                raise _Rebound(bound)
+            others = {i.id for i in tagged if i.id != sandbox.id} | bad
+            await self._background(self._kill_all(sorted(others)))
+            return self._managed(sandbox, owner, bound.env), "list"
+        stale = sorted({i.id for i in tagged} | bad)
+        sandbox, level = await self._create(owner, broken)
+        try:
+            bound = await self._bind(owner, sandbox.id, broken)
+            if bound.sandbox_id != sandbox.id:
+                raise _Rebound(bound)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._kill_quietly(sandbox.id)
+            raise
+        await self._background(self._kill_all(stale))
+        return self._managed(sandbox, owner, bound.env), level
+
+    async def _create(self, owner: str, broken: Binding | None) -> tuple[Sandbox, str]:
+        """Level 4: a new sandbox tagged with the owner, from its newest usable snapshot
+        when it had one."""
+        spec = attrs.evolve(self.spec, metadata={**self.spec.metadata, self.owner_key: owner})
+        for snapshot_id in reversed(broken.snapshots if broken is not None else ()):
+            async with span("manager.create", self.provider.name, owner=owner,
+                            snapshot_id=snapshot_id) as ev:
+                try:
+                    sandbox = await self.provider.create(attrs.evolve(spec,
+                                                                      snapshot=snapshot_id))
+                except SnapshotNotFound:
+                    ev["outcome"] = "snapshot missing"
+                    continue
+                ev["sandbox_id"] = sandbox.id
+            return sandbox, "snapshot"
+        async with span("manager.create", self.provider.name, owner=owner) as ev:
+            sandbox = await self.provider.create(spec)
+            ev["sandbox_id"] = sandbox.id
+        return sandbox, "create"
+
+    async def _bind(self, owner: str, sandbox_id: str, broken: Binding | None) -> Binding:
+        """Bind ``owner`` to ``sandbox_id``, keeping its env and snapshots. If someone
+        else bound the owner to another sandbox meanwhile, return their binding."""
+        now = time.time()
+        for _ in range(20):
+            current = await self.store.get(owner)
+            if current is not None and current.sandbox_id not in (
+                    sandbox_id, broken.sandbox_id if broken is not None else None):
+                return current
+            base = current or broken
+            binding = Binding(
+                owner=owner, sandbox_id=sandbox_id, provider=self.provider.name,
+                env=base.env if base else {}, snapshots=base.snapshots if base else (),
+                snapshot_at=base.snapshot_at if base else None, last_used=now,
+                version=current.version if current else 0)
+            stored = await self.store.put(binding)
+            if stored is not None:
+                return stored
+        raise Conflict(f"could not bind owner {owner!r}: the binding keeps changing",
+                       provider=self.provider.name, sandbox_id=sandbox_id)
+
+
+def _created(info: SandboxInfo) -> float:
+    return info.created_at.timestamp() if info.created_at is not None else math.inf

@@ -1,0 +1,132 @@
+"""The snapshot and idle policies: :class:`SnapshotPolicy`, and what each does to one
+bound sandbox.
+
+A snapshot, once taken, is recorded in the owner's binding even if the manager is
+stopping, and the owner's snapshots past the policy's ``keep`` are deleted. A sandbox is
+paused only if its binding and this process's cache say it is still idle. The rounds
+over every binding, :meth:`SandboxManager.snapshot_due` and
+:meth:`SandboxManager.pause_idle`, are the manager's own, and take the claims.
+
+This module must not know any provider or store by name.
+"""
+
+from __future__ import annotations
+
+import builtins
+import collections
+import contextlib
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import attrs
+
+from provider_sdk.errors import InvalidInput, SandboxNotFound, SnapshotNotFound
+from provider_sdk.events import span
+from provider_sdk.manager._cache import _Entry
+from provider_sdk.manager.store import Binding, BindingStore
+from provider_sdk.models import SandboxState, Snapshot
+from provider_sdk.provider import SandboxProvider
+from provider_sdk.sandbox import Sandbox
+
+__all__ = ["PoliciesMixin", "SnapshotPolicy"]
+
+
+def _positive(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise InvalidInput(f"{attribute.name} must be a positive number, got {value!r}")
+
+
+def _at_least_one(_inst: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInput(f"{attribute.name} must be an integer >= 1, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class SnapshotPolicy:
+    """Snapshot each bound sandbox every ``every`` seconds of use; keep the newest ``keep``.
+
+    A sandbox not used since its last snapshot is not snapshotted again. When a bound
+    sandbox has vanished (its host restarted) or broke, ``acquire`` recreates it from
+    the newest snapshot, so its files come back.
+    """
+
+    every: float = attrs.field(validator=_positive)
+    """Seconds between snapshots of a sandbox."""
+    keep: int = attrs.field(default=3, validator=_at_least_one)
+    """How many snapshots to keep per owner; older ones are deleted."""
+
+
+class PoliciesMixin:
+    """What ``SandboxManager``'s snapshot and idle policies do to one bound sandbox."""
+
+    provider: SandboxProvider
+    store: BindingStore
+    snapshots: SnapshotPolicy | None
+    idle_pause: float | None
+    _cache: collections.OrderedDict[str, _Entry]
+
+    if TYPE_CHECKING:
+        def _suspect(self, owner: str, sandbox_id: str) -> None: ...
+        async def _update(self, owner: str, sandbox_id: str,
+                          change: Callable[[Binding], Binding]) -> Binding | None: ...
+
+    async def _pause_bound(self, binding: Binding) -> bool:
+        current = await self.store.get(binding.owner)
+        if (current is None or current.sandbox_id != binding.sandbox_id or current.paused
+                or current.last_used > binding.last_used):
+            return False
+        entry = self._cache.get(binding.owner)
+        if entry is not None and (entry.busy or (
+                entry.last_used > binding.last_used
+                and time.time() - entry.last_used < (self.idle_pause or 0))):
+            return False
+        async with span("manager.pause", self.provider.name, binding.sandbox_id,
+                        owner=binding.owner):
+            try:
+                sandbox = await self.provider.connect(binding.sandbox_id, resume=False)
+                if sandbox.info.state == SandboxState.RUNNING:
+                    await sandbox.pause()
+            except SandboxNotFound:
+                return False  # the next acquire recovers it
+            self._suspect(binding.owner, binding.sandbox_id)
+            await self._update(binding.owner, binding.sandbox_id,
+                               lambda b: attrs.evolve(b, paused=True))
+        return True
+
+    async def _snapshot(self, binding: Binding) -> Snapshot:
+        async with span("manager.snapshot", self.provider.name, binding.sandbox_id,
+                        owner=binding.owner) as ev:
+            sandbox = await self.provider.connect(binding.sandbox_id, resume=False)
+            # Once started, a snapshot is recorded even if the manager is stopping:
+            # an unrecorded one would be nobody's, and never deleted.
+            with anyio.CancelScope(shield=True):
+                snap = await self._take_snapshot(binding, sandbox, ev)
+        return snap
+
+    async def _take_snapshot(self, binding: Binding, sandbox: Sandbox,
+                             ev: dict[str, Any]) -> Snapshot:
+        """Snapshot, record it in the binding, delete those past the policy's ``keep``."""
+        snap = await sandbox.snapshot()
+        ev["snapshot_id"] = snap.id
+        keep = self.snapshots.keep if self.snapshots is not None else None
+        pruned: builtins.list[str] = []
+        now = time.time()
+
+        def record(b: Binding) -> Binding:
+            snaps = (*b.snapshots, snap.id)
+            cut = len(snaps) - keep if keep is not None and len(snaps) > keep else 0
+            pruned[:] = snaps[:cut]
+            return attrs.evolve(b, snapshots=snaps[cut:], snapshot_at=now)
+
+        if await self._update(binding.owner, binding.sandbox_id, record) is None:
+            pruned[:] = [snap.id]  # rebound meanwhile: this snapshot is nobody's
+        await self._delete_snapshots(pruned)
+        return snap
+
+    async def _delete_snapshots(self, snapshot_ids: tuple[str, ...] | builtins.list[str]
+                                ) -> None:
+        for snapshot_id in snapshot_ids:
+            with contextlib.suppress(SnapshotNotFound):
+                await self.provider.delete_snapshot(snapshot_id)
