@@ -1,6 +1,7 @@
 """Whether what a test needs from this machine is here: bubblewrap for the local
 provider (:func:`require_bwrap`), a Docker Engine with the Docker provider and its base
-image (:func:`require_docker`). Without it a test skips, saying why; under CI
+image (:func:`require_docker`), a second Engine whose storage has quotas
+(:func:`require_quota_docker`). Without it a test skips, saying why; under CI
 (``CI=true``), which sets all of it up, it fails instead (:func:`missing`).
 """
 
@@ -12,12 +13,14 @@ import shutil
 
 import pytest
 
-__all__ = ["docker_problem", "missing", "require_bwrap", "require_docker", "require_registry"]
+__all__ = ["docker_problem", "missing", "require_bwrap", "require_docker", "require_quota_docker",
+           "require_registry"]
 
 
 @functools.cache
-def docker_problem() -> str | None:
-    """Why the Docker-backed tests cannot run here, or ``None`` if they can."""
+def docker_problem(base_url: str | None = None) -> str | None:
+    """Why the Docker-backed tests cannot run on the Engine at ``base_url`` (default:
+    ``DOCKER_HOST``, else the local socket), or ``None`` if they can."""
     try:
         import docker
         import docker.errors
@@ -27,7 +30,7 @@ def docker_problem() -> str | None:
         return f"the Docker provider is not installed ({exc.name})"
     template = os.environ.get("PSDK_DOCKER_TEMPLATE") or DEFAULT_TEMPLATE
     try:
-        client = docker.APIClient(base_url=os.environ.get("DOCKER_HOST")
+        client = docker.APIClient(base_url=base_url or os.environ.get("DOCKER_HOST")
                                   or "unix:///var/run/docker.sock", version="auto", timeout=10)
         client.inspect_image(template)
     except docker.errors.ImageNotFound:
@@ -55,6 +58,21 @@ def require_docker() -> None:
     problem = docker_problem()
     if problem is not None:
         missing(f"no usable Docker Engine: {problem}")
+
+
+def require_quota_docker() -> str:
+    """The address of the Docker Engine whose storage has quotas (the btrfs driver) that
+    ``.ci/run`` starts beside the main one: ``PSDK_TEST_DOCKER_QUOTA_HOST``. Skips (fails
+    under CI) when it is unset or unusable."""
+    address = os.environ.get("PSDK_TEST_DOCKER_QUOTA_HOST")
+    if not address:
+        missing("no Docker Engine with storage quotas: set PSDK_TEST_DOCKER_QUOTA_HOST "
+                "(.ci/run starts one on the btrfs driver)")
+    assert address is not None
+    problem = docker_problem(address)
+    if problem is not None:
+        missing(f"the Docker Engine with storage quotas is not usable: {problem}")
+    return address
 
 
 def require_registry() -> tuple[str, str, str]:
