@@ -11,6 +11,7 @@ worker threads; they know processes and kernel interfaces, not the agent protoco
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -225,9 +226,35 @@ def separate_users() -> bool:
     namespaces in place of bubblewrap's ``--disable-userns`` (whose own nested namespace
     maps one user only). Commands then cannot signal, trace or read the agent, the
     supervisors that contain them, or the sandbox's init.
+
+    The host must also let that id make and use a user namespace (a kernel or security
+    policy may forbid it to unprivileged users): a throwaway bubblewrap run in one, as
+    a sandbox would be started, tells, once per process.
     """
     return os.geteuid() == 0 and shutil.which("unshare") is not None \
-        and shutil.which("setpriv") is not None and _seccomp.supported()
+        and shutil.which("setpriv") is not None and _seccomp.supported() \
+        and bwrap_path() is not None and _separate_users_work()
+
+
+@functools.cache
+def _separate_users_work() -> bool:
+    bwrap = bwrap_path()
+    try:
+        userns = user_namespace()
+    except OSError:
+        return False
+    try:
+        caps = [arg for cap in AGENT_CAPS for arg in ("--cap-add", cap)]
+        probe = subprocess.run(
+            [*as_agent(), str(bwrap), "--userns", str(userns), "--unshare-pid",
+             "--cap-drop", "ALL", *caps, "--ro-bind", "/", "/", "--proc", "/proc", "true"],
+            pass_fds=(userns,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    finally:
+        os.close(userns)
+    return probe.returncode == 0
 
 
 def as_agent() -> list[str]:

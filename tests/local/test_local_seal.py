@@ -274,6 +274,25 @@ async def test_commands_run_apart_from_the_agent_and_init(provider: LocalProvide
     assert int(host_uid) == _launch.AGENT_HOST_ID
 
 
+def test_one_user_where_the_agent_cannot_have_a_user_namespace(
+        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the host does not let the agent's id make and use a user namespace (here
+    its commands fail at once), sandboxes keep one user, and neither ``exec.contained``
+    nor ``seal.host`` is declared; where it does (root here), both are."""
+    if os.geteuid() != 0:
+        pytest.skip("the agent has a user of its own only where the host runs as root")
+    _launch._separate_users_work.cache_clear()
+    try:
+        assert LocalProvider(home=home).supports(Capability.EXEC_CONTAINED)
+        _launch._separate_users_work.cache_clear()
+        monkeypatch.setattr(_launch, "as_agent", lambda: ["/bin/false", "--"])
+        provider = LocalProvider(home=home)
+        assert not provider.supports(Capability.EXEC_CONTAINED)
+        assert not provider.supports(Capability.SEAL_HOST)
+    finally:
+        _launch._separate_users_work.cache_clear()
+
+
 async def test_a_volume_shows_no_home_path_in_the_mount_table(
         provider: LocalProvider) -> None:
     """Where mounting is possible a volume is a filesystem of its own: the sandbox's
