@@ -4,7 +4,8 @@ Unary calls: a bare JSON body in, a bare JSON body out; an error is a non-200 st
 ``{"code": "<name>", "message": ...}``. Streaming calls (``application/connect+json``):
 5-byte envelopes (flags, big-endian length) around each JSON message; the response is
 always 200 and ends with an end-stream envelope (flag ``0x02``) holding ``{}`` or
-``{"error": {...}}``.
+``{"error": {...}}``. :func:`rpc_error` names the Connect error envd answers for each
+neutral error.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ import struct
 from collections.abc import AsyncIterator
 from typing import Any
 
-__all__ = ["END_STREAM", "STATUS", "EnvelopeReader", "RpcError", "end_stream", "envelope"]
+from provider_sdk import errors
+
+__all__ = ["END_STREAM", "STATUS", "EnvelopeReader", "RpcError", "end_stream", "envelope",
+           "rpc_error"]
 
 END_STREAM = 0x02
 
@@ -40,6 +44,23 @@ class RpcError(Exception):
 
     def to_json(self) -> dict[str, str]:
         return {"code": self.code, "message": self.message}
+
+
+def rpc_error(exc: errors.SandboxError, path: str = "") -> RpcError:
+    """The Connect error envd would answer for a neutral error."""
+    if isinstance(exc, errors.NotFound):
+        return RpcError("not_found", f"path '{path}' does not exist" if path else str(exc))
+    if isinstance(exc, errors.FileExists):
+        return RpcError("already_exists", f"path '{path}' already exists")
+    if isinstance(exc, (errors.InvalidInput, errors.Conflict)):
+        return RpcError("invalid_argument", str(exc))
+    if isinstance(exc, errors.PermissionDenied):
+        return RpcError("permission_denied", str(exc))
+    if isinstance(exc, errors.QuotaExceeded):  # a message past the read limit, too
+        return RpcError("resource_exhausted", str(exc))
+    if isinstance(exc, (errors.SandboxNotRunning, errors.Unavailable)):
+        return RpcError("unavailable", str(exc))
+    return RpcError("internal", str(exc))
 
 
 def envelope(message: Any, flags: int = 0) -> bytes:

@@ -43,7 +43,8 @@ import httpx
 
 from provider_sdk.config import Secret, env_setting
 from provider_sdk_e2b.emulator._http import Handler, Request, Response, json_response
-from provider_sdk_e2b.emulator._world import ApiError, TemplateRecord, World, iso, json_body, now
+from provider_sdk_e2b.emulator._records import TemplateRecord
+from provider_sdk_e2b.emulator._world import ApiError, World, iso, json_body, now
 from provider_sdk_e2b.emulator.flavors import ENVD_PORT
 
 __all__ = ["CubeTemplates", "ENVD_PATH"]

@@ -4,36 +4,38 @@ Each emulated sandbox is backed by one sandbox of a real neutral provider; this 
 keeps what the vendor's API shows on top of it (ids, tokens, timeouts, the vendor's
 state names) and performs lifecycle changes through the neutral API. It knows the wire
 formats of neither plane: ``control`` and ``envd`` translate.
+
+:class:`World` holds the sandboxes, snapshots and templates and changes their lifecycle;
+the records it keeps are ``_records``', a process's streams ``_process_entry``'s, and
+its process operations come from ``_world_processes``.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import datetime as dt
 import logging
 import secrets
-import shlex
-import signal
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
 import anyio.abc
 import attrs
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
 from provider_sdk.emulators import Faults
-from provider_sdk.models import SandboxSpec, SandboxState, Snapshot, VolumeMount
-from provider_sdk.provider import ProcessExit, ProcessOutput, SandboxProvider
-from provider_sdk.sandbox import Process, Sandbox
-from provider_sdk_e2b.emulator._connect import RpcError
+from provider_sdk.models import SandboxSpec, SandboxState, VolumeMount
+from provider_sdk.provider import SandboxProvider
 from provider_sdk_e2b.emulator._http import Request
+from provider_sdk_e2b.emulator._process_entry import ProcessEntry
+from provider_sdk_e2b.emulator._records import SandboxRecord, SnapshotRecord, TemplateRecord
+from provider_sdk_e2b.emulator._world_processes import SCRIPT, ProcessesMixin, end_event
 from provider_sdk_e2b.emulator.flavors import Flavor
 
-__all__ = ["FAULTS", "ApiError", "ProcessEntry", "SandboxRecord", "TemplateRecord", "World"]
+__all__ = ["FAULTS", "SCRIPT", "ApiError", "ProcessEntry", "SandboxRecord", "SnapshotRecord",
+           "TemplateRecord", "World", "end_event"]
 
 FAULTS = {
     "resume_504": "after each resume (connect, resume, auto-resume, rollback), this many "
@@ -48,17 +50,6 @@ FAULTS = {
 FAULT_DEFAULTS = {"retry_after": "1"}
 
 log = logging.getLogger(__name__)
-
-_OUTPUT_CHUNK = 32 * 1024  # envd sends stdout/stderr in chunks of at most this
-_PTY_CHUNK = 16 * 1024  # and terminal output in chunks of at most this
-# Events a stream attached to a process may have waiting (at most 16 MiB of output): a
-# client that reads slower than the process writes is cut off there, not buffered for.
-_BACKLOG = 512
-_STALL = 60.0  # seconds a process stream may wait for a reader that does not read
-SCRIPT = "/usr/bin/script"
-"""util-linux's ``script``, which gives a command a terminal inside the sandbox."""
-_SIGNALS = {signal.SIGKILL: "killed", signal.SIGTERM: "terminated", signal.SIGINT: "interrupt",
-            signal.SIGHUP: "hangup"}
 
 
 class ApiError(Exception):
@@ -91,134 +82,7 @@ async def json_body(request: Request) -> dict[str, Any]:
     return body
 
 
-@attrs.define(eq=False)
-class ProcessEntry:
-    """A process started through envd's API: its output fans out to every stream."""
-
-    pid: int
-    config: dict[str, Any]
-    tag: str | None
-    process: Process
-    subscribers: list[MemoryObjectSendStream[dict[str, Any]]] = attrs.Factory(list)
-    ended: dict[str, Any] | None = None
-    scope: anyio.CancelScope | None = None
-    pty: bool = False
-    """It runs on a terminal: its output is the terminal's."""
-
-    def subscribe(self) -> MemoryObjectReceiveStream[dict[str, Any]]:
-        """A stream of this process's events from now on, ending with its end.
-
-        At most a bounded backlog waits in it: a reader that falls that far behind gets
-        a ``resource_exhausted`` error in place of the rest."""
-        # One slot past the backlog, for what ends a stream (the end, or an error).
-        send, receive = anyio.create_memory_object_stream[dict[str, Any]](_BACKLOG + 1)
-        if self.ended is not None:
-            send.send_nowait(self.ended)
-            send.close()
-        else:
-            self.subscribers.append(send)
-        return receive
-
-    async def publish(self, message: dict[str, Any]) -> None:
-        """Hand ``message`` to every stream, waiting up to :data:`_STALL` seconds while
-        one is full (flow control); a reader stalled longer is cut off."""
-        for send in list(self.subscribers):
-            with anyio.move_on_after(_STALL):
-                # A memory stream has no "room" event to wait on.
-                while send.statistics().current_buffer_used >= _BACKLOG:  # noqa: ASYNC110
-                    await anyio.sleep(0.005)
-        self.broadcast(message)
-
-    def broadcast(self, message: dict[str, Any], *, final: bool = False) -> None:
-        """Hand ``message`` to every stream at once; a full one is cut off with a
-        ``resource_exhausted`` error, or takes its spare slot for the ``final`` message."""
-        for send in list(self.subscribers):
-            try:
-                if not final and send.statistics().current_buffer_used >= _BACKLOG:
-                    send.send_nowait({"error": RpcError(
-                        "resource_exhausted", "the client fell behind the process's "
-                        f"output by {_BACKLOG} events; reconnect to follow it")})
-                    send.close()
-                    self.subscribers.remove(send)
-                    continue
-                send.send_nowait(message)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.WouldBlock):
-                send.close()
-                self.subscribers.remove(send)
-
-    def finish(self, message: dict[str, Any]) -> None:
-        if self.ended is not None:
-            return
-        self.ended = message
-        # A reader still behind gets the end after its backlog, not an error.
-        self.broadcast(message, final=True)
-        for send in self.subscribers:
-            send.close()
-        self.subscribers.clear()
-
-
-@attrs.define(eq=False)
-class SandboxRecord:
-    """What the vendor's API knows about one sandbox."""
-
-    id: str
-    sandbox: Sandbox
-    """The backend's sandbox (replaced by a rollback)."""
-    spec: SandboxSpec
-    template_id: str
-    access_token: str | None
-    started_at: dt.datetime
-    timeout: float | None
-    """Seconds of the deadline (E2B) or idle window (Cube); ``None``: never."""
-    end_at: dt.datetime | None
-    auto_pause: bool
-    auto_resume: bool
-    pause_memory: bool
-    network: dict[str, Any]
-    allow_internet: bool | None
-    volume_mounts: list[dict[str, Any]]
-    state: str = "running"
-    unavailable_left: int = 0
-    """Data-plane requests still to answer 504 (fault ``resume_504``)."""
-    processes: dict[int, ProcessEntry] = attrs.Factory(dict)
-    lock: anyio.Lock = attrs.Factory(anyio.Lock)
-    last_cpu: tuple[float, float] | None = None
-    files_only: Snapshot | None = None
-    """While paused without memory: the snapshot its files are kept in."""
-    paused_with_memory: bool = True
-    pausing: anyio.Event | None = None
-    """Set when the last pause finished (flavors with a ``pausing`` state)."""
-
-
-@attrs.define(eq=False)
-class SnapshotRecord:
-    id: str
-    snapshot: Snapshot
-    names: list[str]
-    sandbox_id: str
-    created_at: dt.datetime
-
-
-@attrs.define(eq=False)
-class TemplateRecord:
-    """A template built through the vendor's template API (E2B's builds, Cube's
-    templates from images). Each flavor's template routes fill in their own fields."""
-
-    id: str
-    names: list[str]
-    """Names and aliases that resolve to it."""
-    created_at: dt.datetime
-    status: str = "building"
-    """``building``, ``ready`` or ``error`` (each API spells these its own way)."""
-    backend_template: str | None = None
-    """The backend's template (an image) that sandboxes from it start from, once ready."""
-    error: str | None = None
-    logs: list[str] = attrs.Factory(list)
-    extra: dict[str, Any] = attrs.Factory(dict)
-    """Whatever the flavor's API reports back (build ids, image, request, progress)."""
-
-
-class World:
+class World(ProcessesMixin):
     """Every sandbox of one emulator, and the operations both planes share."""
 
     def __init__(self, flavor: Flavor, provider: SandboxProvider, faults: Faults,
@@ -499,152 +363,9 @@ class World:
             with contextlib.suppress(errors.TemplateNotFound, errors.Conflict):
                 await self.provider.delete_template(template.backend_template)
 
-    # --------------------------------------------------------------- processes
-
-    async def start_process(self, record: SandboxRecord, *, argv: list[str],
-                            env: dict[str, str], cwd: str | None, user: str | None,
-                            tag: str | None, stdin: bool, timeout: float | None,
-                            pty: tuple[int, int] | None = None) -> tuple[
-                                ProcessEntry, MemoryObjectReceiveStream[dict[str, Any]]]:
-        """Start a process and subscribe to it before any of its output is sent.
-
-        With ``pty`` (columns, rows) it runs on a terminal: util-linux's ``script``
-        inside the sandbox gives it one, and relays the terminal through its own stdin
-        and stdout.
-        """
-        if user is not None and not self.provider.supports(Capability.EXEC_USER):
-            user = None  # the backend runs every command as its one user
-        command = argv
-        if pty is not None:
-            cols, rows = pty
-            command = [SCRIPT, "-q", "-e", "-f", "-c",
-                       f"stty cols {cols} rows {rows}; exec {shlex.join(argv)}", "/dev/null"]
-        process = await record.sandbox.start(command, env=env, cwd=cwd, user=user)
-        if not stdin and pty is None:
-            await process.close_stdin()
-        config: dict[str, Any] = {"cmd": argv[0], "args": argv[1:], "envs": env}
-        if cwd:
-            config["cwd"] = cwd
-        entry = ProcessEntry(pid=process.pid, config=config, tag=tag, process=process,
-                             pty=pty is not None)
-        record.processes[entry.pid] = entry
-        events = entry.subscribe()
-        self.background(self._pump, record, entry, timeout)
-        return entry, events
-
-    async def _pump(self, record: SandboxRecord, entry: ProcessEntry,
-                    timeout: float | None) -> None:
-        end: dict[str, Any] | None = None
-        try:
-            with anyio.CancelScope() as scope:
-                entry.scope = scope
-                async with anyio.create_task_group() as tg:
-                    if timeout:
-                        tg.start_soon(self._kill_at, record, entry, timeout)
-                    try:
-                        async for event in entry.process.events():
-                            if isinstance(event, ProcessOutput):
-                                key = "pty" if entry.pty else event.stream
-                                size = _PTY_CHUNK if entry.pty else _OUTPUT_CHUNK
-                                for i in range(0, len(event.data), size):
-                                    piece = event.data[i:i + size]
-                                    await entry.publish({"event": {"data": {
-                                        key: base64.b64encode(piece).decode()}}})
-                            elif isinstance(event, ProcessExit):
-                                end = {"event": {"end": end_event(event.exit_code)}}
-                                break
-                    except Exception as exc:  # the backend lost it (or the sandbox)
-                        end = {"error": RpcError("unavailable", f"the process was lost: "
-                                                 f"{exc}")}
-                    tg.cancel_scope.cancel()
-        finally:
-            if end is None:
-                end = {"error": RpcError("unavailable", "the sandbox was killed")}
-            entry.finish(end)
-            if record.processes.get(entry.pid) is entry:
-                del record.processes[entry.pid]
-
-    async def _kill_at(self, record: SandboxRecord, entry: ProcessEntry, timeout: float) -> None:
-        # envd runs each process under a context with the request's deadline: when it
-        # passes, the process is killed, even a background one.
-        await anyio.sleep(timeout)
-        try:
-            await self.send_signal(record, entry.pid, signal.SIGKILL)
-        except Exception:  # the sandbox is paused or gone: nothing left to kill
-            log.debug("emulator: timeout kill of %s failed", entry.pid, exc_info=True)
-
-    async def send_signal(self, record: SandboxRecord, pid: int,
-                          sig: signal.Signals) -> None:
-        """Send ``sig`` to the process itself (not its children), as envd does."""
-        result = await record.sandbox.exec(
-            ["/bin/sh", "-c", f"kill -s {sig.name[3:]} {int(pid)} 2>/dev/null"])
-        if result.exit_code != 0 and pid in record.processes:
-            raise RpcError("internal", f"failed to signal process {pid}")
-        entry = record.processes.get(pid)
-        if entry is not None and sig in (signal.SIGKILL, signal.SIGTERM):
-            self.background(self._end_when_dead, record, entry, sig)
-
-    async def _end_when_dead(self, record: SandboxRecord, entry: ProcessEntry,
-                             sig: signal.Signals) -> None:
-        """End the process's streams once it is dead, even while children it left
-        behind still hold its output open: envd reports the end when the process
-        itself exits, and the backend would wait for the output to close."""
-        probe = ["/bin/sh", "-c", f"cat /proc/{entry.pid}/stat 2>/dev/null"]
-        with contextlib.suppress(Exception):  # the sandbox went away: nothing to end
-            while entry.ended is None and record.id in self.sandboxes:
-                stat = (await record.sandbox.exec(probe)).stdout
-                state = stat[stat.rfind(")") + 2:stat.rfind(")") + 3] if ")" in stat else ""
-                if state in ("", "Z", "X"):
-                    entry.finish({"event": {"end": end_event(-sig.value)}})
-                    if record.processes.get(entry.pid) is entry:
-                        del record.processes[entry.pid]
-                    return
-                await anyio.sleep(0.05)
-
-    async def resize(self, record: SandboxRecord, entry: ProcessEntry, cols: int,
-                     rows: int) -> None:
-        """Resize a process's terminal (the one ``script`` made for its child)."""
-        if not entry.pty:
-            raise RpcError("failed_precondition", f"process {entry.pid} has no PTY")
-        pid = int(entry.pid)
-        result = await record.sandbox.exec(["/bin/sh", "-c", (
-            f"child=$(cut -d' ' -f1 /proc/{pid}/task/{pid}/children) && "
-            f"stty -F \"$(readlink /proc/$child/fd/0)\" cols {int(cols)} rows {int(rows)}")])
-        if result.exit_code != 0:
-            raise RpcError("internal", f"resizing the terminal failed: {result.stderr.strip()}")
-
-    def find_process(self, record: SandboxRecord, selector: Mapping[str, Any]) -> ProcessEntry:
-        if "pid" in selector:
-            entry = record.processes.get(int(selector["pid"]))
-            if entry is not None:
-                return entry
-            raise RpcError("not_found", f"process with pid {selector['pid']} not found")
-        if "tag" in selector:
-            for entry in record.processes.values():
-                if entry.tag == selector["tag"]:
-                    return entry
-            raise RpcError("not_found", f"process with tag {selector['tag']} not found")
-        raise RpcError("invalid_argument", "a process selector needs a pid or a tag")
-
     def volume_mount(self, raw: Mapping[str, Any]) -> VolumeMount:
         try:
             return VolumeMount(volume=str(raw["name"]), path=str(raw["path"]),
                                read_only=bool(raw.get("readOnly", raw.get("read_only", False))))
         except (KeyError, TypeError, errors.InvalidInput) as exc:
             raise ApiError(400, f"volumeMounts: {exc}") from None
-
-
-def end_event(exit_code: int) -> dict[str, Any]:
-    """envd's end event for a neutral exit code (``-N``: killed by signal ``N``)."""
-    if exit_code < 0:
-        try:
-            name = _SIGNALS.get(signal.Signals(-exit_code), signal.Signals(-exit_code).name)
-        except ValueError:
-            name = f"signal {-exit_code}"
-        status = f"signal: {name}"
-        return {"exitCode": -1, "status": status, "error": status}
-    end: dict[str, Any] = {"exited": True, "status": f"exit status {exit_code}"}
-    if exit_code:
-        end["exitCode"] = exit_code
-        end["error"] = end["status"]
-    return end

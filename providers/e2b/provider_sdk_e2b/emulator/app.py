@@ -28,14 +28,9 @@ from provider_sdk.config import Secret, env_setting, open_provider
 from provider_sdk.emulators import BodyTooLarge, EmulatorOptions, Faults, RunningEmulator
 from provider_sdk_e2b.emulator import _http
 from provider_sdk_e2b.emulator._http import Request, Response, json_response
+from provider_sdk_e2b.emulator._records import SandboxRecord
 from provider_sdk_e2b.emulator._templates_e2b import UPLOAD_PREFIX
-from provider_sdk_e2b.emulator._world import (
-    FAULT_DEFAULTS,
-    FAULTS,
-    ApiError,
-    SandboxRecord,
-    World,
-)
+from provider_sdk_e2b.emulator._world import FAULT_DEFAULTS, FAULTS, ApiError, World
 from provider_sdk_e2b.emulator.control import ControlPlane
 from provider_sdk_e2b.emulator.envd import Envd
 from provider_sdk_e2b.emulator.flavors import ENVD_PORT, Flavor

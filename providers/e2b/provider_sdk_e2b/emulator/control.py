@@ -19,9 +19,10 @@ from provider_sdk import errors
 from provider_sdk.capabilities import Capability
 from provider_sdk.models import Resources, SandboxSpec, VolumeMount
 from provider_sdk_e2b.emulator._http import Request, Response, json_response
+from provider_sdk_e2b.emulator._records import SandboxRecord
 from provider_sdk_e2b.emulator._templates_cube import CubeTemplates
 from provider_sdk_e2b.emulator._templates_e2b import TemplateBuilds
-from provider_sdk_e2b.emulator._world import ApiError, SandboxRecord, World, iso, json_body, now
+from provider_sdk_e2b.emulator._world import ApiError, World, iso, json_body, now
 from provider_sdk_e2b.emulator.flavors import ENVD_VERSION
 
 __all__ = ["ControlPlane", "Route"]

@@ -30,7 +30,7 @@ from provider_sdk.emulators import BODY_LIMIT
 from provider_sdk.provider import ProcessExit, ProcessOutput
 from provider_sdk.sandbox import Process
 from provider_sdk_e2b.emulator._http import Request, Response, json_response
-from provider_sdk_e2b.emulator._world import SandboxRecord
+from provider_sdk_e2b.emulator._records import SandboxRecord
 
 __all__ = ["INTERPRETER_PORT", "Interpreters"]
 

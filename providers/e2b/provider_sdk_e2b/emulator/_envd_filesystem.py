@@ -1,0 +1,211 @@
+"""envd's ``filesystem.Filesystem`` service: stat, directories, moves, removals and
+watching a directory for changes, over the backend sandbox's files API.
+
+A watch compares listings on a poll (envd uses inotify), so it sees what changed
+between two looks, not each write. File contents go through ``/files``, which is
+``envd``'s, as are routing and Connect framing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+
+from provider_sdk import errors
+from provider_sdk.models import FileInfo, FileType
+from provider_sdk_e2b.emulator._connect import RpcError, rpc_error
+from provider_sdk_e2b.emulator._http import Request
+from provider_sdk_e2b.emulator._records import SandboxRecord
+
+__all__ = ["FilesystemService", "entry_json"]
+
+_TYPES = {FileType.FILE: "FILE_TYPE_FILE", FileType.DIRECTORY: "FILE_TYPE_DIRECTORY",
+          FileType.SYMLINK: "FILE_TYPE_SYMLINK"}
+_WATCH_POLL = 0.2
+
+
+def _permissions(info: FileInfo) -> str:
+    kind = {"directory": "d", "symlink": "l"}.get(info.type.value, "-")
+    bits = "".join(ch if info.mode & (1 << (8 - i)) else "-"
+                   for i, ch in enumerate("rwxrwxrwx"))
+    return kind + bits
+
+
+def entry_json(info: FileInfo) -> dict[str, Any]:
+    """envd's ``EntryInfo`` for a neutral :class:`FileInfo`."""
+    entry: dict[str, Any] = {
+        "name": info.name, "type": _TYPES.get(info.type, "FILE_TYPE_UNSPECIFIED"),
+        "path": info.path, "size": str(info.size), "mode": info.mode,
+        "permissions": _permissions(info),
+    }
+    if info.modified_at is not None:
+        entry["modifiedTime"] = info.modified_at.astimezone(dt.timezone.utc).strftime(
+            "%Y-%m-%dT%H:%M:%S.%fZ")
+    if info.symlink_target is not None:
+        entry["symlinkTarget"] = info.symlink_target
+    return entry
+
+
+class _Watcher:
+    """Directory changes, found by comparing listings (a poll, not inotify)."""
+
+    def __init__(self, record: SandboxRecord, path: str, recursive: bool) -> None:
+        self.record = record
+        self.path = path
+        self.recursive = recursive
+        self.seen: dict[str, tuple[str, int, float]] = {}
+
+    async def listing(self) -> dict[str, tuple[str, int, float]]:
+        found: dict[str, tuple[str, int, float]] = {}
+        pending = [self.path]
+        while pending:
+            directory = pending.pop()
+            try:
+                entries = await self.record.sandbox.files.list(directory)
+            except errors.NotFound:
+                continue
+            for info in entries:
+                stamp = info.modified_at.timestamp() if info.modified_at else 0.0
+                found[info.path] = (info.type.value, info.size, stamp)
+                if self.recursive and info.type is FileType.DIRECTORY:
+                    pending.append(info.path)
+        return found
+
+    async def changes(self) -> list[dict[str, Any]]:
+        current = await self.listing()
+        events = []
+        base = self.path.rstrip("/") + "/"
+        for path, meta in current.items():
+            before = self.seen.get(path)
+            kind = "EVENT_TYPE_CREATE" if before is None else (
+                "EVENT_TYPE_WRITE" if before != meta else None)
+            if kind:
+                events.append({"name": path.removeprefix(base), "type": kind})
+        events += [{"name": path.removeprefix(base), "type": "EVENT_TYPE_REMOVE"}
+                   for path in self.seen if path not in current]
+        self.seen = current
+        return events
+
+
+class FilesystemService:
+    """The ``filesystem.Filesystem`` handlers of
+    :class:`~provider_sdk_e2b.emulator.envd.Envd`."""
+
+    watchers: dict[str, _Watcher]
+    """The watchers ``CreateWatcher`` made, by id."""
+
+    def _path(self, message: dict[str, Any], key: str = "path") -> str:
+        value = message.get(key)
+        if not isinstance(value, str) or not value:
+            raise RpcError("invalid_argument", f"{key} is required")
+        return value
+
+    async def stat(self, record: SandboxRecord, message: dict[str, Any],
+                   request: Request) -> dict[str, Any]:
+        path = self._path(message)
+        try:
+            return {"entry": entry_json(await record.sandbox.files.stat(path))}
+        except errors.SandboxError as exc:
+            raise rpc_error(exc, path) from None
+
+    async def make_dir(self, record: SandboxRecord, message: dict[str, Any],
+                       request: Request) -> dict[str, Any]:
+        path = self._path(message)
+        try:
+            await record.sandbox.files.mkdir(path, parents=True, exist_ok=False)
+            return {"entry": entry_json(await record.sandbox.files.stat(path))}
+        except errors.Conflict:
+            raise RpcError("already_exists", f"directory '{path}' already exists") from None
+        except errors.SandboxError as exc:
+            raise rpc_error(exc, path) from None
+
+    async def move(self, record: SandboxRecord, message: dict[str, Any],
+                   request: Request) -> dict[str, Any]:
+        source = self._path(message, "source")
+        destination = self._path(message, "destination")
+        try:
+            await record.sandbox.files.rename(source, destination)
+            return {"entry": entry_json(await record.sandbox.files.stat(destination))}
+        except errors.SandboxError as exc:
+            raise rpc_error(exc, source) from None
+
+    async def list_dir(self, record: SandboxRecord, message: dict[str, Any],
+                       request: Request) -> dict[str, Any]:
+        path = self._path(message)
+        depth = message.get("depth") or 1
+        if not isinstance(depth, int) or depth < 1:
+            raise RpcError("invalid_argument", "depth must be a positive integer")
+        try:
+            info = await record.sandbox.files.stat(path)
+        except errors.SandboxError as exc:
+            raise rpc_error(exc, path) from None
+        if info.type is not FileType.DIRECTORY:
+            raise RpcError("invalid_argument", f"path '{path}' is not a directory")
+        entries: list[dict[str, Any]] = []
+        level = [info.path]
+        for _ in range(depth):
+            following = []
+            for directory in level:
+                try:
+                    found = await record.sandbox.files.list(directory)
+                except errors.NotFound:
+                    continue
+                for item in found:
+                    entries.append(entry_json(item))
+                    if item.type is FileType.DIRECTORY:
+                        following.append(item.path)
+            level = following
+        return {"entries": entries}
+
+    async def remove(self, record: SandboxRecord, message: dict[str, Any],
+                     request: Request) -> dict[str, Any]:
+        path = self._path(message)
+        try:
+            await record.sandbox.files.remove(path, recursive=True)
+        except errors.SandboxError as exc:
+            raise rpc_error(exc, path) from None
+        return {}
+
+    async def _watcher(self, record: SandboxRecord, message: dict[str, Any]) -> _Watcher:
+        path = self._path(message)
+        try:
+            info = await record.sandbox.files.stat(path)
+        except errors.SandboxError as exc:
+            raise rpc_error(exc, path) from None
+        if info.type is not FileType.DIRECTORY:
+            raise RpcError("invalid_argument", f"path '{path}' is not a directory")
+        watcher = _Watcher(record, info.path, bool(message.get("recursive", False)))
+        watcher.seen = await watcher.listing()
+        return watcher
+
+    async def watch_dir(self, record: SandboxRecord, message: dict[str, Any],
+                        request: Request) -> AsyncIterator[dict[str, Any]]:
+        watcher = await self._watcher(record, message)
+        yield {"start": {}}
+        while True:
+            await anyio.sleep(_WATCH_POLL)
+            for event in await watcher.changes():
+                yield {"filesystem": event}
+
+    async def create_watcher(self, record: SandboxRecord, message: dict[str, Any],
+                             request: Request) -> dict[str, Any]:
+        watcher = await self._watcher(record, message)
+        watcher_id = secrets.token_hex(8)
+        self.watchers[watcher_id] = watcher
+        return {"watcherId": watcher_id}
+
+    async def watcher_events(self, record: SandboxRecord, message: dict[str, Any],
+                             request: Request) -> dict[str, Any]:
+        watcher = self.watchers.get(str(message.get("watcherId")))
+        if watcher is None or watcher.record is not record:
+            raise RpcError("not_found", f"watcher {message.get('watcherId')!r} not found")
+        return {"events": await watcher.changes()}
+
+    async def remove_watcher(self, record: SandboxRecord, message: dict[str, Any],
+                             request: Request) -> dict[str, Any]:
+        self.watchers.pop(str(message.get("watcherId")), None)
+        return {}
