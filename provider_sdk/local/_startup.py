@@ -23,7 +23,7 @@ import attrs
 from provider_sdk import errors
 from provider_sdk.local import _disk, _launch, _templates
 from provider_sdk.local._home import Home, write_meta
-from provider_sdk.local._trees import copy_tree
+from provider_sdk.local._trees import copy_tree, make_dirs_within
 from provider_sdk.models import Resources
 from provider_sdk.provider import Command
 
@@ -120,7 +120,7 @@ class StartupMixin:
                 (root / name).chmod(0o1777)
             for name, target in _launch.system_links().items():
                 (root / name).symlink_to(target)
-        (root / workdir.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        make_dirs_within(root, workdir)
 
     def _base_etc(self) -> Path:
         """The read-only /etc every sandbox of this home shares, made once."""

@@ -7,6 +7,7 @@ removed.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import secrets
@@ -14,7 +15,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["copy_tree", "disk_usage", "remove_tree"]
+__all__ = ["copy_tree", "disk_usage", "make_dirs_within", "remove_tree"]
 
 
 def copy_tree(src: Path, dst: Path) -> None:
@@ -26,6 +27,29 @@ def copy_tree(src: Path, dst: Path) -> None:
         message = done.stderr.decode(errors="replace").strip()
         full = "No space left on device" in message or "Disk quota exceeded" in message
         raise OSError(errno.ENOSPC if full else errno.EIO, f"copying {src} failed: {message}")
+
+
+def make_dirs_within(root: Path, relative: str) -> None:
+    """``mkdir -p`` of ``relative`` under ``root`` that never follows a symlink: a
+    sandbox's files (a snapshot's, say) may hold one pointing anywhere on the host. A
+    component that is a symlink or not a directory ends it quietly: the sandbox sees
+    what it made there."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in (p for p in relative.split("/") if p not in ("", ".")):
+            if part == "..":
+                return
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o755, dir_fd=fd)
+            try:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                                | os.O_CLOEXEC, dir_fd=fd)
+            except OSError:
+                return
+            os.close(fd)
+            fd = inner
+    finally:
+        os.close(fd)
 
 
 def remove_tree(path: Path) -> None:

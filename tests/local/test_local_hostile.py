@@ -3,6 +3,7 @@ timeout or a kill, output floods, reads of non-files, and reaching for the agent
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import textwrap
@@ -12,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from provider_sdk import CommandTimeout, NotARegularFile
+from provider_sdk import CommandTimeout, NotARegularFile, SandboxError
 from provider_sdk.local import LocalProvider
 from provider_sdk.provider import ProcessExit, ProcessOutput
 from provider_sdk.sandbox import Sandbox
@@ -202,3 +203,22 @@ async def test_sandboxed_code_cannot_read_the_agents_environment_or_descriptors(
             result = await sandbox.exec(probe)
             assert result.exit_code != 0, probe
             assert result.stdout == "", probe
+
+
+async def test_a_snapshots_symlink_does_not_lead_the_working_directory_onto_the_host(
+        provider: LocalProvider, tmp_path: Path) -> None:
+    """A snapshot holding a symlink to a host path, and a sandbox made from it whose
+    working directory runs through that link: the directory is not made on the host."""
+    outside = tmp_path / "outside"
+    async with provider.create() as sandbox:
+        made = await sandbox.exec(["ln", "-s", str(outside), "/home/user/link"])
+        assert made.exit_code == 0, made
+        snapshot = await sandbox.snapshot()
+    try:
+        with contextlib.suppress(SandboxError):
+            async with provider.create(snapshot=snapshot.id,
+                                       cwd="/home/user/link/made/here"):
+                pass
+        assert not await anyio.Path(outside).exists()
+    finally:
+        await provider.delete_snapshot(snapshot.id)
