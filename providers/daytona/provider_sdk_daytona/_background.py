@@ -127,7 +127,9 @@ class BackgroundMixin(CallsMixin):
                     yield ProcessOutput(stream, piece.value())
                     sent[stream] += len(piece)
                     moved = True
-            if end is not None and all(sent[k] >= end[k] for k in sent):
+            # Once it has ended, a poll that brings nothing new is the end too: the
+            # files shrank, or the sizes the sandbox's own tools reported were false.
+            if end is not None and (not moved or all(sent[k] >= end[k] for k in sent)):
                 yield ProcessExit(exit_code_from_status(code))
                 return
             if moved:
