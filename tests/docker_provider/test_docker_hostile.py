@@ -7,12 +7,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 
 import anyio
 import docker
 import pytest
 from provider_sdk_docker import DockerProvider
-from provider_sdk_docker._control import disk_quotas_possible
+from provider_sdk_docker._control import HostControl, disk_quotas_possible
 
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
@@ -366,3 +367,26 @@ async def test_memory_kills_are_reported(provider: DockerProvider) -> None:
         assert result.exit_code == 0
         assert result.oom_killed
         assert not (await sandbox.exec("true")).oom_killed
+
+
+@pytest.mark.parametrize(("moves", "freezes"), [
+    ([1, 1, 1, 1, 0], False),  # one process turning up again: the runtime joining it
+    ([5, 3, 2, 0], True),      # a tree that forks faster than it is moved
+    ([1, 0], False),
+])
+def test_the_container_is_frozen_only_for_a_forking_tree(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moves: list[int],
+        freezes: bool) -> None:
+    """Moving an exec into its cgroup freezes the whole container (which any exec
+    started meanwhile finds paused) only when passes keep finding several processes
+    outside, never for a lone one moved back by the runtime."""
+    control = HostControl("c0ffee", 1, tmp_path / "freezer", None)
+    control.freezer.mkdir()
+    (control.freezer / "freezer.state").write_text("THAWED\n")
+    left = iter(moves)
+    monkeypatch.setattr(HostControl, "_move_subtree", lambda self, group, pid: next(left, 0))
+    states: list[str] = []
+    monkeypatch.setattr("provider_sdk_docker._control._set_state",
+                        lambda group, state, deadline: states.append(state))
+    control.contain("psdk-test", 4242, deadline=time.monotonic() + 5)
+    assert states == (["FROZEN", "THAWED"] if freezes else []), states

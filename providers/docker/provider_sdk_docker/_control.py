@@ -153,13 +153,22 @@ class HostControl:
 
         Children forked before the move stay behind, so the subtree is moved again until
         a pass finds nothing left outside; a command that forks faster than that (a fork
-        bomb) is moved with the container frozen for that one pass.
+        bomb) is moved with the container frozen for that one pass. A lone process that
+        keeps turning up outside is the runtime still joining it to the container's
+        cgroups: it is moved again after a moment, never with the container frozen (an
+        exec started by anyone meanwhile would find the container paused).
         """
         group = self._group(name)
         group.mkdir(exist_ok=True)
+        moved = 0
         for _ in range(3):
-            if not self._move_subtree(group, pid):
+            moved = self._move_subtree(group, pid)
+            if not moved:
                 return
+        if moved == 1:
+            while self._move_subtree(group, pid) and time.monotonic() < deadline:
+                time.sleep(0.005)
+            return
         was = _state(self.freezer)
         if was == "THAWED":
             _set_state(self.freezer, "FROZEN", deadline)
@@ -170,14 +179,14 @@ class HostControl:
             if was == "THAWED":
                 _set_state(self.freezer, "THAWED", deadline)
 
-    def _move_subtree(self, group: Path, pid: int) -> bool:
-        """Move what of ``pid``'s subtree is not in ``group``; whether anything was."""
+    def _move_subtree(self, group: Path, pid: int) -> int:
+        """Move what of ``pid``'s subtree is not in ``group``; how many were moved."""
         # Whatever is not moved yet is still in the container's own cgroup: only its
         # members need a look, not every process of the host.
         outside = _table(_procs(self.freezer))
         left = _subtree(outside, pid)
         # A zombie cannot be moved: only moves that happened count.
-        return sum(_move(group, member) for member in left) > 0
+        return sum(_move(group, member) for member in left)
 
     def rename(self, name: str, new_name: str) -> None:
         """Give cgroup ``name`` another name (a background process's, once known)."""
