@@ -21,7 +21,7 @@ import anyio
 import attrs
 
 from provider_sdk import errors
-from provider_sdk.local import _disk, _launch, _templates
+from provider_sdk.local import _disk, _launch, _templates, _users
 from provider_sdk.local._home import Home, write_meta
 from provider_sdk.local._trees import copy_tree, make_dirs_within
 from provider_sdk.models import Resources
@@ -170,7 +170,7 @@ class StartupMixin:
         if separate:
             # The agent is uid 0 inside (a host id of its own); it runs commands, and
             # acts on files, as the sandbox user.
-            config["user"] = [_launch.SANDBOX_UID, _launch.SANDBOX_UID]
+            config["user"] = [_users.SANDBOX_UID, _users.SANDBOX_UID]
         _write_json(directory / "agent.json", config)  # unisolated agents read it there
         config_bytes = json.dumps(config).encode()
         # Mounted already at create; after a host restart, mounted again here.
@@ -203,7 +203,7 @@ class StartupMixin:
                     python = _templates.agent_interpreter()
                 # bubblewrap's options (host paths) come through a descriptor: the
                 # command line the sandbox can read names only paths inside it.
-                argv = [*prefix, *(_launch.as_agent() if separate else []), args[0],
+                argv = [*prefix, *(_users.as_agent() if separate else []), args[0],
                         "--args", _launch.ARGS_FD, *python[:-1],
                         *_launch.agent_command(python[-1], agent=_launch.SANDBOX_AGENT,
                                                config=_launch.SANDBOX_CONFIG)]

@@ -39,7 +39,7 @@ import attrs
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
 from provider_sdk.dockerfile import Problem, TemplateSupport
-from provider_sdk.local import _disk, _launch, _records, _seccomp
+from provider_sdk.local import _disk, _launch, _records, _seccomp, _users
 from provider_sdk.local._calls import CallsMixin
 from provider_sdk.local._client import AgentClient
 from provider_sdk.local._home import Home, default_home, now, read_meta, write_meta
@@ -142,7 +142,7 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         self._unisolated = unisolated
         self._cgroups = _launch.Cgroup.available()
         self._quota = not unisolated and _disk.available()
-        self._separate = not unisolated and _launch.separate_users()
+        self._separate = not unisolated and _users.separate_users()
         held = set(type(self).capabilities) - {
             Capability.LIMITS_MEMORY, Capability.LIMITS_PIDS, Capability.LIMITS_DISK,
             Capability.SEAL_SYSCALLS, Capability.EXEC_CONTAINED, Capability.SEAL_HOST}

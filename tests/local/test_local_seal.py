@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from provider_sdk import Capability, VolumeMount
-from provider_sdk.local import LocalProvider, _launch, _seccomp
+from provider_sdk.local import LocalProvider, _launch, _seccomp, _users
 from provider_sdk.sandbox import Sandbox
 
 pytestmark = pytest.mark.anyio
@@ -271,7 +271,7 @@ async def test_commands_run_apart_from_the_agent_and_init(provider: LocalProvide
         host_uid = status.split("Uid:")[1].split()[0]
     assert result.stdout.splitlines() == [
         "1000", "CapEff:0000000000000000", "Uid: 0 0 0 0", "Uid: 0 0 0 0"], result
-    assert int(host_uid) == _launch.AGENT_HOST_ID
+    assert int(host_uid) == _users.AGENT_HOST_ID
 
 
 def test_one_user_where_the_agent_cannot_have_a_user_namespace(
@@ -281,16 +281,16 @@ def test_one_user_where_the_agent_cannot_have_a_user_namespace(
     nor ``seal.host`` is declared; where it does (root here), both are."""
     if os.geteuid() != 0:
         pytest.skip("the agent has a user of its own only where the host runs as root")
-    _launch._separate_users_work.cache_clear()
+    _users._separate_users_work.cache_clear()
     try:
         assert LocalProvider(home=home).supports(Capability.EXEC_CONTAINED)
-        _launch._separate_users_work.cache_clear()
-        monkeypatch.setattr(_launch, "as_agent", lambda: ["/bin/false", "--"])
+        _users._separate_users_work.cache_clear()
+        monkeypatch.setattr(_users, "as_agent", lambda: ["/bin/false", "--"])
         provider = LocalProvider(home=home)
         assert not provider.supports(Capability.EXEC_CONTAINED)
         assert not provider.supports(Capability.SEAL_HOST)
     finally:
-        _launch._separate_users_work.cache_clear()
+        _users._separate_users_work.cache_clear()
 
 
 async def test_a_volume_shows_no_home_path_in_the_mount_table(

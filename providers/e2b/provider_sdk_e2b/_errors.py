@@ -69,9 +69,11 @@ class ErrorsMixin:
 
     def _from_message(self, message: str, sandbox_id: str | None,
                       path: str | None) -> errors.SandboxError | None:
-        """Errors told apart only by envd's message."""
+        """Errors told apart only by their message (envd's, or the proxy's)."""
         text = message.lower()
         where = {"provider": self.name, "sandbox_id": sandbox_id}
+        if e2bx.is_sandbox_not_found_message(message):  # the proxy: gone (502, Cube's 410)
+            return errors.SandboxNotRunning(message, **where)
         about = f"{path}: {message}" if path else message
         if "read-only" in text or "permission denied" in text:
             return errors.PermissionDenied(about, **where)
@@ -102,8 +104,6 @@ class ErrorsMixin:
             if isinstance(exc.__cause__, TimeoutError):
                 return errors.OperationTimeout(message, **where)
             return errors.Unavailable(message, **where)
-        if e2bx.is_sandbox_not_found_message(message):  # the proxy: gone (502, Cube's 410)
-            return errors.SandboxNotRunning(message, **where)
         specific = self._from_message(message, sandbox_id, path)
         if specific is not None:
             return specific
@@ -135,8 +135,6 @@ class ErrorsMixin:
             return errors.Unavailable(message, **where)
         if isinstance(exc, e2bx.NotEnoughSpaceException):
             return errors.QuotaExceeded(message, **where)
-        if e2bx.is_sandbox_not_found_message(message):  # the proxy: gone (502, Cube's 410)
-            return errors.SandboxNotRunning(message, **where)
         specific = self._from_message(message, sandbox_id, path)
         if specific is not None:
             return specific
