@@ -73,7 +73,12 @@ async def test_container_has_the_safe_defaults(provider: DockerProvider,
     assert host["NanoCpus"] == 500_000_000
     assert host["NetworkMode"] == "none"
     assert not host.get("Binds")
-    assert [m["Type"] for m in data["Mounts"]] == []  # no host path, no Docker socket
+    # No host path and no Docker socket: only the sandbox's own bounded directories,
+    # where the Engine has no storage quotas.
+    bounded = sandbox.info.extra.get("bounded_dirs", [])
+    assert sorted((m["Type"], m["Destination"]) for m in data["Mounts"]) == \
+        sorted(("volume", path) for path in bounded)
+    assert all(m["Name"].startswith(f"psdk-{sandbox.id}-bounded-") for m in data["Mounts"])
     assert data["Config"]["Labels"][LABEL] == sandbox.id
     # Inside: only loopback, and a bounding set without the dropped capabilities.
     net = await sandbox.exec(["cat", "/proc/net/dev"])

@@ -6,7 +6,9 @@ labelled ``psdk.sandbox=<id>``: any process using the same Engine sees it, and n
 else on the Engine is listed or touched.
 
 Mapping: ``pause`` is ``docker pause`` (the cgroup freezer: memory kept); a snapshot is
-``docker commit`` (the container's filesystem, not its memory or volumes); volumes are
+``docker commit`` (the container's filesystem and its bounded directories, not its memory
+or volumes); on an Engine without storage quotas, ``/tmp``, ``/home``, ``/root`` and the
+working directory are bounded (:mod:`provider_sdk_docker._bounded`); volumes are
 Docker named volumes labelled ``psdk.volume``; metadata are labels; metrics come from the
 stats API; ``build_template`` is a classic-builder image build with networking off,
 cached by the content hash of the Dockerfile and its context.
@@ -21,15 +23,14 @@ import json
 import os
 import re
 import secrets
-import tempfile
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
 
 import anyio
 import docker.types
 
 from provider_sdk import errors
-from provider_sdk.buildcontext import write_context
 from provider_sdk.capabilities import Capability
 from provider_sdk.config import env_setting, int_setting
 from provider_sdk.models import (
@@ -39,41 +40,36 @@ from provider_sdk.models import (
     SandboxInfo,
     SandboxSpec,
     SandboxState,
-    Snapshot,
-    Template,
-    TemplateSpec,
     Volume,
 )
 from provider_sdk.provider import (
     SandboxProvider,
 )
-from provider_sdk_docker import _scripts
+from provider_sdk_docker import _bounded, _scripts
 from provider_sdk_docker._control import HostControl, engine_has_disk_quotas, host_control_possible
 from provider_sdk_docker._engine import Engine, Kind
-from provider_sdk_docker._files import FilesMixin, parse_time
+from provider_sdk_docker._files import FilesMixin
+from provider_sdk_docker._labels import (
+    LABEL,
+    LABEL_CREATED,
+    LABEL_DISK,
+    LABEL_META,
+    LABEL_METADATA,
+    LABEL_SNAPSHOT,
+    LABEL_TEMPLATE,
+    LABEL_TEMPLATE_HASH,
+    LABEL_VOLUME,
+    SNAPSHOT_REPOSITORY,
+    now,
+)
 from provider_sdk_docker._processes import ProcessesMixin, container_name
-
-if TYPE_CHECKING:
-    pass
+from provider_sdk_docker._snapshots import SnapshotsMixin
+from provider_sdk_docker._templates import TemplatesMixin
 
 __all__ = ["DEFAULT_TEMPLATE", "DockerProvider"]
 
 DEFAULT_TEMPLATE = "psdk-base:bookworm"
 DEFAULT_HOST = "unix:///var/run/docker.sock"
-
-LABEL = "psdk.sandbox"
-LABEL_METADATA = "psdk.metadata"
-LABEL_META = "psdk.meta."
-LABEL_TEMPLATE = "psdk.template"
-LABEL_CREATED = "psdk.created"
-LABEL_DISK = "psdk.disk_mb"
-LABEL_SNAPSHOT = "psdk.snapshot"
-LABEL_SNAPSHOT_SOURCE = "psdk.snapshot.source"
-LABEL_VOLUME = "psdk.volume"
-LABEL_TEMPLATE_HASH = "psdk.template.hash"
-LABEL_TEMPLATE_NAME = "psdk.template.name"
-SNAPSHOT_REPOSITORY = "psdk-snapshot"
-TEMPLATE_PREFIX = "psdk-template-"
 
 #: What a shell needs, and nothing that reaches past the container.
 CAPABILITIES_KEPT = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID")
@@ -117,7 +113,8 @@ QUOTA_CAPABILITIES = frozenset({Capability.LIMITS_DISK})
 LOG_CONFIG = {"type": "none", "config": {}}
 
 
-class DockerProvider(ProcessesMixin, FilesMixin, SandboxProvider):
+class DockerProvider(ProcessesMixin, FilesMixin, SnapshotsMixin, TemplatesMixin,
+                     SandboxProvider):
     """Sandboxes as containers on a Docker Engine.
 
     Every option falls back to a setting in the environment.
@@ -146,7 +143,12 @@ class DockerProvider(ProcessesMixin, FilesMixin, SandboxProvider):
             mounted with project quotas (the Engine's ``storage_opt size``). Default:
             found out from the Engine's ``info`` and this host's mounts, with
             ``host_control``; otherwise ``False``.
-            Only then is ``limits.disk`` declared. Without quotas a sandbox's files
+            Only then is ``limits.disk`` declared.
+        bounded_dirs: without quotas, hold ``/tmp``, ``/home``, ``/root`` and the
+            working directory to ``disk_mb`` instead: they live on a filesystem of the
+            sandbox's own, made on the Engine's host (``PSDK_DOCKER_DISKS``, default
+            ``$PSDK_HOME/docker-disks``). Default: with ``host_control``, as root,
+            where loop devices and ``mkfs.ext4`` are there. Files written elsewhere
             take as much of the Engine's storage as they will (see the docs' security
             page for the bounds that still hold).
     """
@@ -159,7 +161,7 @@ class DockerProvider(ProcessesMixin, FilesMixin, SandboxProvider):
                  pids_limit: int | None = None, memory_mb: int | None = None,
                  network: str | None = None, cpus: float | None = None,
                  host_control: bool | None = None, disk_mb: int | None = None,
-                 disk_quota: bool | None = None) -> None:
+                 disk_quota: bool | None = None, bounded_dirs: bool | None = None) -> None:
         url = base_url or env_setting("DOCKER_HOST", default=DEFAULT_HOST)
         assert url is not None
         self._engine = Engine(url, provider=self.name)
@@ -178,6 +180,13 @@ class DockerProvider(ProcessesMixin, FilesMixin, SandboxProvider):
                                                provider=self.name)
         self.disk_quota = disk_quota if disk_quota is not None else \
             self.host_control and engine_has_disk_quotas(url)
+        if bounded_dirs is None:
+            bounded_dirs = self.host_control and not self.disk_quota and \
+                _bounded.bounded_dirs_possible()
+        disks = env_setting("PSDK_DOCKER_DISKS")
+        self._bounded = _bounded.BoundedDirs(
+            self._engine, root=Path(disks) if disks else None, provider=self.name) \
+            if bounded_dirs and not self.disk_quota else None
         # Per instance: what holds depends on where the Engine runs (the class lists all).
         self._hold_only(BASE_CAPABILITIES
                         | (HOST_CAPABILITIES if self.host_control else frozenset())
@@ -214,7 +223,7 @@ class DockerProvider(ProcessesMixin, FilesMixin, SandboxProvider):
             image, kind, shown = f"{SNAPSHOT_REPOSITORY}:{spec.snapshot}", "snapshot", \
                 spec.snapshot
         sandbox_id = secrets.token_hex(6)
-        created = _now()
+        created = now()
         labels = {
             LABEL: sandbox_id,
             LABEL_METADATA: json.dumps(dict(spec.metadata), sort_keys=True),
@@ -223,7 +232,8 @@ class DockerProvider(ProcessesMixin, FilesMixin, SandboxProvider):
             **{f"{LABEL_META}{k}": v for k, v in spec.metadata.items()},
         }
         memory = (spec.resources.memory_mb or self.memory_mb) << 20
-        disk_mb = spec.resources.disk_mb or (self.disk_mb if self.disk_quota else None)
+        disk_mb = spec.resources.disk_mb or \
+            (self.disk_mb if self.disk_quota or self._bounded else None)
         host_config: dict[str, Any] = {
             "network_mode": network_mode,
             "privileged": False,
@@ -237,23 +247,41 @@ class DockerProvider(ProcessesMixin, FilesMixin, SandboxProvider):
             "nano_cpus": int((spec.resources.cpu or self.cpus) * 1e9),
             "log_config": LOG_CONFIG,
         }
-        if disk_mb is not None:
+        places: Mapping[str, str] = {}
+        if disk_mb is not None and self._bounded is not None:
+            data = await self._engine.api("inspect_image", image, kind=kind, what=shown)
+            config = data.get("Config") or {}
+            if kind == "snapshot":
+                places = (_bounded.carried(config.get("Labels")) or ("", {}))[1]
+            dirs = _bounded.dirs_for(spec.cwd or config.get("WorkingDir"),
+                                     [m.path for m in spec.volumes])
+            mounts += await self._bounded.make(sandbox_id, disk_mb, dirs, restored=places)
+            labels[_bounded.LABEL_BOUNDED] = json.dumps(dirs)
+            labels[LABEL_DISK] = str(disk_mb)
+        elif disk_mb is not None:
             # Only some storage setups have quotas (btrfs, overlay2 on XFS with pquota);
             # the Engine refuses the option elsewhere, as InvalidInput.
             size = await self._quota(image, disk_mb, kind, shown)
             host_config["storage_opt"] = {"size": f"{size}M"}
             labels[LABEL_DISK] = str(disk_mb)
         client = await self._engine.call(lambda: self._engine.client)
-        container = await self._engine.call(
-            client.create_container, image, name=_container(sandbox_id),
-            entrypoint=["/bin/sh", "-c", _scripts.KEEPALIVE], command=[], labels=labels,
-            environment=dict(spec.env), working_dir=spec.cwd, hostname="sandbox",
-            host_config=client.create_host_config(**host_config), kind=kind, what=shown)
+        container_id = ""
         try:
-            await self._engine.call(client.start, container["Id"], sandbox_id=sandbox_id)
+            container_id = (await self._engine.call(
+                client.create_container, image, name=_container(sandbox_id),
+                entrypoint=["/bin/sh", "-c", _scripts.KEEPALIVE], command=[], labels=labels,
+                environment=dict(spec.env), working_dir=spec.cwd, hostname="sandbox",
+                host_config=client.create_host_config(**host_config), kind=kind,
+                what=shown))["Id"]
+            if places and self._bounded is not None:
+                await self._bounded.restore(sandbox_id, container_id, image, places)
+            await self._engine.call(client.start, container_id, sandbox_id=sandbox_id)
         except BaseException:
             with anyio.CancelScope(shield=True), contextlib.suppress(errors.SandboxError):
-                await self._engine.call(client.remove_container, container["Id"], force=True)
+                if container_id:
+                    await self._engine.call(client.remove_container, container_id, force=True)
+                if self._bounded is not None:
+                    await self._bounded.remove(sandbox_id)
             raise
         if spec.cwd is not None:
             self._workdirs[sandbox_id] = spec.cwd
@@ -262,7 +290,7 @@ class DockerProvider(ProcessesMixin, FilesMixin, SandboxProvider):
             template=spec.snapshot or image, metadata=spec.metadata, created_at=created,
             resources=Resources(cpu=spec.resources.cpu or self.cpus, memory_mb=memory >> 20,
                                 disk_mb=disk_mb),
-            extra={"container_id": container["Id"], "image": image})
+            extra=_extra(container_id, image, labels))
 
     async def _quota(self, image: str, disk_mb: int, kind: Kind, shown: str) -> int:
         """The ``storage_opt size`` (MiB) that leaves ``disk_mb`` for a sandbox's own
@@ -288,8 +316,8 @@ class DockerProvider(ProcessesMixin, FilesMixin, SandboxProvider):
         config, host = data["Config"], data["HostConfig"]
         self._workdirs.setdefault(sandbox_id, config.get("WorkingDir") or "/")
         status = data["State"]["Status"]
-        return self._to_info(sandbox_id, config.get("Labels") or {}, status, extra={
-            "container_id": data["Id"], "image": config.get("Image")},
+        return self._to_info(sandbox_id, config.get("Labels") or {}, status,
+                             extra=_extra(data["Id"], config.get("Image"), config.get("Labels")),
             resources=Resources(cpu=(host.get("NanoCpus") or 0) / 1e9 or None,
                                 memory_mb=(host.get("Memory") or 0) >> 20 or None,
                                 disk_mb=_int_label(config.get("Labels"), LABEL_DISK)))
@@ -333,6 +361,8 @@ class DockerProvider(ProcessesMixin, FilesMixin, SandboxProvider):
             await self._engine.api("remove_container", _container(sandbox_id), force=True,
                                    v=True, what=sandbox_id, sandbox_id=sandbox_id)
             await self._drop_orphan_image(data["Image"])
+        if self._bounded is not None:
+            await self._bounded.remove(sandbox_id)
         self._workdirs.pop(sandbox_id, None)
         self._owners.pop(sandbox_id, None)
         self._controls.pop(sandbox_id, None)
@@ -366,67 +396,6 @@ class DockerProvider(ProcessesMixin, FilesMixin, SandboxProvider):
                                            sandbox_id=sandbox_id)
         return await self._info(sandbox_id)
 
-    # ---------------------------------------------------------------- snapshots
-
-    async def _snapshot(self, sandbox_id: str) -> Snapshot:
-        data = await self._inspect(sandbox_id)
-        snapshot_id = secrets.token_hex(6)
-        created = _now()
-        labels = {LABEL_SNAPSHOT: snapshot_id, LABEL_SNAPSHOT_SOURCE: sandbox_id,
-                  LABEL_CREATED: created.isoformat()}
-        env = await self._snapshot_env(data)
-        image = await self._engine.api(
-            "commit", _container(sandbox_id), repository=SNAPSHOT_REPOSITORY, tag=snapshot_id,
-            conf={"Labels": labels, "Env": env}, pause=True, what=sandbox_id,
-            sandbox_id=sandbox_id)
-        return Snapshot(id=snapshot_id, provider=self.name, sandbox_id=sandbox_id,
-                        captures={"filesystem"}, created_at=created,
-                        extra={"image": f"{SNAPSHOT_REPOSITORY}:{snapshot_id}",
-                               "image_id": image["Id"]})
-
-    async def _snapshot_env(self, container: Mapping[str, Any]) -> builtins.list[str]:
-        """The environment a snapshot's image keeps: its image's, never the one given at
-        create.
-
-        The Engine merges the container's variables into a commit's ``Env`` unless a
-        variable of the same name is there, so every variable given at create and not in
-        the image is listed by name alone: the image keeps the name, not the value, and
-        the Engine drops such an entry when it starts a container.
-        """
-        image = await self._engine.api("inspect_image", container["Image"], kind="image",
-                                       what=str(container["Image"]))
-        original = list((image.get("Config") or {}).get("Env") or ())
-        names = {entry.partition("=")[0] for entry in original}
-        given = [entry.partition("=")[0] for entry in container["Config"].get("Env") or ()]
-        return original + sorted({n for n in given if n not in names})
-
-    async def _list_snapshots(self, sandbox_id: str | None) -> builtins.list[Snapshot]:
-        wanted = [LABEL_SNAPSHOT]
-        if sandbox_id is not None:
-            wanted.append(f"{LABEL_SNAPSHOT_SOURCE}={sandbox_id}")
-        images = await self._engine.api("images", filters={"label": wanted})
-        found = []
-        for image in images:
-            labels = image.get("Labels") or {}
-            snapshot_id = labels.get(LABEL_SNAPSHOT, "")
-            if f"{SNAPSHOT_REPOSITORY}:{snapshot_id}" not in (image.get("RepoTags") or ()):
-                continue  # an image built on a snapshot inherits its labels
-            created = labels.get(LABEL_CREATED)
-            found.append(Snapshot(
-                id=snapshot_id, provider=self.name,
-                sandbox_id=labels.get(LABEL_SNAPSHOT_SOURCE), captures={"filesystem"},
-                created_at=dt.datetime.fromisoformat(created) if created else None,
-                extra={"image": f"{SNAPSHOT_REPOSITORY}:{snapshot_id}",
-                       "image_id": image["Id"]}))
-        return sorted(found, key=lambda s: (s.created_at or _now(), s.id))
-
-    async def _delete_snapshot(self, snapshot_id: str) -> None:
-        image = f"{SNAPSHOT_REPOSITORY}:{snapshot_id}"
-        await self._engine.api("inspect_image", image, kind="snapshot", what=snapshot_id)
-        # force: sandboxes created from it keep their layers; only the snapshot goes.
-        await self._engine.api("remove_image", image, force=True, kind="snapshot",
-                               what=snapshot_id)
-
     # ------------------------------------------------------------------ volumes
 
     async def _create_volume(self, name: str) -> Volume:
@@ -438,7 +407,7 @@ class DockerProvider(ProcessesMixin, FilesMixin, SandboxProvider):
             await self._engine.api("inspect_volume", name, kind="volume", what=name)
             raise errors.Conflict(f"a volume named {name!r} exists", provider=self.name)
         data = await self._engine.api(
-            "create_volume", name, labels={LABEL_VOLUME: "1", LABEL_CREATED: _now().isoformat()},
+            "create_volume", name, labels={LABEL_VOLUME: "1", LABEL_CREATED: now().isoformat()},
             kind="volume", what=name)
         return self._to_volume(data)
 
@@ -472,101 +441,30 @@ class DockerProvider(ProcessesMixin, FilesMixin, SandboxProvider):
                                        one_shot=True, what=sandbox_id, sandbox_id=sandbox_id)
         sizes = await self._engine.api("containers", all=True, size=True,
                                        filters={"label": f"{LABEL}={sandbox_id}"})
+        bounded = self._bounded.used_bytes(sandbox_id) if self._bounded else None
         cpu = (stats.get("cpu_stats") or {}).get("cpu_usage", {}).get("total_usage")
         memory = stats.get("memory_stats") or {}
         return Metrics(
             cpu_seconds=cpu / 1e9 if cpu is not None else None,
             memory_bytes=memory.get("usage"), memory_limit_bytes=memory.get("limit"),
-            disk_bytes=sizes[0].get("SizeRw") if sizes else None, timestamp=_now())
-
-    # ---------------------------------------------------------------- templates
-
-    async def _build_template(self, spec: TemplateSpec, *, force: bool,
-                              on_progress: Callable[[str], None] | None) -> Template:
-        digest = await anyio.to_thread.run_sync(spec.content_hash)
-        tag = f"{TEMPLATE_PREFIX}{spec.name}:{digest[:12]}"
-        if not force:
-            with contextlib.suppress(errors.TemplateNotFound):
-                return self._to_template(await self._engine.api(
-                    "inspect_image", tag, kind="image", what=tag))
-        await self._check_base_images(spec)
-        with tempfile.TemporaryFile() as context:
-            await anyio.to_thread.run_sync(write_context, spec, context)
-            context.seek(0)
-            lines = await self._engine.api(
-                "build", fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True,
-                network_mode="none", decode=True, nocache=force, pull=False,
-                labels={LABEL_TEMPLATE_HASH: digest, LABEL_TEMPLATE_NAME: spec.name},
-                kind="image", what=tag)
-            log: builtins.list[str] = []
-            step = "build"
-            while (item := await self._engine.call(next, lines, None)) is not None:
-                text = str(item.get("stream") or item.get("status") or "").rstrip()
-                if text:
-                    log.append(text)
-                    if text.startswith("Step "):
-                        step = text
-                    if on_progress is not None:
-                        on_progress(text)
-                if "error" in item:
-                    raise errors.TemplateBuildError(
-                        f"building {spec.name!r} failed at {step}: {item['error'].strip()}",
-                        step=step, log_tail="\n".join([*log[-20:], item["error"].strip()]),
-                        provider=self.name)
-        return self._to_template(await self._engine.api("inspect_image", tag, kind="image",
-                                                        what=tag))
-
-    async def _check_base_images(self, spec: TemplateSpec) -> None:
-        """Every ``FROM`` image must be in the Engine: nothing is pulled, so a missing one
-        fails here, naming its line, before the build starts."""
-        for instruction, image in spec.parsed().base_images():
-            if image.lower() == "scratch":
-                continue
-            try:
-                await self._engine.api("inspect_image", image, kind="image", what=image)
-            except errors.TemplateNotFound:
-                raise errors.TemplateBuildError(
-                    f"the base image {image!r} is not in the Docker Engine; nothing is "
-                    "pulled: build, load or pull it first",
-                    step=f"FROM (line {instruction.line})", provider=self.name) from None
-
-    async def _list_templates(self) -> builtins.list[Template]:
-        images = await self._engine.api("images", filters={"label": LABEL_TEMPLATE_HASH})
-        found = []
-        for image in images:
-            for tag in image.get("RepoTags") or ():
-                if tag.startswith(TEMPLATE_PREFIX):
-                    found.append(self._to_template({**image, "RepoTags": [tag],
-                                                    "Config": {"Labels": image["Labels"]}}))
-        return sorted(found, key=lambda t: t.id)
-
-    async def _delete_template(self, template_id: str) -> None:
-        try:
-            data = await self._engine.api("inspect_image", template_id, kind="image",
-                                          what=template_id)
-        except errors.TemplateNotFound:
-            raise errors.TemplateNotFound(f"no template {template_id!r}",
-                                          provider=self.name) from None
-        if LABEL_TEMPLATE_HASH not in ((data.get("Config") or {}).get("Labels") or {}):
-            raise errors.TemplateNotFound(f"no template {template_id!r} built by this SDK",
-                                          provider=self.name)
-        await self._engine.api("remove_image", template_id, force=True, kind="image",
-                               what=template_id)
-
-    def _to_template(self, data: Mapping[str, Any]) -> Template:
-        labels = (data.get("Config") or {}).get("Labels") or {}
-        tags = [t for t in data.get("RepoTags") or () if t.startswith(TEMPLATE_PREFIX)]
-        created = data.get("Created")
-        return Template(
-            id=tags[0] if tags else data["Id"], name=labels.get(LABEL_TEMPLATE_NAME, ""),
-            provider=self.name, content_hash=labels.get(LABEL_TEMPLATE_HASH),
-            created_at=parse_time(created) if isinstance(created, str) else
-            dt.datetime.fromtimestamp(created, dt.timezone.utc) if created else None,
-            extra={"image_id": data["Id"]})
+            disk_bytes=_disk_bytes(sizes[0].get("SizeRw") if sizes else None, bounded),
+            timestamp=now())
 
 
 def _container(sandbox_id: str) -> str:
     return container_name(sandbox_id)
+
+
+def _extra(container_id: str, image: Any, labels: Mapping[str, str] | None) -> dict[str, Any]:
+    """A sandbox's ``SandboxInfo.extra``: its container, image and bounded directories."""
+    dirs = _bounded.describe((labels or {}).get(_bounded.LABEL_BOUNDED, "[]"))
+    return {"container_id": container_id, "image": image,
+            **({"bounded_dirs": list(dirs)} if dirs else {})}
+
+
+def _disk_bytes(layer: int | None, bounded: int | None) -> int | None:
+    """A sandbox's disk use: its writable layer and its bounded directories' filesystem."""
+    return None if layer is None and bounded is None else (layer or 0) + (bounded or 0)
 
 
 def _int_label(labels: Mapping[str, str] | None, name: str) -> int | None:
@@ -588,6 +486,3 @@ def _float_setting(var: str, default: float) -> float:
                                  provider=DockerProvider.name)
     return number
 
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
