@@ -310,18 +310,23 @@ class ControlPlane:
         return float(value)
 
     async def list_v1(self, request: Request) -> Response:
-        return await self._list(request, paged=False)
+        return await self._list(request, paged=False, order="desc")
 
     async def list_v2(self, request: Request) -> Response:
-        return await self._list(request, paged=self.flavor.list_next_token)
+        return await self._list(request, paged=self.flavor.list_next_token,
+                                order=request.query.get("order", "desc"))
 
-    async def _list(self, request: Request, *, paged: bool) -> Response:
+    async def _list(self, request: Request, *, paged: bool, order: str) -> Response:
         wanted = _metadata_query(request.query.get("metadata", ""))
         states = {s for s in request.query.get("state", "").split(",") if s}
         template = request.query.get("template")
         after = self._moment(request.query.get("startedAfter"))
-        records = sorted(self.world.sandboxes.values(), key=lambda r: r.started_at,
-                         reverse=request.query.get("order") == "desc")
+        # E2B's API lists newest first unless v2 is asked for ``order=asc``; a tie on
+        # the start time is broken by the sandbox id.
+        if order not in ("asc", "desc"):
+            raise ApiError(400, f"Invalid order parameter: unknown order {order!r}")
+        records = sorted(self.world.sandboxes.values(), key=lambda r: (r.started_at, r.id),
+                         reverse=order == "desc")
         found = [r for r in records
                  if all(r.spec.metadata.get(k) == v for k, v in wanted.items())
                  and (not states or r.state in states)
