@@ -4,6 +4,8 @@ service."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 from e2b import Sandbox, SandboxQuery
 
 from provider_sdk.emulators import RunningEmulator
@@ -28,3 +30,16 @@ def test_list_pages_newest_first_by_default(e2b_emulator: RunningEmulator) -> No
     finally:
         first.kill()
         second.kill()
+
+
+def test_started_after_includes_a_sandbox_started_at_that_instant(
+        e2b_emulator: RunningEmulator) -> None:
+    # The API's startedAfter is "at or after": a sandbox's own startedAt finds it.
+    sandbox = Sandbox.create()
+    try:
+        started = Sandbox.get_info(sandbox.sandbox_id).started_at
+        assert _ids(SandboxQuery(started_after=started)) == [sandbox.sandbox_id]
+        later = started + dt.timedelta(microseconds=1)
+        assert _ids(SandboxQuery(started_after=later)) == []
+    finally:
+        sandbox.kill()

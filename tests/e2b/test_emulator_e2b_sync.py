@@ -185,7 +185,8 @@ def test_list_filters_by_template_and_start_time(sandbox: Sandbox) -> None:
         template="base", started_after=started - dt.timedelta(seconds=1))).next_items()]
     assert mine == [sandbox.sandbox_id]
     assert Sandbox.list(query=SandboxQuery(template="other")).next_items() == []
-    assert Sandbox.list(query=SandboxQuery(started_after=started)).next_items() == []
+    assert Sandbox.list(query=SandboxQuery(
+        started_after=started + dt.timedelta(microseconds=1))).next_items() == []
 
 
 def test_pty_runs_an_interactive_shell_that_can_be_resized(sandbox: Sandbox) -> None:

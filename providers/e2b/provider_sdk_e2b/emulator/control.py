@@ -320,6 +320,8 @@ class ControlPlane:
         wanted = _metadata_query(request.query.get("metadata", ""))
         states = {s for s in request.query.get("state", "").split(",") if s}
         template = request.query.get("template")
+        # At or after (on the microsecond grid start times are reported on), so a
+        # sandbox's own startedAt, fed back, finds it.
         after = self._moment(request.query.get("startedAfter"))
         # E2B's API lists newest first unless v2 is asked for ``order=asc``; a tie on
         # the start time is broken by the sandbox id.
@@ -331,7 +333,7 @@ class ControlPlane:
                  if all(r.spec.metadata.get(k) == v for k, v in wanted.items())
                  and (not states or r.state in states)
                  and template in (None, r.template_id)
-                 and (after is None or r.started_at > after)]
+                 and (after is None or r.started_at >= after)]
         headers = {}
         if paged:
             try:
