@@ -5,10 +5,19 @@ service."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
 
-from e2b import Sandbox, SandboxQuery
+import pytest
+from e2b import FileType, Sandbox, SandboxQuery
 
 from provider_sdk.emulators import RunningEmulator
+
+
+@pytest.fixture
+def sandbox(e2b_emulator: RunningEmulator) -> Iterator[Sandbox]:
+    sandbox = Sandbox.create()
+    yield sandbox
+    sandbox.kill()
 
 
 def _ids(query: SandboxQuery | None = None, **options: object) -> list[str]:
@@ -43,3 +52,43 @@ def test_started_after_includes_a_sandbox_started_at_that_instant(
         assert _ids(SandboxQuery(started_after=later)) == []
     finally:
         sandbox.kill()
+
+
+def test_recursive_list_walks_depth_first_in_name_order(sandbox: Sandbox) -> None:
+    # envd walks with Go's filepath.WalkDir: a directory's contents follow it at once.
+    sandbox.commands.run("mkdir -p /tmp/walk/a/sub && touch /tmp/walk/a/sub/deep "
+                         "/tmp/walk/a/z /tmp/walk/b && mkdir /tmp/walk/c")
+    listed = [e.path for e in sandbox.files.list("/tmp/walk", depth=3)]
+    assert listed == ["/tmp/walk/a", "/tmp/walk/a/sub", "/tmp/walk/a/sub/deep",
+                      "/tmp/walk/a/z", "/tmp/walk/b", "/tmp/walk/c"]
+    assert [e.path for e in sandbox.files.list("/tmp/walk", depth=2)] == [
+        "/tmp/walk/a", "/tmp/walk/a/sub", "/tmp/walk/a/z", "/tmp/walk/b", "/tmp/walk/c"]
+
+
+def test_symlink_entry_reports_its_target(sandbox: Sandbox) -> None:
+    # envd gives a link the type and mode of what it leads to, and the target's
+    # resolved absolute path; a link that leads nowhere has no type and names itself.
+    sandbox.commands.run(
+        "mkdir -p /tmp/target/dir /tmp/links && echo hi > /tmp/target/file.txt && "
+        "chmod 640 /tmp/target/file.txt && ln -s ../target/file.txt /tmp/links/to-file && "
+        "ln -s /tmp/target/dir /tmp/links/to-dir && ln -s /tmp/links/to-dir /tmp/links/hop "
+        "&& ln -s /tmp/nowhere /tmp/links/broken")
+    entries = {e.name: e for e in sandbox.files.list("/tmp/links")}
+    to_file = entries["to-file"]
+    assert (to_file.type, to_file.path, to_file.symlink_target) == (
+        FileType.FILE, "/tmp/links/to-file", "/tmp/target/file.txt")
+    assert to_file.mode == 0o640
+    assert to_file.size == len("../target/file.txt")
+    assert to_file.permissions == "Lrwxrwxrwx"
+    assert (entries["to-dir"].type, entries["to-dir"].symlink_target) == (
+        FileType.DIR, "/tmp/target/dir")
+    assert (entries["hop"].type, entries["hop"].symlink_target) == (
+        FileType.DIR, "/tmp/target/dir")
+    assert "broken" not in entries  # the SDK leaves out entries of no type
+    broken = sandbox.files.get_info("/tmp/links/broken")
+    assert (broken.type, broken.symlink_target) == (None, "/tmp/links/broken")
+    info = sandbox.files.get_info("/tmp/links/to-file")
+    assert (info.type, info.symlink_target) == (FileType.FILE, "/tmp/target/file.txt")
+    assert [e.path for e in sandbox.files.list("/tmp/links/hop")] == []
+    sandbox.files.write("/tmp/target/dir/inner", "x")
+    assert [e.path for e in sandbox.files.list("/tmp/links/hop")] == ["/tmp/links/hop/inner"]

@@ -69,6 +69,8 @@ class FilesMixin(ErrorsMixin):
                 seen = posixpath.normpath(posixpath.join(posixpath.dirname(seen),
                                                          entry.symlink_target))
                 continue
+            if info.type == FileType.OTHER and entry.symlink_target == entry.path:
+                return  # envd's link that leads nowhere names itself: the read says so
             if info.type == FileType.OTHER:
                 raise errors.NotARegularFile(
                     f"{path}: not a regular file (a device, FIFO or socket); refused before "

@@ -8,7 +8,6 @@ between two looks, not each write. File contents go through ``/files``, which is
 
 from __future__ import annotations
 
-import datetime as dt
 import secrets
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,38 +15,15 @@ from typing import Any
 import anyio
 
 from provider_sdk import errors
-from provider_sdk.models import FileInfo, FileType
+from provider_sdk.models import FileType
 from provider_sdk_e2b.emulator._connect import RpcError, rpc_error
+from provider_sdk_e2b.emulator._envd_entries import entries_json, resolve, walk
 from provider_sdk_e2b.emulator._http import Request
 from provider_sdk_e2b.emulator._records import SandboxRecord
 
-__all__ = ["FilesystemService", "entry_json"]
+__all__ = ["FilesystemService"]
 
-_TYPES = {FileType.FILE: "FILE_TYPE_FILE", FileType.DIRECTORY: "FILE_TYPE_DIRECTORY",
-          FileType.SYMLINK: "FILE_TYPE_SYMLINK"}
 _WATCH_POLL = 0.2
-
-
-def _permissions(info: FileInfo) -> str:
-    kind = {"directory": "d", "symlink": "l"}.get(info.type.value, "-")
-    bits = "".join(ch if info.mode & (1 << (8 - i)) else "-"
-                   for i, ch in enumerate("rwxrwxrwx"))
-    return kind + bits
-
-
-def entry_json(info: FileInfo) -> dict[str, Any]:
-    """envd's ``EntryInfo`` for a neutral :class:`FileInfo`."""
-    entry: dict[str, Any] = {
-        "name": info.name, "type": _TYPES.get(info.type, "FILE_TYPE_UNSPECIFIED"),
-        "path": info.path, "size": str(info.size), "mode": info.mode,
-        "permissions": _permissions(info),
-    }
-    if info.modified_at is not None:
-        entry["modifiedTime"] = info.modified_at.astimezone(dt.timezone.utc).strftime(
-            "%Y-%m-%dT%H:%M:%S.%fZ")
-    if info.symlink_target is not None:
-        entry["symlinkTarget"] = info.symlink_target
-    return entry
 
 
 class _Watcher:
@@ -108,16 +84,20 @@ class FilesystemService:
                    request: Request) -> dict[str, Any]:
         path = self._path(message)
         try:
-            return {"entry": entry_json(await record.sandbox.files.stat(path))}
+            return {"entry": await self._entry(record, path)}
         except errors.SandboxError as exc:
             raise rpc_error(exc, path) from None
+
+    async def _entry(self, record: SandboxRecord, path: str) -> dict[str, Any]:
+        info = await record.sandbox.files.stat(path)
+        return (await entries_json(record.sandbox, [(info, info.path)]))[0]
 
     async def make_dir(self, record: SandboxRecord, message: dict[str, Any],
                        request: Request) -> dict[str, Any]:
         path = self._path(message)
         try:
             await record.sandbox.files.mkdir(path, parents=True, exist_ok=False)
-            return {"entry": entry_json(await record.sandbox.files.stat(path))}
+            return {"entry": await self._entry(record, path)}
         except errors.Conflict:
             raise RpcError("already_exists", f"directory '{path}' already exists") from None
         except errors.SandboxError as exc:
@@ -129,7 +109,7 @@ class FilesystemService:
         destination = self._path(message, "destination")
         try:
             await record.sandbox.files.rename(source, destination)
-            return {"entry": entry_json(await record.sandbox.files.stat(destination))}
+            return {"entry": await self._entry(record, destination)}
         except errors.SandboxError as exc:
             raise rpc_error(exc, source) from None
 
@@ -143,22 +123,19 @@ class FilesystemService:
             info = await record.sandbox.files.stat(path)
         except errors.SandboxError as exc:
             raise rpc_error(exc, path) from None
-        if info.type is not FileType.DIRECTORY:
+        directory, kind = info.path, info.type
+        if kind is FileType.SYMLINK:  # envd lists what a link leads to, under its name
+            target = (await resolve(record.sandbox, [info.path]))[info.path]
+            if target.type is None:
+                raise RpcError("not_found", f"path '{path}' does not exist")
+            directory, kind = target.path, target.type
+        if kind is not FileType.DIRECTORY:
             raise RpcError("invalid_argument", f"path '{path}' is not a directory")
-        entries: list[dict[str, Any]] = []
-        level = [info.path]
-        for _ in range(depth):
-            following = []
-            for directory in level:
-                try:
-                    found = await record.sandbox.files.list(directory)
-                except errors.NotFound:
-                    continue
-                for item in found:
-                    entries.append(entry_json(item))
-                    if item.type is FileType.DIRECTORY:
-                        following.append(item.path)
-            level = following
+        try:
+            found = await walk(record.sandbox, directory, info.path, depth)
+            entries = await entries_json(record.sandbox, found)
+        except errors.SandboxError as exc:
+            raise rpc_error(exc, path) from None
         return {"entries": entries}
 
     async def remove(self, record: SandboxRecord, message: dict[str, Any],
