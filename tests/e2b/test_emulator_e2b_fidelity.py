@@ -92,3 +92,12 @@ def test_symlink_entry_reports_its_target(sandbox: Sandbox) -> None:
     assert [e.path for e in sandbox.files.list("/tmp/links/hop")] == []
     sandbox.files.write("/tmp/target/dir/inner", "x")
     assert [e.path for e in sandbox.files.list("/tmp/links/hop")] == ["/tmp/links/hop/inner"]
+
+
+def test_remove_of_a_missing_path_does_nothing(sandbox: Sandbox) -> None:
+    # envd removes with os.RemoveAll, for which a missing path is already removed.
+    sandbox.files.remove("/tmp/never-there")
+    sandbox.files.remove("/tmp/no-parent/never-there")
+    sandbox.files.write("/tmp/there", "x")
+    sandbox.files.remove("/tmp/there")
+    assert sandbox.files.exists("/tmp/there") is False

@@ -143,6 +143,8 @@ class FilesystemService:
         path = self._path(message)
         try:
             await record.sandbox.files.remove(path, recursive=True)
+        except errors.NotFound:
+            pass  # envd's os.RemoveAll: a path that is not there is already removed
         except errors.SandboxError as exc:
             raise rpc_error(exc, path) from None
         return {}
