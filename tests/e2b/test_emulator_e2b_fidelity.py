@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 from e2b import FileType, Sandbox, SandboxQuery
+from e2b.exceptions import SandboxException
 
 from provider_sdk.emulators import RunningEmulator
 
@@ -101,3 +102,18 @@ def test_remove_of_a_missing_path_does_nothing(sandbox: Sandbox) -> None:
     sandbox.files.write("/tmp/there", "x")
     sandbox.files.remove("/tmp/there")
     assert sandbox.files.exists("/tmp/there") is False
+
+
+def test_metrics_keep_to_the_requested_range(sandbox: Sandbox) -> None:
+    # E2B's API answers the readings it kept between start and end (by default the
+    # sandbox's whole life), not a reading of the moment whatever the range.
+    started = Sandbox.get_info(sandbox.sandbox_id).started_at
+    assert len(sandbox.get_metrics()) == 1
+    assert len(sandbox.get_metrics()) == 2
+    before = started - dt.timedelta(minutes=2)
+    assert sandbox.get_metrics(start=before, end=started - dt.timedelta(minutes=1)) == []
+    around = sandbox.get_metrics(start=before, end=started + dt.timedelta(hours=1))
+    assert len(around) == 4  # each request took a reading, the past one's too
+    assert [m.timestamp for m in around] == sorted(m.timestamp for m in around)
+    with pytest.raises(SandboxException, match="Invalid time range"):
+        sandbox.get_metrics(start=started + dt.timedelta(hours=1), end=started)

@@ -6,6 +6,7 @@ routes read them and fill in their own fields. Nothing here calls the backend.
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 from typing import Any
 
@@ -17,6 +18,9 @@ from provider_sdk.sandbox import Sandbox
 from provider_sdk_e2b.emulator._process_entry import ProcessEntry
 
 __all__ = ["SandboxRecord", "SnapshotRecord", "TemplateRecord"]
+
+_METRICS_KEPT = 1000
+"""Readings kept per sandbox for ``GET /sandboxes/{id}/metrics`` (the oldest go first)."""
 
 
 @attrs.define(eq=False)
@@ -45,6 +49,9 @@ class SandboxRecord:
     processes: dict[int, ProcessEntry] = attrs.Factory(dict)
     lock: anyio.Lock = attrs.Factory(anyio.Lock)
     last_cpu: tuple[float, float] | None = None
+    metrics: collections.deque[dict[str, Any]] = attrs.Factory(
+        lambda: collections.deque(maxlen=_METRICS_KEPT))
+    """The metrics readings taken so far, oldest first."""
     files_only: Snapshot | None = None
     """While paused without memory: the snapshot its files are kept in."""
     paused_with_memory: bool = True

@@ -440,9 +440,28 @@ class ControlPlane:
         return _no_content()
 
     async def metrics(self, request: Request) -> Response:
+        """The readings in ``start``..``end`` (unix seconds, both ends included; by
+        default the sandbox's whole life), as E2B's API answers from the readings it
+        keeps. A running sandbox is read now, and the reading kept with the rest."""
         record = self._record(request)
-        if record.state != "running" or not self.world.provider.supports(Capability.METRICS):
-            return json_response(200, [])
+        first = self._unix(request, "start", default=int(record.started_at.timestamp()))
+        last = self._unix(request, "end", default=int(now().timestamp()))
+        if first > last:
+            raise ApiError(400, "Invalid time range for metrics")
+        if record.state == "running" and self.world.provider.supports(Capability.METRICS):
+            record.metrics.append(await self._reading(record))
+        return json_response(200, [m for m in record.metrics
+                                   if first <= m["timestampUnix"] <= last])
+
+    def _unix(self, request: Request, name: str, *, default: int) -> int:
+        raw = request.query.get(name)
+        if raw is None or raw == "":
+            return default
+        if not raw.isdigit():
+            raise ApiError(400, f"{name} must be a unix time in seconds, got {raw!r}")
+        return int(raw)
+
+    async def _reading(self, record: SandboxRecord) -> dict[str, Any]:
         reading = await record.sandbox.metrics()
         moment = reading.timestamp or now()
         cpu_pct = 0.0
@@ -453,12 +472,12 @@ class ControlPlane:
                     (clock - record.last_cpu[0]) * _CPU_COUNT)
             record.last_cpu = (clock, reading.cpu_seconds)
         total = reading.memory_limit_bytes or _MEMORY_MB << 20
-        return json_response(200, [{
+        return {
             "timestamp": iso(moment), "timestampUnix": int(clock),
             "cpuCount": _CPU_COUNT, "cpuUsedPct": round(max(cpu_pct, 0.0), 2),
             "memUsed": reading.memory_bytes or 0, "memTotal": total, "memCache": 0,
             "diskUsed": reading.disk_bytes or 0, "diskTotal": _DISK_MB << 20,
-        }])
+        }
 
     async def fork(self, request: Request) -> Response:
         record = self._record(request)
