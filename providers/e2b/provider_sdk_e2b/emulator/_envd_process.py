@@ -88,10 +88,11 @@ class ProcessService:
         if not isinstance(envs, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in envs.items()):
             raise RpcError("invalid_argument", "process.envs must be an object of strings")
+        timeout = self._deadline(request)
+        deadline = None if timeout is None else anyio.current_time() + timeout
         cwd = process.get("cwd") or None
         if cwd is not None:
             await self._check_cwd(record, cwd)
-        timeout = self._deadline(request)
         try:
             entry, events = await self.world.start_process(
                 record, argv=[process["cmd"], *args], env=envs, cwd=cwd,
@@ -100,7 +101,7 @@ class ProcessService:
         except errors.InvalidInput as exc:
             raise RpcError("invalid_argument", str(exc)) from None
         yield {"event": {"start": {"pid": entry.pid}}}
-        async for item in self._relay(events, request):
+        async for item in self._relay(events, request, deadline):
             yield item
 
     async def _check_script(self, record: SandboxRecord) -> None:
@@ -127,8 +128,10 @@ class ProcessService:
         return millis / 1000 if millis > 0 else None
 
     async def _relay(self, events: MemoryObjectReceiveStream[dict[str, Any]],
-                     request: Request) -> AsyncIterator[dict[str, Any]]:
-        """A process's events, with keepalives while it is quiet."""
+                     request: Request, deadline: float | None) -> AsyncIterator[dict[str, Any]]:
+        """A process's events, with keepalives while it is quiet, until the request's
+        ``deadline`` (a clock time): then, as envd's request context does, the stream
+        ends with ``deadline_exceeded`` (the process's own deadline is the world's)."""
         try:
             interval = float(request.headers.get("keepalive-ping-interval", "") or
                              _DEFAULT_KEEPALIVE)
@@ -137,12 +140,17 @@ class ProcessService:
         async with events:
             while True:
                 item: dict[str, Any] | None = None
-                with anyio.move_on_after(max(interval, 0.05)):
+                wait = max(interval, 0.05)
+                if deadline is not None:
+                    wait = min(wait, deadline - anyio.current_time())
+                with anyio.move_on_after(max(wait, 0.0)):
                     try:
                         item = await events.receive()
                     except anyio.EndOfStream:
                         return
                 if item is None:
+                    if deadline is not None and anyio.current_time() >= deadline:
+                        raise RpcError("deadline_exceeded", "context deadline exceeded")
                     yield {"event": {"keepalive": {}}}
                     continue
                 if isinstance(item.get("error"), RpcError):
@@ -151,10 +159,12 @@ class ProcessService:
 
     async def connect(self, record: SandboxRecord, message: dict[str, Any],
                       request: Request) -> AsyncIterator[dict[str, Any]]:
+        timeout = self._deadline(request)
+        deadline = None if timeout is None else anyio.current_time() + timeout
         entry = self.world.find_process(record, _selector(message))
         events = entry.subscribe()
         yield {"event": {"start": {"pid": entry.pid}}}
-        async for item in self._relay(events, request):
+        async for item in self._relay(events, request, deadline):
             yield item
 
     async def list_processes(self, record: SandboxRecord, message: dict[str, Any],

@@ -4,7 +4,8 @@ What envd does, this does through the neutral API: a process request runs exactl
 argv it names (E2B's SDKs send ``/bin/bash -l -c CMD``, so the login shell, and the
 ``PATH`` that ``/etc/profile`` sets, are as real as on E2B); process output fans out to
 every stream attached to the process; signals go to the process itself, not its
-children; a request's ``Connect-Timeout-Ms`` kills the process when it passes.
+children; a request's ``Connect-Timeout-Ms`` ends its stream with ``deadline_exceeded``
+when it passes, and kills the process that a ``Start`` started.
 
 This module routes each request, checks its access token, frames Connect's unary and
 streamed answers and serves ``/files``; the handlers of the two Connect services are
