@@ -8,7 +8,7 @@ import datetime as dt
 from collections.abc import Iterator
 
 import pytest
-from e2b import FileType, Sandbox, SandboxQuery
+from e2b import FilesystemEventType, FileType, Sandbox, SandboxQuery
 from e2b.exceptions import SandboxException
 
 from provider_sdk.emulators import RunningEmulator
@@ -117,3 +117,47 @@ def test_metrics_keep_to_the_requested_range(sandbox: Sandbox) -> None:
     assert [m.timestamp for m in around] == sorted(m.timestamp for m in around)
     with pytest.raises(SandboxException, match="Invalid time range"):
         sandbox.get_metrics(start=started + dt.timedelta(hours=1), end=started)
+
+
+def test_watch_tells_a_new_file_as_create_then_write(sandbox: Sandbox) -> None:
+    # inotify reports the file's creation and the write of its content apart.
+    sandbox.files.write("/tmp/watched/old.txt", "old")
+    handle = sandbox.files.watch_dir("/tmp/watched")
+    sandbox.files.write("/tmp/watched/new.txt", "new")
+    sandbox.files.remove("/tmp/watched/old.txt")
+    events = [(e.name, e.type) for e in handle.get_new_events()]
+    handle.stop()
+    assert events == [("new.txt", FilesystemEventType.CREATE),
+                      ("new.txt", FilesystemEventType.WRITE),
+                      ("old.txt", FilesystemEventType.REMOVE)]
+
+
+def test_watch_with_include_entry_sends_the_entry(sandbox: Sandbox) -> None:
+    # envd stats the path of each create, write and chmod; a removed path has none.
+    sandbox.files.write("/tmp/watched/old.txt", "old")
+    handle = sandbox.files.watch_dir("/tmp/watched", include_entry=True)
+    sandbox.files.write("/tmp/watched/new.txt", "new")
+    sandbox.files.remove("/tmp/watched/old.txt")
+    events = handle.get_new_events()
+    handle.stop()
+    for event in events:
+        if event.name == "new.txt":
+            assert event.entry is not None
+            assert (event.entry.name, event.entry.path, event.entry.type,
+                    event.entry.size) == ("new.txt", "/tmp/watched/new.txt", FileType.FILE, 3)
+        else:
+            assert (event.name, event.type, event.entry) == (
+                "old.txt", FilesystemEventType.REMOVE, None)
+    assert len(events) == 3
+
+
+def test_watch_reports_no_event_for_a_directory_whose_contents_change(
+        sandbox: Sandbox) -> None:
+    # A file made in a watched subdirectory is an event for the file, not the directory.
+    sandbox.files.make_dir("/tmp/watched/nested")
+    handle = sandbox.files.watch_dir("/tmp/watched", recursive=True)
+    sandbox.files.write("/tmp/watched/nested/file.txt", "x")
+    events = [(e.name, e.type) for e in handle.get_new_events()]
+    handle.stop()
+    assert events == [("nested/file.txt", FilesystemEventType.CREATE),
+                      ("nested/file.txt", FilesystemEventType.WRITE)]

@@ -2,8 +2,8 @@
 watching a directory for changes, over the backend sandbox's files API.
 
 A watch compares listings on a poll (envd uses inotify), so it sees what changed
-between two looks, not each write. File contents go through ``/files``, which is
-``envd``'s, as are routing and Connect framing.
+between two looks, not each write, and tells it as inotify would have. File contents
+go through ``/files``, which is ``envd``'s, as are routing and Connect framing.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 
 from provider_sdk import errors
-from provider_sdk.models import FileType
+from provider_sdk.models import FileInfo, FileType
 from provider_sdk_e2b.emulator._connect import RpcError, rpc_error
 from provider_sdk_e2b.emulator._envd_entries import entries_json, resolve, walk
 from provider_sdk_e2b.emulator._http import Request
@@ -27,16 +27,21 @@ _WATCH_POLL = 0.2
 
 
 class _Watcher:
-    """Directory changes, found by comparing listings (a poll, not inotify)."""
+    """Directory changes, found by comparing listings (a poll, not inotify), told as
+    inotify tells them to envd: a new file that has content is a create and then a
+    write; a directory whose contents change has no event of its own; a change of mode
+    is a chmod. With ``include_entry``, creates, writes and chmods carry the entry."""
 
-    def __init__(self, record: SandboxRecord, path: str, recursive: bool) -> None:
+    def __init__(self, record: SandboxRecord, path: str, recursive: bool,
+                 include_entry: bool) -> None:
         self.record = record
         self.path = path
         self.recursive = recursive
-        self.seen: dict[str, tuple[str, int, float]] = {}
+        self.include_entry = include_entry
+        self.seen: dict[str, FileInfo] = {}
 
-    async def listing(self) -> dict[str, tuple[str, int, float]]:
-        found: dict[str, tuple[str, int, float]] = {}
+    async def listing(self) -> dict[str, FileInfo]:
+        found: dict[str, FileInfo] = {}
         pending = [self.path]
         while pending:
             directory = pending.pop()
@@ -45,22 +50,35 @@ class _Watcher:
             except errors.NotFound:
                 continue
             for info in entries:
-                stamp = info.modified_at.timestamp() if info.modified_at else 0.0
-                found[info.path] = (info.type.value, info.size, stamp)
+                found[info.path] = info
                 if self.recursive and info.type is FileType.DIRECTORY:
                     pending.append(info.path)
         return found
 
     async def changes(self) -> list[dict[str, Any]]:
         current = await self.listing()
-        events = []
-        base = self.path.rstrip("/") + "/"
-        for path, meta in current.items():
+        changed: list[tuple[FileInfo, str]] = []
+        for path, info in current.items():
             before = self.seen.get(path)
-            kind = "EVENT_TYPE_CREATE" if before is None else (
-                "EVENT_TYPE_WRITE" if before != meta else None)
-            if kind:
-                events.append({"name": path.removeprefix(base), "type": kind})
+            if before is None or before.type is not info.type:
+                changed.append((info, "EVENT_TYPE_CREATE"))
+                if info.type is FileType.FILE and info.size:
+                    changed.append((info, "EVENT_TYPE_WRITE"))
+                continue
+            if before.mode != info.mode:
+                changed.append((info, "EVENT_TYPE_CHMOD"))
+            if info.type is not FileType.DIRECTORY and (before.size, before.modified_at) != (
+                    info.size, info.modified_at):
+                changed.append((info, "EVENT_TYPE_WRITE"))
+        entries: dict[str, dict[str, Any]] = {}
+        if self.include_entry and changed:
+            unique = list({info.path: info for info, _ in changed}.values())
+            shown = await entries_json(self.record.sandbox, [(i, i.path) for i in unique])
+            entries = {info.path: entry for info, entry in zip(unique, shown, strict=True)}
+        base = self.path.rstrip("/") + "/"
+        events = [{"name": info.path.removeprefix(base), "type": kind,
+                   **({"entry": entries[info.path]} if info.path in entries else {})}
+                  for info, kind in changed]
         events += [{"name": path.removeprefix(base), "type": "EVENT_TYPE_REMOVE"}
                    for path in self.seen if path not in current]
         self.seen = current
@@ -157,7 +175,8 @@ class FilesystemService:
             raise rpc_error(exc, path) from None
         if info.type is not FileType.DIRECTORY:
             raise RpcError("invalid_argument", f"path '{path}' is not a directory")
-        watcher = _Watcher(record, info.path, bool(message.get("recursive", False)))
+        watcher = _Watcher(record, info.path, bool(message.get("recursive", False)),
+                           bool(message.get("includeEntry", False)))
         watcher.seen = await watcher.listing()
         return watcher
 
