@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from e2b import FilesystemEventType, FileType, Sandbox, SandboxQuery
 from e2b.exceptions import SandboxException
@@ -161,3 +162,22 @@ def test_watch_reports_no_event_for_a_directory_whose_contents_change(
     handle.stop()
     assert events == [("nested/file.txt", FilesystemEventType.CREATE),
                       ("nested/file.txt", FilesystemEventType.WRITE)]
+
+
+def test_signed_urls_made_with_one_sandbox_url_reach_their_sandbox(
+        sandbox: Sandbox, e2b_emulator: RunningEmulator) -> None:
+    # With E2B_SANDBOX_URL the SDK's signed URLs name no sandbox, and are opened without
+    # its headers: the signature, made with the sandbox's token, says which one.
+    assert e2b_emulator.settings["E2B_SANDBOX_URL"] == e2b_emulator.url
+    sandbox.files.write("/tmp/signed.txt", "signed")
+    url = sandbox.download_url("/tmp/signed.txt", use_signature_expiration=60)
+    assert url.startswith(e2b_emulator.url + "/files?")
+    answer = httpx.get(url)
+    assert (answer.status_code, answer.content) == (200, b"signed")
+    upload = sandbox.upload_url("/tmp/uploaded.txt", use_signature_expiration=60)
+    assert httpx.post(upload, files={"file": ("uploaded.txt", b"up")}).status_code == 200
+    assert sandbox.files.read("/tmp/uploaded.txt") == "up"
+    expired = sandbox.download_url("/tmp/signed.txt", use_signature_expiration=-60)
+    assert httpx.get(expired).status_code == 401
+    forged = url.replace("signature=v1_", "signature=v1_x")
+    assert httpx.get(forged).status_code == 404

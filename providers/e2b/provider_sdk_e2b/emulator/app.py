@@ -2,9 +2,10 @@
 
 A request is for a sandbox's data plane when its ``Host`` is ``<port>-<id>.<domain>``
 (as CubeProxy and E2B's edge route), it carries ``E2b-Sandbox-Id`` (as the e2b SDK
-sends to one sandbox URL), or, on Cube, its path is ``/sandbox/<id>/<port>/...``
-(CubeProxy's path form); everything else is the control plane, or the admin API under
-``/_emulator/``.
+sends to one sandbox URL), it is a ``/files`` request signed with the sandbox's access
+token (a signed URL made for that one sandbox URL), or, on Cube, its path is
+``/sandbox/<id>/<port>/...`` (CubeProxy's path form); everything else is the control
+plane, or the admin API under ``/_emulator/``.
 
 Every port of a sandbox is guarded as the vendor guards it: on E2B, envd's API and the
 code interpreter need the sandbox's ``X-Access-Token`` (``/files`` also takes a
@@ -32,7 +33,7 @@ from provider_sdk_e2b.emulator._records import SandboxRecord
 from provider_sdk_e2b.emulator._templates_e2b import UPLOAD_PREFIX
 from provider_sdk_e2b.emulator._world import FAULT_DEFAULTS, FAULTS, ApiError, World
 from provider_sdk_e2b.emulator.control import ControlPlane
-from provider_sdk_e2b.emulator.envd import Envd
+from provider_sdk_e2b.emulator.envd import Envd, signed_by
 from provider_sdk_e2b.emulator.flavors import ENVD_PORT, Flavor
 from provider_sdk_e2b.emulator.interpreter import INTERPRETER_PORT, Interpreters
 
@@ -100,6 +101,13 @@ class App:
         if sandbox_id:
             port = request.headers.get("e2b-sandbox-port", str(ENVD_PORT))
             return sandbox_id, int(port) if port.isdigit() else ENVD_PORT
+        if request.path == "/files" and "signature" in request.query:
+            # A signed URL made with E2B_SANDBOX_URL names no sandbox (it is opened
+            # without the SDK's headers): the sandbox is the one whose token signed it.
+            for record in list(self.world.sandboxes.values()):
+                if record.access_token is not None and signed_by(request,
+                                                                 record.access_token):
+                    return record.id, ENVD_PORT
         return None
 
     def _key_ok(self, request: Request) -> bool:

@@ -40,10 +40,26 @@ from provider_sdk_e2b.emulator._http import Request, Response, json_response, to
 from provider_sdk_e2b.emulator._records import SandboxRecord
 from provider_sdk_e2b.emulator._world import World
 
-__all__ = ["Envd"]
+__all__ = ["Envd", "signed_by"]
 
 Unary = Callable[[SandboxRecord, dict[str, Any], Request], Awaitable[dict[str, Any]]]
 Streaming = Callable[[SandboxRecord, dict[str, Any], Request], AsyncIterator[dict[str, Any]]]
+
+
+def signed_by(request: Request, token: str) -> bool:
+    """Whether a ``/files`` request carries a signature made with ``token`` for its
+    path, operation (``read`` for GET, ``write`` for POST), user and expiration, as the
+    SDK signs URLs (whether the signature has expired is not checked here)."""
+    signature = request.query.get("signature")
+    if not signature:
+        return False
+    operation = "read" if request.method == "GET" else "write"
+    expiration = request.query.get("signature_expiration")
+    raw = (f"{request.query.get('path', '')}:{operation}:{request.query.get('username', '')}"
+           f":{token}" + (f":{expiration}" if expiration else ""))
+    expected = "v1_" + base64.b64encode(
+        hashlib.sha256(raw.encode()).digest()).rstrip(b"=").decode()
+    return hmac.compare_digest(signature.encode(), expected.encode())
 
 
 class Envd(ProcessService, FilesystemService):
@@ -178,29 +194,21 @@ class Envd(ProcessService, FilesystemService):
 
     # ------------------------------------------------------------------ /files
 
-    def _files_auth(self, record: SandboxRecord, request: Request, path: str,
-                    operation: str) -> Response | None:
+    def _files_auth(self, record: SandboxRecord, request: Request) -> Response | None:
         """A 401 unless the access token or a valid signature comes with the request."""
         token = record.access_token
         if token is None or self.token_ok(record, request):
             return None
-        signature = request.query.get("signature")
-        if signature:
+        if signed_by(request, token):
             expiration = request.query.get("signature_expiration")
-            user = request.query.get("username", "")
-            raw = f"{path}:{operation}:{user}:{token}" + (f":{expiration}" if expiration
-                                                          else "")
-            expected = "v1_" + base64.b64encode(
-                hashlib.sha256(raw.encode()).digest()).rstrip(b"=").decode()
-            fresh = not expiration or (expiration.isdigit() and int(expiration) >= time.time())
-            if fresh and hmac.compare_digest(signature, expected):
+            if not expiration or (expiration.isdigit() and int(expiration) >= time.time()):
                 return None
         return json_response(401, {"code": 401, "message": "invalid or missing access token "
                                                            "or signature"})
 
     async def download(self, record: SandboxRecord, request: Request) -> Response:
         path = request.query.get("path", "")
-        if denied := self._files_auth(record, request, path, "read"):
+        if denied := self._files_auth(record, request):
             return denied
         if not path:
             return json_response(400, {"code": 400, "message": "path is required"})
@@ -238,7 +246,7 @@ class Envd(ProcessService, FilesystemService):
         """``POST /files``: multipart parts or one octet-stream body, each streamed into
         the sandbox as it arrives (a gzip body inflated as it arrives, and bounded)."""
         path = request.query.get("path", "")
-        if denied := self._files_auth(record, request, path, "write"):
+        if denied := self._files_auth(record, request):
             return denied
         content_type = request.headers.get("content-type", "")
         written: list[str] = []
