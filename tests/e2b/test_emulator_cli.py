@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -68,3 +69,43 @@ def test_psdk_contract_runs_the_suite_through_the_emulator(local_backend: Path,
         timeout=300, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 passed" in done.stdout
+
+
+def test_psdk_emulate_e2b_stopped_by_sigterm_kills_its_sandboxes(local_backend: Path) -> None:
+    # SIGTERM stops it as Ctrl-C does: the sandboxes it made go with it.
+    port = _free_port()
+    env = {**os.environ, "PSDK_HOME": str(local_backend)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "provider_sdk.cli", "emulate", "e2b", "--port", str(port),
+         "--api-key", "cli-key"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except httpx.TransportError:
+                assert process.poll() is None, process.communicate()[1]
+                assert time.monotonic() < deadline, "the emulator did not start"
+                time.sleep(0.05)
+        made = httpx.post(f"http://127.0.0.1:{port}/sandboxes", json={"templateID": "base"},
+                          headers={"X-API-Key": "cli-key"}, timeout=60)
+        assert made.status_code == 201, made.text
+        assert len(_local_sandboxes(env)) == 1
+        process.send_signal(signal.SIGTERM)
+        _out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 128 + signal.SIGTERM, err
+    assert _local_sandboxes(env) == []
+
+
+def _local_sandboxes(env: dict[str, str]) -> list[str]:
+    listed = subprocess.run(
+        [sys.executable, "-m", "provider_sdk.cli", "ls", "--provider", "local", "--all",
+         "--json"], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert listed.returncode == 0, listed.stderr
+    return [s["id"] for s in json.loads(listed.stdout) if s["state"] != "killed"]
