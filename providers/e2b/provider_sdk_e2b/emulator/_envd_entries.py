@@ -31,6 +31,7 @@ _TYPES = {FileType.FILE: "FILE_TYPE_FILE", FileType.DIRECTORY: "FILE_TYPE_DIRECT
           FileType.SYMLINK: "FILE_TYPE_SYMLINK"}
 _KINDS = {"d": FileType.DIRECTORY, "f": FileType.FILE, "o": FileType.OTHER}
 _BATCH = 256  # links resolved per command: well inside any argument-length limit
+_RESOLVE_TIMEOUT = 30.0  # seconds; past it (a hung mount, say) the links stay unresolved
 
 # For each link: its target's kind (d, f, o; empty when it leads nowhere), permission
 # bits and fully resolved path, NUL-separated. The "x" keeps a name's trailing newlines.
@@ -58,12 +59,14 @@ class Target:
 
 
 async def resolve(sandbox: Sandbox, links: Sequence[str]) -> dict[str, Target]:
-    """Where each of ``links`` (absolute paths of symlinks) leads, as envd reports it."""
+    """Where each of ``links`` (absolute paths of symlinks) leads, as envd reports it;
+    a link the sandbox cannot resolve in time is reported as leading nowhere."""
     found: dict[str, Target] = {}
     for start in range(0, len(links), _BATCH):
         batch = list(links[start:start + _BATCH])
         try:
-            result = await sandbox.exec(["/bin/sh", "-c", _RESOLVE, "sh", *batch])
+            result = await sandbox.exec(["/bin/sh", "-c", _RESOLVE, "sh", *batch],
+                                        timeout=_RESOLVE_TIMEOUT)
             fields = result.stdout_bytes.decode("utf-8", "surrogateescape").split("\0")
         except errors.SandboxError:
             fields = []
