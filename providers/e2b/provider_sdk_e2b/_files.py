@@ -12,17 +12,20 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import anyio
+import attrs
 from e2b.sandbox.filesystem.filesystem import EntryInfo
 from e2b.sandbox.filesystem.filesystem import FileType as E2BFileType
 
 from provider_sdk import errors
-from provider_sdk.models import FileInfo, FileType
+from provider_sdk.models import ExecResult, FileInfo, FileType
+from provider_sdk.provider import Command
 from provider_sdk_e2b._errors import ErrorsMixin
 from provider_sdk_e2b._remote import _Handle
 
 __all__ = ["FilesMixin"]
 
 _SYMLINK_HOPS = 40
+_READLINK_SECONDS = 30.0
 
 
 class FilesMixin(ErrorsMixin):
@@ -30,6 +33,7 @@ class FilesMixin(ErrorsMixin):
 
     if TYPE_CHECKING:
         async def _handle(self, sandbox_id: str) -> _Handle: ...
+        async def _exec(self, sandbox_id: str, command: Command) -> ExecResult: ...
 
     # ------------------------------------------------------------ files
 
@@ -64,14 +68,13 @@ class FilesMixin(ErrorsMixin):
             with self._translate(sandbox_id, what="file", path=path):
                 entry = await self._retrying(
                     sandbox_id, functools.partial(handle.sandbox.files.get_info, seen))
-            info = _to_file_info(entry)
-            if info.type == FileType.SYMLINK and entry.symlink_target:
+            if entry.symlink_target == entry.path:
+                return  # envd's link that leads nowhere names itself: the read says so
+            if entry.symlink_target and entry.type == E2BFileType.SYMLINK:  # an older envd
                 seen = posixpath.normpath(posixpath.join(posixpath.dirname(seen),
                                                          entry.symlink_target))
                 continue
-            if info.type == FileType.OTHER and entry.symlink_target == entry.path:
-                return  # envd's link that leads nowhere names itself: the read says so
-            if info.type == FileType.OTHER:
+            if (_FILE_TYPES.get(entry.type) if entry.type else None) is None:
                 raise errors.NotARegularFile(
                     f"{path}: not a regular file (a device, FIFO or socket); refused before "
                     "reading", provider=self.name, sandbox_id=sandbox_id)
@@ -97,7 +100,16 @@ class FilesMixin(ErrorsMixin):
         with self._translate(sandbox_id, what="file", path=path):
             entry = await self._retrying(sandbox_id, lambda: handle.sandbox.files.get_info(
                 target))
-        return _to_file_info(entry)
+        info = _to_file_info(entry)
+        if info.type != FileType.SYMLINK:
+            return info
+        # envd describes a link by what it leads to; the link's own text is read inside.
+        link = await self._exec(sandbox_id, Command(argv=("readlink", "--", target),
+                                                    timeout=_READLINK_SECONDS))
+        if link.exit_code != 0:
+            return info
+        return attrs.evolve(info, symlink_target=link.stdout_bytes.decode(
+            errors="surrogateescape").removesuffix("\n"))
 
     async def _mkdir(self, sandbox_id: str, path: str, *, parents: bool,
                      exist_ok: bool) -> None:
@@ -138,7 +150,12 @@ _FILE_TYPES = {E2BFileType.FILE: FileType.FILE, E2BFileType.DIR: FileType.DIRECT
 
 
 def _to_file_info(entry: EntryInfo) -> FileInfo:
-    kind = _FILE_TYPES.get(entry.type, FileType.OTHER) if entry.type else FileType.OTHER
+    """A provider-sdk entry for one of envd's: a symlink (envd gives the type of what it
+    leads to, and the resolved path) is a ``SYMLINK`` whose target is that path."""
+    if entry.symlink_target:
+        kind = FileType.SYMLINK
+    else:
+        kind = _FILE_TYPES.get(entry.type, FileType.OTHER) if entry.type else FileType.OTHER
     return FileInfo(path=entry.path, type=kind,
                     size=entry.size, mode=entry.mode & 0o7777,
                     modified_at=entry.modified_time, symlink_target=entry.symlink_target)
