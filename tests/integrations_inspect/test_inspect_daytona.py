@@ -1,0 +1,32 @@
+"""Inspect's portable sandbox checks, unmodified, on the Daytona provider: the real
+``daytona`` SDK against the session's Daytona emulator, on 127.0.0.1."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from daytona_emulator_fixtures import daytona_emulator, running
+from inspect_ai.util import SandboxEnvironment
+from inspect_ai.util._sandbox.self_check import *  # noqa: F403
+from inspect_checks import sample_environments, sandbox_env_fixture
+from provider_sdk_inspect import PsdkConfig
+
+from provider_sdk import emulators
+
+__all__ = ["daytona_emulator"]
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+async def psdk_sample(daytona_emulator: emulators.RunningEmulator) -> AsyncIterator[
+        dict[str, SandboxEnvironment]]:
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in running().environment().items():
+            patch.setenv(key, value)  # the provider's own settings; the config names it
+        async for environments in sample_environments(PsdkConfig(provider="daytona")):
+            yield environments
+
+
+sandbox_env = sandbox_env_fixture()

@@ -1,0 +1,27 @@
+"""Inspect's portable sandbox checks, unmodified, on the local provider."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from engines import require_bwrap
+from inspect_ai.util import SandboxEnvironment
+from inspect_ai.util._sandbox.self_check import *  # noqa: F403
+from inspect_checks import sample_environments, sandbox_env_fixture
+from provider_sdk_inspect import PsdkConfig
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+async def psdk_sample(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
+        dict[str, SandboxEnvironment]]:
+    require_bwrap()
+    home = tmp_path_factory.mktemp("psdk-inspect-local")
+    config = PsdkConfig(provider="local", options={"home": str(home)})
+    async for environments in sample_environments(config):
+        yield environments
+
+
+sandbox_env = sandbox_env_fixture()
