@@ -15,6 +15,7 @@ PYPROJECT = nox.project.load_toml("pyproject.toml")
 # the template builder.
 DISTRIBUTIONS = [".", "contract_tests",
                  *sorted(str(p.parent) for p in Path("providers").glob("*/pyproject.toml")),
+                 *sorted(str(p.parent) for p in Path("integrations").glob("*/pyproject.toml")),
                  "templates"]
 
 

@@ -110,14 +110,17 @@ class PsdkSandbox(_Model):
 
     def spec(self) -> SandboxSpec:
         """The neutral :class:`~provider_sdk.models.SandboxSpec` this model describes."""
-        return SandboxSpec(
+        mounts: list[VolumeMount] = [VolumeMount(volume=v.volume, path=v.path,
+                                                 read_only=v.read_only) for v in self.volumes]
+        spec = SandboxSpec(
             template=self.template, snapshot=self.snapshot, env=self.env,
             metadata=self.metadata, cwd=self.cwd,
             resources=Resources(**self.resources.model_dump()),
             lifecycle=Lifecycle(**self.lifecycle.model_dump()),
             network=NetworkPolicy(**self.network.model_dump()),
-            volumes=tuple(VolumeMount(**v.model_dump()) for v in self.volumes),
             extensions=self.extensions)
+        # evolve: attrs' tuple converter on volumes does not type-check a list given here
+        return attrs.evolve(spec, volumes=mounts) if mounts else spec
 
     @model_validator(mode="after")
     def _check_spec(self) -> PsdkSandbox:

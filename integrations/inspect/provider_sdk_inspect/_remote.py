@@ -53,6 +53,7 @@ class PsdkRemoteProcess(ExecRemoteProcess):
         # Inspect's __init__ is not called: it sets up the JSON-RPC transport to its
         # tool server, which this handle does not use.
         self._sandbox = environment
+        self._env = environment
         self._cmd = cmd
         self._options = options
         self._pid: int | None = None
@@ -68,7 +69,7 @@ class PsdkRemoteProcess(ExecRemoteProcess):
 
     async def _start(self) -> None:
         opts = self._options
-        env = self._sandbox
+        env = self._env
         env.check_user(opts.user)
         process = await env.sandbox.start(list(self._cmd), env=opts.env, cwd=opts.cwd,
                                           user=opts.user)

@@ -320,19 +320,21 @@ class PsdkSandboxEnvironment(SandboxEnvironment):
         info: list[FileInfo] = []
         failure: list[Exception] = []
 
-        async def stat() -> None:  # alongside the read: no extra round trip
+        async def stat(scope: anyio.CancelScope) -> None:  # alongside the read
             with contextlib.suppress(Exception):
                 info.append(await files.stat(file))
+                if _unreadable(info[0]):
+                    scope.cancel()  # some backends retry a refused read for long
 
         with _unavailable():
             async with anyio.create_task_group() as tg:
-                tg.start_soon(stat)
+                tg.start_soon(stat, tg.cancel_scope)
                 try:
                     data = await files.read(file,
                                             limit=SandboxEnvironmentLimits.MAX_READ_FILE_SIZE)
                 except Exception as exc:
                     failure.append(exc)
-            if info and info[0].type == FileType.FILE and not info[0].mode & 0o444:
+            if info and _unreadable(info[0]):
                 raise PermissionError(errno.EACCES, "Permission denied", file)
             if failure:
                 if isinstance(failure[0], FileTooLarge):
@@ -373,6 +375,10 @@ def _config(config: SandboxEnvironmentConfigType | None) -> PsdkConfig | str | N
         return config
     raise TypeError(f"the psdk sandbox takes a PsdkConfig or the path of a psdk.toml, "
                     f"got {type(config).__name__}")
+
+
+def _unreadable(info: FileInfo) -> bool:
+    return info.type == FileType.FILE and not info.mode & 0o444
 
 
 def _open(config: PsdkConfig) -> SandboxProvider:
