@@ -119,8 +119,10 @@ class PsdkSandbox(_Model):
             lifecycle=Lifecycle(**self.lifecycle.model_dump()),
             network=NetworkPolicy(**self.network.model_dump()),
             extensions=self.extensions)
-        # evolve: attrs' tuple converter on volumes does not type-check a list given here
-        return attrs.evolve(spec, volumes=mounts) if mounts else spec
+        # attrs' tuple converter on volumes types its argument as a bare Iterable[_T_co],
+        # which nothing matches; the converter itself takes the list.
+        changes: dict[str, Any] = {"volumes": mounts}
+        return attrs.evolve(spec, **changes) if mounts else spec
 
     @model_validator(mode="after")
     def _check_spec(self) -> PsdkSandbox:
