@@ -139,8 +139,8 @@ class PsdkConfig(PsdkSandbox):
     ``provider`` is the one field that picks the backend; ``None`` takes
     ``PSDK_PROVIDER``, then ``psdk.toml``, then ``local``, as
     :func:`~provider_sdk.open_provider` does. The spec fields describe the sample's
-    default sandbox; ``sandboxes`` names more, each taking the fields it does not set
-    from the default's.
+    default sandbox; ``sandboxes`` names more, each taking from the default's the
+    fields it leaves at their defaults.
     """
 
     provider: str | None = None
@@ -175,10 +175,12 @@ class PsdkConfig(PsdkSandbox):
         """Each sandbox of a sample by name, the default first."""
         base = self.spec()
         specs = {DEFAULT_NAME: base}
+        defaults = SandboxSpec()
         for name, other in self.sandboxes.items():
             own = other.spec()
             specs[name] = attrs.evolve(base, **{
-                field: getattr(own, field) for field in other.model_fields_set})
+                field.name: getattr(own, field.name) for field in attrs.fields(SandboxSpec)
+                if getattr(own, field.name) != getattr(defaults, field.name)})
         return specs
 
 
