@@ -4,18 +4,23 @@ the entry point alone, and ``inspect sandbox cleanup psdk``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import anyio
 import pytest
+from daytona_emulator_fixtures import daytona_emulator, running
 from engines import require_bwrap, require_docker
 
-from provider_sdk import open_provider
+from provider_sdk import emulators, open_provider
 from provider_sdk.models import SandboxState
+
+__all__ = ["daytona_emulator"]
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "inspect_eval.py"
@@ -33,26 +38,53 @@ def _inspect(*args: str, env: dict[str, str], cwd: Path) -> subprocess.Completed
                           capture_output=True, text=True, timeout=300, check=False)
 
 
-def _live(home: Path, provider: str) -> list[str]:
+def _live(home: Path, provider: str, settings: Mapping[str, str] | None = None) -> list[str]:
+    """Ids of the live sandboxes an Inspect run made on ``provider``."""
     async def ids() -> list[str]:
         async with open_provider(provider, **({"home": str(home)} if provider == "local"
                                               else {})) as p:
             found = await p.list(metadata={"inspect-sandbox": "psdk"})
             return [i.id for i in found if i.state != SandboxState.KILLED]
-    return anyio.run(ids)
+
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in (settings or {}).items():
+            patch.setenv(key, value)
+        return anyio.run(ids)
 
 
-@pytest.mark.parametrize("provider", ["local", "docker"])
-def test_inspect_eval_of_the_example_scores_every_sample(provider: str,
-                                                         tmp_path: Path) -> None:
-    """``inspect eval examples/inspect_eval.py -T provider=...``: each sample's commands
-    run in a sandbox of its own, the scorer sees their output, nothing is left."""
-    (require_docker if provider == "docker" else require_bwrap)()
-    before = set(_live(tmp_path, provider))
-    done = _inspect("eval", str(EXAMPLE.relative_to(ROOT)), "--model", "mockllm/model",
-                    "-T", f"provider={provider}", "--log-dir", str(tmp_path / "logs"),
-                    "--log-format", "json", "--display", "none",
-                    env=_env(tmp_path), cwd=ROOT)
+@contextlib.contextmanager
+def _settings(provider: str, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """What ``provider`` reads from the environment, with its emulator running if it
+    is a vendor's (on 127.0.0.1, backed by the local provider)."""
+    if provider == "docker":
+        require_docker()
+        yield {}
+        return
+    require_bwrap()
+    if provider == "local":
+        yield {}
+    elif provider == "daytona":
+        yield running().environment()
+    else:
+        from provider_emulators import emulator
+
+        with emulator(provider, tmp_path / "backend") as em:
+            yield em.environment()
+
+
+@pytest.mark.parametrize("provider", ["local", "docker", "e2b", "cube", "daytona"])
+def test_inspect_eval_of_the_example_scores_every_sample(
+        provider: str, tmp_path: Path, daytona_emulator: emulators.RunningEmulator) -> None:
+    """``inspect eval examples/inspect_eval.py -T provider=...``: the one field switches
+    the backend; each sample's commands run in a sandbox of its own, the scorer sees
+    their output, and nothing is left running."""
+    with _settings(provider, tmp_path) as settings:
+        before = set(_live(tmp_path, provider, settings))
+        done = _inspect("eval", str(EXAMPLE.relative_to(ROOT)), "--model", "mockllm/model",
+                        "-T", f"provider={provider}", "--log-dir", str(tmp_path / "logs"),
+                        "--log-format", "json", "--display", "none",
+                        env=_env(tmp_path, **settings), cwd=ROOT)
+        after = set(_live(tmp_path, provider, settings))
     assert done.returncode == 0, done.stderr
     [log_file] = (tmp_path / "logs").glob("*.json")
     log = json.loads(log_file.read_text())
@@ -62,7 +94,7 @@ def test_inspect_eval_of_the_example_scores_every_sample(provider: str,
     assert log["results"]["completed_samples"] == 3
     [score] = log["results"]["scores"]
     assert score["metrics"]["accuracy"]["value"] == 1.0
-    assert set(_live(tmp_path, provider)) == before
+    assert after == before
 
 
 def test_the_example_runs_as_a_script(tmp_path: Path) -> None:
