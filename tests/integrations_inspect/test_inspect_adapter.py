@@ -22,6 +22,7 @@ from inspect_ai.util import (
     SandboxEnvironment,
     SandboxUserUnsupportedError,
 )
+from inspect_ai.util._sandbox.lifecycle import sandbox_lifecycle_scope
 from inspect_ai.util._sandbox.limits import override_max_exec_output_size
 from inspect_checks import sample_environments
 from provider_sdk_contract.support import eventually
@@ -29,6 +30,7 @@ from provider_sdk_inspect import PsdkConfig, PsdkSandbox, PsdkSandboxEnvironment
 from pydantic import ValidationError
 
 from provider_sdk import open_provider
+from provider_sdk.errors import NotFound
 from provider_sdk.models import SandboxState
 
 pytestmark = pytest.mark.anyio
@@ -116,9 +118,39 @@ async def test_sample_cleanup_kills_every_sandbox_of_the_sample(home: Path) -> N
     await PsdkSandboxEnvironment.sample_cleanup("t", config, envs, True)
     ids = {e.as_type(PsdkSandboxEnvironment).sandbox.id for e in envs.values()}
     assert len(ids) == 2
+    assert not ids & await _live_ids(home)
+
+
+async def _live_ids(home: Path) -> set[str]:
     async with open_provider("local", home=str(home)) as provider:
-        live = {i.id for i in await provider.list() if i.state != SandboxState.KILLED}
-    assert not ids & live
+        return {i.id for i in await provider.list(metadata={"inspect-sandbox": "psdk"})
+                if i.state != SandboxState.KILLED}
+
+
+async def test_a_sandbox_that_cannot_be_made_takes_the_others_with_it(home: Path) -> None:
+    config = PsdkConfig(provider="local", options={"home": str(home)},
+                        sandboxes={"broken": PsdkSandbox(template="no-such-template")})
+    before = await _live_ids(home)
+    with pytest.raises(NotFound):
+        await PsdkSandboxEnvironment.sample_init("t", config, {})
+    assert await _live_ids(home) == before
+
+
+async def test_task_cleanup_kills_what_samples_left_unless_told_not_to(
+        home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Within one eval batch (Inspect's lifecycle scope): the module's own sample,
+    made outside it, is not this batch's and stays."""
+    config = PsdkConfig(provider="local", options={"home": str(home)})
+    outside = await _live_ids(home)
+    assert outside  # the module's sample
+    with sandbox_lifecycle_scope():
+        envs = await PsdkSandboxEnvironment.sample_init("t", config, {})
+        left = envs["default"].as_type(PsdkSandboxEnvironment).sandbox.id
+        await PsdkSandboxEnvironment.task_cleanup("t", config, False)
+        assert await _live_ids(home) == outside | {left}
+        assert f"inspect sandbox cleanup psdk {left}" in capsys.readouterr().out
+        await PsdkSandboxEnvironment.task_cleanup("t", config, True)
+    assert await _live_ids(home) == outside
 
 
 # --------------------------------------------------------------------- exec

@@ -34,6 +34,7 @@ from inspect_ai.util import (
     sandboxenv,
 )
 from inspect_ai.util._sandbox.exec_remote import ExecRemoteCommonOptions
+from inspect_ai.util._sandbox.lifecycle import sandbox_lifecycle_state
 from pydantic import BaseModel
 from typing_extensions import override
 
@@ -53,7 +54,7 @@ from provider_sdk.sandbox import Sandbox
 from provider_sdk_inspect._config import PsdkConfig, load_config
 from provider_sdk_inspect._remote import PsdkRemoteProcess, returncode
 
-__all__ = ["RUN_ID", "TAG", "PsdkSandboxEnvironment"]
+__all__ = ["RUN_ID", "TAG", "PsdkSandboxEnvironment", "run_id"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ TAG = "inspect-sandbox"
 """Metadata key on every sandbox this environment creates (value ``psdk``): what
 ``inspect sandbox cleanup psdk`` looks for."""
 RUN_ID = secrets.token_hex(6)
-"""This process's run, in the ``inspect-run`` tag: what ``task_cleanup`` sweeps."""
+"""The ``inspect-run`` tag of sandboxes made outside an eval batch (direct calls)."""
 
 _CONNECTABLE = ("local", "docker")  # providers whose settings a shell command can carry
 _ARGV_INLINE = 64 << 10  # bytes of argv sent inline; more goes through a file
@@ -124,7 +125,7 @@ class PsdkSandboxEnvironment(SandboxEnvironment):
         environments: dict[str, SandboxEnvironment] = {}
         try:
             for name, spec in resolved.specs().items():
-                tags = {**spec.metadata, TAG: "psdk", "inspect-run": RUN_ID,
+                tags = {**spec.metadata, TAG: "psdk", "inspect-run": run_id(),
                         "inspect-name": name}
                 sandbox = await provider.create(spec, metadata=tags)
                 environments[name] = cls(sandbox, name=name, options=resolved.options)
@@ -156,10 +157,10 @@ class PsdkSandboxEnvironment(SandboxEnvironment):
     @classmethod
     async def task_cleanup(cls, task_name: str, config: SandboxEnvironmentConfigType | None,
                            cleanup: bool) -> None:
-        """Kill what this run's samples left (an interrupted sample's sandboxes); with
+        """Kill what this eval batch's samples left (an interrupted sample's sandboxes); with
         ``--no-sandbox-cleanup``, say how to remove them later instead."""
         async with _open(load_config(_config(config))) as provider:
-            left = await provider.list(metadata={TAG: "psdk", "inspect-run": RUN_ID})
+            left = await provider.list(metadata={TAG: "psdk", "inspect-run": run_id()})
             live = [i for i in left if i.state != SandboxState.KILLED]
             if not cleanup:
                 for info in live:
@@ -366,8 +367,7 @@ class PsdkSandboxEnvironment(SandboxEnvironment):
         prefix = ""
         if provider.name == "local" and "home" in self._options:
             prefix = f"PSDK_HOME={shlex.quote(str(self._options['home']))} "
-        return SandboxConnection(type="psdk", command=prefix + shlex.join(words),
-                                 container=self.sandbox.id)
+        return SandboxConnection(type="psdk", command=prefix + shlex.join(words))
 
 
 def _config(config: SandboxEnvironmentConfigType | None) -> PsdkConfig | str | None:
@@ -375,6 +375,21 @@ def _config(config: SandboxEnvironmentConfigType | None) -> PsdkConfig | str | N
         return config
     raise TypeError(f"the psdk sandbox takes a PsdkConfig or the path of a psdk.toml, "
                     f"got {type(config).__name__}")
+
+
+class _Batch:
+    """An eval batch's run id, kept on Inspect's sandbox lifecycle state (one per
+    batch, shared by every task of it)."""
+
+    def __init__(self) -> None:
+        self.id = secrets.token_hex(6)
+
+
+def run_id() -> str:
+    """The ``inspect-run`` tag of this eval batch: what its ``task_cleanup`` sweeps
+    (outside a batch: :data:`RUN_ID`, this process's)."""
+    state = sandbox_lifecycle_state()
+    return state.get(_Batch).id if state is not None else RUN_ID
 
 
 def _unreadable(info: FileInfo) -> bool:
