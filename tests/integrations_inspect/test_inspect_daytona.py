@@ -1,5 +1,6 @@
-"""Inspect's portable sandbox checks, unmodified, on the Daytona provider: the real
-``daytona`` SDK against the session's Daytona emulator, on 127.0.0.1."""
+"""Inspect's portable sandbox checks, unmodified, and what the environment adds, on
+the Daytona provider: the real ``daytona`` SDK against the session's Daytona emulator,
+on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ import pytest
 from daytona_emulator_fixtures import daytona_emulator, running
 from inspect_ai.util import SandboxEnvironment
 from inspect_ai.util._sandbox.self_check import *  # noqa: F403
-from inspect_checks import sample_environments, sandbox_env_fixture
+from inspect_checks import (
+    sample_environments,
+    sandbox_env_fixture,
+    test_psdk_connection_where_a_shell_command_can_reach_the_provider,  # noqa: F401
+    test_psdk_exec_remote_streams_output_and_kill_ends_it,  # noqa: F401
+)
 from provider_sdk_inspect import PsdkConfig
 
 from provider_sdk import emulators

@@ -1,4 +1,5 @@
-"""Inspect's portable sandbox checks, unmodified, on the Docker provider."""
+"""Inspect's portable sandbox checks, unmodified, and what the environment adds, on
+the Docker provider."""
 
 from __future__ import annotations
 
@@ -8,7 +9,12 @@ import pytest
 from engines import require_docker
 from inspect_ai.util import SandboxEnvironment
 from inspect_ai.util._sandbox.self_check import *  # noqa: F403
-from inspect_checks import sample_environments, sandbox_env_fixture
+from inspect_checks import (
+    sample_environments,
+    sandbox_env_fixture,
+    test_psdk_connection_where_a_shell_command_can_reach_the_provider,  # noqa: F401
+    test_psdk_exec_remote_streams_output_and_kill_ends_it,  # noqa: F401
+)
 from provider_sdk_inspect import PsdkConfig
 
 pytestmark = pytest.mark.anyio
