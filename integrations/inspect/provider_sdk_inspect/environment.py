@@ -242,9 +242,9 @@ class PsdkSandboxEnvironment(SandboxEnvironment):
         send inline (some providers carry a command in one bounded message; Inspect
         sends commands up to the kernel's ``ARG_MAX``)."""
         argv = list(cmd)
-        if sum(len(a.encode()) + 1 for a in argv) <= _ARGV_INLINE or not argv \
-                or not all(isinstance(a, str) and "\0" not in a for a in argv):
-            return argv, None
+        if not all(isinstance(a, str) and "\0" not in a for a in argv) \
+                or sum(len(a.encode()) + 1 for a in argv) <= _ARGV_INLINE:
+            return argv, None  # small, or refused by the SDK as it is
         path = f"/tmp/.psdk-argv-{secrets.token_hex(8)}"
         with _unavailable():
             await self.sandbox.files.write(path, b"\0".join(a.encode() for a in argv))
