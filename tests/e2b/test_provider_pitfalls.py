@@ -17,7 +17,7 @@ from provider_emulators import emulator, faults, provider_options
 
 from provider_sdk import open_provider
 from provider_sdk.emulators import RunningEmulator
-from provider_sdk.errors import InvalidInput, UnsupportedCapability
+from provider_sdk.errors import InvalidInput, PermissionDenied, UnsupportedCapability
 from provider_sdk.models import Lifecycle, NetworkPolicy, Resources, SandboxState
 from provider_sdk.provider import SandboxProvider
 
@@ -95,6 +95,17 @@ async def test_binary_reads_stay_binary(provider: SandboxProvider) -> None:
                                    'printf "\\\\$(printf %03o "$i")"; done > /tmp/psdk-all.bin'])
         assert made.exit_code == 0, made.stderr
         assert await sandbox.files.read("/tmp/psdk-all.bin") == bytes(range(256))
+
+
+async def test_an_unreadable_file_is_permission_denied_at_once(
+        provider: SandboxProvider) -> None:
+    """envd's own failure to open a file is its 500, not a proxy's 502: the read is not
+    retried as if the sandbox could not be reached, and says what went wrong."""
+    async with provider.create() as sandbox:
+        await sandbox.files.write("/tmp/unreadable", b"x")
+        await sandbox.exec("chmod 000 /tmp/unreadable")
+        with anyio.fail_after(10), pytest.raises(PermissionDenied):
+            await sandbox.files.read("/tmp/unreadable")
 
 
 async def test_create_refuses_resources_the_backend_sizes_by_template(

@@ -224,7 +224,10 @@ class Envd(ProcessService, FilesystemService):
         except errors.InvalidInput as exc:
             return json_response(400, {"code": 400, "message": str(exc)})
         except errors.SandboxError as exc:
-            return json_response(502, {"code": 502, "message": str(exc)})
+            # envd's own failure (opening the file, say) is a 500: a 502 is the proxy's
+            # answer for an envd it cannot reach, which a client rightly retries.
+            return json_response(500, {"code": 500, "message": f"error opening file "
+                                                               f"'{path}': {exc}"})
 
         async def body() -> AsyncIterator[bytes]:
             try:
