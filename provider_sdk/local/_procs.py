@@ -72,17 +72,33 @@ def set_fs_ids(uid: int, gid: int) -> None:
 
 
 def send_packet(sock: socket.socket, obj: dict[str, Any], fds: list[int] | None = None) -> None:
+    """Send ``obj`` as one packet, with ``fds``. An object larger than a packet (a
+    command's arguments and environment may take up to the kernel's 2 MiB) goes in a
+    memory file whose descriptor the packet carries first."""
     data = json.dumps(obj).encode()
-    if fds:
-        sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
-    else:
-        sock.send(data)
+    fds = list(fds or ())
+    memfd = -1
+    if len(data) > PACKET:
+        memfd = os.memfd_create("psdk-packet", os.MFD_CLOEXEC)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(memfd, view):]
+        data, fds = json.dumps({"large": len(data)}).encode(), [memfd, *fds]
+    try:
+        if fds:
+            sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                   array.array("i", fds))])
+        else:
+            sock.send(data)
+    finally:
+        if memfd >= 0:
+            os.close(memfd)
 
 
 def recv_packet(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
     """One packet and the descriptors sent with it; ``None`` at end of stream."""
     fds = array.array("i")
-    data, ancdata, _flags, _addr = sock.recvmsg(PACKET, socket.CMSG_LEN(16 * fds.itemsize))
+    data, ancdata, _flags, _addr = sock.recvmsg(PACKET, socket.CMSG_LEN(17 * fds.itemsize))
     for level, kind, payload in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
@@ -90,7 +106,15 @@ def recv_packet(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
         for fd in fds:
             os.close(fd)
         return None, []
-    return json.loads(data), list(fds)
+    obj = json.loads(data)
+    received = list(fds)
+    if "large" in obj and received:
+        memfd = received.pop(0)
+        try:
+            obj = json.loads(os.pread(memfd, obj["large"], 0))
+        finally:
+            os.close(memfd)
+    return obj, received
 
 
 def children_of() -> dict[int, list[int]]:

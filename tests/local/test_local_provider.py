@@ -3,6 +3,7 @@ state that outlives processes, restart recovery, idle kill, limits, and refusals
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import stat
@@ -50,6 +51,23 @@ async def test_sandbox_runs_as_user_1000_with_its_own_hostname(provider: LocalPr
     async with provider.create() as sandbox:
         result = await sandbox.exec("id -u; id -un; hostname; echo $HOME; pwd")
     assert result.stdout.split() == ["1000", "user", "sandbox", "/home/user", "/home/user"]
+
+
+async def test_arguments_and_environment_up_to_the_kernels_limit_reach_the_command(
+        provider: LocalProvider) -> None:
+    """A command's arguments and environment go to the sandbox's spawner in a memory
+    file when they outgrow a packet: 1.1 MiB of them run (the kernel allows 2 MiB, 128 KiB a string), and
+    past the kernel's limit the command fails as it would on any Linux."""
+    sandbox = await provider.create()
+    pieces = [str(i) * (100 << 10) for i in range(10)]
+    ran = await sandbox.exec(["sh", "-c", 'echo $# ${#BIG}; printf %s "$@" | md5sum',
+                              "sh", *pieces], env={"BIG": "e" * (100 << 10)})
+    expected = hashlib.md5("".join(pieces).encode()).hexdigest()
+    assert (ran.exit_code, ran.stdout.split()[:3]) == (0, ["10", str(100 << 10), expected]), \
+        ran
+    too_many = await sandbox.exec(["true", *pieces * 3])
+    assert too_many.exit_code == 127, too_many
+    assert "Argument list too long" in too_many.stderr, too_many
 
 
 async def test_sandbox_sees_only_its_own_processes(provider: LocalProvider) -> None:
