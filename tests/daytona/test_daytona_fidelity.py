@@ -120,6 +120,22 @@ def test_sync_exec_with_cwd_env_and_exit_code(sync_client: Daytona) -> None:
         sync_client.delete(sandbox)
 
 
+def test_sync_commands_run_as_the_sandbox_user_in_its_home(sync_client: Daytona) -> None:
+    """Daytona's default image runs commands as ``daytona`` in ``/home/daytona``, the
+    user the sandbox's DTO names."""
+    sandbox = sync_client.create()
+    try:
+        assert sandbox.user == "daytona"
+        assert sandbox.get_user_home_dir() == "/home/daytona"
+        assert sandbox.get_work_dir() == "/home/daytona"
+        result = sandbox.process.exec('echo "$USER $LOGNAME $HOME $(pwd)"', cwd="/home/daytona")
+        assert result.result == "daytona daytona /home/daytona /home/daytona\n"
+        sandbox.fs.upload_file(b"relative", "here.txt")
+        assert sandbox.fs.download_file("/home/daytona/here.txt") == b"relative"
+    finally:
+        sync_client.delete(sandbox)
+
+
 def test_sync_exec_timeout_is_a_timeout_error(sync_client: Daytona) -> None:
     sandbox = sync_client.create()
     try:

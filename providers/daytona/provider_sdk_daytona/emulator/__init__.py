@@ -88,7 +88,7 @@ def routes() -> list[web.RouteDef]:
         web.post("/api/snapshots/{snapshot}/activate", api.activate_snapshot),
         # toolbox: info, process, sessions
         web.get(f"{_TOOLBOX}/work-dir", toolbox.work_dir),
-        web.get(f"{_TOOLBOX}/user-home-dir", toolbox.work_dir),
+        web.get(f"{_TOOLBOX}/user-home-dir", toolbox.home_dir),
         web.post(f"{_TOOLBOX}/process/execute", toolbox.execute),
         web.post(f"{_TOOLBOX}/process/session", toolbox.create_session),
         web.get(f"{_TOOLBOX}/process/session", toolbox.list_sessions),

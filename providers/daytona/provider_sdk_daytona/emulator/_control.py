@@ -28,6 +28,8 @@ from provider_sdk_daytona.emulator._http import (
     state_changed,
 )
 from provider_sdk_daytona.emulator._store import (
+    HOME,
+    USER,
     SandboxRecord,
     SnapshotRecord,
     Store,
@@ -39,6 +41,8 @@ from provider_sdk_daytona.emulator._store import (
 BACKEND_TAG = "daytona-emulator"
 """Metadata key on backend sandboxes: the Daytona sandbox id they serve."""
 _PAGE = 100
+DEFAULT_ENV = {"HOME": HOME, "USER": USER, "LOGNAME": USER}
+"""What Daytona's default image sets for its user, under the sandbox's own ``env``."""
 
 
 def _dto(request: web.Request, record: SandboxRecord, *, listing: bool = False) -> dict[str, Any]:
@@ -91,13 +95,20 @@ async def boot(request: web.Request, record: SandboxRecord) -> None:
             raise HttpError(404, f"Volume {mount['volumeId']} not found")
         mounts.append(VolumeMount(volume=volume.backend_name, path=mount["mountPath"]))
     snapshot = record.stopped_snapshot or record.backend_snapshot
-    spec = SandboxSpec(env=record.env, metadata={BACKEND_TAG: record.id}, snapshot=snapshot,
+    # A sandbox of Daytona's default image (or of a snapshot of one) runs as its user, in
+    # its home; one built from a Dockerfile keeps what its image says.
+    default = record.backend_template is None
+    spec = SandboxSpec(env={**DEFAULT_ENV, **record.env} if default else record.env,
+                       cwd=HOME if default else None, metadata={BACKEND_TAG: record.id},
+                       snapshot=snapshot,
                        template=record.backend_template if snapshot is None else None,
                        volumes=mounts)  # type: ignore[arg-type]  # attrs converter
     try:
         handle = await store.backend.create(spec)
         if record.workdir == "/":
-            record.workdir = (await handle.exec(["pwd"])).stdout.strip() or "/"
+            where = (await handle.exec(["sh", "-c", 'pwd; echo "$HOME"'])).stdout.split("\n")
+            record.workdir = where[0].strip() or "/"
+            record.home = where[1].strip() if len(where) > 1 and where[1].strip() else "/"
     except NotFound as exc:
         raise HttpError(404, exc.message) from exc
     except SandboxError as exc:

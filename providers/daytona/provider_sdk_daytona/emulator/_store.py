@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 ORGANIZATION = "00000000-0000-4000-8000-00000000e1e1"
 """The one organisation every record belongs to."""
 LANGUAGE_LABEL = "code-toolbox-language"
+USER = "daytona"
+"""The user Daytona's images run commands as."""
+HOME = "/home/daytona"
+"""That user's home, the working directory of Daytona's images."""
 
 
 def now() -> str:
@@ -96,6 +100,7 @@ class SandboxRecord:
     stopped_snapshot: str | None = None
     handle: Sandbox | None = None
     workdir: str = "/"
+    home: str = "/"
     started_at: float = 0.0
     """Loop time before which GET still reports ``starting`` (fault ``start_delay``)."""
     active_at: float = 0.0
@@ -111,7 +116,7 @@ class SandboxRecord:
         """The ``Sandbox`` DTO (or, with ``listing``, a ``SandboxListItem``)."""
         dto: dict[str, Any] = {
             "id": self.id, "organizationId": ORGANIZATION, "name": self.name,
-            "snapshot": self.snapshot, "user": "daytona", "labels": dict(self.labels),
+            "snapshot": self.snapshot, "user": USER, "labels": dict(self.labels),
             "public": self.public, "networkBlockAll": self.network_block_all,
             "networkAllowList": self.network_allow_list, "target": self.target,
             "cpu": self.cpu, "gpu": 0, "memory": self.memory, "disk": self.disk,

@@ -40,7 +40,13 @@ from provider_sdk.models import FileInfo, FileType
 from provider_sdk.sandbox import Sandbox
 from provider_sdk_daytona.emulator._http import HttpError, context, json_response
 from provider_sdk_daytona.emulator._sessions import open_shell
-from provider_sdk_daytona.emulator._store import CommandRecord, SandboxRecord, SessionRecord, new_id
+from provider_sdk_daytona.emulator._store import (
+    USER,
+    CommandRecord,
+    SandboxRecord,
+    SessionRecord,
+    new_id,
+)
 
 OUTPUT_LIMIT = DEFAULT_OUTPUT_LIMIT
 """Bytes of each output stream of a command the emulator keeps and answers with."""
@@ -257,13 +263,19 @@ def _file_info(info: FileInfo) -> dict[str, Any]:
     modified = (info.modified_at or dt.datetime.now(dt.timezone.utc)).isoformat()
     return {"name": info.name, "path": info.path, "isDir": info.type == FileType.DIRECTORY,
             "size": info.size, "mode": kind + bits, "permissions": f"{info.mode & 0o7777:04o}",
-            "modTime": modified, "modifiedAt": modified, "owner": "daytona", "group": "daytona"}
+            "modTime": modified, "modifiedAt": modified, "owner": USER, "group": USER}
 
 
 async def work_dir(request: web.Request) -> web.Response:
-    """``GET /work-dir`` and ``GET /user-home-dir``."""
+    """``GET /work-dir``: where commands start."""
     record, _handle = _running(request)
     return json_response({"dir": record.workdir})
+
+
+async def home_dir(request: web.Request) -> web.Response:
+    """``GET /user-home-dir``: the sandbox user's ``$HOME``."""
+    record, _handle = _running(request)
+    return json_response({"dir": record.home})
 
 
 async def list_files(request: web.Request) -> web.Response:
