@@ -136,6 +136,16 @@ def test_sync_commands_run_as_the_sandbox_user_in_its_home(sync_client: Daytona)
         sync_client.delete(sandbox)
 
 
+def test_sync_the_default_image_has_python_as_well_as_python3(sync_client: Daytona) -> None:
+    sandbox = sync_client.create()
+    try:
+        result = sandbox.process.exec("python -c 'import sys; print(sys.version_info[0])'")
+        assert (result.exit_code, result.result) == (0, "3\n")
+        assert sandbox.process.exec("python3 -c 'print(3)'").result == "3\n"
+    finally:
+        sync_client.delete(sandbox)
+
+
 def test_sync_exec_timeout_is_a_timeout_error(sync_client: Daytona) -> None:
     sandbox = sync_client.create()
     try:

@@ -41,8 +41,15 @@ from provider_sdk_daytona.emulator._store import (
 BACKEND_TAG = "daytona-emulator"
 """Metadata key on backend sandboxes: the Daytona sandbox id they serve."""
 _PAGE = 100
-DEFAULT_ENV = {"HOME": HOME, "USER": USER, "LOGNAME": USER}
+_BIN = f"{HOME}/.local/bin"
+DEFAULT_ENV = {"HOME": HOME, "USER": USER, "LOGNAME": USER,
+               "PATH": f"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:{_BIN}"}
 """What Daytona's default image sets for its user, under the sandbox's own ``env``."""
+# Daytona's default image has ``python`` as well as ``python3``: where the backend's
+# template has only the latter, ``python`` leads to it (last on PATH: it never hides
+# the template's own tools).
+_PROVISION = (f'mkdir -p "{_BIN}" && if ! command -v python >/dev/null 2>&1 && '
+              f'p=$(command -v python3); then ln -sf "$p" "{_BIN}/python"; fi; ')
 
 
 def _dto(request: web.Request, record: SandboxRecord, *, listing: bool = False) -> dict[str, Any]:
@@ -106,7 +113,8 @@ async def boot(request: web.Request, record: SandboxRecord) -> None:
     try:
         handle = await store.backend.create(spec)
         if record.workdir == "/":
-            where = (await handle.exec(["sh", "-c", 'pwd; echo "$HOME"'])).stdout.split("\n")
+            script = (_PROVISION if default else "") + 'pwd; echo "$HOME"'
+            where = (await handle.exec(["sh", "-c", script])).stdout.split("\n")
             record.workdir = where[0].strip() or "/"
             record.home = where[1].strip() if len(where) > 1 and where[1].strip() else "/"
     except NotFound as exc:
