@@ -155,6 +155,20 @@ def test_sync_exec_timeout_is_a_timeout_error(sync_client: Daytona) -> None:
         sync_client.delete(sandbox)
 
 
+def test_sync_exec_timeout_answers_as_the_daemon(sync_client: Daytona) -> None:
+    """The daemon answers a killed command with its request-timeout error: 408, code
+    ``REQUEST_TIMEOUT``, message ``request timeout: command execution timeout``."""
+    sandbox = sync_client.create()
+    try:
+        with pytest.raises(DaytonaTimeoutError) as caught:
+            sandbox.process.exec("echo started; sleep 30", timeout=1)
+        error = caught.value
+        assert (error.status_code, error.code) == (408, "REQUEST_TIMEOUT")
+        assert str(error).endswith(": request timeout: command execution timeout")
+    finally:
+        sync_client.delete(sandbox)
+
+
 def test_sync_session_keeps_cd_and_export(sync_client: Daytona) -> None:
     sandbox = sync_client.create()
     try:

@@ -100,7 +100,8 @@ def _path(request: web.Request, name: str = "path") -> str:
 # ------------------------------------------------------------------------ process
 
 async def execute(request: web.Request) -> web.Response:
-    """``POST /process/execute``: run to completion; 408 when the timeout kills it."""
+    """``POST /process/execute``: run to completion; when the timeout kills it, the
+    daemon's 408 (``REQUEST_TIMEOUT``), whatever the command wrote."""
     _record, handle = _running(request)
     body = await request.json()
     command = body.get("command")
@@ -117,8 +118,8 @@ async def execute(request: web.Request) -> web.Response:
                                    timeout=timeout, output_limit=OUTPUT_LIMIT,
                                    on_stdout=kept.append if streams else None)
     except CommandTimeout:
-        raise HttpError(408, f"command timed out after {timeout} seconds",
-                        "PROCESS_EXECUTION_TIMEOUT") from None
+        raise HttpError(408, "request timeout: command execution timeout",
+                        "REQUEST_TIMEOUT") from None
     except SandboxError as exc:
         raise HttpError(400, exc.message, "BAD_REQUEST") from exc
     # Like the daemon (Go's ExitCode()), a command killed by a signal reports -1.
