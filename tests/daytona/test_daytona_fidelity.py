@@ -21,6 +21,7 @@ from daytona import (
     DaytonaNotFoundError,
     DaytonaSessionEndedError,
     DaytonaTimeoutError,
+    DownloadProgress,
     FileUpload,
     Image,
     ListSandboxesQuery,
@@ -229,6 +230,25 @@ def test_sync_streams_a_file_up_and_down(sync_client: Daytona) -> None:
         sandbox.fs.upload_file_stream(io.BytesIO(data), "/tmp/stream/big.bin")
         assert b"".join(sandbox.fs.download_file_stream("/tmp/stream/big.bin")) == data
         assert sandbox.fs.get_file_info("/tmp/stream/big.bin").size == len(data)
+    finally:
+        sync_client.delete(sandbox)
+
+
+def test_sync_download_progress_knows_the_total(sync_client: Daytona) -> None:
+    """Each bulk-download part carries the file's size as ``Content-Length``, as the
+    daemon's do, so the SDK's progress has a total (through a symlink, the target's)."""
+    data = os.urandom(300 * 1024 + 7)
+    sandbox = sync_client.create()
+    try:
+        sandbox.fs.upload_file(data, "/tmp/progress.bin")
+        sandbox.process.exec("ln -s progress.bin /tmp/link.bin")
+        for path in ("/tmp/progress.bin", "/tmp/link.bin"):
+            seen: list[DownloadProgress] = []
+            got = b"".join(sandbox.fs.download_file_stream(path, on_progress=seen.append))
+            assert got == data
+            assert seen
+            assert {p.total_bytes for p in seen} == {len(data)}
+            assert seen[-1].bytes_received == len(data)
     finally:
         sync_client.delete(sandbox)
 

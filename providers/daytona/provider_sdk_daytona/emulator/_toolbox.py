@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
+import posixpath
 import urllib.parse
 from collections.abc import AsyncIterator
 from typing import Any
@@ -381,8 +382,44 @@ def _disposition(name: str, path: str) -> str:
             f"filename*=utf-8''{urllib.parse.quote(path, safe='')}")
 
 
+async def _size(handle: Sandbox, path: str) -> int:
+    """The size of the file ``path`` leads to (symlinks followed, as ``open`` does)."""
+    for _hop in range(40):  # the kernel's own bound on a chain of links
+        info = await handle.files.stat(path)
+        if info.type != FileType.SYMLINK or info.symlink_target is None:
+            return info.size
+        path = posixpath.join(posixpath.dirname(path), info.symlink_target)
+    raise InvalidInput(f"too many levels of symbolic links: {path}")
+
+
+async def _file_part(response: web.StreamResponse, handle: Sandbox, path: str,
+                     stream: AsyncIterator[bytes]) -> None:
+    """Write the part for ``path``: the file, or an ``error`` part saying why not."""
+    try:
+        first = await anext(stream, b"")  # errors surface before the part starts
+        size = await _size(handle, path)
+    except SandboxError as exc:
+        error = _file_error(exc)
+        body = json.dumps({"message": error.message, "statusCode": error.status,
+                           "code": error.code, "source": "DAYTONA_DAEMON"}).encode()
+        await response.write(
+            f"--{BOUNDARY}\r\nContent-Disposition: {_disposition('error', path)}\r\n"
+            f"Content-Type: application/json\r\n\r\n".encode() + body + b"\r\n")
+        return
+    # As the daemon's, the length is the size when the file was opened; the part holds
+    # what is read (the boundary, not the length, ends it).
+    await response.write(
+        f"--{BOUNDARY}\r\nContent-Disposition: {_disposition('file', path)}\r\n"
+        "Content-Type: application/octet-stream\r\n"
+        f"Content-Length: {size}\r\n\r\n".encode() + first)
+    async for chunk in stream:
+        await response.write(chunk)
+    await response.write(b"\r\n")
+
+
 async def bulk_download(request: web.Request) -> web.StreamResponse:
-    """``POST /files/bulk-download``: one part per requested path, in order."""
+    """``POST /files/bulk-download``: one part per requested path, in order, each with
+    the file's size as its ``Content-Length`` (what the SDK reports progress against)."""
     _record, handle = _running(request)
     paths = (await request.json()).get("paths")
     if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
@@ -393,21 +430,12 @@ async def bulk_download(request: web.Request) -> web.StreamResponse:
     for path in paths:
         stream = handle.files.stream(path)
         try:
-            first = await anext(stream, b"")  # errors surface before the part starts
-        except SandboxError as exc:
-            error = _file_error(exc)
-            body = json.dumps({"message": error.message, "statusCode": error.status,
-                               "code": error.code, "source": "DAYTONA_DAEMON"}).encode()
-            await response.write(
-                f"--{BOUNDARY}\r\nContent-Disposition: {_disposition('error', path)}\r\n"
-                f"Content-Type: application/json\r\n\r\n".encode() + body + b"\r\n")
-            continue
-        await response.write(
-            f"--{BOUNDARY}\r\nContent-Disposition: {_disposition('file', path)}\r\n"
-            "Content-Type: application/octet-stream\r\n\r\n".encode() + first)
-        async for chunk in stream:
-            await response.write(chunk)
-        await response.write(b"\r\n")
+            await _file_part(response, handle, path, stream)
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(SandboxError):
+                    await aclose()
     await response.write(f"--{BOUNDARY}--\r\n".encode())
     await response.write_eof()
     return response
