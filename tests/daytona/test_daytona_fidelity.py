@@ -61,6 +61,27 @@ def test_sync_create_from_an_image_keeps_env_and_resources(sync_client: Daytona)
         sync_client.delete(sandbox)
 
 
+def test_sync_the_default_snapshot_is_listed_and_named_by_its_sandboxes(
+        sync_client: Daytona) -> None:
+    """Daytona lists its default snapshot (a general one, after the organisation's own)
+    and a sandbox made without a snapshot names it."""
+    page = sync_client.snapshot.list()
+    general = [s for s in page.items if s.general]
+    assert [s.name for s in general] == ["daytonaio/sandbox:0.6.0-slim"]
+    assert (general[0].state, general[0].image_name) == ("active", general[0].name)
+    assert page.items[-1].general
+    assert sync_client.snapshot.get(general[0].name).id == general[0].id
+    sandbox = sync_client.create()
+    try:
+        assert sandbox.snapshot == general[0].name
+        assert sync_client.get(sandbox.id).snapshot == general[0].name
+    finally:
+        sync_client.delete(sandbox)
+    with pytest.raises(DaytonaError):
+        sync_client.snapshot.delete(general[0])
+    assert sync_client.snapshot.get(general[0].name).state == "active"
+
+
 def test_sync_get_by_name(sync_client: Daytona) -> None:
     name = f"fidelity-{secrets.token_hex(4)}"
     sandbox = sync_client.create(CreateSandboxFromSnapshotParams(name=name))

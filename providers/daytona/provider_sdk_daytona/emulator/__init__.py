@@ -83,9 +83,10 @@ def routes() -> list[web.RouteDef]:
         # control plane: snapshots
         web.post("/api/snapshots", api.create_snapshot),
         web.get("/api/snapshots", api.list_snapshots),
-        web.get("/api/snapshots/{snapshot}", api.get_snapshot),
-        web.delete("/api/snapshots/{snapshot}", api.delete_snapshot),
-        web.post("/api/snapshots/{snapshot}/activate", api.activate_snapshot),
+        # (a name may hold slashes: the default snapshot's is an image name)
+        web.get("/api/snapshots/{snapshot:.+}", api.get_snapshot),
+        web.delete("/api/snapshots/{snapshot:.+}", api.delete_snapshot),
+        web.post("/api/snapshots/{snapshot:.+}/activate", api.activate_snapshot),
         # toolbox: info, process, sessions
         web.get(f"{_TOOLBOX}/work-dir", toolbox.work_dir),
         web.get(f"{_TOOLBOX}/user-home-dir", toolbox.home_dir),

@@ -28,6 +28,7 @@ from provider_sdk_daytona.emulator._http import (
     state_changed,
 )
 from provider_sdk_daytona.emulator._store import (
+    DEFAULT_SNAPSHOT,
     HOME,
     USER,
     SandboxRecord,
@@ -197,6 +198,9 @@ async def create_sandbox(request: web.Request) -> web.Response:
     if store.sandbox(name) is not None:
         raise HttpError(409, f"Sandbox with name {name} already exists")
     snapshot_name = body.get("snapshot")
+    if not isinstance(snapshot_name, str) or not snapshot_name.strip():
+        # No snapshot named: Daytona's default one, unless an image is to be built.
+        snapshot_name = None if body.get("buildInfo") else DEFAULT_SNAPSHOT
     snapshot: SnapshotRecord | None = None
     if snapshot_name:
         snapshot = store.snapshot(snapshot_name)
@@ -501,6 +505,7 @@ async def list_snapshots(request: web.Request) -> web.Response:
     name = request.query.get("name", "")
     found = [s for s in store.snapshots.values()
              if (source is None or s.source_sandbox_id == source) and name in s.name]
+    found.sort(key=lambda s: s.general)  # general snapshots last, as Daytona lists them
     items = found[(page - 1) * limit:page * limit]
     return json_response({"items": [s.to_json() for s in items], "total": len(found),
                           "page": page, "totalPages": max(-(-len(found) // limit), 1)})
@@ -515,6 +520,8 @@ async def delete_snapshot(request: web.Request) -> web.Response:
     """``DELETE /snapshots/{snapshot}``."""
     store = context(request).store
     snapshot = _snapshot(request)
+    if snapshot.general:
+        raise HttpError(403, "Request organization ID does not match resource organization ID")
     if snapshot.backend_snapshot is not None:
         with contextlib.suppress(NotFound):
             await store.backend.delete_snapshot(snapshot.backend_snapshot)

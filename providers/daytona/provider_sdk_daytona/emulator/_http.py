@@ -97,9 +97,9 @@ def _envelope(request: web.Request, error: HttpError) -> dict[str, Any]:
     return body
 
 
-_REASONS = {400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 408: "Request Timeout",
-            409: "Conflict", 413: "Payload Too Large", 429: "Too Many Requests",
-            500: "Internal Server Error", 502: "Bad Gateway"}
+_REASONS = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+            408: "Request Timeout", 409: "Conflict", 413: "Payload Too Large",
+            429: "Too Many Requests", 500: "Internal Server Error", 502: "Bad Gateway"}
 
 
 @web.middleware

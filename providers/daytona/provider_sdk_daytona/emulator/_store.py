@@ -27,6 +27,11 @@ USER = "daytona"
 """The user Daytona's images run commands as."""
 HOME = "/home/daytona"
 """That user's home, the working directory of Daytona's images."""
+DEFAULT_SNAPSHOT = "daytonaio/sandbox:0.6.0-slim"
+"""The snapshot a sandbox is made from when it names none (a general snapshot, listed
+to every organisation)."""
+ADMIN_ORGANIZATION = "00000000-0000-4000-8000-0000000000ad"
+"""The organisation general snapshots belong to."""
 
 
 def now() -> str:
@@ -170,12 +175,15 @@ class SnapshotRecord:
     state: str = "active"
     error_reason: str | None = None
     source_sandbox_id: str | None = None
+    general: bool = False
+    """Daytona's own (the default snapshot): every organisation sees it, none owns it."""
     cpu: int = 1
     memory: int = 1
     disk: int = 3
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "organizationId": ORGANIZATION, "general": False,
+        owner = ADMIN_ORGANIZATION if self.general else ORGANIZATION
+        return {"id": self.id, "organizationId": owner, "general": self.general,
                 "name": self.name, "imageName": self.image_name, "state": self.state,
                 "size": None, "entrypoint": None, "cpu": self.cpu, "gpu": 0,
                 "mem": self.memory, "disk": self.disk, "errorReason": self.error_reason,
@@ -192,6 +200,12 @@ class Store:
     sandboxes: dict[str, SandboxRecord] = attrs.field(factory=dict)
     volumes: dict[str, VolumeRecord] = attrs.field(factory=dict)
     snapshots: dict[str, SnapshotRecord] = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        # Daytona's default image: here, the backend's default template.
+        default = SnapshotRecord(id=new_id(), name=DEFAULT_SNAPSHOT, created_at=now(),
+                                 image_name=DEFAULT_SNAPSHOT, general=True)
+        self.snapshots.setdefault(default.id, default)
 
     def sandbox(self, id_or_name: str) -> SandboxRecord | None:
         """A sandbox by id, else by name."""
