@@ -4,8 +4,11 @@ sends is understood, and what the emulator answers is what the SDK's models acce
 from __future__ import annotations
 
 import io
+import json
 import os
 import secrets
+import urllib.error
+import urllib.request
 
 import pytest
 from daytona import (
@@ -330,6 +333,52 @@ def test_sync_a_dockerfile_snapshot_fails_naming_the_step(sync_client: Daytona) 
     assert failed.state == "build_failed"
     assert "pip install" in (failed.build_info.dockerfile_content or "")
     sync_client.snapshot.delete(failed)
+
+
+def test_sync_an_unserved_api_route_answers_as_an_unknown_route(sync_client: Daytona) -> None:
+    """Daytona's API answers a route it lacks 404 ``Cannot METHOD PATH``; a route of a
+    feature the emulator does not serve answers the same, naming the feature."""
+    sandbox = sync_client.create()
+    try:
+        with pytest.raises(DaytonaNotFoundError,
+                           match=rf"Cannot POST /api/sandbox/{sandbox.id}/fork "
+                                 r"\(sandbox forks: not served by this emulator\)"):
+            sandbox.fork()
+    finally:
+        sync_client.delete(sandbox)
+
+
+def test_sync_an_unserved_toolbox_route_answers_as_an_unknown_route(
+        sync_client: Daytona) -> None:
+    """The toolbox daemon answers a route it lacks with a plain ``404 page not found``;
+    a route the emulator does not serve answers the same, naming the feature."""
+    sandbox = sync_client.create()
+    try:
+        with pytest.raises(DaytonaNotFoundError,
+                           match=r"404 page not found \(git: not served by this emulator\)"):
+            sandbox.git.status("/tmp")
+    finally:
+        sync_client.delete(sandbox)
+
+
+def test_an_unknown_route_answers_as_daytona_does() -> None:
+    em = running()
+    for path, content_type, body in (
+            ("/api/no-such-route?x=1", "application/json", "Cannot GET /api/no-such-route?x=1"),
+            ("/toolbox/any/no-such-route", "text/plain", "404 page not found")):
+        request = urllib.request.Request(
+            f"{em.url}{path}", headers={"Authorization": f"Bearer {em.api_key.reveal()}"})
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(request, timeout=10)  # 127.0.0.1 only
+        answer = caught.value
+        assert answer.code == 404
+        assert answer.headers["Content-Type"].startswith(content_type)
+        text = answer.read().decode()
+        if content_type == "text/plain":
+            assert text == body
+        else:
+            assert json.loads(text)["message"] == body
+            assert json.loads(text)["error"] == "Not Found"
 
 
 def test_sync_wrong_key_is_refused() -> None:

@@ -14,8 +14,9 @@ DTO records what was asked); build snapshots from a Dockerfile except on a backe
 builds templates (``docker``; elsewhere the build fails and says why); give sandboxes a
 network (they have loopback only, whatever ``networkBlockAll`` says); enforce resources;
 or archive stopped sandboxes by itself (auto-stop and auto-delete are kept, on a clock
-whose minute fault ``minute_seconds`` can shorten). Socket.IO events, PTYs, git, LSP and
-preview URLs are not served; the SDK falls back to polling for state.
+whose minute fault ``minute_seconds`` can shorten). The routes of what is not served
+(Socket.IO events, PTYs, git, LSP, preview URLs...) are in one table, ``_unsupported``;
+each answers as Daytona answers a route it does not know, naming the feature.
 
 As a service it holds bounded memory: a JSON body is read to
 :data:`~provider_sdk.emulators.BODY_LIMIT` (16 MiB) after decompression (413 past it; a
@@ -39,6 +40,7 @@ from provider_sdk.emulators import BODY_LIMIT, EmulatorOptions, Faults, RunningE
 from provider_sdk.errors import SandboxError
 from provider_sdk_daytona.emulator import _control as api
 from provider_sdk_daytona.emulator import _toolbox as toolbox
+from provider_sdk_daytona.emulator import _unsupported as unsupported
 from provider_sdk_daytona.emulator._http import (
     CONTEXT,
     FAULTS,
@@ -58,8 +60,10 @@ _TOOLBOX = "/toolbox/{sandbox}"
 
 
 def routes() -> list[web.RouteDef]:
-    """The routing table: one handler per route."""
+    """The routing table: one handler per route, after what is not served (see
+    ``_unsupported``)."""
     return [
+        *unsupported.routes(),
         # control plane: sandboxes
         web.post("/api/sandbox", api.create_sandbox),
         web.get("/api/sandbox", api.list_sandboxes),

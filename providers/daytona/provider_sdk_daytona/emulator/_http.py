@@ -111,11 +111,27 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         headers = {"Retry-After": "1"} if error.status == 429 else None
         return web.json_response(_envelope(request, error), status=error.status,
                                  headers=headers)
-    except web.HTTPException as exc:  # aiohttp's own: no such route, wrong method
+    except (web.HTTPNotFound, web.HTTPMethodNotAllowed):  # no such route
+        return unknown_route(request)
+    except web.HTTPException as exc:  # aiohttp's own
         if exc.status < 400:
             raise
         plain = HttpError(exc.status, f"{exc.reason}: {request.method} {request.path}")
         return web.json_response(_envelope(request, plain), status=exc.status)
+
+
+def unknown_route(request: web.Request, feature: str | None = None) -> web.Response:
+    """Daytona's answer to a route it does not know (whatever the method): the API's
+    404 ``Cannot METHOD PATH``, or the toolbox daemon's plain ``404 page not found``.
+    ``feature``, when given, is named after it: what the route belongs to, which this
+    emulator does not serve."""
+    why = f" ({feature}: not served by this emulator)" if feature else ""
+    if request.path.startswith("/toolbox/"):
+        return web.Response(status=404, text=f"404 page not found{why}")
+    return web.json_response({"path": str(request.rel_url), "timestamp": now(),
+                              "statusCode": 404, "error": "Not Found",
+                              "message": f"Cannot {request.method} {request.rel_url}{why}"},
+                             status=404)
 
 
 @web.middleware

@@ -1,0 +1,79 @@
+"""What the emulator does not serve, in one table: each of Daytona's routes it leaves out,
+with the feature it belongs to.
+
+Such a route answers as Daytona answers a route it does not know (the API: 404, ``Cannot
+METHOD PATH``; the toolbox daemon: 404, ``404 page not found``), with the feature named,
+so a client sees the same failure it would against a service without the route, and its
+user reads why. docs/daytona.md lists the same table.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from provider_sdk_daytona.emulator._http import Handler, unknown_route
+
+_SANDBOX = "/api/sandbox/{sandbox}"
+_TOOLBOX = "/toolbox/{sandbox}"
+
+#: (method, route, feature): what is not served.
+UNSUPPORTED: tuple[tuple[str, str, str], ...] = (
+    # control plane
+    ("POST", f"{_SANDBOX}/fork", "sandbox forks"),
+    ("POST", f"{_SANDBOX}/pause", "pausing a sandbox with its memory"),
+    ("POST", f"{_SANDBOX}/resize", "resizing a sandbox"),
+    ("POST", f"{_SANDBOX}/backup", "sandbox backups"),
+    ("POST", _SANDBOX + "/autopause/{minutes}", "auto-pause"),
+    ("POST", _SANDBOX + "/ttl/{minutes}", "sandbox time to live"),
+    ("POST", _SANDBOX + "/public/{public}", "public sandboxes"),
+    ("POST", f"{_SANDBOX}/network-settings", "network settings"),
+    ("PUT", f"{_SANDBOX}/secrets", "sandbox secrets"),
+    ("POST", f"{_SANDBOX}/last-activity", "refreshing a sandbox's activity"),
+    ("GET", _SANDBOX + "/ports/{port}/preview-url", "preview URLs"),
+    ("GET", _SANDBOX + "/ports/{port}/signed-preview-url", "preview URLs"),
+    ("GET", f"{_SANDBOX}/signing-key", "signed file URLs"),
+    ("POST", f"{_SANDBOX}/signing-key/rotate", "signed file URLs"),
+    ("POST", f"{_SANDBOX}/ssh-access", "SSH access"),
+    ("DELETE", f"{_SANDBOX}/ssh-access", "SSH access"),
+    ("GET", "/api/sandbox/ssh-access/validate", "SSH access"),
+    ("GET", f"{_SANDBOX}/build-logs-url", "build logs"),
+    ("GET", "/api/snapshots/{snapshot}/build-logs-url", "build logs"),
+    ("GET", "/api/config", "the service's configuration (metrics)"),
+    ("GET", "/api/object-storage/push-access", "build contexts (object storage)"),
+    ("GET", "/api/socket.io/", "Socket.IO events (the SDK polls instead)"),
+    # toolbox
+    ("POST", f"{_TOOLBOX}/process/code-run", "code run"),
+    ("GET", f"{_TOOLBOX}/process/session/entrypoint", "the entrypoint session"),
+    ("GET", f"{_TOOLBOX}/process/session/entrypoint/logs", "the entrypoint session"),
+    ("POST", _TOOLBOX + "/process/session/{session}/command/{command}/input",
+     "input to session commands"),
+    ("*", _TOOLBOX + "/process/pty{tail:.*}", "PTYs"),
+    ("*", _TOOLBOX + "/process/interpreter{tail:.*}", "the code interpreter"),
+    ("*", _TOOLBOX + "/git{tail:.*}", "git"),
+    ("*", _TOOLBOX + "/lsp{tail:.*}", "LSP"),
+    ("*", _TOOLBOX + "/computeruse{tail:.*}", "computer use"),
+    ("GET", f"{_TOOLBOX}/files/download", "single-file download (signed URLs)"),
+    ("POST", f"{_TOOLBOX}/files/upload", "single-file upload (signed URLs)"),
+    ("POST", f"{_TOOLBOX}/files/upload-v2", "single-file upload (signed URLs)"),
+    ("GET", f"{_TOOLBOX}/files/find", "searching file contents (fs.find_files)"),
+    ("GET", f"{_TOOLBOX}/files/search", "searching file names (fs.search_files)"),
+    ("POST", f"{_TOOLBOX}/files/replace", "replacing in files (fs.replace_in_files)"),
+    ("POST", f"{_TOOLBOX}/files/permissions", "file permissions (fs.set_file_permissions)"),
+    ("POST", f"{_TOOLBOX}/env", "changing the daemon's environment"),
+    ("GET", f"{_TOOLBOX}/system/metrics", "system metrics"),
+    ("GET", f"{_TOOLBOX}/port", "port listing"),
+    ("GET", _TOOLBOX + "/port/{port}/in-use", "port listing"),
+    ("GET", f"{_TOOLBOX}/version", "the daemon's version"),
+)
+
+
+def _not_served(feature: str) -> Handler:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return unknown_route(request, feature)
+    return handler
+
+
+def routes() -> list[web.RouteDef]:
+    """One route per row of :data:`UNSUPPORTED`, each answering as an unknown route."""
+    return [web.route(method, path, _not_served(feature))
+            for method, path, feature in UNSUPPORTED]
