@@ -247,6 +247,28 @@ def test_sync_files_upload_download_list_and_errors(sync_client: Daytona) -> Non
         sync_client.delete(sandbox)
 
 
+def test_sync_set_file_permissions_as_the_daemon(sync_client: Daytona) -> None:
+    """The mode is set (octal), an owner by number or name is looked up in the sandbox,
+    and a missing path is a 404."""
+    sandbox = sync_client.create()
+    try:
+        sandbox.fs.upload_file(b"x", "/tmp/perm.txt")
+        sandbox.fs.set_file_permissions("/tmp/perm.txt", mode="640")
+        assert sandbox.fs.get_file_info("/tmp/perm.txt").permissions == "0640"
+        uid = sandbox.process.exec("id -u").result.strip()
+        sandbox.fs.set_file_permissions("/tmp/perm.txt", owner=uid)
+        assert sandbox.process.exec("stat -c %u:%a /tmp/perm.txt").result == f"{uid}:640\n"
+        with pytest.raises(DaytonaNotFoundError):
+            sandbox.fs.set_file_permissions("/tmp/missing.txt", mode="600")
+        with pytest.raises(DaytonaError):
+            sandbox.fs.set_file_permissions("/tmp/perm.txt", mode="9")
+        with pytest.raises(DaytonaError):
+            sandbox.fs.set_file_permissions("/tmp/perm.txt", owner="no-such-user")
+        assert sandbox.fs.get_file_info("/tmp/perm.txt").permissions == "0640"
+    finally:
+        sync_client.delete(sandbox)
+
+
 def test_sync_streams_a_file_up_and_down(sync_client: Daytona) -> None:
     data = os.urandom(3 * 1024 * 1024 + 5)
     sandbox = sync_client.create()

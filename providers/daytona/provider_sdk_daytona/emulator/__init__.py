@@ -110,6 +110,7 @@ def routes() -> list[web.RouteDef]:
         web.get(f"{_TOOLBOX}/files/info", toolbox.file_info),
         web.post(f"{_TOOLBOX}/files/folder", toolbox.create_folder),
         web.post(f"{_TOOLBOX}/files/move", toolbox.move_file),
+        web.post(f"{_TOOLBOX}/files/permissions", toolbox.set_permissions),
         web.post(f"{_TOOLBOX}/files/bulk-upload", toolbox.bulk_upload),
         web.post(f"{_TOOLBOX}/files/bulk-download", toolbox.bulk_download),
         # the emulator's own admin endpoint

@@ -20,6 +20,7 @@ import contextlib
 import datetime as dt
 import json
 import posixpath
+import re
 import urllib.parse
 from collections.abc import AsyncIterator
 from typing import Any
@@ -370,6 +371,71 @@ async def bulk_upload(request: web.Request) -> web.Response:
             raise _file_error(exc) from exc
         written.append({"path": destination, "bytes": size})
     return json_response({"files": written})
+
+
+# Run in the sandbox, as the daemon's steps run there: stat (following links), the mode,
+# then the owner and group (names looked up in the sandbox's own /etc). Exit 2: no such
+# path, 13: not allowed, anything else: a bad request.
+_PERMISSIONS = r"""p=$1 mode=$2 owner=$3 group=$4
+err=$(LC_ALL=C stat -L -- "$p" 2>&1 >/dev/null) || case $err in
+    *"Permission denied"*) exit 13;; *"No such file"*) exit 2;; *) exit 3;; esac
+if [ "$mode" = bad ]; then exit 3; fi
+if [ -n "$mode" ]; then chmod "$mode" -- "$p" || exit 3; fi
+case $owner in ''|[0-9]*) ;; *) owner=$(id -u -- "${owner#:}" 2>/dev/null) || exit 3;; esac
+case $group in
+    ''|[0-9]*) ;;
+    *) group=$(getent group -- "${group#:}" | cut -d: -f3); [ -n "$group" ] || exit 3;;
+esac
+if [ -n "$owner$group" ]; then chown "$owner${group:+:$group}" -- "$p" || exit 3; fi
+"""
+_NUMBER = re.compile(r"[+-]?[0-9]+")
+
+
+def _go_mode(mode: str) -> str:
+    """The mode the daemon sets for ``mode`` (octal, as Go's ParseUint(mode, 8, 32)
+    reads it; Go keeps the permission bits and its own setuid, setgid and sticky bits):
+    octal digits, or ``bad``."""
+    if not re.fullmatch(r"[0-7]+", mode) or int(mode, 8) >= 1 << 32:
+        return "bad"
+    value = int(mode, 8)
+    bits = value & 0o777
+    for go_bit, unix_bit in ((1 << 23, 0o4000), (1 << 22, 0o2000), (1 << 20, 0o1000)):
+        if value & go_bit:
+            bits |= unix_bit
+    return f"{bits:o}"
+
+
+def _go_id(given: str) -> str:
+    """An owner or group as the script takes it: a number (Go's Atoi: -1 leaves it
+    unchanged), else ``:name`` to look up."""
+    if not given:
+        return ""
+    if _NUMBER.fullmatch(given):
+        number = int(given)
+        if number == -1:
+            return ""
+        # (a negative id is refused by chown; ``bad:`` is no name, so the lookup fails)
+        return str(number) if number >= 0 else "bad:"
+    return f":{given}"
+
+
+async def set_permissions(request: web.Request) -> web.Response:
+    """``POST /files/permissions?path=&mode=&owner=&group=``: as the daemon, a refusal is
+    a bare status (404 no such path, 403 not allowed, 400 anything else)."""
+    _record, handle = _running(request)
+    query = request.query
+    path = query.get("path", "")
+    if not path:
+        return web.Response(status=400)
+    mode = _go_mode(query["mode"]) if query.get("mode") else ""
+    try:
+        result = await handle.exec(["sh", "-c", _PERMISSIONS, "sh", path, mode,
+                                    _go_id(query.get("owner", "")),
+                                    _go_id(query.get("group", ""))])
+    except SandboxError as exc:
+        raise HttpError(500, exc.message) from exc
+    status = {0: 200, 2: 404, 13: 403}.get(result.exit_code, 400)
+    return web.Response(status=status)
 
 
 def _disposition(name: str, path: str) -> str:

@@ -58,7 +58,6 @@ UNSUPPORTED: tuple[tuple[str, str, str], ...] = (
     ("GET", f"{_TOOLBOX}/files/find", "searching file contents (fs.find_files)"),
     ("GET", f"{_TOOLBOX}/files/search", "searching file names (fs.search_files)"),
     ("POST", f"{_TOOLBOX}/files/replace", "replacing in files (fs.replace_in_files)"),
-    ("POST", f"{_TOOLBOX}/files/permissions", "file permissions (fs.set_file_permissions)"),
     ("POST", f"{_TOOLBOX}/env", "changing the daemon's environment"),
     ("GET", f"{_TOOLBOX}/system/metrics", "system metrics"),
     ("GET", f"{_TOOLBOX}/port", "port listing"),
