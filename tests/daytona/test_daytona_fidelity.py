@@ -28,6 +28,7 @@ from daytona import (
     FileUpload,
     Image,
     ListSandboxesQuery,
+    Sandbox,
     SandboxState,
     SessionExecuteRequest,
     VolumeMount,
@@ -265,6 +266,67 @@ def test_sync_set_file_permissions_as_the_daemon(sync_client: Daytona) -> None:
         with pytest.raises(DaytonaError):
             sandbox.fs.set_file_permissions("/tmp/perm.txt", owner="no-such-user")
         assert sandbox.fs.get_file_info("/tmp/perm.txt").permissions == "0640"
+    finally:
+        sync_client.delete(sandbox)
+
+
+def _tree(sandbox: Sandbox) -> None:
+    sandbox.fs.upload_files([
+        FileUpload(b"one needle\nno\r\nneedle two\r\n", "/tmp/t/a.txt"),
+        FileUpload(b"needle\0binary", "/tmp/t/b.bin"),
+        FileUpload(b"last needle", "/tmp/t/sub/c.txt"),
+        FileUpload(b"", "/tmp/t/sub/empty.txt"),
+        FileUpload(b"needle", "/tmp/elsewhere/d.txt"),
+    ])
+    sandbox.process.exec("ln -s ../elsewhere /tmp/t/link && ln -s a.txt /tmp/t/sub.txt")
+
+
+def test_sync_find_files_greps_text_files_as_the_daemon(sync_client: Daytona) -> None:
+    """Lines holding the pattern, numbered, in walk order (names sorted, depth first);
+    binary files and symlinks skipped."""
+    sandbox = sync_client.create()
+    try:
+        _tree(sandbox)
+        found = [(m.file, m.line, m.content) for m in sandbox.fs.find_files("/tmp/t", "needle")]
+        assert found == [("/tmp/t/a.txt", 1, "one needle"), ("/tmp/t/a.txt", 3, "needle two"),
+                         ("/tmp/t/sub/c.txt", 1, "last needle")]
+        assert sandbox.fs.find_files("/tmp/no-such-dir", "needle") == []
+    finally:
+        sync_client.delete(sandbox)
+
+
+def test_sync_search_files_matches_names_with_go_globs(sync_client: Daytona) -> None:
+    """Every entry under the path (itself included) whose name matches, in walk order;
+    symlinks are named, not followed."""
+    sandbox = sync_client.create()
+    try:
+        _tree(sandbox)
+        assert sandbox.fs.search_files("/tmp/t", "*.txt").files == [
+            "/tmp/t/a.txt", "/tmp/t/sub/c.txt", "/tmp/t/sub/empty.txt", "/tmp/t/sub.txt"]
+        assert sandbox.fs.search_files("/tmp/t/", "[^a-l]*").files == [
+            "/tmp/t/", "/tmp/t/sub", "/tmp/t/sub.txt"]
+        assert sandbox.fs.search_files("/tmp/t", "li?k").files == ["/tmp/t/link"]
+        assert sandbox.fs.search_files("/tmp/t", "[").files == []
+    finally:
+        sync_client.delete(sandbox)
+
+
+def test_sync_replace_in_files_reports_each_file(sync_client: Daytona) -> None:
+    """Every occurrence is replaced in place (through a symlink, the mode kept); a file
+    that cannot be read fails alone, with Go's error text."""
+    sandbox = sync_client.create()
+    try:
+        _tree(sandbox)
+        sandbox.process.exec("chmod 750 /tmp/t/a.txt")
+        results = sandbox.fs.replace_in_files(
+            ["/tmp/t/sub.txt", "/tmp/t/missing.txt", "/tmp/t/sub"], "needle", "pin")
+        assert [(r.file, r.success, r.error) for r in results] == [
+            ("/tmp/t/sub.txt", True, None),
+            ("/tmp/t/missing.txt", False, "open /tmp/t/missing.txt: no such file or directory"),
+            ("/tmp/t/sub", False, "read /tmp/t/sub: is a directory")]
+        assert sandbox.fs.download_file("/tmp/t/a.txt") == b"one pin\nno\r\npin two\r\n"
+        assert sandbox.process.exec("stat -c %F:%a /tmp/t/sub.txt /tmp/t/a.txt").result == \
+            "symbolic link:777\nregular file:750\n"
     finally:
         sync_client.delete(sandbox)
 

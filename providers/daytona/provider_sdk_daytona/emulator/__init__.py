@@ -39,6 +39,7 @@ from provider_sdk.config import Secret, env_setting, open_provider
 from provider_sdk.emulators import BODY_LIMIT, EmulatorOptions, Faults, RunningEmulator
 from provider_sdk.errors import SandboxError
 from provider_sdk_daytona.emulator import _control as api
+from provider_sdk_daytona.emulator import _search as search
 from provider_sdk_daytona.emulator import _toolbox as toolbox
 from provider_sdk_daytona.emulator import _unsupported as unsupported
 from provider_sdk_daytona.emulator._http import (
@@ -111,6 +112,9 @@ def routes() -> list[web.RouteDef]:
         web.post(f"{_TOOLBOX}/files/folder", toolbox.create_folder),
         web.post(f"{_TOOLBOX}/files/move", toolbox.move_file),
         web.post(f"{_TOOLBOX}/files/permissions", toolbox.set_permissions),
+        web.get(f"{_TOOLBOX}/files/find", search.find_in_files),
+        web.get(f"{_TOOLBOX}/files/search", search.search_files),
+        web.post(f"{_TOOLBOX}/files/replace", search.replace_in_files),
         web.post(f"{_TOOLBOX}/files/bulk-upload", toolbox.bulk_upload),
         web.post(f"{_TOOLBOX}/files/bulk-download", toolbox.bulk_download),
         # the emulator's own admin endpoint

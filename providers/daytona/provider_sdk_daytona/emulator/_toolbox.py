@@ -61,7 +61,7 @@ _SHELL = ('exec 2>&1; if command -v bash >/dev/null 2>&1; then exec bash -c "$1"
           'exec sh -c "$1"')
 
 
-def _running(request: web.Request) -> tuple[SandboxRecord, Sandbox]:
+def running(request: web.Request) -> tuple[SandboxRecord, Sandbox]:
     """The sandbox the path names, which must be started."""
     ctx = context(request)
     key = request.match_info["sandbox"]
@@ -104,7 +104,7 @@ def _path(request: web.Request, name: str = "path") -> str:
 async def execute(request: web.Request) -> web.Response:
     """``POST /process/execute``: run to completion; when the timeout kills it, the
     daemon's 408 (``REQUEST_TIMEOUT``), whatever the command wrote."""
-    _record, handle = _running(request)
+    _record, handle = running(request)
     body = await request.json()
     command = body.get("command")
     if not isinstance(command, str):
@@ -142,7 +142,7 @@ def _session(request: web.Request, record: SandboxRecord) -> SessionRecord:
 
 async def create_session(request: web.Request) -> web.Response:
     """``POST /process/session``: a persistent shell."""
-    record, handle = _running(request)
+    record, handle = running(request)
     session_id = (await request.json()).get("sessionId")
     if not isinstance(session_id, str) or not session_id:
         raise HttpError(400, "sessionId is required", "BAD_REQUEST")
@@ -158,19 +158,19 @@ async def create_session(request: web.Request) -> web.Response:
 
 async def list_sessions(request: web.Request) -> web.Response:
     """``GET /process/session``."""
-    record, _handle = _running(request)
+    record, _handle = running(request)
     return json_response([s.to_json() for s in record.sessions.values()])
 
 
 async def get_session(request: web.Request) -> web.Response:
     """``GET /process/session/{session}``."""
-    record, _handle = _running(request)
+    record, _handle = running(request)
     return json_response(_session(request, record).to_json())
 
 
 async def delete_session(request: web.Request) -> web.Response:
     """``DELETE /process/session/{session}``: ends the shell and what it runs."""
-    record, _handle = _running(request)
+    record, _handle = running(request)
     session = _session(request, record)
     del record.sessions[session.id]
     await session.shell.close()
@@ -180,7 +180,7 @@ async def delete_session(request: web.Request) -> web.Response:
 async def session_exec(request: web.Request) -> web.Response:
     """``POST /process/session/{session}/exec``: sync (200 with output) or async (202).
     Commands run one after another; a session whose shell exited answers 410."""
-    record, _handle = _running(request)
+    record, _handle = running(request)
     session = _session(request, record)
     body = await request.json()
     command = body.get("command")
@@ -208,7 +208,7 @@ def _text(data: bytearray) -> str:
 
 async def _command(request: web.Request) -> CommandRecord:
     """The command the path names, its logs brought up to date."""
-    record, _handle = _running(request)
+    record, _handle = running(request)
     session = _session(request, record)
     key = request.match_info["command"]
     cmd = session.commands.get(key)
@@ -234,7 +234,7 @@ async def command_logs(request: web.Request) -> web.StreamResponse:
     ws = web.WebSocketResponse()
     await ws.prepare(request)
     sent_out = sent_err = 0
-    record, _handle = _running(request)
+    record, _handle = running(request)
     shell = _session(request, record).shell
     while True:
         finished = cmd.done.is_set()
@@ -271,19 +271,19 @@ def _file_info(info: FileInfo) -> dict[str, Any]:
 
 async def work_dir(request: web.Request) -> web.Response:
     """``GET /work-dir``: where commands start."""
-    record, _handle = _running(request)
+    record, _handle = running(request)
     return json_response({"dir": record.workdir})
 
 
 async def home_dir(request: web.Request) -> web.Response:
     """``GET /user-home-dir``: the sandbox user's ``$HOME``."""
-    record, _handle = _running(request)
+    record, _handle = running(request)
     return json_response({"dir": record.home})
 
 
 async def list_files(request: web.Request) -> web.Response:
     """``GET /files?path=``."""
-    _record, handle = _running(request)
+    _record, handle = running(request)
     try:
         entries = await handle.files.list(_path(request))
     except SandboxError as exc:
@@ -293,7 +293,7 @@ async def list_files(request: web.Request) -> web.Response:
 
 async def file_info(request: web.Request) -> web.Response:
     """``GET /files/info?path=``: the entry itself, a symlink not followed."""
-    _record, handle = _running(request)
+    _record, handle = running(request)
     try:
         return json_response(_file_info(await handle.files.stat(_path(request))))
     except SandboxError as exc:
@@ -302,7 +302,7 @@ async def file_info(request: web.Request) -> web.Response:
 
 async def create_folder(request: web.Request) -> web.Response:
     """``POST /files/folder?path=&mode=``: with its parents; existing is fine."""
-    _record, handle = _running(request)
+    _record, handle = running(request)
     try:
         await handle.files.mkdir(_path(request), parents=True, exist_ok=True)
     except SandboxError as exc:
@@ -312,7 +312,7 @@ async def create_folder(request: web.Request) -> web.Response:
 
 async def delete_file(request: web.Request) -> web.Response:
     """``DELETE /files?path=&recursive=``."""
-    _record, handle = _running(request)
+    _record, handle = running(request)
     try:
         await handle.files.remove(_path(request),
                                   recursive=request.query.get("recursive") == "true")
@@ -323,7 +323,7 @@ async def delete_file(request: web.Request) -> web.Response:
 
 async def move_file(request: web.Request) -> web.Response:
     """``POST /files/move?source=&destination=``."""
-    _record, handle = _running(request)
+    _record, handle = running(request)
     try:
         await handle.files.rename(_path(request, "source"), _path(request, "destination"))
     except SandboxError as exc:
@@ -334,7 +334,7 @@ async def move_file(request: web.Request) -> web.Response:
 async def bulk_upload(request: web.Request) -> web.Response:
     """``POST /files/bulk-upload``: parts ``files[i].path`` then ``files[i].file``, each
     file streamed into the sandbox as it arrives."""
-    _record, handle = _running(request)
+    _record, handle = running(request)
     # aiohttp inflates a compressed body step by step; its total is held here.
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
     inflated = 0
@@ -422,7 +422,7 @@ def _go_id(given: str) -> str:
 async def set_permissions(request: web.Request) -> web.Response:
     """``POST /files/permissions?path=&mode=&owner=&group=``: as the daemon, a refusal is
     a bare status (404 no such path, 403 not allowed, 400 anything else)."""
-    _record, handle = _running(request)
+    _record, handle = running(request)
     query = request.query
     path = query.get("path", "")
     if not path:
@@ -486,7 +486,7 @@ async def _file_part(response: web.StreamResponse, handle: Sandbox, path: str,
 async def bulk_download(request: web.Request) -> web.StreamResponse:
     """``POST /files/bulk-download``: one part per requested path, in order, each with
     the file's size as its ``Content-Length`` (what the SDK reports progress against)."""
-    _record, handle = _running(request)
+    _record, handle = running(request)
     paths = (await request.json()).get("paths")
     if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
         raise HttpError(400, "paths must be a list of strings", "BAD_REQUEST")
