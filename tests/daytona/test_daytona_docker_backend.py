@@ -6,11 +6,20 @@ answers, except under CI (``CI=true``), where a missing engine is a failure."""
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from anyio.from_thread import start_blocking_portal
+from daytona import (
+    AsyncDaytona,
+    CreateSandboxFromSnapshotParams,
+    CreateSnapshotParams,
+    DaytonaConfig,
+    DaytonaNotFoundError,
+    Image,
+)
 from engines import require_docker
 from provider_sdk_daytona.provider import DaytonaProvider
 
@@ -101,3 +110,34 @@ async def test_a_failing_build_is_a_template_build_error(provider: DaytonaProvid
     failed = [t for t in await provider.list_templates() if t.id.startswith(spec.name)]
     assert [t.extra["state"] for t in failed] == ["build_failed"]
     await provider.delete_template(failed[0].id)
+
+
+async def test_an_image_built_from_a_dockerfile_keeps_its_working_directory(
+        docker_emulator: emulators.RunningEmulator, base_image: str) -> None:
+    """Only Daytona's default image runs in /home/daytona: a snapshot built from a
+    Dockerfile, and one taken from a sandbox of it, keep the image's WORKDIR."""
+    config = DaytonaConfig(api_key=docker_emulator.api_key.reveal(),
+                           api_url=docker_emulator.settings["DAYTONA_API_URL"])
+    name = f"fidelity-workdir-{secrets.token_hex(4)}"
+    async with AsyncDaytona(config) as client:
+        built = await client.snapshot.create(CreateSnapshotParams(
+            name=name, image=Image.base(base_image).workdir("/srv")))
+        copy_name = f"{name}-copy"
+        try:
+            sandbox = await client.create(CreateSandboxFromSnapshotParams(snapshot=name))
+            try:
+                assert (await sandbox.process.exec("pwd")).result == "/srv\n"
+                await sandbox.create_snapshot(copy_name)
+            finally:
+                await client.delete(sandbox)
+            copy = await client.create(CreateSandboxFromSnapshotParams(snapshot=copy_name))
+            try:
+                assert (await copy.process.exec("pwd")).result == "/srv\n"
+                assert await copy.get_work_dir() == "/srv"
+            finally:
+                await client.delete(copy)
+        finally:
+            for made in (copy_name, name):
+                with contextlib.suppress(DaytonaNotFoundError):
+                    await client.snapshot.delete(made)
+        assert built.state == "active"

@@ -105,7 +105,7 @@ async def boot(request: web.Request, record: SandboxRecord) -> None:
     snapshot = record.stopped_snapshot or record.backend_snapshot
     # A sandbox of Daytona's default image (or of a snapshot of one) runs as its user, in
     # its home; one built from a Dockerfile keeps what its image says.
-    default = record.backend_template is None
+    default = record.daytona_image
     spec = SandboxSpec(env={**DEFAULT_ENV, **record.env} if default else record.env,
                        cwd=HOME if default else None, metadata={BACKEND_TAG: record.id},
                        snapshot=snapshot,
@@ -233,6 +233,7 @@ async def create_sandbox(request: web.Request) -> web.Response:
         auto_delete_interval=_int(body, "autoDeleteInterval", -1),
         volumes=volumes, backend_snapshot=snapshot.backend_snapshot if snapshot else None,
         backend_template=snapshot.backend_template if snapshot else None,
+        daytona_image=snapshot.daytona_image if snapshot else True,
         build_info=_build_info(body.get("buildInfo"), stamp),
     )
     await boot(request, record)
@@ -385,6 +386,7 @@ async def snapshot_sandbox(request: web.Request) -> web.Response:
     snap = await record.handle.snapshot()
     snapshot = SnapshotRecord(id=new_id(), name=name, created_at=now(),
                               backend_snapshot=snap.id, source_sandbox_id=record.id,
+                              daytona_image=record.daytona_image,
                               cpu=record.cpu, memory=record.memory, disk=record.disk)
     store.snapshots[snapshot.id] = snapshot
     state_changed(request)
@@ -485,6 +487,7 @@ async def create_snapshot(request: web.Request) -> web.Response:
             built = await store.backend.build_template(
                 TemplateSpec(name=f"daytona-{snapshot.id}", dockerfile=dockerfile))
             snapshot.backend_template = built.id
+            snapshot.daytona_image = False
         except TemplateBuildError as exc:
             snapshot.state = "build_failed"
             # The builder's own output, as Daytona reports it: the steps, then the error.

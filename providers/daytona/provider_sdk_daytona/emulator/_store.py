@@ -103,6 +103,9 @@ class SandboxRecord:
     backend_template: str | None = None
     """The backend template to start from, when its snapshot was built from a Dockerfile."""
     stopped_snapshot: str | None = None
+    daytona_image: bool = True
+    """It runs Daytona's default image (as its user, in its home), not one built from a
+    Dockerfile (which says its own user and working directory)."""
     handle: Sandbox | None = None
     workdir: str = "/"
     home: str = "/"
@@ -177,6 +180,9 @@ class SnapshotRecord:
     source_sandbox_id: str | None = None
     general: bool = False
     """Daytona's own (the default snapshot): every organisation sees it, none owns it."""
+    daytona_image: bool = True
+    """Its sandboxes run Daytona's default image: it was not built from a Dockerfile,
+    nor taken from a sandbox of one that was."""
     cpu: int = 1
     memory: int = 1
     disk: int = 3
