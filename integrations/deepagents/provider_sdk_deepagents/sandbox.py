@@ -3,9 +3,9 @@
 ``execute`` runs the command with ``bash -c`` (stderr joined to stdout, so the output
 is combined in the order it was written); ``upload_files``, ``download_files``,
 ``read``, ``write``, ``ls`` and ``delete`` use the provider's files API instead of
-scripts run through ``execute``; ``edit``, ``grep`` and ``glob`` keep deepagents'
-server-side scripts, which do the work where the file is. Every async method runs on
-the async API (see :mod:`provider_sdk_deepagents._loop`); every sync one blocks on it.
+scripts run through ``execute``; ``edit``, ``grep`` and ``glob`` run scripts in the
+sandbox, which do the work where the files are. Every async method runs on
+the async API, in the event loop its provider lives in; every sync one blocks on it.
 
 This module owns the translation between deepagents' results and provider-sdk's calls
 and errors; it must not know any provider by name.
