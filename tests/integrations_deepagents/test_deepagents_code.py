@@ -4,7 +4,10 @@ owner's sandbox again through the binding store after a restart, and deletes."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,44 @@ def test_entry_point_loads_a_provider_made_without_arguments() -> None:
     assert isinstance(provider, CodeSandboxProvider)
     for method in ("get_or_create", "delete", "aget_or_create", "adelete"):
         assert callable(getattr(provider, method))
+
+
+def test_metadata_is_deepagents_codes_own_type_when_it_is_installed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert CodeSandboxProvider().metadata is None  # deepagents-code is not installed here
+
+    @dataclasses.dataclass(frozen=True)
+    class SandboxProviderMetadata:  # the fields deepagents-code's registry reads
+        name: str
+        working_dir: str
+        install: object = None
+        supports_sandbox_id: bool = True
+        supports_snapshot_name: bool = False
+        backend_module: str | None = None
+
+    module = types.ModuleType("deepagents_code.integrations.sandbox_provider")
+    module.SandboxProviderMetadata = SandboxProviderMetadata  # type: ignore[attr-defined]
+    for name in ("deepagents_code", "deepagents_code.integrations"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    meta = CodeSandboxProvider().metadata
+    assert isinstance(meta, SandboxProviderMetadata)
+    assert (meta.name, meta.working_dir) == ("psdk", "/home/user")
+    assert (meta.supports_sandbox_id, meta.supports_snapshot_name) == (True, False)
+    assert meta.backend_module is not None
+    importlib.import_module(meta.backend_module)  # the registry's pre-flight probe
+
+
+def test_provider_options_which_may_hold_credentials_stay_out_of_reprs(
+        params: dict[str, Any]) -> None:
+    provider = CodeSandboxProvider()
+    options = {**params["provider_options"]}
+    made = provider.get_or_create(provider="local", provider_options=options)
+    try:
+        shown = repr(provider) + repr(made) + repr(provider._made[made.id])
+        assert params["provider_options"]["home"] not in shown
+    finally:
+        provider.delete(sandbox_id=made.id)
 
 
 def test_get_or_create_creates_and_finds_again_by_id(params: dict[str, Any]) -> None:

@@ -47,7 +47,7 @@ class _Made:
     """How a sandbox this object returned was made: what ``delete`` needs to reach it."""
 
     provider: str | None
-    options: Mapping[str, Any]
+    options: Mapping[str, Any] = attrs.field(repr=False)  # may hold credentials
     owner: str | None
     backend: ProviderSandbox
 
