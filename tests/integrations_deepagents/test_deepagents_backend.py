@@ -212,3 +212,14 @@ def test_the_relative_path_rules_of_file_transfers(backend: ProviderSandbox,
     assert backend.download_files(["relative.txt"])[0].error == "invalid_path"
     backend.execute("mkdir -p /tmp/dir-download")
     assert backend.download_files(["/tmp/dir-download"])[0].error == "is_directory"
+
+
+@pytest.mark.anyio
+async def test_async_with_kills_the_sandbox_at_the_end_of_the_block(home: str) -> None:
+    async with await ProviderSandbox.acreate(provider="local",
+                                             provider_options={"home": home}) as backend:
+        sandbox_id = backend.id
+        assert (await backend.aexecute("echo inside")).output == "inside\n"
+    assert backend.closed
+    async with open_provider("local", home=home) as provider:
+        assert sandbox_id not in {i.id for i in await provider.list()}

@@ -19,6 +19,7 @@ import posixpath
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, TypeVar, overload
 
+import anyio
 from deepagents.backends.protocol import (
     FILE_NOT_FOUND,
     INVALID_PATH,
@@ -329,7 +330,8 @@ class ProviderSandbox(BaseSandbox):
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.adelete()
+        with anyio.CancelScope(shield=True):  # a cancelled block still kills its sandbox
+            await self.adelete()
 
     def _check_open(self) -> None:
         if self._closed:
