@@ -5,7 +5,9 @@ backend of a sandbox the caller already has, and its two kinds of delete."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -223,3 +225,36 @@ async def test_async_with_kills_the_sandbox_at_the_end_of_the_block(home: str) -
     assert backend.closed
     async with open_provider("local", home=home) as provider:
         assert sandbox_id not in {i.id for i in await provider.list()}
+
+
+def test_a_backend_whose_loop_has_ended_says_so(home: str) -> None:
+    async def made_in_a_loop() -> ProviderSandbox:
+        return await ProviderSandbox.acreate(provider="local", provider_options={"home": home})
+
+    backend = asyncio.run(made_in_a_loop())
+    with pytest.raises(RuntimeError, match="no longer runs"):
+        backend.execute("true")
+    with psdk_sync.open_provider("local", home=home) as provider:
+        provider.kill(backend.id)
+
+
+def test_an_interrupted_call_cancels_the_command_in_the_sandbox(
+        backend: ProviderSandbox) -> None:
+    main = threading.main_thread().ident
+    assert main == threading.get_ident(), "runs in the main thread, where SIGINT lands"
+    backend.execute("rm -f /tmp/interrupted-started /tmp/interrupted-finished")
+
+    def interrupt() -> None:  # as Ctrl-C would, once the command runs
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if backend.download_files(["/tmp/interrupted-started"])[0].error is None:
+                break
+            time.sleep(0.05)
+        signal.pthread_kill(main, signal.SIGINT)  # type: ignore[arg-type]
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        backend.execute("touch /tmp/interrupted-started; sleep 3; "
+                        "touch /tmp/interrupted-finished")
+    time.sleep(3.5)
+    assert backend.execute("test -e /tmp/interrupted-finished; echo $?").output == "1\n"

@@ -15,7 +15,9 @@ This module must not know deepagents or any provider.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -72,20 +74,38 @@ class ProviderLoop:
     def call(self, func: Callable[..., Awaitable[T]], /, *args: Any) -> T:
         """Run ``func(*args)`` in the provider's loop and wait for it, blocking.
 
+        If the wait is interrupted (``KeyboardInterrupt``), the work is cancelled and
+        its cleanup finishes before the interruption propagates.
+
         Raises:
             RuntimeError: called from the provider's own loop (it would wait on
                 itself), or that loop no longer runs.
         """
-        if self._portal is not None:
-            return self._portal.call(func, *args)
+        finished = threading.Event()
+
+        async def run() -> T:
+            try:
+                return await func(*args)
+            finally:
+                finished.set()
+
         if _running_loop() is self._loop:
             raise RuntimeError("this backend's provider runs in the calling event loop: "
                                "use the async methods (aexecute, aread, ...) there")
-        if self._loop.is_closed() or not self._loop.is_running():
-            raise RuntimeError("the event loop this backend was made in no longer runs")
-        future: Any = asyncio.run_coroutine_threadsafe(_await(func, *args), self._loop)
-        result: T = future.result()
-        return result
+        future: concurrent.futures.Future[T]
+        if self._portal is not None:
+            future = self._portal.start_task_soon(run)
+        else:
+            if self._loop.is_closed() or not self._loop.is_running():
+                raise RuntimeError("the event loop this backend was made in no longer runs")
+            future = asyncio.run_coroutine_threadsafe(run(), self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            if not future.done():
+                future.cancel()
+                finished.wait()
+            raise
 
     async def acall(self, func: Callable[..., Awaitable[T]], /, *args: Any) -> T:
         """Await ``func(*args)``: directly in the provider's loop, else scheduled onto it."""
