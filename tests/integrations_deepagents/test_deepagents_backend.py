@@ -258,3 +258,10 @@ def test_an_interrupted_call_cancels_the_command_in_the_sandbox(
                         "touch /tmp/interrupted-finished")
     time.sleep(3.5)
     assert backend.execute("test -e /tmp/interrupted-finished; echo $?").output == "1\n"
+
+
+def test_edit_changes_a_file_in_place_keeping_its_mode(backend: ProviderSandbox) -> None:
+    backend.execute("printf 'echo before\\n' > /tmp/tool.sh && chmod 755 /tmp/tool.sh")
+    assert backend.edit("/tmp/tool.sh", "before", "after").occurrences == 1
+    result = backend.execute("stat -c %a /tmp/tool.sh && /tmp/tool.sh")
+    assert result.output == "755\nafter\n"
