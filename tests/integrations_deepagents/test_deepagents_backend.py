@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -265,3 +267,17 @@ def test_edit_changes_a_file_in_place_keeping_its_mode(backend: ProviderSandbox)
     assert backend.edit("/tmp/tool.sh", "before", "after").occurrences == 1
     result = backend.execute("stat -c %a /tmp/tool.sh && /tmp/tool.sh")
     assert result.output == "755\nafter\n"
+
+
+def test_a_backend_left_open_does_not_hold_the_interpreter_at_exit(home: str) -> None:
+    script = ("from provider_sdk_deepagents import ProviderSandbox\n"
+              "b = ProviderSandbox.create(provider='local',\n"
+              f"                          provider_options={{'home': {home!r}}})\n"
+              "print(b.id)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    left = done.stdout.strip()
+    with psdk_sync.open_provider("local", home=home) as provider:
+        assert left in {i.id for i in provider.list()}  # the sandbox outlives the process
+        provider.kill(left)

@@ -21,7 +21,8 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from anyio.from_thread import BlockingPortal, start_blocking_portal
+import anyio
+from anyio.from_thread import BlockingPortal
 
 __all__ = ["ProviderLoop"]
 
@@ -33,10 +34,6 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
-
-
-async def _current_loop() -> asyncio.AbstractEventLoop:
-    return asyncio.get_running_loop()
 
 
 class ProviderLoop:
@@ -51,14 +48,42 @@ class ProviderLoop:
 
     @classmethod
     def start(cls) -> ProviderLoop:
-        """A loop of its own, in a thread, until :meth:`close`."""
+        """A loop of its own, in a daemon thread, until :meth:`close`.
+
+        A daemon thread, so that a backend nobody closed does not hold the interpreter
+        at exit (its sandbox outlives the process, as every sandbox does).
+        """
+        ready = threading.Event()
+        found: list[tuple[BlockingPortal, asyncio.AbstractEventLoop]] = []
+        failed: list[BaseException] = []
+
+        async def serve() -> None:
+            async with BlockingPortal() as portal:
+                found.append((portal, asyncio.get_running_loop()))
+                ready.set()
+                await portal.sleep_until_stopped()
+
+        def run() -> None:
+            try:
+                anyio.run(serve, backend="asyncio")
+            except BaseException as exc:
+                failed.append(exc)
+            finally:
+                ready.set()
+
+        thread = threading.Thread(target=run, name="provider-sdk-deepagents", daemon=True)
+        thread.start()
+        ready.wait()
+        if not found:
+            raise RuntimeError("the backend's event loop did not start") from (
+                failed[0] if failed else None)
+        portal, loop = found[0]
+        def stop() -> None:
+            portal.call(portal.stop)
+            thread.join()
+
         stack = contextlib.ExitStack()
-        try:
-            portal = stack.enter_context(start_blocking_portal("asyncio"))
-            loop = portal.call(_current_loop)
-        except BaseException:
-            stack.close()
-            raise
+        stack.callback(stop)
         return cls(loop, portal=portal, stack=stack)
 
     @classmethod
