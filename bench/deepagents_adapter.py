@@ -63,7 +63,7 @@ async def main(rounds: int) -> None:
                 await sandbox.files.write(FILE, data)
                 assert await sandbox.files.read(FILE) == data
 
-            ta, tb = await paired(timed(adapter_files), timed(direct_files), rounds * 2)
+            ta, tb = await paired(timed(adapter_files), timed(direct_files), rounds * 5)
             report_paired("deepagents.file_1mib_upload_download_p50", ta, tb, goal=1.05)
         finally:
             await backend.adelete()
