@@ -17,7 +17,7 @@ import asyncio
 import json
 import posixpath
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, overload
 
 import anyio
 from deepagents.backends.protocol import (
@@ -56,9 +56,8 @@ from provider_sdk.sync import SyncSandbox
 from provider_sdk_deepagents import _read
 from provider_sdk_deepagents._loop import ProviderLoop
 
-__all__ = ["DEFAULT_TIMEOUT", "NATIVE_READ_LIMIT", "ProviderSandbox"]
-
-T = TypeVar("T")
+__all__ = ["DEFAULT_TIMEOUT", "GLOB_TIMEOUT", "NATIVE_READ_LIMIT", "TIMEOUT_EXIT_CODE",
+           "ProviderSandbox"]
 
 DEFAULT_TIMEOUT = 30 * 60
 """Seconds a command may run when ``execute`` is given no ``timeout``."""
