@@ -56,8 +56,8 @@ async def test_sandbox_runs_as_user_1000_with_its_own_hostname(provider: LocalPr
 async def test_arguments_and_environment_up_to_the_kernels_limit_reach_the_command(
         provider: LocalProvider) -> None:
     """A command's arguments and environment go to the sandbox's spawner in a memory
-    file when they outgrow a packet: 1.1 MiB of them run (the kernel allows 2 MiB, 128 KiB a string), and
-    past the kernel's limit the command fails as it would on any Linux."""
+    file when they outgrow a packet: 1.1 MiB of them run (the kernel allows 2 MiB, and
+    128 KiB a string), and past that the command fails as it would on any Linux."""
     sandbox = await provider.create()
     pieces = [str(i) * (100 << 10) for i in range(10)]
     ran = await sandbox.exec(["sh", "-c", 'echo $# ${#BIG}; printf %s "$@" | md5sum',
