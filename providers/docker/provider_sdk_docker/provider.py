@@ -8,7 +8,7 @@ else on the Engine is listed or touched.
 Mapping: ``pause`` is ``docker pause`` (the cgroup freezer: memory kept); a snapshot is
 ``docker commit`` (the container's filesystem and its bounded directories, not its memory
 or volumes); on an Engine without storage quotas, ``/tmp``, ``/home``, ``/root`` and the
-working directory are bounded (:mod:`provider_sdk_docker._bounded`); volumes are
+working directory are bounded (see ``_bounded.py``); volumes are
 Docker named volumes labelled ``psdk.volume``; metadata are labels; metrics come from the
 stats API; ``build_template`` is a classic-builder image build with networking off,
 cached by the content hash of the Dockerfile and its context.
