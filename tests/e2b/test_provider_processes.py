@@ -13,6 +13,7 @@ from provider_sdk_e2b import provider as e2b_provider
 
 from provider_sdk import open_provider
 from provider_sdk.emulators import RunningEmulator
+from provider_sdk.errors import ProcessNotFound
 from provider_sdk.provider import SandboxProvider
 
 pytestmark = pytest.mark.anyio
@@ -40,6 +41,19 @@ async def test_wait_after_the_process_exited_still_gets_its_exit(
         with anyio.fail_after(30):
             result = await process.wait()
         assert (result.exit_code, result.stdout) == (7, "done\n")
+
+
+async def test_closing_the_stdin_of_a_process_that_ended_does_nothing(
+        provider: SandboxProvider) -> None:
+    """envd answers "not found" for a process that has ended; closing its stdin is a
+    no-op, as on every provider, however quickly the process ended."""
+    async with provider.create() as sandbox:
+        process = await sandbox.start(["sh", "-c", "exit 4"])
+        with anyio.fail_after(30):
+            assert (await process.wait()).exit_code == 4
+        await process.close_stdin()
+        with pytest.raises(ProcessNotFound):
+            await sandbox.provider._close_stdin(sandbox.id, 999_999)
 
 
 async def test_kept_output_is_bounded_oldest_dropped_first(

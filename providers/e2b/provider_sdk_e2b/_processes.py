@@ -394,9 +394,15 @@ class ProcessesMixin(ErrorsMixin):
     async def _close_stdin(self, sandbox_id: str, pid: int) -> None:
         await self._attach(sandbox_id, pid)
         handle = await self._handle(sandbox_id)
-        with self._deadline(sandbox_id), self._translate(sandbox_id, what="process"):
-            await self._retrying(sandbox_id, lambda: handle.rpc.close_stdin(
-                process_pb.CloseStdinRequest(process=_selector(pid))))
+        try:
+            with self._deadline(sandbox_id), self._translate(sandbox_id, what="process"):
+                await self._retrying(sandbox_id, lambda: handle.rpc.close_stdin(
+                    process_pb.CloseStdinRequest(process=_selector(pid))))
+        except errors.ProcessNotFound:
+            # envd forgets a process once it has ended: a process this provider knows
+            # has no stdin left to close.
+            if (sandbox_id, pid) not in self._procs:
+                raise
 
     async def _kill_process(self, sandbox_id: str, pid: int) -> None:
         handle = await self._handle(sandbox_id)
