@@ -444,16 +444,19 @@ class ControlPlane:
         default the sandbox's whole life), as E2B's API answers from the readings it
         keeps. A running sandbox is read now, and the reading kept with the rest."""
         record = self._record(request)
-        first = self._unix(request, "start", default=int(record.started_at.timestamp()))
-        last = self._unix(request, "end", default=int(now().timestamp()))
-        if first > last:
+        first = self._unix(request, "start",
+                           default=int(record.started_at.timestamp())) or 0
+        last = self._unix(request, "end", default=None)
+        if last is not None and first > last:
             raise ApiError(400, "Invalid time range for metrics")
         if record.state == "running" and self.world.provider.supports(Capability.METRICS):
             record.metrics.append(await self._reading(record))
+        if last is None:  # now, once the reading is taken: it may be a second later
+            last = int(now().timestamp())
         return json_response(200, [m for m in record.metrics
                                    if first <= m["timestampUnix"] <= last])
 
-    def _unix(self, request: Request, name: str, *, default: int) -> int:
+    def _unix(self, request: Request, name: str, *, default: int | None) -> int | None:
         raw = request.query.get(name)
         if raw is None or raw == "":
             return default
