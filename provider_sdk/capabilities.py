@@ -49,6 +49,11 @@ class Capability(str, enum.Enum):
     """``SandboxSpec.network`` is honoured at create."""
     NETWORK_UPDATE = "network.update"
     """``update_network(policy)`` changes a running sandbox's policy."""
+    FILES_PERMISSIONS = "files.permissions"
+    """The files API honours permission bits as the kernel does for the sandbox's
+    unprivileged user: reading a file that user may not read, or writing over one it may
+    not write, raises ``PermissionDenied`` and leaves the file as it was; writing over a
+    file keeps its mode."""
     LIST_METADATA = "list.metadata"
     """``list(metadata=...)`` filters on the backend, not by fetching everything."""
     METRICS = "metrics"

@@ -14,17 +14,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from provider_sdk.capabilities import Capability
 from provider_sdk.errors import (
     FileExists,
     FileNotFound,
     InvalidInput,
     IsADirectory,
     NotADirectory,
+    PermissionDenied,
     SandboxError,
 )
 from provider_sdk.models import FileType
 from provider_sdk.sandbox import Sandbox
 from provider_sdk_contract.base import ContractBase, Factory
+from provider_sdk_contract.markers import requires
 from provider_sdk_contract.support import RssGrowth, new_marker
 
 _MiB = 1 << 20
@@ -124,6 +127,41 @@ class FilesContract(ContractBase):
         await sandbox.files.write("/tmp/psdk-replace.txt", b"a long original content")
         await sandbox.files.write("/tmp/psdk-replace.txt", b"short")
         assert await sandbox.files.read("/tmp/psdk-replace.txt") == b"short"
+
+    @requires(Capability.FILES_PERMISSIONS)
+    async def test_files_write_over_a_read_only_file_is_permission_denied(
+            self, sandbox: Sandbox) -> None:
+        """A file its user may not write is not replaced: ``PermissionDenied``, and the
+        file keeps its content and mode."""
+        path = "/tmp/psdk-read-only.txt"
+        await sandbox.files.write(path, b"original")
+        assert (await sandbox.exec(["chmod", "444", path])).exit_code == 0
+        with pytest.raises(PermissionDenied, match=r"psdk-read-only\.txt"):
+            await sandbox.files.write(path, b"replaced")
+        assert await sandbox.files.read(path) == b"original"
+        assert (await sandbox.files.stat(path)).mode & 0o777 == 0o444
+        assert not [e.name for e in await sandbox.files.list("/tmp")
+                    if e.name.startswith(".psdk")]  # no temporary file left
+
+    @requires(Capability.FILES_PERMISSIONS)
+    async def test_files_read_of_an_unreadable_file_is_permission_denied(
+            self, sandbox: Sandbox) -> None:
+        """A file its user may not read is not read: ``PermissionDenied``."""
+        path = "/tmp/psdk-write-only.txt"
+        await sandbox.files.write(path, b"secret")
+        assert (await sandbox.exec(["chmod", "200", path])).exit_code == 0
+        with pytest.raises(PermissionDenied, match=r"psdk-write-only\.txt"):
+            await sandbox.files.read(path)
+
+    @requires(Capability.FILES_PERMISSIONS)
+    async def test_files_write_over_a_file_keeps_its_mode(self, sandbox: Sandbox) -> None:
+        """Writing over an executable leaves it executable, with the new content."""
+        path = "/tmp/psdk-script.sh"
+        await sandbox.files.write(path, "#!/bin/sh\necho old\n")
+        assert (await sandbox.exec(["chmod", "750", path])).exit_code == 0
+        await sandbox.files.write(path, "#!/bin/sh\necho new\n")
+        assert (await sandbox.files.stat(path)).mode & 0o777 == 0o750
+        assert (await sandbox.exec([path])).stdout == "new\n"
 
     async def test_files_write_empty_file(self, sandbox: Sandbox) -> None:
         """An empty file is created, with size 0."""

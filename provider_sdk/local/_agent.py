@@ -452,19 +452,25 @@ class Agent:
             os.close(fd)
 
     def op_write(self, conn: Conn, req: dict[str, Any]) -> None:
+        """Replace or create a file whole, through a temporary file renamed over it: a
+        write that fails leaves the old file as it was. An existing file keeps its mode,
+        and one the sandbox user may not write is refused, as an open for writing is."""
         path = self.path(req["path"])
-        if os.path.isdir(path):
-            drain_client(conn)
-            raise OpError("IsADirectory", f"{self.shown(path)} is a directory")
-        parent = os.path.dirname(path)
         try:
+            mode = writable_mode(path, self.shown(path))
+            parent = os.path.dirname(path)
             os.makedirs(parent, exist_ok=True)
             tmp = os.path.join(parent, f".psdk-write-{os.getpid()}-{threading.get_ident()}")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        except OSError:
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            except OSError as exc:  # named by the user's path, not the temporary file's
+                raise OSError(exc.errno, exc.strerror, path) from None
+        except (OSError, OpError):
             drain_client(conn)
             raise
         try:
+            if mode is not None:
+                os.fchmod(fd, mode)
             while True:
                 frame = conn.recv()
                 if frame is None:
@@ -476,7 +482,10 @@ class Agent:
                     view = view[os.write(fd, view):]
             os.close(fd)
             fd = -1
-            os.replace(tmp, path)
+            try:
+                os.replace(tmp, path)
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror, path) from None
         finally:
             if fd >= 0:
                 os.close(fd)
@@ -559,6 +568,26 @@ def drain_client(conn: Conn) -> None:
 def close_quietly(f: Any) -> None:
     with contextlib.suppress(OSError):
         f.close()
+
+
+def writable_mode(path: str, shown: str) -> int | None:
+    """The permission bits of the regular file at ``path``, once an open for writing
+    (with the sandbox user's file-system ids) shows that it may be written; None where
+    nothing is there yet. A directory is refused."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISDIR(st.st_mode):
+        raise OpError("IsADirectory", f"{shown} is a directory")
+    if not stat.S_ISREG(st.st_mode):
+        return None  # a FIFO or device is replaced, never opened
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOCTTY))
+    except OSError as exc:
+        if exc.errno != errno.ETXTBSY:  # a running program: writable, and replaced whole
+            raise
+    return stat.S_IMODE(st.st_mode)
 
 
 def check_regular(mode: int, shown: str) -> None:

@@ -123,6 +123,7 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         Capability.VOLUMES,
         Capability.VOLUMES_SHARED,
         Capability.NETWORK_POLICY,
+        Capability.FILES_PERMISSIONS,
         Capability.LIST_METADATA,
         Capability.METRICS,
         Capability.TEMPLATES_BUILD,
@@ -146,6 +147,8 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         held = set(type(self).capabilities) - {
             Capability.LIMITS_MEMORY, Capability.LIMITS_PIDS, Capability.LIMITS_DISK,
             Capability.SEAL_SYSCALLS, Capability.EXEC_CONTAINED, Capability.SEAL_HOST}
+        if unisolated and os.geteuid() == 0:
+            held.discard(Capability.FILES_PERMISSIONS)  # root's file operations, unchecked
         if self._cgroups and not unisolated:
             held |= {Capability.LIMITS_MEMORY, Capability.LIMITS_PIDS}
         if self._quota:

@@ -105,6 +105,15 @@ def test_remove_of_a_missing_path_does_nothing(sandbox: Sandbox) -> None:
     assert sandbox.files.exists("/tmp/there") is False
 
 
+def test_write_over_a_read_only_file_succeeds_and_keeps_its_mode(sandbox: Sandbox) -> None:
+    # envd writes as root, opening the file with O_TRUNC: the file keeps its mode.
+    sandbox.files.write("/tmp/read-only.txt", "original")
+    sandbox.commands.run("chmod 444 /tmp/read-only.txt")
+    sandbox.files.write("/tmp/read-only.txt", "replaced")
+    assert sandbox.files.read("/tmp/read-only.txt") == "replaced"
+    assert sandbox.files.get_info("/tmp/read-only.txt").mode & 0o777 == 0o444
+
+
 def test_metrics_keep_to_the_requested_range(sandbox: Sandbox) -> None:
     # E2B's API answers the readings it kept between start and end (by default the
     # sandbox's whole life), not a reading of the moment whatever the range.

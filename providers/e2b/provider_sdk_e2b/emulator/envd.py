@@ -25,6 +25,8 @@ from urllib.parse import quote
 
 from provider_sdk import errors
 from provider_sdk.emulators import BodyTooLarge
+from provider_sdk.models import FileType
+from provider_sdk.sandbox import Sandbox
 from provider_sdk_e2b.emulator import _multipart
 from provider_sdk_e2b.emulator._connect import (
     STATUS,
@@ -60,6 +62,25 @@ def signed_by(request: Request, token: str) -> bool:
     expected = "v1_" + base64.b64encode(
         hashlib.sha256(raw.encode()).digest()).rstrip(b"=").decode()
     return hmac.compare_digest(signature.encode(), expected.encode())
+
+
+async def _write_as_root(sandbox: Sandbox, path: str,
+                         chunks: AsyncIterator[bytes]) -> None:
+    """Write a file as envd does, as root: over a file its user may not write as well,
+    which keeps its mode. The backend writes as the sandbox's user, so such a file is
+    made writable for the write and given its mode back after it."""
+    try:
+        info = await sandbox.files.stat(path)
+    except errors.SandboxError:
+        info = None
+    if info is None or info.type != FileType.FILE or info.mode & 0o200:
+        await sandbox.files.write(path, chunks)
+        return
+    await sandbox.exec(["chmod", "u+w", "--", path])
+    try:
+        await sandbox.files.write(path, chunks)
+    finally:
+        await sandbox.exec(["chmod", f"{info.mode & 0o7777:o}", "--", path])
 
 
 class Envd(ProcessService, FilesystemService):
@@ -266,7 +287,7 @@ class Envd(ProcessService, FilesystemService):
                         if not target:
                             return json_response(400, {"code": 400, "message":
                                                        "a file part has no filename"})
-                        await record.sandbox.files.write(target, part.chunks())
+                        await _write_as_root(record.sandbox, target, part.chunks())
                         written.append(target)
                 except _multipart.MultipartError as exc:
                     return json_response(400, {"code": 400, "message": str(exc)})
@@ -275,7 +296,7 @@ class Envd(ProcessService, FilesystemService):
             else:
                 if not path:
                     return json_response(400, {"code": 400, "message": "path is required"})
-                await record.sandbox.files.write(path, request.stream())
+                await _write_as_root(record.sandbox, path, request.stream())
                 written.append(path)
             infos = [await record.sandbox.files.stat(p) for p in written]
         except BodyTooLarge as exc:
