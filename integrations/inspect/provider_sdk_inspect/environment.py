@@ -290,9 +290,13 @@ class PsdkSandboxEnvironment(SandboxEnvironment):
     async def write_file(self, file: str, contents: str | bytes) -> None:
         """Write a file, creating its parents; relative paths are in the working
         directory. A directory there is ``IsADirectoryError``; a file with no write
-        permission bit is ``PermissionError`` (providers replace a file whole, which
-        only the directory's permissions govern, so this is checked first)."""
+        permission bit is ``PermissionError``: the provider refuses it where it declares
+        ``files.permissions``, and elsewhere (a root user, or a backend that replaces a
+        file whole) the bits are checked first."""
         with _unavailable():
+            if self.sandbox.provider.supports(Capability.FILES_PERMISSIONS):
+                await self.sandbox.files.write(file, contents)
+                return
             try:
                 info = await self.sandbox.files.stat(file)
             except FileNotFound:
@@ -318,6 +322,10 @@ class PsdkSandboxEnvironment(SandboxEnvironment):
         no read permission bit is ``PermissionError`` whoever the sandbox's user is (a
         root user included), as a file with no write bit is for :meth:`write_file`."""
         files = self.sandbox.files
+        if self.sandbox.provider.supports(Capability.FILES_PERMISSIONS):
+            with _unavailable(), _read_limit():
+                data = await files.read(file, limit=SandboxEnvironmentLimits.MAX_READ_FILE_SIZE)
+            return data.decode("utf-8") if text else data
         info: list[FileInfo] = []
         failure: list[Exception] = []
 
@@ -338,11 +346,8 @@ class PsdkSandboxEnvironment(SandboxEnvironment):
             if info and _unreadable(info[0]):
                 raise PermissionError(errno.EACCES, "Permission denied", file)
             if failure:
-                if isinstance(failure[0], FileTooLarge):
-                    raise OutputLimitExceededError(
-                        limit_str=SandboxEnvironmentLimits.MAX_READ_FILE_SIZE_STR,
-                        truncated_output=None) from None
-                raise failure[0]
+                with _read_limit():
+                    raise failure[0]
         return data.decode("utf-8") if text else data
 
     # ------------------------------------------------------------ connection
@@ -408,6 +413,17 @@ async def _kill_all(provider: SandboxProvider,
             await sandbox.kill()
         except Exception as exc:  # one failed kill must not leave the others running
             logger.warning("psdk: killing sandbox %s failed: %s", sandbox.id, exc)
+
+
+@contextlib.contextmanager
+def _read_limit() -> Iterator[None]:
+    """A file past Inspect's read limit is its ``OutputLimitExceededError``."""
+    try:
+        yield
+    except FileTooLarge:
+        raise OutputLimitExceededError(
+            limit_str=SandboxEnvironmentLimits.MAX_READ_FILE_SIZE_STR,
+            truncated_output=None) from None
 
 
 @contextlib.contextmanager
