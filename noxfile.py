@@ -34,9 +34,11 @@ def demo(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Unit tests, then the contract suite against every provider installed here."""
+    """Unit tests and the contract suite against every provider installed here, on
+    two worker processes (most tests wait on sandboxes, not on the CPU); ``-n 0`` after
+    ``--`` runs them in this process."""
     install(session, "test")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", "-n", "2", *session.posargs)
 
 
 @nox.session(name="contract-local")
