@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Callable
 
 import anyio
 from inspect_ai.util import (
@@ -21,15 +20,13 @@ from inspect_ai.util import (
     ExecRemoteStreamingOptions,
     ExecStderr,
     ExecStdout,
+    SandboxEnvironment,
 )
 from inspect_ai.util._sandbox.exec_remote import ExecRemoteCommonOptions
 
 from provider_sdk.errors import NotFound, SandboxNotRunning
 from provider_sdk.provider import ProcessEvent, ProcessExit, ProcessOutput
-from provider_sdk.sandbox import Process
-
-if TYPE_CHECKING:
-    from provider_sdk_inspect.environment import PsdkSandboxEnvironment
+from provider_sdk.sandbox import Process, Sandbox
 
 __all__ = ["PsdkRemoteProcess", "returncode"]
 
@@ -41,19 +38,24 @@ def returncode(exit_code: int) -> int:
 
 
 class PsdkRemoteProcess(ExecRemoteProcess):
-    """A command started by :meth:`PsdkSandboxEnvironment.exec_remote`.
+    """A command started by :meth:`~provider_sdk_inspect.PsdkSandboxEnvironment.exec_remote`.
 
     Iterate it once for output events and a final ``ExecCompleted``; ``kill()`` ends
     the whole process tree and the iteration (no ``ExecCompleted`` follows, as in
     Inspect's own handle). Cancelling the iteration kills the process.
     """
 
-    def __init__(self, environment: PsdkSandboxEnvironment, cmd: list[str],
+    def __init__(self, environment: SandboxEnvironment, sandbox: Sandbox,
+                 check_user: Callable[[str | None], None], cmd: list[str],
                  options: ExecRemoteStreamingOptions | ExecRemoteCommonOptions) -> None:
+        """``environment`` is the Inspect environment that started it (Inspect's handle
+        keeps it), ``sandbox`` its provider-sdk sandbox, and ``check_user`` refuses a
+        user that sandbox cannot run commands as."""
         # Inspect's __init__ is not called: it sets up the JSON-RPC transport to its
         # tool server, which this handle does not use.
         self._sandbox = environment
-        self._env = environment
+        self._psdk_sandbox = sandbox
+        self._check_user = check_user
         self._cmd = cmd
         self._options = options
         self._pid: int | None = None
@@ -69,10 +71,9 @@ class PsdkRemoteProcess(ExecRemoteProcess):
 
     async def _start(self) -> None:
         opts = self._options
-        env = self._env
-        env.check_user(opts.user)
-        process = await env.sandbox.start(list(self._cmd), env=opts.env, cwd=opts.cwd,
-                                          user=opts.user)
+        self._check_user(opts.user)
+        process = await self._psdk_sandbox.start(list(self._cmd), env=opts.env,
+                                                 cwd=opts.cwd, user=opts.user)
         self._process = process
         self._pid = process.pid
         if opts.input is not None and opts.input != b"" and opts.input != "":

@@ -276,7 +276,7 @@ class PsdkSandboxEnvironment(SandboxEnvironment):
                 f"{Capability.PROCESS_BACKGROUND.value!r}")
         opts: ExecRemoteCommonOptions = options or (
             ExecRemoteStreamingOptions() if stream else ExecRemoteAwaitableOptions())
-        process = PsdkRemoteProcess(self, list(cmd), opts)
+        process = PsdkRemoteProcess(self, self.sandbox, self.check_user, list(cmd), opts)
         with _unavailable():
             await process._start()
         if stream:
