@@ -1,10 +1,10 @@
 """Inspect's portable sandbox checks (``inspect_ai.util._sandbox.self_check``), run
-unmodified against ``PsdkSandboxEnvironment`` on one provider per test module.
+unmodified against ``PsdkSandboxEnvironment``, and the helpers their module uses.
 
-A module imports the checks and defines its ``psdk_sample`` fixture; the
-``sandbox_env`` fixture here hands each check the module's default sandbox, and marks
-as a strict known failure a check that needs a capability the provider does not
-declare, with a reason naming it.
+The module imports the checks and defines its ``psdk_sample`` fixture (one sample per
+provider); the ``sandbox_env`` fixture here hands each check that sample's default
+sandbox, and marks as a strict known failure a check that needs a capability the
+provider does not declare, with a reason naming it.
 """
 
 from __future__ import annotations
