@@ -76,7 +76,7 @@ async def test_a_bomb_is_stopped_after_the_limit_in_small_steps() -> None:
     (b"not gzip at all", "gzip", "corrupt"),
     (gzip.compress(DATA) + b"trailing", "gzip", "after its end"),
     (DATA, "br", "Content-Encoding"),
-])
+], ids=["truncated-gzip", "not-gzip", "trailing-bytes", "unknown-encoding"])
 async def test_a_bad_encoding_is_invalid_input(body: bytes, encoding: str,
                                                message: str) -> None:
     with pytest.raises(InvalidInput, match=message):
