@@ -38,7 +38,8 @@ def returncode(exit_code: int) -> int:
 
 
 class PsdkRemoteProcess(ExecRemoteProcess):
-    """A command started by :meth:`~provider_sdk_inspect.PsdkSandboxEnvironment.exec_remote`.
+    """A command started by :meth:`PsdkSandboxEnvironment.exec_remote
+    <provider_sdk_inspect.environment.PsdkSandboxEnvironment.exec_remote>`.
 
     Iterate it once for output events and a final ``ExecCompleted``; ``kill()`` ends
     the whole process tree and the iteration (no ``ExecCompleted`` follows, as in
