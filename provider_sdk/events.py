@@ -5,36 +5,50 @@ Every public operation is wrapped in :func:`span`, which logs through structlog 
 events are emitted only once the application has configured structlog
 (``structlog.is_configured()``), so an application that has not sees nothing and pays
 almost nothing. Fields never include environment values, file contents or credentials.
+:mod:`provider_sdk.telemetry` turns the same operations into OpenTelemetry spans.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any
 
 import structlog
 
-__all__ = ["logger", "span"]
+from provider_sdk import telemetry
+
+__all__ = ["logger", "span", "trace_context"]
 
 logger = structlog.get_logger("provider_sdk")
 
 
 def span(op: str, provider: str, sandbox_id: str | None = None,
          **fields: Any) -> AbstractAsyncContextManager[dict[str, Any]]:
-    """Log ``sandbox.<op>.started``, then ``.complete`` or ``.failed`` with the duration.
+    """Log ``sandbox.<op>.started``, then ``.complete`` or ``.failed`` with the duration;
+    with :mod:`provider_sdk.telemetry` enabled, the operation is also a span.
 
     Yields a dict; keys added to it (e.g. a new ``sandbox_id``) go on the closing event.
     """
-    if not structlog.is_configured():
+    logged = structlog.is_configured()
+    traced = telemetry.current
+    if not logged and traced is None:
         return _QUIET
-    return _logged(op, {"provider": provider, "sandbox_id": sandbox_id, **fields})
+    return _observed(op, {"provider": provider, "sandbox_id": sandbox_id, **fields},
+                     logged, traced)
+
+
+def trace_context() -> dict[str, str]:
+    """``TRACEPARENT``/``TRACESTATE`` for a command started in the current operation,
+    where telemetry is enabled with ``propagate=True``; otherwise empty."""
+    traced = telemetry.current
+    return traced.trace_context() if traced is not None else {}
 
 
 class _Quiet:
-    """The span of an application that has not configured structlog: it logs nothing
-    and costs two empty awaits."""
+    """The span of an application that has neither configured structlog nor enabled
+    telemetry: it logs nothing and costs two empty awaits."""
 
     __slots__ = ()
 
@@ -49,16 +63,26 @@ _QUIET = _Quiet()
 
 
 @asynccontextmanager
-async def _logged(op: str, base: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+async def _observed(op: str, base: dict[str, Any], logged: bool,
+                    traced: telemetry._Telemetry | None) -> AsyncIterator[dict[str, Any]]:
     extra: dict[str, Any] = {}
-    logger.debug(f"sandbox.{op}.started", **base)
-    start = time.perf_counter()
-    try:
-        yield extra
-    except BaseException as exc:
-        logger.debug(f"sandbox.{op}.failed", **{**base, **extra},
-                     duration_ms=round((time.perf_counter() - start) * 1000, 3),
-                     error=type(exc).__name__)
-        raise
-    logger.debug(f"sandbox.{op}.complete", **{**base, **extra},
-                 duration_ms=round((time.perf_counter() - start) * 1000, 3))
+    if logged:
+        logger.debug(f"sandbox.{op}.started", **base)
+    with traced.span(op, base) if traced is not None else nullcontext() as otel_span:
+        start = time.perf_counter()
+        try:
+            yield extra
+        except BaseException as exc:
+            seconds = time.perf_counter() - start
+            if logged:
+                logger.debug(f"sandbox.{op}.failed", **{**base, **extra},
+                             duration_ms=round(seconds * 1000, 3), error=type(exc).__name__)
+            if traced is not None:
+                traced.end(otel_span, op, {**base, **extra}, seconds, exc)
+            raise
+        seconds = time.perf_counter() - start
+        if logged:
+            logger.debug(f"sandbox.{op}.complete", **{**base, **extra},
+                         duration_ms=round(seconds * 1000, 3))
+        if traced is not None:
+            traced.end(otel_span, op, {**base, **extra}, seconds, None)

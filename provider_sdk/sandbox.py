@@ -32,7 +32,7 @@ from provider_sdk._transfer import CHUNK, as_chunks, named, next_chunk
 from provider_sdk._transfer import Data as Data  # write()'s argument type, importable from here
 from provider_sdk.capabilities import Capability
 from provider_sdk.errors import FileNotFound, FileTooLarge, InvalidInput
-from provider_sdk.events import span
+from provider_sdk.events import span, trace_context
 from provider_sdk.limits import OutputBuffer, check_limit
 from provider_sdk.models import (
     ExecResult,
@@ -159,7 +159,7 @@ class Sandbox:
             self.provider.require(Capability.EXEC_STREAM, sandbox_id=self.id)
             command = attrs.evolve(command, on_stdout=on_stdout, on_stderr=on_stderr)
         async with span("exec", self.provider.name, self.id):
-            return await self.provider._exec(self.id, command)
+            return await self.provider._exec(self.id, _traced(command))
 
     async def start(
         self,
@@ -177,7 +177,7 @@ class Sandbox:
         command = self._command(cmd, env=env, cwd=cwd, user=user, timeout=None, stdin=None,
                                 output_limit=None)
         async with span("process.start", self.provider.name, self.id):
-            pid = await self.provider._start(self.id, command)
+            pid = await self.provider._start(self.id, _traced(command))
         return Process(self, pid)
 
     def process(self, pid: int) -> Process:
@@ -566,6 +566,16 @@ class EmulatedShell(Shell):
         if self._sandbox.info.state == SandboxState.KILLED:
             return
         await self._sandbox.exec(["rm", "-f", "--", self._state, self._state + ".new"])
+
+
+def _traced(command: Command) -> Command:
+    """``command`` with the current operation's trace context in its environment, where
+    telemetry propagates it (see :mod:`provider_sdk.telemetry`); variables the caller
+    set are kept."""
+    context = trace_context()
+    if not context:
+        return command
+    return attrs.evolve(command, env={**context, **command.env})
 
 
 def _check_path(path: str, sandbox_id: str) -> None:
