@@ -243,12 +243,14 @@ class SandboxProvider(abc.ABC):
         """A volume by name; ``VolumeNotFound`` if unknown."""
         self.require(Capability.VOLUMES)
         _check_name("volume", name)
-        return await self._get_volume(name)
+        async with span("volume.get", self.name):
+            return await self._get_volume(name)
 
     async def list_volumes(self) -> builtins.list[Volume]:
         """Every volume of this provider."""
         self.require(Capability.VOLUMES)
-        return await self._list_volumes()
+        async with span("volume.list", self.name):
+            return await self._list_volumes()
 
     async def delete_volume(self, name: str) -> None:
         """Delete a volume and its data; ``Conflict`` while a running sandbox mounts it."""
@@ -260,7 +262,8 @@ class SandboxProvider(abc.ABC):
     async def list_snapshots(self, *, sandbox_id: str | None = None) -> builtins.list[Snapshot]:
         """Snapshots, optionally only those taken from one sandbox."""
         self.require(Capability.SNAPSHOT_FILESYSTEM)
-        return await self._list_snapshots(sandbox_id)
+        async with span("snapshot.list", self.name, sandbox_id):
+            return await self._list_snapshots(sandbox_id)
 
     async def delete_snapshot(self, snapshot_id: str) -> None:
         """Delete a snapshot; ``SnapshotNotFound`` if unknown."""
@@ -299,12 +302,14 @@ class SandboxProvider(abc.ABC):
     async def list_templates(self) -> builtins.list[Template]:
         """Templates this provider built or knows."""
         self.require(Capability.TEMPLATES_BUILD)
-        return await self._list_templates()
+        async with span("template.list", self.name):
+            return await self._list_templates()
 
     async def delete_template(self, template_id: str) -> None:
         """Delete a template; ``TemplateNotFound`` if unknown."""
         self.require(Capability.TEMPLATES_BUILD)
-        await self._delete_template(template_id)
+        async with span("template.delete", self.name):
+            await self._delete_template(template_id)
 
     async def aclose(self) -> None:
         """Release client resources (connections, threads). Safe to call twice."""

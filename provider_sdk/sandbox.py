@@ -228,7 +228,8 @@ class Sandbox:
     async def metrics(self) -> Metrics:
         """Current resource use (``metrics``)."""
         self.provider.require(Capability.METRICS, sandbox_id=self.id)
-        return await self.provider._metrics(self.id)
+        async with span("metrics", self.provider.name, self.id):
+            return await self.provider._metrics(self.id)
 
     async def update_network(self, policy: NetworkPolicy) -> None:
         """Change the network policy of the running sandbox (``network.update``)."""
@@ -348,13 +349,15 @@ class Files:
     async def list(self, path: str = ".") -> builtins.list[FileInfo]:
         """A directory's entries, sorted by name."""
         _check_path(path, self._id)
-        entries = await self._provider._list_dir(self._id, path)
+        async with span("files.list", self._provider.name, self._id):
+            entries = await self._provider._list_dir(self._id, path)
         return sorted(entries, key=lambda e: e.path)
 
     async def stat(self, path: str) -> FileInfo:
         """Details of one path; :class:`~provider_sdk.errors.FileNotFound` if absent."""
         _check_path(path, self._id)
-        return await self._provider._stat(self._id, path)
+        async with span("files.stat", self._provider.name, self._id):
+            return await self._provider._stat(self._id, path)
 
     async def exists(self, path: str) -> bool:
         """Whether the path exists."""
@@ -367,7 +370,8 @@ class Files:
     async def mkdir(self, path: str, *, parents: bool = True, exist_ok: bool = True) -> None:
         """Create a directory (and its parents)."""
         _check_path(path, self._id)
-        await self._provider._mkdir(self._id, path, parents=parents, exist_ok=exist_ok)
+        async with span("files.mkdir", self._provider.name, self._id):
+            await self._provider._mkdir(self._id, path, parents=parents, exist_ok=exist_ok)
 
     async def remove(self, path: str, *, recursive: bool = False) -> None:
         """Remove a file, or a directory (with its contents if ``recursive``).
@@ -376,13 +380,15 @@ class Files:
         :class:`~provider_sdk.errors.Conflict`, and nothing is removed.
         """
         _check_path(path, self._id)
-        await self._provider._remove(self._id, path, recursive=recursive)
+        async with span("files.remove", self._provider.name, self._id):
+            await self._provider._remove(self._id, path, recursive=recursive)
 
     async def rename(self, src: str, dst: str) -> None:
         """Move ``src`` to ``dst``."""
         _check_path(src, self._id)
         _check_path(dst, self._id)
-        await self._provider._rename(self._id, src, dst)
+        async with span("files.rename", self._provider.name, self._id):
+            await self._provider._rename(self._id, src, dst)
 
     async def upload(self, local_path: str | os.PathLike[str], path: str) -> None:
         """Copy a local file into the sandbox in chunks."""
@@ -482,15 +488,21 @@ class Process:
     async def write_stdin(self, data: bytes | str) -> None:
         """Write to the process's standard input."""
         payload = data.encode() if isinstance(data, str) else bytes(data)
-        await self.sandbox.provider._send_stdin(self.sandbox.id, self.pid, payload)
+        async with span("process.stdin", self.sandbox.provider.name, self.sandbox.id,
+                        pid=self.pid):
+            await self.sandbox.provider._send_stdin(self.sandbox.id, self.pid, payload)
 
     async def close_stdin(self) -> None:
         """Close the process's standard input (it sees end of file)."""
-        await self.sandbox.provider._close_stdin(self.sandbox.id, self.pid)
+        async with span("process.close_stdin", self.sandbox.provider.name, self.sandbox.id,
+                        pid=self.pid):
+            await self.sandbox.provider._close_stdin(self.sandbox.id, self.pid)
 
     async def kill(self) -> None:
         """Kill the process and everything it started."""
-        await self.sandbox.provider._kill_process(self.sandbox.id, self.pid)
+        async with span("process.kill", self.sandbox.provider.name, self.sandbox.id,
+                        pid=self.pid):
+            await self.sandbox.provider._kill_process(self.sandbox.id, self.pid)
 
 
 class Shell(abc.ABC):

@@ -3,6 +3,7 @@ configured structlog, carrying provider, sandbox id and duration, never env valu
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -12,7 +13,8 @@ from memory_provider import Store
 from structlog.testing import capture_logs
 
 from provider_sdk import events, open_provider
-from provider_sdk.errors import SandboxNotFound
+from provider_sdk.errors import SandboxNotFound, TemplateNotFound
+from provider_sdk.local import LocalProvider
 
 
 class _Recorder:
@@ -96,3 +98,51 @@ async def test_cancelled_operation_logs_failed(memory: Store) -> None:
     exec_events = [e for e in logs if e["event"].startswith("sandbox.exec")]
     assert [e["event"] for e in exec_events] == ["sandbox.exec.started", "sandbox.exec.failed"]
     assert exec_events[-1]["error"] == "CancelledError"
+
+
+@pytest.mark.anyio
+async def test_every_public_operation_emits_its_events(memory: Store) -> None:
+    async with open_provider("memory") as provider, provider.create() as sandbox:
+        with capture_logs() as logs:
+            await sandbox.files.mkdir("d")
+            await sandbox.files.write("d/a.txt", b"x")
+            await sandbox.files.list("d")
+            await sandbox.files.stat("d/a.txt")
+            await sandbox.files.rename("d/a.txt", "d/b.txt")
+            await sandbox.files.remove("d", recursive=True)
+            process = await sandbox.start(["cat"])
+            await process.write_stdin("hi")
+            await process.close_stdin()
+            await process.kill()
+            await sandbox.metrics()
+            await provider.create_volume("v")
+            await provider.get_volume("v")
+            await provider.list_volumes()
+            await provider.delete_volume("v")
+            await provider.list_snapshots()
+    completed = [e["event"].removesuffix(".complete") for e in logs
+                 if e["event"].endswith(".complete")]
+    assert completed == [
+        "sandbox.files.mkdir", "sandbox.files.write", "sandbox.files.list",
+        "sandbox.files.stat", "sandbox.files.rename", "sandbox.files.remove",
+        "sandbox.process.start", "sandbox.process.stdin", "sandbox.process.close_stdin",
+        "sandbox.process.kill", "sandbox.metrics", "sandbox.volume.create",
+        "sandbox.volume.get", "sandbox.volume.list", "sandbox.volume.delete",
+        "sandbox.snapshot.list"]
+    assert all(e["provider"] == "memory" for e in logs)
+    process_events = [e for e in logs if e["event"].startswith("sandbox.process.")]
+    assert all(e["sandbox_id"] == sandbox.id for e in process_events)
+    assert all(e["pid"] == process.pid for e in process_events[2:])
+
+
+@pytest.mark.anyio
+async def test_template_list_and_delete_emit_their_events(tmp_path: Path) -> None:
+    async with LocalProvider(home=tmp_path) as provider:
+        with capture_logs() as logs:
+            await provider.list_templates()
+            with pytest.raises(TemplateNotFound):
+                await provider.delete_template("never-built")
+    assert [e["event"] for e in logs] == [
+        "sandbox.template.list.started", "sandbox.template.list.complete",
+        "sandbox.template.delete.started", "sandbox.template.delete.failed"]
+    assert logs[-1]["error"] == "TemplateNotFound"
