@@ -43,6 +43,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from provider_sdk import config
 from provider_sdk.capabilities import Capability
+from provider_sdk.dockerfile import Problem
 from provider_sdk.models import (
     ExecResult,
     FileInfo,
@@ -280,6 +281,12 @@ class SyncProvider:
         return self._runner.call(self._provider.build_template, spec, force=force,
                                  on_progress=on_progress)
 
+    def check_template(self, spec: TemplateSpec) -> builtins.list[Problem]:
+        """What this provider's template builder cannot do with ``spec``; empty when it
+        can build it (see :meth:`SandboxProvider.check_template
+        <provider_sdk.provider.SandboxProvider.check_template>`). Nothing is built."""
+        return self._provider.check_template(spec)
+
     def list_templates(self) -> builtins.list[Template]:
         """Templates this provider built or knows."""
         return self._runner.call(self._provider.list_templates)
@@ -470,9 +477,12 @@ class SyncFiles:
         """Copy a local file into the sandbox in chunks."""
         self._run.call(self._files.upload, local_path, path)
 
-    def download(self, path: str, local_path: str | os.PathLike[str]) -> None:
-        """Copy a file out of the sandbox in chunks; the local file is replaced."""
-        self._run.call(self._files.download, path, local_path)
+    def download(self, path: str, local_path: str | os.PathLike[str], *,
+                 progress: Callable[[int], object] | None = None) -> None:
+        """Copy a file out of the sandbox in chunks; the local file is replaced, and
+        only once the whole file has arrived. ``progress``, if given, is called (in the
+        loop's thread) with the size of each chunk written."""
+        self._run.call(self._files.download, path, local_path, progress=progress)
 
 
 class SyncProcess:
@@ -497,9 +507,10 @@ class SyncProcess:
         """Output chunks as they arrive, then a :class:`~provider_sdk.ProcessExit`."""
         return self._run.iterate(self._process.events())
 
-    def wait(self) -> ExecResult:
-        """Wait for the process to exit; return its output and exit code."""
-        return self._run.call(self._process.wait)
+    def wait(self, *, output_limit: int | None = None) -> ExecResult:
+        """Wait for the process to exit; return its output (at most ``output_limit``
+        bytes of each stream, as :meth:`SyncSandbox.exec` keeps) and exit code."""
+        return self._run.call(self._process.wait, output_limit=output_limit)
 
     def write_stdin(self, data: bytes | str) -> None:
         """Write to the process's standard input."""

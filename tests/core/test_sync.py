@@ -302,9 +302,26 @@ def test_files_upload_and_download(sandbox: SyncSandbox, tmp_path: Path) -> None
     local.write_bytes(os.urandom(3 << 20))
     sandbox.files.upload(local, "/up/file.bin")
     assert sandbox.files.stat("/up/file.bin").size == 3 << 20
-    sandbox.files.download("/up/file.bin", tmp_path / "out.bin")
+    sizes: list[int] = []
+    sandbox.files.download("/up/file.bin", tmp_path / "out.bin", progress=sizes.append)
     assert (tmp_path / "out.bin").read_bytes() == local.read_bytes()
+    assert sum(sizes) == 3 << 20
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.bin", "out.bin"]
+
+
+def test_a_process_wait_keeps_at_most_its_output_limit(sandbox: SyncSandbox) -> None:
+    result = sandbox.start(["sh", "-c", "printf 0123456789"]).wait(output_limit=4)
+    assert (result.stdout, result.stdout_truncated) == ("0123", 6)
+
+
+def test_check_template_says_what_the_builder_cannot_do(tmp_path: Path) -> None:
+    from provider_sdk.local import LocalProvider
+    from provider_sdk.models import TemplateSpec
+
+    with open_provider("local", home=tmp_path) as provider:
+        assert isinstance(provider.async_provider, LocalProvider)
+        spec = TemplateSpec(name="t", dockerfile="FROM scratch\nHEALTHCHECK CMD true\n")
+        assert [p.what for p in provider.check_template(spec)] == ["HEALTHCHECK"]
 
 
 def test_files_errors_keep_their_type(sandbox: SyncSandbox) -> None:
