@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import pickle
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -200,7 +202,15 @@ def test_secret_never_shows_its_value(text: str) -> None:
     assert str(secret) == "***"
     assert repr(secret) == "Secret('***')"
     assert f"{secret}" == "***"
-    assert secret == text  # still usable as the string it holds
+    assert "key=" + secret == "key=***"
+    assert secret + "!" == "***!"
+    assert json.dumps({"key": secret}) == '{"key": "***"}'
+    assert pickle.loads(pickle.dumps(secret)).reveal() == text
+    assert secret == text  # compared as the string it holds
+    assert secret == Secret(text)
+    assert secret != text + "x"
+    assert hash(secret) == hash(text)
+    assert bool(secret) is bool(text)
 
 
 @pytest.mark.parametrize("var", ["PSDK_TEST_N"])

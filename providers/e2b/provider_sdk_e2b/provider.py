@@ -158,7 +158,7 @@ class E2BProvider(ProcessesMixin, FilesMixin, ErrorsMixin, SandboxProvider):
                  retries: int = 3) -> None:
         key = api_key or env_setting(self.SETTINGS["api_key"], required=True, secret=True,
                                      provider=self.name)
-        self._api_key = Secret(key if not isinstance(key, Secret) else key.reveal())
+        self._api_key = Secret(key or "")  # env_setting raised if it is unset
         self._api_url = api_url or self._setting("api_url")
         self._domain = domain or self._setting("domain")
         self._sandbox_url = sandbox_url or self._setting("sandbox_url")
