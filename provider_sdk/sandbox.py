@@ -85,11 +85,26 @@ class Sandbox:
 
     def __init__(self, provider: SandboxProvider, info: SandboxInfo) -> None:
         self.provider = provider
-        self.info = info
-        """The last known info; :meth:`refresh` updates it."""
-        self.files = Files(self)
-        """File operations inside the sandbox."""
+        self._info = info
+        self._files = Files(self)
         self._keep = False
+
+    # Properties rather than instance attributes, so help(Sandbox) and the API reference
+    # list them with the rest of the handle.
+    @property
+    def info(self) -> SandboxInfo:
+        """The last known :class:`~provider_sdk.models.SandboxInfo`; :meth:`refresh`
+        updates it."""
+        return self._info
+
+    @info.setter
+    def info(self, value: SandboxInfo) -> None:
+        self._info = value
+
+    @property
+    def files(self) -> Files:
+        """File operations inside the sandbox (:class:`Files`)."""
+        return self._files
 
     @property
     def id(self) -> str:

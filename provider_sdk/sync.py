@@ -307,8 +307,12 @@ class SyncSandbox:
         """The provider this sandbox belongs to."""
         self._sandbox = sandbox
         self._run = provider._runner
-        self.files = SyncFiles(self)
-        """File operations inside the sandbox."""
+        self._files = SyncFiles(self)
+
+    @property
+    def files(self) -> SyncFiles:
+        """File operations inside the sandbox (:class:`SyncFiles`)."""
+        return self._files
 
     @property
     def async_sandbox(self) -> Sandbox:

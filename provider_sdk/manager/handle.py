@@ -66,8 +66,8 @@ class ManagedSandbox(Sandbox):
         self._manager = manager
         self._env: dict[str, str] = dict(env)
         self._keep = True  # resident: ``async with`` must not kill it
-        self.files = _ManagedFiles(self)
-        """File operations inside the sandbox (they count as use, like commands)."""
+        # File operations count as use, like commands.
+        self._files = _ManagedFiles(self)
 
     def __repr__(self) -> str:
         return (f"<ManagedSandbox {self.id} owner={self.owner!r} "

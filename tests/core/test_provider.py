@@ -244,3 +244,14 @@ def test_exit_status_above_128_reads_as_a_signal() -> None:
 
     assert [exit_code_from_status(s) for s in (0, 1, 128, 137, 143, 192, 193, 255)] == \
         [0, 1, 128, -9, -15, -64, 193, 255]
+
+
+def test_help_on_sandbox_shows_files_and_info() -> None:
+    import pydoc
+
+    import provider_sdk
+
+    text = pydoc.render_doc(provider_sdk.Sandbox, renderer=pydoc.plaintext)
+    assert " |  files\n |      File operations inside the sandbox" in text
+    assert " |  info\n |      The last known" in text
+
