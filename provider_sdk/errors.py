@@ -39,6 +39,8 @@ whose ``repr`` and ``str`` are masked.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -264,3 +266,24 @@ class TemplateBuildError(SandboxError):
         super().__init__(f"{step}: {message}", **kw)
         self.step = step
         self.log_tail = log_tail
+
+
+def attribute(exc: BaseException, provider: str, sandbox_id: str | None = None) -> None:
+    """Fill in the provider (and sandbox) of ``exc`` where it does not say them: the core
+    calls it on what leaves every public operation, so each error carries its provider."""
+    if isinstance(exc, SandboxError):
+        if exc.provider is None:
+            exc.provider = provider
+        if exc.sandbox_id is None and sandbox_id is not None:
+            exc.sandbox_id = sandbox_id
+
+
+@contextlib.contextmanager
+def attributed(provider: str, sandbox_id: str | None = None) -> Iterator[None]:
+    """Run a block whose errors :func:`attribute` completes (validation before an
+    operation's span, e.g. a spec built from keywords)."""
+    try:
+        yield
+    except SandboxError as exc:
+        attribute(exc, provider, sandbox_id)
+        raise

@@ -18,6 +18,7 @@ from typing import Any
 import structlog
 
 from provider_sdk import telemetry
+from provider_sdk.errors import attribute
 
 __all__ = ["logger", "span", "trace_context"]
 
@@ -34,7 +35,7 @@ def span(op: str, provider: str, sandbox_id: str | None = None,
     logged = structlog.is_configured()
     traced = telemetry.current
     if not logged and traced is None:
-        return _QUIET
+        return _Quiet(provider, sandbox_id)
     return _observed(op, {"provider": provider, "sandbox_id": sandbox_id, **fields},
                      logged, traced)
 
@@ -50,16 +51,19 @@ class _Quiet:
     """The span of an application that has neither configured structlog nor enabled
     telemetry: it logs nothing and costs two empty awaits."""
 
-    __slots__ = ()
+    __slots__ = ("_provider", "_sandbox_id")
+
+    def __init__(self, provider: str, sandbox_id: str | None) -> None:
+        self._provider = provider
+        self._sandbox_id = sandbox_id
 
     async def __aenter__(self) -> dict[str, Any]:
         return {}
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        return None
-
-
-_QUIET = _Quiet()
+    async def __aexit__(self, exc_type: object, exc: BaseException | None,
+                        tb: object) -> None:
+        if exc is not None:
+            attribute(exc, self._provider, self._sandbox_id)
 
 
 @asynccontextmanager
@@ -73,6 +77,7 @@ async def _observed(op: str, base: dict[str, Any], logged: bool,
         try:
             yield extra
         except BaseException as exc:
+            attribute(exc, base["provider"], base["sandbox_id"])
             seconds = time.perf_counter() - start
             if logged:
                 logger.debug(f"sandbox.{op}.failed", **{**base, **extra},

@@ -26,6 +26,7 @@ from provider_sdk.errors import (
     SandboxError,
     TemplateBuildError,
     UnsupportedCapability,
+    attributed,
 )
 from provider_sdk.events import span
 from provider_sdk.limits import DEFAULT_OUTPUT_LIMIT, DEFAULT_READ_LIMIT, OutputBuffer
@@ -172,10 +173,11 @@ class SandboxProvider(abc.ABC):
         """
         from provider_sdk.sandbox import SandboxCreation
 
-        if spec is None:
-            spec = SandboxSpec(**fields)
-        elif fields:
-            spec = attrs.evolve(spec, **fields)
+        with attributed(self.name):
+            if spec is None:
+                spec = SandboxSpec(**fields)
+            elif fields:
+                spec = attrs.evolve(spec, **fields)
         return SandboxCreation(self, spec)
 
     async def _create_sandbox(self, spec: SandboxSpec) -> Sandbox:
@@ -191,7 +193,7 @@ class SandboxProvider(abc.ABC):
         """Open a handle on an existing sandbox, resuming it if paused and ``resume``."""
         from provider_sdk.sandbox import Sandbox
 
-        _check_id(sandbox_id)
+        _check_id(self.name, sandbox_id)
         async with span("connect", self.name, sandbox_id):
             info = await self._info(sandbox_id)
             if resume and info.state in (SandboxState.PAUSED, SandboxState.PAUSING):
@@ -201,7 +203,7 @@ class SandboxProvider(abc.ABC):
 
     async def get_info(self, sandbox_id: str) -> SandboxInfo:
         """The sandbox's current state and details; ``SandboxNotFound`` if unknown."""
-        _check_id(sandbox_id)
+        _check_id(self.name, sandbox_id)
         async with span("info", self.name, sandbox_id):
             return await self._info(sandbox_id)
 
@@ -210,12 +212,13 @@ class SandboxProvider(abc.ABC):
         """Sandboxes whose metadata contains every given pair, optionally in one state."""
         wanted = dict(metadata or {})
         if any(not isinstance(k, str) or not isinstance(v, str) for k, v in wanted.items()):
-            raise InvalidInput("metadata: keys and values must be strings")
+            raise InvalidInput("metadata: keys and values must be strings", provider=self.name)
         try:
             st = SandboxState(state) if state is not None else None
         except ValueError:
             raise InvalidInput(f"state: {state!r} is not one of "
-                               f"{', '.join(s.value for s in SandboxState)}") from None
+                               f"{', '.join(s.value for s in SandboxState)}",
+                               provider=self.name) from None
         async with span("list", self.name):
             found = await self._list(metadata=wanted, state=st)
         # Backends that filter coarsely are narrowed here, so every provider agrees.
@@ -228,21 +231,21 @@ class SandboxProvider(abc.ABC):
 
         Idempotent: killing twice, or an id the provider does not know, is not an error.
         """
-        _check_id(sandbox_id)
+        _check_id(self.name, sandbox_id)
         async with span("kill", self.name, sandbox_id):
             await self._kill(sandbox_id)
 
     async def create_volume(self, name: str) -> Volume:
         """Create a named volume; ``Conflict`` if it exists."""
         self.require(Capability.VOLUMES)
-        _check_name("volume", name)
+        _check_name(self.name, "volume", name)
         async with span("volume.create", self.name):
             return await self._create_volume(name)
 
     async def get_volume(self, name: str) -> Volume:
         """A volume by name; ``VolumeNotFound`` if unknown."""
         self.require(Capability.VOLUMES)
-        _check_name("volume", name)
+        _check_name(self.name, "volume", name)
         async with span("volume.get", self.name):
             return await self._get_volume(name)
 
@@ -255,7 +258,7 @@ class SandboxProvider(abc.ABC):
     async def delete_volume(self, name: str) -> None:
         """Delete a volume and its data; ``Conflict`` while a running sandbox mounts it."""
         self.require(Capability.VOLUMES)
-        _check_name("volume", name)
+        _check_name(self.name, "volume", name)
         async with span("volume.delete", self.name):
             await self._delete_volume(name)
 
@@ -268,7 +271,7 @@ class SandboxProvider(abc.ABC):
     async def delete_snapshot(self, snapshot_id: str) -> None:
         """Delete a snapshot; ``SnapshotNotFound`` if unknown."""
         self.require(Capability.SNAPSHOT_FILESYSTEM)
-        _check_id(snapshot_id, "snapshot_id")
+        _check_id(self.name, snapshot_id, "snapshot_id")
         async with span("snapshot.delete", self.name):
             await self._delete_snapshot(snapshot_id)
 
@@ -498,11 +501,11 @@ class SandboxProvider(abc.ABC):
             self.require(Capability.LIFECYCLE_AUTO_RESUME, detail="Lifecycle(auto_resume=True)")
 
 
-def _check_id(value: str, field: str = "sandbox_id") -> None:
+def _check_id(provider: str, value: str, field: str = "sandbox_id") -> None:
     if not isinstance(value, str) or not value or "\0" in value or "/" in value:
-        raise InvalidInput(f"{field}: {value!r} is not a valid id")
+        raise InvalidInput(f"{field}: {value!r} is not a valid id", provider=provider)
 
 
-def _check_name(kind: str, value: str) -> None:
+def _check_name(provider: str, kind: str, value: str) -> None:
     if not isinstance(value, str) or not value or "\0" in value or "/" in value:
-        raise InvalidInput(f"{kind} name: {value!r} is not a valid name")
+        raise InvalidInput(f"{kind} name: {value!r} is not a valid name", provider=provider)

@@ -31,7 +31,7 @@ import attrs
 from provider_sdk._transfer import CHUNK, as_chunks, named, next_chunk
 from provider_sdk._transfer import Data as Data  # write()'s argument type, importable from here
 from provider_sdk.capabilities import Capability
-from provider_sdk.errors import FileNotFound, FileTooLarge, InvalidInput
+from provider_sdk.errors import FileNotFound, FileTooLarge, InvalidInput, attributed
 from provider_sdk.events import span, trace_context
 from provider_sdk.limits import OutputBuffer, check_limit
 from provider_sdk.models import (
@@ -199,7 +199,8 @@ class Sandbox:
         """Reattach to a background process by pid (``process.background``)."""
         self.provider.require(Capability.PROCESS_BACKGROUND, sandbox_id=self.id)
         if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-            raise InvalidInput(f"pid: {pid!r} is not a process id", sandbox_id=self.id)
+            raise InvalidInput(f"pid: {pid!r} is not a process id",
+                               provider=self.provider.name, sandbox_id=self.id)
         return Process(self, pid)
 
     async def shell(self, *, cwd: str | None = None,
@@ -207,8 +208,10 @@ class Sandbox:
         """Open a persistent shell: ``cd`` and ``export`` carry over between runs."""
         self.provider.require(Capability.SHELL_PERSISTENT, sandbox_id=self.id)
         if cwd is not None:
-            _check_path(cwd, self.id)
-        return await self.provider._open_shell(self, cwd=cwd, env=_env_map(env))
+            _check_path(cwd, self.provider.name, self.id)
+        with attributed(self.provider.name, self.id):
+            checked = _env_map(env)
+        return await self.provider._open_shell(self, cwd=cwd, env=checked)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -257,27 +260,31 @@ class Sandbox:
     def _command(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None,
                  cwd: str | None, user: str | None, timeout: float | None,
                  stdin: bytes | str | None, output_limit: int | None) -> Command:
+        with attributed(self.provider.name, self.id):
+            return self._checked_command(cmd, env=env, cwd=cwd, user=user, timeout=timeout,
+                                         stdin=stdin, output_limit=output_limit)
+
+    def _checked_command(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None,
+                         cwd: str | None, user: str | None, timeout: float | None,
+                         stdin: bytes | str | None, output_limit: int | None) -> Command:
         if isinstance(cmd, str):
             argv: tuple[str, ...] = ("/bin/bash", "-c", cmd)
         else:
             argv = tuple(cmd)
         if not argv or not all(isinstance(a, str) for a in argv):
             raise InvalidInput(f"cmd: expected a string or a non-empty list of strings, "
-                               f"got {cmd!r}", sandbox_id=self.id)
+                               f"got {cmd!r}")
         if any("\0" in a for a in argv):
-            raise InvalidInput("cmd: arguments must not contain NUL bytes", sandbox_id=self.id)
+            raise InvalidInput("cmd: arguments must not contain NUL bytes")
         if timeout is not None and (isinstance(timeout, bool)
                                     or not isinstance(timeout, (int, float))
                                     or not 0 < timeout < math.inf):
             raise InvalidInput(f"timeout must be a finite positive number of seconds, "
-                               f"got {timeout!r}", sandbox_id=self.id)
-        try:
-            limit = check_limit("output_limit", self.provider.output_limit
-                                if output_limit is None else output_limit)
-        except InvalidInput as exc:
-            raise InvalidInput(exc.message, sandbox_id=self.id) from None
+                               f"got {timeout!r}")
+        limit = check_limit("output_limit", self.provider.output_limit
+                            if output_limit is None else output_limit)
         if cwd is not None:
-            _check_path(cwd, self.id)
+            _check_path(cwd, self.provider.name, self.id)
         if user is not None:
             self.provider.require(Capability.EXEC_USER, sandbox_id=self.id)
         data = stdin.encode() if isinstance(stdin, str) else stdin
@@ -306,10 +313,8 @@ class Files:
         use :meth:`stream` or :meth:`download` for it. A device, FIFO or socket raises
         :class:`~provider_sdk.errors.NotARegularFile`.
         """
-        try:
+        with attributed(self._provider.name, self._id):
             most = check_limit("limit", self._provider.read_limit if limit is None else limit)
-        except InvalidInput as exc:
-            raise InvalidInput(exc.message, sandbox_id=self._id) from None
         too_large = FileTooLarge(f"{path}: larger than the read limit of {most} bytes; "
                                  "stream it with files.stream() or files.download()",
                                  limit=most, provider=self._provider.name, sandbox_id=self._id)
@@ -347,7 +352,7 @@ class Files:
 
     async def stream(self, path: str) -> AsyncIterator[bytes]:
         """Yield a file's content in chunks, never holding it whole."""
-        _check_path(path, self._id)
+        _check_path(path, self._provider.name, self._id)
         async with span("files.read", self._provider.name, self._id):
             async for chunk in self._provider._read_file(self._id, path):
                 yield chunk
@@ -357,20 +362,20 @@ class Files:
 
         ``data`` is bytes, text (UTF-8), or an (async) iterable of byte chunks.
         """
-        _check_path(path, self._id)
+        _check_path(path, self._provider.name, self._id)
         async with span("files.write", self._provider.name, self._id):
             await self._provider._write_file(self._id, path, as_chunks(data))
 
     async def list(self, path: str = ".") -> builtins.list[FileInfo]:
         """A directory's entries, sorted by name."""
-        _check_path(path, self._id)
+        _check_path(path, self._provider.name, self._id)
         async with span("files.list", self._provider.name, self._id):
             entries = await self._provider._list_dir(self._id, path)
         return sorted(entries, key=lambda e: e.path)
 
     async def stat(self, path: str) -> FileInfo:
         """Details of one path; :class:`~provider_sdk.errors.FileNotFound` if absent."""
-        _check_path(path, self._id)
+        _check_path(path, self._provider.name, self._id)
         async with span("files.stat", self._provider.name, self._id):
             return await self._provider._stat(self._id, path)
 
@@ -384,7 +389,7 @@ class Files:
 
     async def mkdir(self, path: str, *, parents: bool = True, exist_ok: bool = True) -> None:
         """Create a directory (and its parents)."""
-        _check_path(path, self._id)
+        _check_path(path, self._provider.name, self._id)
         async with span("files.mkdir", self._provider.name, self._id):
             await self._provider._mkdir(self._id, path, parents=parents, exist_ok=exist_ok)
 
@@ -394,20 +399,20 @@ class Files:
         A non-empty directory without ``recursive`` is a
         :class:`~provider_sdk.errors.Conflict`, and nothing is removed.
         """
-        _check_path(path, self._id)
+        _check_path(path, self._provider.name, self._id)
         async with span("files.remove", self._provider.name, self._id):
             await self._provider._remove(self._id, path, recursive=recursive)
 
     async def rename(self, src: str, dst: str) -> None:
         """Move ``src`` to ``dst``."""
-        _check_path(src, self._id)
-        _check_path(dst, self._id)
+        _check_path(src, self._provider.name, self._id)
+        _check_path(dst, self._provider.name, self._id)
         async with span("files.rename", self._provider.name, self._id):
             await self._provider._rename(self._id, src, dst)
 
     async def upload(self, local_path: str | os.PathLike[str], path: str) -> None:
         """Copy a local file into the sandbox in chunks."""
-        _check_path(path, self._id)
+        _check_path(path, self._provider.name, self._id)
 
         async def chunks() -> AsyncIterator[bytes]:
             async with await anyio.open_file(local_path, "rb") as f:
@@ -486,8 +491,9 @@ class Process:
         The result keeps at most ``output_limit`` bytes of each stream (default: the
         provider's ``output_limit``), as :meth:`Sandbox.exec` does.
         """
-        limit = check_limit("output_limit", self.sandbox.provider.output_limit
-                            if output_limit is None else output_limit)
+        with attributed(self.sandbox.provider.name, self.sandbox.id):
+            limit = check_limit("output_limit", self.sandbox.provider.output_limit
+                                if output_limit is None else output_limit)
         out, err = OutputBuffer(limit), OutputBuffer(limit)
         code = -1
         start = anyio.current_time()
@@ -573,7 +579,7 @@ class EmulatedShell(Shell):
         result = await shell.run(setup or ":")
         if not result.ok:
             raise InvalidInput(f"shell: cannot start in {cwd!r}: {result.stderr.strip()}",
-                               sandbox_id=sandbox.id)
+                               provider=sandbox.provider.name, sandbox_id=sandbox.id)
         return shell
 
     async def run(self, cmd: str, *, timeout: float | None = None,
@@ -582,7 +588,8 @@ class EmulatedShell(Shell):
                   on_stderr: OutputCallback | None = None) -> ExecResult:
         """Run ``cmd`` in the session's state; return its result."""
         if not isinstance(cmd, str):
-            raise InvalidInput("shell commands are strings", sandbox_id=self._sandbox.id)
+            raise InvalidInput("shell commands are strings", provider=self._sandbox.provider.name,
+                               sandbox_id=self._sandbox.id)
         return await self._sandbox.exec(
             ["/bin/bash", "-c", self._RUN, "psdk-shell", self._state, cmd],
             timeout=timeout, stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr,
@@ -605,10 +612,10 @@ def _traced(command: Command) -> Command:
     return attrs.evolve(command, env={**context, **command.env})
 
 
-def _check_path(path: str, sandbox_id: str) -> None:
+def _check_path(path: str, provider: str, sandbox_id: str) -> None:
     if not isinstance(path, str):
         raise InvalidInput(f"path: expected a string, got {type(path).__name__}",
-                           sandbox_id=sandbox_id)
+                           provider=provider, sandbox_id=sandbox_id)
     if not path or "\0" in path:
         raise InvalidInput(f"path: {path!r} is empty or contains a NUL byte",
-                           sandbox_id=sandbox_id)
+                           provider=provider, sandbox_id=sandbox_id)

@@ -20,6 +20,7 @@ from provider_sdk.errors import (
 from provider_sdk.models import (
     Lifecycle,
     NetworkPolicy,
+    SandboxInfo,
     SandboxSpec,
     SandboxState,
     VolumeMount,
@@ -255,3 +256,29 @@ def test_help_on_sandbox_shows_files_and_info() -> None:
     assert " |  files\n |      File operations inside the sandbox" in text
     assert " |  info\n |      The last known" in text
 
+
+async def test_invalid_input_names_its_provider_in_the_prefix(memory: Store) -> None:
+    async with open_provider("memory") as provider:
+        sandbox = await provider.create()
+        calls = [lambda: provider.get_info(""), lambda: provider.create(cwd="relative"),
+                 lambda: provider.list(state="asleep"), lambda: sandbox.files.read(""),
+                 lambda: sandbox.files.read("f", limit=0), lambda: sandbox.exec([]),
+                 lambda: sandbox.exec("true", timeout=-1),
+                 lambda: sandbox.exec("true", env={"1bad": "x"}),
+                 lambda: sandbox.process(0).wait(output_limit=0)]
+        for call in calls:
+            with pytest.raises(InvalidInput) as caught:
+                await call()
+            assert str(caught.value).startswith("[memory"), str(caught.value)
+
+
+async def test_a_hook_error_without_a_provider_leaves_with_one(memory: Store) -> None:
+    async def untagged(sandbox_id: str) -> SandboxInfo:
+        raise SandboxNotFound("gone")
+
+    async with open_provider("memory") as provider:
+        provider._info = untagged  # type: ignore[method-assign]
+        with pytest.raises(SandboxNotFound) as caught:
+            await provider.get_info("mem-x")
+    assert (caught.value.provider, caught.value.sandbox_id) == ("memory", "mem-x")
+    assert str(caught.value) == "[memory mem-x] gone"
