@@ -24,6 +24,7 @@ from provider_sdk.buildcontext import content_hash, used_files
 from provider_sdk.dockerfile import Dockerfile, Problem, TemplateSupport, problems
 from provider_sdk.dockerfile import parse as parse_dockerfile
 from provider_sdk.errors import InvalidInput, TemplateBuildError
+from provider_sdk.labels import check_labels
 
 __all__ = [
     "ExecResult",
@@ -68,7 +69,11 @@ def _str_set(value: Iterable[str]) -> frozenset[str]:
 
 
 def _metadata_map(value: Mapping[str, str] | None) -> Mapping[str, str]:
-    return _check_str_map("metadata", value)
+    if value is not None and not isinstance(value, Mapping):
+        raise InvalidInput(f"metadata: expected a mapping of strings, got {type(value).__name__}")
+    labels = dict(value or {})
+    check_labels(labels)
+    return types.MappingProxyType(labels)
 
 
 def _env_map(value: Mapping[str, str] | None) -> Mapping[str, str]:

@@ -29,6 +29,7 @@ from provider_sdk.errors import (
     attributed,
 )
 from provider_sdk.events import span
+from provider_sdk.labels import check_labels, visible
 from provider_sdk.limits import DEFAULT_OUTPUT_LIMIT, DEFAULT_READ_LIMIT, OutputBuffer
 from provider_sdk.models import (
     ExecResult,
@@ -136,6 +137,10 @@ class SandboxProvider(abc.ABC):
     ``output_limit`` (set it on an instance to change it for every call)."""
     read_limit: int = DEFAULT_READ_LIMIT
     """Largest file ``files.read`` loads into memory when the call gives no ``limit``."""
+    internal_labels: ClassVar[frozenset[str]] = frozenset()
+    """Label keys this provider sets on its sandboxes for its own bookkeeping: refused in
+    what callers pass and never shown in :attr:`SandboxInfo.metadata
+    <provider_sdk.models.SandboxInfo.metadata>` (see :mod:`provider_sdk.labels`)."""
     template_support: ClassVar[TemplateSupport] = TemplateSupport()
     """What this provider's template builder does with a Dockerfile (``templates.build``):
     :meth:`check_template` reports the rest, with line numbers, before a build."""
@@ -187,7 +192,7 @@ class SandboxProvider(abc.ABC):
         async with span("create", self.name) as ev:
             info = await self._create(spec)
             ev["sandbox_id"] = info.id
-        return Sandbox(self, info)
+        return Sandbox(self, self._visible(info))
 
     async def connect(self, sandbox_id: str, *, resume: bool = True) -> Sandbox:
         """Open a handle on an existing sandbox, resuming it if paused and ``resume``."""
@@ -199,20 +204,21 @@ class SandboxProvider(abc.ABC):
             if resume and info.state in (SandboxState.PAUSED, SandboxState.PAUSING):
                 self.require(Capability.PAUSE, sandbox_id=sandbox_id)
                 info = await self._resume(sandbox_id)
-        return Sandbox(self, info)
+        return Sandbox(self, self._visible(info))
 
     async def get_info(self, sandbox_id: str) -> SandboxInfo:
         """The sandbox's current state and details; ``SandboxNotFound`` if unknown."""
         _check_id(self.name, sandbox_id)
         async with span("info", self.name, sandbox_id):
-            return await self._info(sandbox_id)
+            return self._visible(await self._info(sandbox_id))
 
     async def list(self, *, metadata: Mapping[str, str] | None = None,
                    state: SandboxState | str | None = None) -> builtins.list[SandboxInfo]:
-        """Sandboxes whose metadata contains every given pair, optionally in one state."""
+        """Sandboxes whose metadata contains every given pair, optionally in one state.
+
+        The pairs follow the label rules of :mod:`provider_sdk.labels`."""
         wanted = dict(metadata or {})
-        if any(not isinstance(k, str) or not isinstance(v, str) for k, v in wanted.items()):
-            raise InvalidInput("metadata: keys and values must be strings", provider=self.name)
+        check_labels(wanted, internal=self.internal_labels, provider=self.name)
         try:
             st = SandboxState(state) if state is not None else None
         except ValueError:
@@ -222,7 +228,7 @@ class SandboxProvider(abc.ABC):
         async with span("list", self.name):
             found = await self._list(metadata=wanted, state=st)
         # Backends that filter coarsely are narrowed here, so every provider agrees.
-        return [i for i in found
+        return [self._visible(i) for i in found
                 if all(i.metadata.get(k) == v for k, v in wanted.items())
                 and (st is None or i.state == st)]
 
@@ -487,8 +493,16 @@ class SandboxProvider(abc.ABC):
     def _unsupported(self, capability: Capability, sandbox_id: str | None) -> SandboxError:
         return UnsupportedCapability(str(capability), provider=self.name, sandbox_id=sandbox_id)
 
+    def _visible(self, info: SandboxInfo) -> SandboxInfo:
+        """``info`` as callers see it: without this provider's internal labels."""
+        if not self.internal_labels or self.internal_labels.isdisjoint(info.metadata):
+            return info
+        return attrs.evolve(info, metadata=visible(info.metadata, self.internal_labels))
+
     def _check_spec(self, spec: SandboxSpec) -> None:
-        """Refuse, before anything is created, a spec that needs an undeclared capability."""
+        """Refuse, before anything is created, a spec that needs an undeclared capability
+        or sets one of this provider's internal labels."""
+        check_labels(spec.metadata, internal=self.internal_labels, provider=self.name)
         if spec.snapshot is not None:
             self.require(Capability.SNAPSHOT_FILESYSTEM, detail="SandboxSpec.snapshot")
         if spec.volumes:

@@ -219,14 +219,14 @@ class Sandbox:
         """Pause the sandbox; the filesystem is kept, memory too with ``pause.memory``."""
         self.provider.require(Capability.PAUSE, sandbox_id=self.id)
         async with span("pause", self.provider.name, self.id):
-            self.info = await self.provider._pause(self.id)
+            self.info = self.provider._visible(await self.provider._pause(self.id))
         return self.info
 
     async def resume(self) -> SandboxInfo:
         """Resume a paused sandbox; returns once its data plane answers."""
         self.provider.require(Capability.PAUSE, sandbox_id=self.id)
         async with span("resume", self.provider.name, self.id):
-            self.info = await self.provider._resume(self.id)
+            self.info = self.provider._visible(await self.provider._resume(self.id))
         return self.info
 
     async def snapshot(self) -> Snapshot:
@@ -240,7 +240,8 @@ class Sandbox:
         self.provider.require(Capability.SNAPSHOT_ROLLBACK, sandbox_id=self.id)
         snapshot_id = snapshot.id if isinstance(snapshot, Snapshot) else snapshot
         async with span("rollback", self.provider.name, self.id):
-            self.info = await self.provider._rollback(self.id, snapshot_id)
+            self.info = self.provider._visible(
+                await self.provider._rollback(self.id, snapshot_id))
         return self.info
 
     async def metrics(self) -> Metrics:

@@ -98,7 +98,14 @@ def test_spec_repr_shows_env_names_but_never_values(env: dict[str, str]) -> None
         assert value not in text
 
 
-@given(metadata=st.dictionaries(no_nul.filter(bool), no_nul, max_size=5))
+# What a label may hold (provider_sdk.labels): no control character or line separator,
+# and no "=" in a key.
+label_text = st.text(alphabet=st.characters(
+    blacklist_categories=("Cc", "Zl", "Zp", "Cs")), max_size=40)
+
+
+@given(metadata=st.dictionaries(label_text.filter(lambda k: k and "=" not in k), label_text,
+                                max_size=5))
 def test_valid_metadata_is_kept_exactly(metadata: dict[str, str]) -> None:
     assert dict(SandboxSpec(metadata=metadata).metadata) == metadata
 

@@ -155,6 +155,15 @@ async def test_metadata_hides_the_sdk_and_provider_labels(provider: DaytonaProvi
         labels = (await _daytona_fields(provider, sandbox.id)).labels
         assert labels["code-toolbox-language"] == "python"
         assert labels["provider-sdk.cwd"] == "/tmp"
+        assert dict((await provider.get_info(sandbox.id)).metadata) == {"team": "a"}
+        listed = [i for i in await provider.list() if i.id == sandbox.id]
+        assert [dict(i.metadata) for i in listed] == [{"team": "a"}]
+
+
+async def test_the_sdk_and_provider_labels_are_reserved(provider: DaytonaProvider) -> None:
+    for key in ("code-toolbox-language", "provider-sdk.cwd"):
+        with pytest.raises(InvalidInput, match=rf"^\[daytona\] metadata: label '{key}'"):
+            await provider.create(metadata={key: "x"})
 
 
 async def test_an_image_is_created_through_the_image_extension(

@@ -209,6 +209,20 @@ async def test_cube_info_spelling_and_never_expiring_sandboxes(
         assert listed[forever.id].expires_at is None
 
 
+async def test_the_providers_own_label_is_hidden_and_reserved(
+        provider: SandboxProvider) -> None:
+    """The ``psdk`` label that keeps the working directory and idle window is set on the
+    backend, shown in no ``metadata``, and refused in what a caller passes."""
+    async with provider.create(cwd="/tmp", metadata={"owner": "alice"},
+                               lifecycle=Lifecycle(idle_timeout=600)) as sandbox:
+        seen = [sandbox.info, await provider.get_info(sandbox.id),
+                *[i for i in await provider.list() if i.id == sandbox.id]]
+        assert [dict(i.metadata) for i in seen] == [{"owner": "alice"}] * 3
+        assert seen[1].extra["cwd"] == "/tmp"
+    with pytest.raises(InvalidInput, match=rf"^\[{provider.name}\] metadata: label 'psdk'"):
+        await provider.create(metadata={"psdk": "{}"})
+
+
 async def test_cube_pause_waits_for_paused(running: RunningEmulator,
                                            provider: SandboxProvider) -> None:
     """Cube answers pause at once and shows ``pausing``; ``pause()`` returns at ``paused``."""

@@ -141,6 +141,7 @@ class DaytonaProvider(CommandsMixin, BackgroundMixin, FilesMixin, CallsMixin,
     """
 
     name: ClassVar[str] = "daytona"
+    internal_labels: ClassVar[frozenset[str]] = RESERVED_LABELS
     capabilities: ClassVar[frozenset[Capability]] = frozenset({
         Capability.PROCESS_BACKGROUND,
         Capability.SHELL_PERSISTENT,
@@ -266,7 +267,7 @@ class DaytonaProvider(CommandsMixin, BackgroundMixin, FilesMixin, CallsMixin,
         return SandboxInfo(
             id=sandbox.id, provider=self.name,
             state=_STATES.get(state, SandboxState.UNKNOWN), template=sandbox.snapshot,
-            metadata={k: v for k, v in labels.items() if k not in RESERVED_LABELS},
+            metadata=labels,
             created_at=convert.timestamp(sandbox.created_at), expires_at=None,
             resources=NeutralResources(cpu=sandbox.cpu or None,
                                        memory_mb=(sandbox.memory or 0) * 1024 or None,

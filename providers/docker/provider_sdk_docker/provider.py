@@ -345,7 +345,8 @@ class DockerProvider(ProcessesMixin, FilesMixin, SnapshotsMixin, TemplatesMixin,
 
     async def _list(self, *, metadata: Mapping[str, str],
                     state: SandboxState | None) -> builtins.list[SandboxInfo]:
-        wanted = [LABEL, *(f"{LABEL_META}{k}={v}" for k, v in metadata.items() if "=" not in k)]
+        # The core refuses "=" in label keys, so "key=value" is one filter here.
+        wanted = [LABEL, *(f"{LABEL_META}{k}={v}" for k, v in metadata.items())]
         filters: dict[str, Any] = {"label": wanted}
         statuses = [s for s, st in _STATES.items() if st == state] if state else []
         if statuses:

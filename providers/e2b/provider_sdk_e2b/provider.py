@@ -124,6 +124,7 @@ class E2BProvider(ProcessesMixin, FilesMixin, ErrorsMixin, SandboxProvider):
     """
 
     name: ClassVar[str] = "e2b"
+    internal_labels: ClassVar[frozenset[str]] = frozenset({PSDK_KEY})
     capabilities: ClassVar[frozenset[Capability]] = frozenset({
         Capability.EXEC_STREAM,
         Capability.PROCESS_BACKGROUND,
@@ -312,9 +313,6 @@ class E2BProvider(ProcessesMixin, FilesMixin, ErrorsMixin, SandboxProvider):
             raise errors.UnsupportedCapability(
                 "resources", provider=self.name,
                 detail=f"{self.name} sizes sandboxes by template")
-        if PSDK_KEY in spec.metadata:
-            raise errors.InvalidInput(f"metadata: the key {PSDK_KEY!r} is reserved",
-                                      provider=self.name)
 
     def _template_for(self, spec: SandboxSpec) -> str:
         if spec.snapshot is not None:
@@ -395,7 +393,7 @@ class E2BProvider(ProcessesMixin, FilesMixin, ErrorsMixin, SandboxProvider):
             id=remote.id, provider=self.name,
             state=self._STATES.get(remote.state, SandboxState.UNKNOWN),
             template=remote.template,
-            metadata={k: v for k, v in remote.metadata.items() if k != PSDK_KEY},
+            metadata=remote.metadata,
             created_at=remote.started_at, expires_at=remote.end_at,
             resources=Resources(cpu=remote.cpu or None, memory_mb=remote.memory_mb or None,
                                 disk_mb=remote.disk_mb or None),
