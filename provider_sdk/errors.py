@@ -287,3 +287,21 @@ def attributed(provider: str, sandbox_id: str | None = None) -> Iterator[None]:
     except SandboxError as exc:
         attribute(exc, provider, sandbox_id)
         raise
+
+
+@contextlib.contextmanager
+def reported_as(path: str, *temporaries: str) -> Iterator[None]:
+    """Run a block that works through temporary files (a write staged beside its target,
+    then renamed over it) so that its errors name ``path``, the caller's, wherever they
+    would name one of ``temporaries``; the error keeps its type."""
+    try:
+        yield
+    except SandboxError as exc:
+        message = exc.message
+        for temporary in sorted(temporaries, key=len, reverse=True):  # paths before names
+            message = message.replace(temporary, path)
+        if message != exc.message:
+            exc.message = message
+            exc.args = (message, *exc.args[1:])
+        raise
+

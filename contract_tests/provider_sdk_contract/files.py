@@ -303,6 +303,30 @@ class FilesContract(ContractBase):
         with pytest.raises(NotADirectory):
             await sandbox.files.list("/tmp/psdk-not-a-dir")
 
+    @pytest.mark.parametrize("operation", ["write", "upload", "mkdir", "rename"])
+    async def test_files_under_a_file_raise_not_a_directory_naming_the_path(
+            self, sandbox: Sandbox, operation: str, tmp_path: Path) -> None:
+        """A path whose parent is a file is ``NotADirectory`` (not ``FileExists``) for
+        every operation that makes something there; the message names the caller's path
+        and the provider, never a temporary file."""
+        await sandbox.files.write("/tmp/psdk-plain-file", b"x")
+        await sandbox.files.write("/tmp/psdk-rename-src", b"y")
+        path = "/tmp/psdk-plain-file/psdk-under"
+        local = tmp_path / "local.bin"
+        local.write_bytes(b"z")
+        calls = {"write": lambda: sandbox.files.write(path, b"z"),
+                 "upload": lambda: sandbox.files.upload(local, path),
+                 "mkdir": lambda: sandbox.files.mkdir(path),
+                 "rename": lambda: sandbox.files.rename("/tmp/psdk-rename-src", path)}
+        with pytest.raises(NotADirectory) as caught:
+            await calls[operation]()
+        text = str(caught.value)
+        assert path in text
+        assert text.startswith(f"[{sandbox.provider.name} ")
+        assert ".psdk" not in text
+        assert "partial" not in text
+        assert await sandbox.files.read("/tmp/psdk-plain-file") == b"x"
+
     async def test_files_mkdir_existing_without_exist_ok_raises_file_exists(
             self, sandbox: Sandbox) -> None:
         """``mkdir(exist_ok=False)`` on an existing directory raises FileExists."""

@@ -458,9 +458,9 @@ class Agent:
         path = self.path(req["path"])
         try:
             mode = writable_mode(path, self.shown(path))
-            parent = os.path.dirname(path)
-            os.makedirs(parent, exist_ok=True)
-            tmp = os.path.join(parent, f".psdk-write-{os.getpid()}-{threading.get_ident()}")
+            make_parents(path)
+            tmp = os.path.join(os.path.dirname(path),
+                               f".psdk-write-{os.getpid()}-{threading.get_ident()}")
             try:
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
             except OSError as exc:  # named by the user's path, not the temporary file's
@@ -544,8 +544,19 @@ class Agent:
     def op_rename(self, conn: Conn, req: dict[str, Any]) -> None:
         src, dst = self.path(req["src"]), self.path(req["dst"])
         os.lstat(src)
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        make_parents(dst)
         os.replace(src, dst)
+
+
+def make_parents(path: str) -> None:
+    """Create ``path``'s missing parent directories. Errors name ``path``, the one the
+    caller gave, and a parent that is a file is ENOTDIR (``makedirs`` says EEXIST)."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    except FileExistsError:
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path) from None
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, path) from None
 
 
 def conn_closed(sock: socket.socket) -> bool:

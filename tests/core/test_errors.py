@@ -169,3 +169,14 @@ def test_translated_error_keeps_its_cause() -> None:
     with pytest.raises(Unavailable) as caught:
         _translate(vendor)
     assert caught.value.__cause__ is vendor
+
+
+def test_reported_as_names_the_callers_path_instead_of_temporaries() -> None:
+    from provider_sdk.errors import reported_as
+
+    with pytest.raises(PermissionDenied) as caught, reported_as("/w/data.csv", "/w/.t-1", ".t-1"):
+        raise PermissionDenied("mv: cannot move '/w/.t-1': Read-only file system (.t-1)",
+                               provider="p", sandbox_id="s")
+    assert str(caught.value) == \
+        "[p s] mv: cannot move '/w/data.csv': Read-only file system (/w/data.csv)"
+

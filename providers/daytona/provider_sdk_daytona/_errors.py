@@ -83,5 +83,8 @@ def neutral(exc: DaytonaError, *, sandbox_id: str | None = None,
     if status in (400, 422):
         if "quota" in message.lower() or "limit exceeded" in message.lower():
             return errors.QuotaExceeded(message, **where)
+        # The daemon answers a path under a file with 400 and the OS's words.
+        if "not a directory" in message.lower():
+            return errors.NotADirectory(message, **where)
         return errors.InvalidInput(message, **where)
     return errors.SandboxError(message, **where)

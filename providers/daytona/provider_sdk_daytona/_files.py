@@ -136,8 +136,9 @@ class FilesMixin(CallsMixin):
             # characters are refused: upload under a plain name, then move it.
             staging = posixpath.join(posixpath.dirname(full),
                                      f".psdk-upload-{secrets.token_hex(8)}")
-            await self._write_file(sandbox_id, staging, chunks)
-            await self._rename(sandbox_id, staging, full)
+            with errors.reported_as(full, staging):
+                await self._write_file(sandbox_id, staging, chunks)
+                await self._rename(sandbox_id, staging, full)
             return
         head = bytearray()
         small = True

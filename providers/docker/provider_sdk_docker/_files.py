@@ -118,6 +118,8 @@ class FilesMixin:
             response = client.head(url, params={"path": path})
             if response.status_code == 404:  # no such path, or no such container
                 raise _PathMissing
+            if response.status_code == 500 and path != "/":
+                raise _PathRefused(response.reason)
             client._raise_for_status(response)
             header = response.headers.get("X-Docker-Container-Path-Stat")
             if not header:
@@ -130,6 +132,15 @@ class FilesMixin:
         except _PathMissing:
             await self._inspect(sandbox_id)  # the sandbox is there: the path is not
             return None
+        except _PathRefused as exc:
+            # A HEAD answer has no body to say why; the usual reason is a parent that
+            # is not a directory, which the parent's own stat shows.
+            parent = posixpath.dirname(path.rstrip("/")) or "/"
+            above = await self._path_stat(sandbox_id, parent)
+            if above is not None and not int(above.get("mode", 0)) & _MODE_DIR:
+                raise errors.NotADirectory(f"{path}: Not a directory", provider=self.name,
+                                           sandbox_id=sandbox_id) from None
+            raise self._file_error(f"{path}: {exc}", sandbox_id) from None
 
     async def _regular_file(self, sandbox_id: str, path: str, target: str) -> str:
         """``target`` with its symlinks followed, checked to be a regular file."""
@@ -206,6 +217,13 @@ class FilesMixin:
             raise errors.IsADirectory(f"{path} is a directory", provider=self.name,
                                       sandbox_id=sandbox_id)
         temporary = f".{name[:200]}.psdk-{secrets.token_hex(6)}"
+        with errors.reported_as(target, posixpath.join(parent, temporary), temporary):
+            await self._write_through(sandbox_id, path, target, temporary, chunks)
+
+    async def _write_through(self, sandbox_id: str, path: str, target: str, temporary: str,
+                             chunks: AsyncIterator[bytes]) -> None:
+        """Put the content in ``temporary``, beside ``target``, then rename it over."""
+        parent = posixpath.dirname(target)
         with tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY) as spool:
             size = 0
             async for chunk in chunks:
@@ -267,10 +285,14 @@ class FilesMixin:
         return self._owners[sandbox_id]
 
     async def _files_op(self, sandbox_id: str, script: str, *args: str) -> ExecResult:
+        """Run a files script on ``args`` (paths first); its failure names the first path,
+        the caller's, where the tool's message names only a part of it."""
         result = await self._run(sandbox_id, script, *args)
         if not result.ok:
-            raise self._file_error(result.stderr.strip() or f"exit {result.exit_code}",
-                                   sandbox_id)
+            message = result.stderr.strip() or f"exit {result.exit_code}"
+            if f"'{args[0]}'" not in message and f"{args[0]}:" not in message:
+                message = f"{args[0]}: {message}"
+            raise self._file_error(message, sandbox_id)
         return result
 
     def _file_error(self, message: str, sandbox_id: str) -> errors.SandboxError:
