@@ -305,3 +305,14 @@ def reported_as(path: str, *temporaries: str) -> Iterator[None]:
             exc.args = (message, *exc.args[1:])
         raise
 
+
+@contextlib.contextmanager
+def on_behalf_of(provider: str) -> Iterator[None]:
+    """Run a block in which one provider uses another (the local provider builds its
+    templates through the Docker provider): the errors it raises are ``provider``'s, as
+    the caller asked that one."""
+    try:
+        yield
+    except SandboxError as exc:
+        exc.provider = provider
+        raise

@@ -60,22 +60,25 @@ class TemplateBuildsMixin:
             return self._to_template(meta)
         if meta is not None:
             await anyio.to_thread.run_sync(self._check_unused, template_id)
-        docker = DockerProvider()
-        try:
-            before = {(t.name, t.content_hash) for t in await docker.list_templates()}
-            image = await docker.build_template(spec, force=force, on_progress=on_progress)
+        # Docker's errors are this provider's: the caller asked the local provider.
+        with errors.on_behalf_of(self.name):
+            docker = DockerProvider()
             try:
-                if on_progress is not None:
-                    on_progress(f"exporting the filesystem of {image.id} as local template "
-                                f"{template_id}")
-                meta = await anyio.to_thread.run_sync(
-                    lambda: self._export(rootfs.export_image, image.id, spec, digest, force))
+                before = {(t.name, t.content_hash) for t in await docker.list_templates()}
+                image = await docker.build_template(spec, force=force, on_progress=on_progress)
+                try:
+                    if on_progress is not None:
+                        on_progress(f"exporting the filesystem of {image.id} as local "
+                                    f"template {template_id}")
+                    meta = await anyio.to_thread.run_sync(
+                        lambda: self._export(rootfs.export_image, image.id, spec, digest,
+                                             force))
+                finally:
+                    if (spec.name, digest) not in before:  # made for this build: not kept
+                        with contextlib.suppress(errors.SandboxError):
+                            await docker.delete_template(image.id)
             finally:
-                if (spec.name, digest) not in before:  # made for this build: not kept
-                    with contextlib.suppress(errors.SandboxError):
-                        await docker.delete_template(image.id)
-        finally:
-            await docker.aclose()
+                await docker.aclose()
         return self._to_template(meta)
 
     def _export(self, export: Callable[..., Any], image: str, spec: TemplateSpec, digest: str,

@@ -180,3 +180,10 @@ def test_reported_as_names_the_callers_path_instead_of_temporaries() -> None:
     assert str(caught.value) == \
         "[p s] mv: cannot move '/w/data.csv': Read-only file system (/w/data.csv)"
 
+
+def test_on_behalf_of_makes_a_delegates_error_the_callers() -> None:
+    from provider_sdk.errors import on_behalf_of
+
+    with pytest.raises(TemplateBuildError) as caught, on_behalf_of("local"):
+        raise TemplateBuildError("RUN failed", step="RUN", provider="docker")
+    assert str(caught.value) == "[local] RUN: RUN failed"

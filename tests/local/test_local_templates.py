@@ -304,6 +304,8 @@ async def test_failing_run_raises_template_build_error_naming_the_step(
         await provider.build_template(spec)
     assert "RUN" in caught.value.step
     assert "before-failure" in caught.value.log_tail
+    assert caught.value.provider == "local"
+    assert str(caught.value).startswith("[local] ")
     assert await provider.list_templates() == []
 
 
