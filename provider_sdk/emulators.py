@@ -16,6 +16,8 @@ provider it serves.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import zlib
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -296,6 +298,27 @@ def load(name: str) -> Emulator:
 @asynccontextmanager
 async def run(name: str, options: EmulatorOptions | None = None) -> AsyncIterator[
         RunningEmulator]:
-    """Start the emulator ``name``; stop it when the block exits."""
-    async with load(name)(options or EmulatorOptions()) as running:
+    """Start the emulator ``name``; stop it when the block exits.
+
+    Raises:
+        ConfigError: no such emulator, or its port on 127.0.0.1 is taken (the message
+            names the port).
+    """
+    options = options or EmulatorOptions()
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            running = await stack.enter_async_context(load(name)(options))
+        except Exception as exc:
+            if not _address_in_use(exc):
+                raise
+            raise ConfigError(f"emulator {name!r}: port {options.port} on 127.0.0.1 is "
+                              "already in use; pick another with --port, or 0 for any free "
+                              "one") from exc
         yield running
+
+
+def _address_in_use(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or groups (an emulator's task group), EADDRINUSE."""
+    if isinstance(exc, OSError):
+        return exc.errno == errno.EADDRINUSE
+    return any(_address_in_use(e) for e in getattr(exc, "exceptions", ()))

@@ -169,3 +169,22 @@ def test_a_truncated_multipart_upload_is_a_400_and_leaves_the_file(
                                      "Content-Type": request.headers["content-type"]})
         assert answer.status_code == 400
         assert sandbox.files.read("/tmp/kept") == "kept"
+
+
+@pytest.mark.parametrize("name", ["e2b", "daytona"])
+@pytest.mark.anyio
+async def test_a_port_in_use_is_a_config_error_naming_it(local_backend: object,
+                                                         name: str) -> None:
+    """Starting an emulator on a taken port says which port, not only the OS's words."""
+    import socket
+
+    from provider_sdk import emulators
+    from provider_sdk.errors import ConfigError
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError, match=rf"port {port} on 127\.0\.0\.1 is already in use"):
+            async with emulators.run(name, emulators.EmulatorOptions(port=port, api_key="k")):
+                pass
