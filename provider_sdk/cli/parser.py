@@ -165,8 +165,8 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
     p.add_argument("--store", metavar="URL",
                    help="the binding store: sqlite:///PATH, redis://..., postgresql://... "
                         "(default: $PSDK_MANAGER_STORE, then the default SQLite file)")
-    p.add_argument("--owner-key", metavar="K", default="owner",
-                   help="the metadata key sandboxes are tagged with (default: owner)")
+    p.add_argument("--owner-key", metavar="K", default="psdk.manager.owner",
+                   help="the label managers tag sandboxes with (default: psdk.manager.owner)")
     p.add_argument("--older-than", metavar="DURATION", type=_duration,
                    help="spare sandboxes younger than this (90s, 15m, 2h, 1d)")
     p.add_argument("--dry-run", action="store_true", help="list what would be killed")

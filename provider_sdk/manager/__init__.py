@@ -14,13 +14,14 @@ persistent "digital space"; a session id gives each session its own. ::
 Stores: :class:`MemoryStore` (one process), :class:`SQLiteStore` (the embedded
 default: processes on one machine), :class:`RedisStore` and :class:`PostgresStore`
 (several application replicas; optional extras ``redis`` and ``postgres``, whose drivers
-are imported only when such a store connects). :func:`reap` kills owner-tagged sandboxes
+are imported only when such a store connects). Managers tag the sandboxes they make with
+the label :data:`OWNER_LABEL`, and touch no other. :func:`reap` kills tagged sandboxes
 that no binding holds (``psdk reap``). The blocking twin is in
 :mod:`provider_sdk.manager.sync`.
 """
 
 from provider_sdk.manager.handle import ManagedSandbox
-from provider_sdk.manager.manager import SandboxManager, SnapshotPolicy, owner_claim
+from provider_sdk.manager.manager import OWNER_LABEL, SandboxManager, SnapshotPolicy, owner_claim
 from provider_sdk.manager.postgres_store import PostgresStore
 from provider_sdk.manager.reaper import reap
 from provider_sdk.manager.redis_store import RedisStore
@@ -34,6 +35,7 @@ from provider_sdk.manager.store import (
 )
 
 __all__ = [
+    "OWNER_LABEL",
     "Binding",
     "BindingStore",
     "ManagedSandbox",

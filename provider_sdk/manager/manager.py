@@ -6,11 +6,17 @@
    through its handle fails on the data plane, or the manager paused it.
 2. ``store``: the binding store, then ``provider.connect`` (which resumes a paused
    sandbox) and a data-plane health probe.
-3. ``list``: ``provider.list(metadata={owner_key: owner})``: a sandbox whose binding
-   was lost (a store wiped, a crash between create and bind) is reused, the binding
-   healed, and any extra sandboxes of the owner killed in the background.
+3. ``list``: ``provider.list(metadata={owner_key: owner})``: a sandbox a manager made
+   whose binding was lost (a store wiped, a crash between create and bind) is reused,
+   the binding healed, and any extra sandboxes of the owner killed in the background.
 4. ``create`` (or ``snapshot``): a new sandbox tagged with the owner, started from the
    owner's latest snapshot when the bound one vanished or broke.
+
+The tag is a label of the manager's own, :data:`OWNER_LABEL` (``psdk.manager.owner``),
+not the ``owner`` label people put on sandboxes they make by hand: the manager adopts,
+kills as a duplicate, releases and reaps only sandboxes a manager made (or the one a
+binding holds). Bindings stored before the label existed keep working unchanged: the
+binding, not the label, is what binds a sandbox.
 
 Levels 3 and 4, and replacing a broken sandbox, run only while holding the owner's
 claim in the store, so concurrent acquires in other tasks, processes or replicas wait
@@ -42,6 +48,7 @@ import attrs
 from provider_sdk.capabilities import Capability
 from provider_sdk.errors import Conflict, InvalidInput, OperationTimeout, SandboxNotFound
 from provider_sdk.events import span
+from provider_sdk.labels import check_labels
 from provider_sdk.manager._cache import CacheMixin, _Entry
 from provider_sdk.manager._claims import _OwnerLock, owner_claim
 from provider_sdk.manager._housekeeping import HousekeepingMixin
@@ -53,7 +60,11 @@ from provider_sdk.models import Lifecycle, SandboxInfo, SandboxSpec, Snapshot
 from provider_sdk.provider import SandboxProvider
 from provider_sdk.sandbox import Sandbox
 
-__all__ = ["SandboxManager", "SnapshotPolicy", "owner_claim"]
+__all__ = ["OWNER_LABEL", "SandboxManager", "SnapshotPolicy", "owner_claim"]
+
+OWNER_LABEL = "psdk.manager.owner"
+"""The label a :class:`SandboxManager` tags each sandbox it makes with, holding the
+owner: ``psdk ls --label psdk.manager.owner=alice`` shows alice's managed sandbox."""
 
 
 class SandboxManager(CacheMixin, LookupMixin, PoliciesMixin, HousekeepingMixin):
@@ -68,7 +79,10 @@ class SandboxManager(CacheMixin, LookupMixin, PoliciesMixin, HousekeepingMixin):
         store: where bindings live; default: a :class:`~provider_sdk.manager.SQLiteStore`
             at :func:`~provider_sdk.manager.default_store_path`. The manager does not
             close a store it was given.
-        owner_key: the metadata key that tags a sandbox with its owner.
+        owner_key: the label that tags a sandbox with its owner, and marks it as a
+            manager's (default :data:`OWNER_LABEL`). Managers that share a store and a
+            provider must agree on it; give one of your own only to keep apart managers
+            that must not adopt each other's sandboxes.
         spec: how new sandboxes are made; ``owner_key`` is added to its metadata.
         snapshots: take scheduled snapshots (needs ``snapshot.filesystem``).
         idle_pause: pause a sandbox after this many seconds without an acquire or a
@@ -95,7 +109,7 @@ class SandboxManager(CacheMixin, LookupMixin, PoliciesMixin, HousekeepingMixin):
         provider: SandboxProvider,
         store: BindingStore | None = None,
         *,
-        owner_key: str = "owner",
+        owner_key: str = OWNER_LABEL,
         spec: SandboxSpec | None = None,
         snapshots: SnapshotPolicy | None = None,
         idle_pause: float | None = None,
@@ -108,6 +122,8 @@ class SandboxManager(CacheMixin, LookupMixin, PoliciesMixin, HousekeepingMixin):
     ) -> None:
         if not isinstance(owner_key, str) or not owner_key:
             raise InvalidInput(f"owner_key must be a non-empty string, got {owner_key!r}")
+        check_labels({owner_key: ""}, field="owner_key", internal=provider.internal_labels,
+                     provider=provider.name)
         for name, value in (("acquire_timeout", acquire_timeout),
                             ("health_timeout", health_timeout), ("claim_ttl", claim_ttl),
                             ("idle_pause", idle_pause), ("sweep_interval", sweep_interval)):

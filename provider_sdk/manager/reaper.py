@@ -1,4 +1,4 @@
-"""The reaper: kill owner-tagged sandboxes that no binding holds.
+"""The reaper: kill manager-tagged sandboxes that no binding holds.
 
 Such sandboxes are left behind by races that an expired claim allowed, by bindings
 dropped from a store, or by a store that was wiped. A sandbox is spared while its
@@ -14,6 +14,7 @@ import datetime as dt
 from provider_sdk.errors import InvalidInput
 from provider_sdk.events import span
 from provider_sdk.manager._claims import owner_claim
+from provider_sdk.manager.manager import OWNER_LABEL
 from provider_sdk.manager.store import BindingStore
 from provider_sdk.models import SandboxInfo
 from provider_sdk.provider import SandboxProvider
@@ -21,14 +22,17 @@ from provider_sdk.provider import SandboxProvider
 __all__ = ["reap"]
 
 
-async def reap(provider: SandboxProvider, store: BindingStore, *, owner_key: str = "owner",
+async def reap(provider: SandboxProvider, store: BindingStore, *,
+               owner_key: str = OWNER_LABEL,
                older_than: float | None = None, dry_run: bool = False) -> list[SandboxInfo]:
     """Kill the sandboxes tagged with ``owner_key`` that no binding in ``store`` holds.
 
     Args:
         provider: whose sandboxes to look at.
         store: the bindings that keep sandboxes alive.
-        owner_key: the metadata key the manager tags sandboxes with.
+        owner_key: the label the managers tag sandboxes with (default
+            :data:`~provider_sdk.manager.OWNER_LABEL`); sandboxes without it are never
+            reaped.
         older_than: spare sandboxes created less than this many seconds ago (and those
             whose creation time the provider does not report).
         dry_run: kill nothing; only say what would be killed.

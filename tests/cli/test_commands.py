@@ -501,13 +501,13 @@ def test_kill_removes_a_broken_record(psdk: Psdk, memory: Store) -> None:
 def test_reap_removes_broken_records_and_says_so(psdk: Psdk, memory: Store,
                                                  tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'bindings.sqlite3'}"
-    unbound = _create(psdk, "--label", "owner=gone")
-    untagged = _create(psdk)
+    unbound = _create(psdk, "--label", "psdk.manager.owner=gone")
+    untagged = _create(psdk, "--label", "owner=gone")  # made by hand: never reaped
     STORE.add_broken("mem-broken", "meta.json: {}")
     dry = psdk("reap", *P, "--store", store, "--dry-run")
     assert dry.code == 0
     assert sorted(dry.out.splitlines()) == sorted(
-        [f"{unbound}  owner=gone", "mem-broken  broken: meta.json: {}"])
+        [f"{unbound}  psdk.manager.owner=gone", "mem-broken  broken: meta.json: {}"])
     assert dry.err == ("would kill 1 unbound sandbox and would remove 1 broken record on "
                        "'memory'\n")
     assert {unbound, untagged, "mem-broken"} <= set(STORE.boxes)

@@ -13,7 +13,7 @@ import anyio.to_thread
 import pytest
 
 from provider_sdk.local import LocalProvider
-from provider_sdk.manager import PostgresStore, RedisStore
+from provider_sdk.manager import OWNER_LABEL, PostgresStore, RedisStore
 
 pytestmark = pytest.mark.anyio
 
@@ -60,7 +60,7 @@ async def _check_one_per_owner(provider: LocalProvider, results: list[tuple[str,
     assert all(len(ids) == 1 for ids in by_owner.values()), by_owner
     alive = await provider.list()
     assert len(alive) == OWNERS
-    assert {i.metadata["owner"]: i.id for i in alive} == {
+    assert {i.metadata[OWNER_LABEL]: i.id for i in alive} == {
         owner: next(iter(ids)) for owner, ids in by_owner.items()}
 
 

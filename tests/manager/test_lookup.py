@@ -18,7 +18,7 @@ from provider_sdk.errors import (
     Unavailable,
 )
 from provider_sdk.local import LocalProvider
-from provider_sdk.manager import Binding, MemoryStore, SandboxManager, SQLiteStore
+from provider_sdk.manager import OWNER_LABEL, Binding, MemoryStore, SandboxManager, SQLiteStore
 from provider_sdk.models import SandboxSpec, SandboxState
 
 pytestmark = pytest.mark.anyio
@@ -45,7 +45,7 @@ async def test_first_acquire_creates_a_sandbox_tagged_with_the_owner(
         sandbox = await manager.acquire("alice")
     assert _level(logs) == "create"
     assert sandbox.owner == "alice"
-    assert sandbox.metadata["owner"] == "alice"
+    assert sandbox.metadata[OWNER_LABEL] == "alice"
     assert (await sandbox.exec("echo ready")).stdout == "ready\n"
     binding = await store.get("alice")
     assert binding is not None
@@ -124,11 +124,11 @@ async def test_a_lost_binding_is_healed_from_the_owner_tag(
 
 async def test_duplicates_found_by_tag_are_reduced_to_the_oldest_running_one(
         provider: LocalProvider, store: SQLiteStore) -> None:
-    oldest = await provider.create(metadata={"owner": "alice"})
-    paused = await provider.create(metadata={"owner": "alice"})
+    oldest = await provider.create(metadata={OWNER_LABEL: "alice"})
+    paused = await provider.create(metadata={OWNER_LABEL: "alice"})
     await paused.pause()
-    newest = await provider.create(metadata={"owner": "alice"})
-    bystander = await provider.create(metadata={"owner": "bob"})
+    newest = await provider.create(metadata={OWNER_LABEL: "alice"})
+    bystander = await provider.create(metadata={OWNER_LABEL: "bob"})
     with capture_logs() as logs:
         chosen = await SandboxManager(provider, store).acquire("alice")
     assert _level(logs) == "list"
@@ -142,7 +142,7 @@ async def test_duplicates_found_by_tag_are_reduced_to_the_oldest_running_one(
 async def test_duplicates_next_to_a_bound_sandbox_are_killed_in_the_background(
         provider: LocalProvider, store: SQLiteStore) -> None:
     bound = await SandboxManager(provider, store).acquire("alice")
-    extra = await provider.create(metadata={"owner": "alice"})  # a race elsewhere
+    extra = await provider.create(metadata={OWNER_LABEL: "alice"})  # a race elsewhere
     async with SandboxManager(provider, store) as manager:
         with capture_logs() as logs:
             again = await manager.acquire("alice")
@@ -270,7 +270,7 @@ async def test_release_kills_the_sandbox_and_drops_the_binding(
         provider: LocalProvider, store: SQLiteStore) -> None:
     manager = SandboxManager(provider, store)
     sandbox = await manager.acquire("alice")
-    await provider.create(metadata={"owner": "alice"})  # a duplicate goes too
+    await provider.create(metadata={OWNER_LABEL: "alice"})  # a duplicate goes too
     await manager.release("alice")
     assert await store.get("alice") is None
     assert await provider.list() == []
@@ -310,4 +310,4 @@ async def test_a_malformed_owner_is_invalid_input(provider: LocalProvider,
 
 async def test_a_spec_that_sets_the_owner_key_is_refused(provider: LocalProvider) -> None:
     with pytest.raises(InvalidInput, match="owner"):
-        SandboxManager(provider, MemoryStore(), spec=SandboxSpec(metadata={"owner": "x"}))
+        SandboxManager(provider, MemoryStore(), spec=SandboxSpec(metadata={OWNER_LABEL: "x"}))

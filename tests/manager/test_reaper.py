@@ -13,7 +13,7 @@ import pytest
 from provider_sdk.cli import main
 from provider_sdk.errors import InvalidInput
 from provider_sdk.local import LocalProvider
-from provider_sdk.manager import SandboxManager, SQLiteStore, owner_claim, reap
+from provider_sdk.manager import OWNER_LABEL, SandboxManager, SQLiteStore, owner_claim, reap
 
 pytestmark = pytest.mark.anyio
 
@@ -25,8 +25,8 @@ async def _ids(provider: LocalProvider) -> set[str]:
 async def test_reap_kills_unbound_tagged_sandboxes_only(provider: LocalProvider,
                                                         store: SQLiteStore) -> None:
     bound = await SandboxManager(provider, store).acquire("alice")
-    orphan = await provider.create(metadata={"owner": "alice"})
-    nobody = await provider.create(metadata={"owner": "bob"})  # bob has no binding
+    orphan = await provider.create(metadata={OWNER_LABEL: "alice"})
+    nobody = await provider.create(metadata={OWNER_LABEL: "bob"})  # bob has no binding
     untagged = await provider.create(metadata={"team": "x"})
     victims = await reap(provider, store)
     assert {i.id for i in victims} == {orphan.id, nobody.id}
@@ -34,7 +34,7 @@ async def test_reap_kills_unbound_tagged_sandboxes_only(provider: LocalProvider,
 
 
 async def test_dry_run_kills_nothing(provider: LocalProvider, store: SQLiteStore) -> None:
-    orphan = await provider.create(metadata={"owner": "bob"})
+    orphan = await provider.create(metadata={OWNER_LABEL: "bob"})
     victims = await reap(provider, store, dry_run=True)
     assert [i.id for i in victims] == [orphan.id]
     assert await _ids(provider) == {orphan.id}
@@ -43,7 +43,7 @@ async def test_dry_run_kills_nothing(provider: LocalProvider, store: SQLiteStore
 async def test_a_sandbox_whose_owner_is_being_created_is_spared(
         provider: LocalProvider, store: SQLiteStore) -> None:
     # A manager holds bob's claim: it made this sandbox and has not bound it yet.
-    in_flight = await provider.create(metadata={"owner": "bob"})
+    in_flight = await provider.create(metadata={OWNER_LABEL: "bob"})
     assert await store.claim(owner_claim("bob"), "creator", 60)
     assert await reap(provider, store) == []
     assert await _ids(provider) == {in_flight.id}
@@ -51,7 +51,7 @@ async def test_a_sandbox_whose_owner_is_being_created_is_spared(
 
 async def test_older_than_spares_young_sandboxes(provider: LocalProvider,
                                                  store: SQLiteStore) -> None:
-    young = await provider.create(metadata={"owner": "bob"})
+    young = await provider.create(metadata={OWNER_LABEL: "bob"})
     assert await reap(provider, store, older_than=3600) == []
     assert [i.id for i in await reap(provider, store, older_than=0)] == [young.id]
 
@@ -59,7 +59,7 @@ async def test_older_than_spares_young_sandboxes(provider: LocalProvider,
 async def test_a_custom_owner_key_is_honoured(provider: LocalProvider,
                                               store: SQLiteStore) -> None:
     tagged = await provider.create(metadata={"user": "carol"})
-    other = await provider.create(metadata={"owner": "carol"})
+    other = await provider.create(metadata={OWNER_LABEL: "carol"})
     assert [i.id for i in await reap(provider, store, owner_key="user")] == [tagged.id]
     assert await _ids(provider) == {other.id}
 
@@ -79,7 +79,7 @@ async def test_psdk_reap_kills_unbound_sandboxes_and_says_how_many(
     monkeypatch.setenv("PSDK_HOME", str(provider.home))
     async with SQLiteStore(db_path) as store:
         bound = await SandboxManager(provider, store).acquire("alice")
-    orphan = await provider.create(metadata={"owner": "bob"})
+    orphan = await provider.create(metadata={OWNER_LABEL: "bob"})
     store_url = f"sqlite://{db_path}"
 
     async def psdk(*argv: str) -> int:
@@ -87,7 +87,7 @@ async def test_psdk_reap_kills_unbound_sandboxes_and_says_how_many(
 
     assert await psdk("reap", "--provider", "local", "--store", store_url, "--dry-run") == 0
     out, err = capsys.readouterr()
-    assert out == f"{orphan.id}  owner=bob\n"
+    assert out == f"{orphan.id}  {OWNER_LABEL}=bob\n"
     assert "would kill 1 unbound sandbox" in err
     assert await _ids(provider) == {bound.id, orphan.id}
 
