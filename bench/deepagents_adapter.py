@@ -15,7 +15,7 @@ in interleaved pairs.
 Prints one JSON object per line with ``bench/run.py``'s fields; ``ratio`` is the median
 of per-pair ratios. Not a test: goals are reported, not asserted. Usage:
 ``python bench/deepagents_adapter.py [--rounds N]``; needs bubblewrap and
-``provider-sdk-deepagents``.
+``sandbox-provider-sdk-deepagents``.
 """
 
 from __future__ import annotations

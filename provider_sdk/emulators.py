@@ -27,6 +27,7 @@ from typing import Protocol, cast
 import attrs
 
 from provider_sdk.config import Secret
+from provider_sdk.distributions import install_hint
 from provider_sdk.errors import ConfigError, InvalidInput, QuotaExceeded
 
 __all__ = ["BODY_LIMIT", "GROUP", "INFLATE_LIMIT", "BodyTooLarge", "Emulator",
@@ -50,9 +51,9 @@ GROUP = "provider_sdk.emulators"
 
 # Where the well-known emulators live, for the hint in "not installed" errors.
 _DISTRIBUTIONS = {
-    "e2b": "provider-sdk-e2b",
-    "cube": "provider-sdk-e2b",
-    "daytona": "provider-sdk-daytona",
+    "e2b": "sandbox-provider-sdk-e2b",
+    "cube": "sandbox-provider-sdk-e2b",
+    "daytona": "sandbox-provider-sdk-daytona",
 }
 
 
@@ -280,15 +281,16 @@ def load(name: str) -> Emulator:
     """
     loaders = _entry_points()
     if name not in loaders:
-        hint = _DISTRIBUTIONS.get(name)
-        install = f"; install it with: pip install {hint}" if hint else ""
+        dist = _DISTRIBUTIONS.get(name)
+        install = f"; install it with: {install_hint(dist)}" if dist else ""
         installed = ", ".join(sorted(loaders)) or "none"
         raise ConfigError(f"no emulator named {name!r}{install}; installed: {installed}")
     try:
         obj = loaders[name]()
     except (ImportError, AttributeError) as exc:
-        hint = _DISTRIBUTIONS.get(name, "the distribution that provides it")
-        raise ConfigError(f"emulator {name!r} failed to import ({exc}); reinstall {hint}") \
+        dist = _DISTRIBUTIONS.get(name)
+        again = f"{dist}: {install_hint(dist)}" if dist else "the distribution that provides it"
+        raise ConfigError(f"emulator {name!r} failed to import ({exc}); reinstall {again}") \
             from exc
     if not callable(obj):
         raise ConfigError(f"emulator {name!r}: {obj!r} is not callable")

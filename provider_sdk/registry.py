@@ -14,6 +14,7 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 
 from provider_sdk.capabilities import HOOKS, IMPLIES, Capability
+from provider_sdk.distributions import CORE, install_hint
 from provider_sdk.errors import ConfigError, ProviderNotFound
 from provider_sdk.provider import SandboxProvider
 
@@ -23,11 +24,11 @@ GROUP = "provider_sdk.providers"
 
 # Where the well-known providers live, for the hint in "not installed" errors.
 _DISTRIBUTIONS = {
-    "local": "provider-sdk",
-    "docker": "provider-sdk-docker",
-    "e2b": "provider-sdk-e2b",
-    "cube": "provider-sdk-e2b",
-    "daytona": "provider-sdk-daytona",
+    "local": CORE,
+    "docker": "sandbox-provider-sdk-docker",
+    "e2b": "sandbox-provider-sdk-e2b",
+    "cube": "sandbox-provider-sdk-e2b",
+    "daytona": "sandbox-provider-sdk-daytona",
 }
 
 _registered: dict[str, Callable[[], object]] = {}
@@ -78,8 +79,8 @@ def load(name: str) -> type[SandboxProvider]:
     loaders = {**_entry_points(), **_registered}
     installed = tuple(sorted(loaders))
     if name not in loaders:
-        hint = _DISTRIBUTIONS.get(name)
-        install = f"; install it with: pip install {hint}" if hint else ""
+        dist = _DISTRIBUTIONS.get(name)
+        install = f"; install it with: {install_hint(dist)}" if dist else ""
         raise ProviderNotFound(
             f"no provider named {name!r}{install}; installed: {', '.join(installed) or 'none'}",
             installed=installed,
@@ -87,9 +88,10 @@ def load(name: str) -> type[SandboxProvider]:
     try:
         obj = loaders[name]()
     except (ImportError, AttributeError) as exc:  # no module, or no such class in it
-        hint = _DISTRIBUTIONS.get(name, "the distribution that provides it")
+        dist = _DISTRIBUTIONS.get(name)
+        again = f"{dist}: {install_hint(dist)}" if dist else "the distribution that provides it"
         raise ProviderNotFound(
-            f"provider {name!r} failed to import ({exc}); reinstall {hint}",
+            f"provider {name!r} failed to import ({exc}); reinstall {again}",
             installed=installed,
         ) from exc
     cls = check_provider_class(obj, name)

@@ -38,6 +38,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from provider_sdk.distributions import CORE, install_hint
 from provider_sdk.errors import ConfigError
 
 __all__ = ["disable", "enable", "enabled"]
@@ -143,8 +144,8 @@ def enable(*, tracer_provider: Any = None, meter_provider: Any = None,
     """
     global current
     if importlib.util.find_spec("opentelemetry") is None:
-        raise ConfigError("telemetry needs opentelemetry-api (provider-sdk's otel extra), "
-                          "which is not installed")
+        raise ConfigError("telemetry needs opentelemetry-api, which is not installed: "
+                          + install_hint(CORE, extra="otel"))
     current = _Telemetry(tracer_provider, meter_provider, propagate)
 
 

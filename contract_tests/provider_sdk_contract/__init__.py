@@ -1,4 +1,4 @@
-"""provider-sdk-contract: the contract every provider-sdk provider passes.
+"""sandbox-provider-sdk-contract: the contract every provider-sdk provider passes.
 
 A provider opts in with a few lines. In a top-level ``conftest.py``::
 

@@ -26,10 +26,10 @@ from anyio.from_thread import start_blocking_portal
 
 from provider_sdk import config, emulators, registry
 from provider_sdk.cli.console import CliError, Console
+from provider_sdk.distributions import install_hint
 
 __all__ = ["cmd_contract", "test_module"]
 
-_INSTALL = "the contract suite is not installed: pip install provider-sdk-contract"
 
 
 def test_module(provider: str) -> str:
@@ -49,7 +49,8 @@ def cmd_contract(args: argparse.Namespace, console: Console) -> int:
     except ImportError:
         found = False
     if not found:
-        raise CliError(_INSTALL)
+        raise CliError("the contract suite is not installed: "
+                       + install_hint("sandbox-provider-sdk-contract"))
     registry.load(name)  # an unknown provider fails here, in one line
     with tempfile.TemporaryDirectory(prefix="psdk-contract-") as tmp, \
             _environment(name, args, console) as env:

@@ -2,7 +2,7 @@
 listed and deleted.
 
 Only building needs Docker (through ``DockerProvider``) and the distribution
-``provider-sdk-templates``; a built template is a directory the sandboxes made from it
+``sandbox-provider-sdk-templates``; a built template is a directory the sandboxes made from it
 use as their overlay's lower layer (see ``_templates``), so it is not deleted while one
 of them, or a snapshot of one, exists.
 """
@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import anyio
 
 from provider_sdk import errors
+from provider_sdk.distributions import install_hint
 from provider_sdk.local import _templates
 from provider_sdk.local._home import Home, now, read_meta, write_meta
 from provider_sdk.local._trees import remove_tree
@@ -51,7 +52,8 @@ class TemplateBuildsMixin:
         except ImportError as exc:
             raise errors.ConfigError(
                 "templates for the local provider are built with Docker Engine: install the "
-                f"distribution provider-sdk-templates (missing module: {exc.name})",
+                f"distribution sandbox-provider-sdk-templates (missing module: {exc.name}): "
+                + install_hint("sandbox-provider-sdk-templates"),
                 provider=self.name) from exc
         digest = await anyio.to_thread.run_sync(spec.content_hash)
         template_id = _templates.template_id(spec.name, digest)

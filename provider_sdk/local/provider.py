@@ -13,7 +13,7 @@ many seconds without requests or running background processes.
 Templates (``templates.build``) are images built with Docker Engine and exported into
 the home; a sandbox made from one runs on an overlay of that filesystem (see
 ``_templates``). Only building needs Docker (and the distribution
-``provider-sdk-templates``); listing, deleting and creating from a built template do not.
+``sandbox-provider-sdk-templates``); listing, deleting and creating from a built template do not.
 
 This module holds the class, its lifecycle and the state it reads from the home; its
 other hooks are in mixins: ``_startup`` (a sandbox's root and launch), ``_calls`` (exec,

@@ -1,6 +1,6 @@
 """``PostgresStore``: bindings in PostgreSQL, for several application replicas.
 
-Needs the ``postgres`` extra (``pip install 'provider-sdk[postgres]'``, psycopg 3); the
+Needs the ``postgres`` extra (``pip install 'sandbox-provider-sdk[postgres]'``, psycopg 3); the
 driver is imported when the store first connects, and it runs on the asyncio backend.
 Compare-and-set is one ``UPDATE ... WHERE version = %s`` (or ``INSERT ... ON CONFLICT DO
 NOTHING`` for a first binding); a claim is an ``INSERT ... ON CONFLICT DO UPDATE ...
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from provider_sdk.config import Secret
+from provider_sdk.distributions import CORE, install_hint
 from provider_sdk.errors import AuthenticationError, ConfigError, InvalidInput, Unavailable
 from provider_sdk.manager.store import Binding, BindingStore, _safe
 
@@ -167,5 +168,5 @@ def _driver() -> ModuleType:
         import psycopg.sql
     except ImportError as exc:
         raise ConfigError("PostgresStore needs psycopg: "
-                          "pip install 'provider-sdk[postgres]'") from exc
+                          + install_hint(CORE, extra="postgres")) from exc
     return psycopg

@@ -1,6 +1,6 @@
 """``RedisStore``: bindings in Redis, for several application replicas.
 
-Needs the ``redis`` extra (``pip install 'provider-sdk[redis]'``); the driver is imported
+Needs the ``redis`` extra (``pip install 'sandbox-provider-sdk[redis]'``); the driver is imported
 when the store first connects. Each binding is a hash ``{prefix}binding:{owner}`` with a
 ``version`` field; a set ``{prefix}owners`` indexes them. Compare-and-set and
 compare-and-delete are Lua scripts, which Redis runs atomically; a claim is a key
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from provider_sdk.config import Secret
+from provider_sdk.distributions import CORE, install_hint
 from provider_sdk.errors import AuthenticationError, ConfigError, Unavailable
 from provider_sdk.manager.store import Binding, BindingStore, _safe
 
@@ -85,7 +86,7 @@ class RedisStore(BindingStore):
             import redis.exceptions
         except ImportError as exc:
             raise ConfigError("RedisStore needs the redis package: "
-                              "pip install 'provider-sdk[redis]'") from exc
+                              + install_hint(CORE, extra="redis")) from exc
         if self._client is None:
             self._client = redis.asyncio.Redis.from_url(self._url.reveal(),
                                                         decode_responses=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,6 +15,7 @@ from psdk_fixtures import Psdk
 
 from provider_sdk import emulators
 from provider_sdk.config import Secret
+from provider_sdk.distributions import install_hint
 from provider_sdk.errors import ConfigError
 
 STARTED: list[emulators.EmulatorOptions] = []
@@ -51,7 +53,8 @@ def installed(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_an_unknown_emulator_names_the_distribution_to_install(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(emulators, "_entry_points", dict)
-    with pytest.raises(ConfigError, match=r"pip install provider-sdk-daytona"):
+    with pytest.raises(ConfigError,
+                       match=re.escape(install_hint("sandbox-provider-sdk-daytona"))):
         emulators.load("daytona")
     with pytest.raises(ConfigError, match=r"no emulator named 'nope'; installed: "):
         emulators.load("nope")
@@ -63,7 +66,9 @@ def test_a_plugin_that_fails_to_import_is_a_config_error(
         raise ImportError("no module named vendor")
 
     monkeypatch.setattr(emulators, "_entry_points", lambda: {"e2b": broken})
-    with pytest.raises(ConfigError, match=r"failed to import .*reinstall provider-sdk-e2b"):
+    hint = install_hint("sandbox-provider-sdk-e2b")
+    with pytest.raises(ConfigError, match=r"failed to import .*reinstall "
+                       + re.escape(f"sandbox-provider-sdk-e2b: {hint}")):
         emulators.load("e2b")
 
 

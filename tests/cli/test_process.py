@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from provider_sdk.distributions import install_hint
+
 TESTS = Path(__file__).resolve().parent.parent
 
 # Runs psdk with the in-process memory provider registered first. Entry points are the
@@ -97,7 +99,7 @@ def test_unknown_well_known_provider_says_what_to_install() -> None:
                              "daytona"], capture_output=True, text=True,
                             stdin=subprocess.DEVNULL, env=_env(), timeout=120)
     assert result.returncode == 1
-    assert "pip install provider-sdk-daytona" in _one_error_line(result.stderr)
+    assert install_hint("sandbox-provider-sdk-daytona") in _one_error_line(result.stderr)
 
 
 def test_configured_provider_is_used_by_default() -> None:
@@ -169,7 +171,7 @@ def test_contract_without_the_suite_says_what_to_install(tmp_path: Path) -> None
     env = _env(PYTHONPATH=str(tmp_path))
     result = psdk("contract", "--provider", "local", env=env)
     assert result.returncode == 1
-    assert "pip install provider-sdk-contract" in _one_error_line(result.stderr)
+    assert install_hint("sandbox-provider-sdk-contract") in _one_error_line(result.stderr)
 
 
 def test_contract_with_an_unknown_provider_is_one_line() -> None:

@@ -3,6 +3,7 @@ validation against the capability rules."""
 
 from __future__ import annotations
 
+import re
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ from memory_provider import MemoryProvider
 
 from provider_sdk import registry
 from provider_sdk.capabilities import HOOKS, IMPLIES, Capability
+from provider_sdk.distributions import install_hint
 from provider_sdk.errors import ConfigError, ProviderNotFound
 from provider_sdk.provider import SandboxProvider
 
@@ -74,7 +76,8 @@ def test_unknown_name_lists_installed(entry_points: dict[str, Callable[[], objec
 
 def test_unknown_well_known_name_says_what_to_install(
         entry_points: dict[str, Callable[[], object]]) -> None:
-    with pytest.raises(ProviderNotFound, match="pip install provider-sdk-e2b"):
+    with pytest.raises(ProviderNotFound,
+                       match=re.escape(install_hint("sandbox-provider-sdk-e2b"))):
         registry.load("cube")
 
 
@@ -89,7 +92,8 @@ def test_import_failure_names_the_distribution_to_reinstall(
         raise ModuleNotFoundError("No module named 'docker'")
 
     entry_points["docker"] = broken
-    with pytest.raises(ProviderNotFound, match="reinstall provider-sdk-docker") as caught:
+    with pytest.raises(ProviderNotFound, match="reinstall sandbox-provider-sdk-docker: "
+                       + re.escape(install_hint("sandbox-provider-sdk-docker"))) as caught:
         registry.load("docker")
     assert "No module named 'docker'" in str(caught.value)
     assert isinstance(caught.value.__cause__, ImportError)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import stat
 import sys
 import tarfile
@@ -31,6 +32,7 @@ from provider_sdk import (
     TemplateNotFound,
     VolumeMount,
 )
+from provider_sdk.distributions import install_hint
 from provider_sdk.local import LocalProvider, _launch
 from provider_sdk.models import SandboxSpec, Template, TemplateSpec
 
@@ -362,9 +364,11 @@ async def test_an_image_user_other_than_uid_1000_fails_the_build(
 
 async def test_build_without_the_templates_distribution_is_a_config_error(
         provider: LocalProvider, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Building needs Docker Engine through provider-sdk-templates; the error says so."""
+    """Building needs Docker Engine through sandbox-provider-sdk-templates; the error
+    says so, and how to install it."""
     monkeypatch.setitem(sys.modules, "provider_sdk_templates", None)
-    with pytest.raises(ConfigError, match="provider-sdk-templates"):
+    with pytest.raises(ConfigError,
+                       match=re.escape(install_hint("sandbox-provider-sdk-templates"))):
         await provider.build_template(TemplateSpec(name="x", dockerfile=f"FROM {BASE}\n"))
 
 

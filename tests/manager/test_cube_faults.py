@@ -23,7 +23,8 @@ from provider_sdk.models import SandboxState
 from provider_sdk.provider import SandboxProvider
 
 emulator = pytest.importorskip("provider_sdk_e2b.emulator",
-                               reason="the Cube emulator (provider-sdk-e2b) is not installed")
+                               reason="the Cube emulator (sandbox-provider-sdk-e2b) is not "
+                               "installed")
 
 pytestmark = pytest.mark.anyio
 

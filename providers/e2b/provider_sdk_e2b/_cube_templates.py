@@ -32,6 +32,7 @@ import attrs
 
 from provider_sdk import errors
 from provider_sdk.config import env_setting
+from provider_sdk.distributions import install_hint
 from provider_sdk.models import Template, TemplateSpec
 
 if TYPE_CHECKING:
@@ -81,7 +82,9 @@ class CubeTemplates:
         except ImportError:
             raise errors.ConfigError(
                 "building Cube templates needs Docker Engine and the distribution "
-                "provider-sdk-templates: install it", provider=self.provider) from None
+                "sandbox-provider-sdk-templates: "
+                + install_hint("sandbox-provider-sdk-templates"),
+                provider=self.provider) from None
         registry = Registry.from_settings(self.registry)
         if registry is None:
             raise errors.ConfigError(
