@@ -277,6 +277,8 @@ class Sandbox:
                                f"got {cmd!r}")
         if any("\0" in a for a in argv):
             raise InvalidInput("cmd: arguments must not contain NUL bytes")
+        if not argv[0]:
+            raise InvalidInput("cmd: the program to run is an empty string")
         if timeout is not None and (isinstance(timeout, bool)
                                     or not isinstance(timeout, (int, float))
                                     or not 0 < timeout < math.inf):

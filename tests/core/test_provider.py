@@ -263,7 +263,7 @@ async def test_invalid_input_names_its_provider_in_the_prefix(memory: Store) -> 
         calls = [lambda: provider.get_info(""), lambda: provider.create(cwd="relative"),
                  lambda: provider.list(state="asleep"), lambda: sandbox.files.read(""),
                  lambda: sandbox.files.read("f", limit=0), lambda: sandbox.exec([]),
-                 lambda: sandbox.exec("true", timeout=-1),
+                 lambda: sandbox.exec("true", timeout=-1), lambda: sandbox.exec([""]),
                  lambda: sandbox.exec("true", env={"1bad": "x"}),
                  lambda: sandbox.process(0).wait(output_limit=0)]
         for call in calls:
@@ -282,3 +282,11 @@ async def test_a_hook_error_without_a_provider_leaves_with_one(memory: Store) ->
             await provider.get_info("mem-x")
     assert (caught.value.provider, caught.value.sandbox_id) == ("memory", "mem-x")
     assert str(caught.value) == "[memory mem-x] gone"
+
+
+async def test_an_empty_program_name_is_invalid_input(memory: Store) -> None:
+    async with open_provider("memory") as provider:
+        sandbox = await provider.create()
+        for call in (lambda: sandbox.exec([""]), lambda: sandbox.start(["", "x"])):
+            with pytest.raises(InvalidInput, match=r"^\[memory mem-\d+\] cmd: the program"):
+                await call()
