@@ -35,6 +35,7 @@ from typing import Any
 import attrs
 
 from provider_sdk.capabilities import Capability
+from provider_sdk.config import env_setting
 from provider_sdk.errors import SandboxError, TemplateBuildError
 from provider_sdk.models import TemplateSpec
 from provider_sdk_e2b.emulator._http import Request, Response, json_response
@@ -134,7 +135,11 @@ class TemplateBuilds:
                                    for t in self.world.templates.values()])
 
     async def alias(self, request: Request) -> Response:
-        """``GET /templates/aliases/{alias}``: 200 when a template has that name."""
+        """``GET /templates/aliases/{alias}``: 200 when a template has that name; E2B's
+        own ``base`` is a public template every team finds."""
+        if request.params["alias"] in self.world.flavor.default_templates:
+            return json_response(200, {"templateID": request.params["alias"],
+                                       "public": True})
         record = self.world.find_template(request.params["alias"])
         if record is None:
             raise ApiError(404, f"template alias {request.params['alias']} not found")
@@ -190,7 +195,9 @@ class TemplateBuilds:
         from_template = body.get("fromTemplate")
         if body.get("fromImageRegistry") is not None:
             raise ApiError(400, "fromImageRegistry: this emulator pulls no image")
-        if from_template is not None:
+        if from_template in self.world.flavor.default_templates:
+            base = _base_image()
+        elif from_template is not None:
             parent = self.world.find_template(str(from_template))
             if parent is None or parent.backend_template is None:
                 raise ApiError(400, f"fromTemplate: template {from_template} is not ready")
@@ -367,6 +374,18 @@ class TemplateBuilds:
             "buildStatus": {"building": "building", "ready": "ready"}.get(record.status,
                                                                           "error"),
         }
+
+
+def _base_image() -> str:
+    """The image E2B's ``base`` template stands for in a build: the one Docker Engine
+    sandboxes start from (``PSDK_DOCKER_TEMPLATE``), which is the Docker backend's
+    default template and what every build here runs on."""
+    try:
+        from provider_sdk_docker import DEFAULT_TEMPLATE
+    except ImportError:
+        raise ApiError(400, "fromTemplate: building from the base template needs the "
+                            "distribution provider-sdk-docker") from None
+    return env_setting("PSDK_DOCKER_TEMPLATE", default=DEFAULT_TEMPLATE) or DEFAULT_TEMPLATE
 
 
 def _json(value: Any) -> str:
