@@ -8,6 +8,7 @@ from __future__ import annotations
 import secrets
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from e2b import Sandbox, Template
@@ -52,5 +53,27 @@ def test_template_built_from_the_base_template_runs(docker_e2b: RunningEmulator)
     try:
         assert sandbox.files.read("/tmp/marker") == f"{marker}\n"
         assert sandbox.commands.run("id -un").stdout == "user\n"
+    finally:
+        sandbox.kill()
+
+
+def test_copied_folder_keeps_an_absolute_symlink(docker_e2b: RunningEmulator,
+                                                 tmp_path: Path) -> None:
+    # The SDK tars a link as a link (resolve_symlinks is off by default), and E2B's
+    # builder copies it into the template as it is, absolute target included.
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "data.txt").write_text("data\n")
+    (folder / "to-etc").symlink_to("/etc/hostname")
+    (folder / "to-data").symlink_to("/opt/folder/data.txt")
+    name = _name("psdk-abs-link")
+    template = Template(file_context_path=str(tmp_path)).from_template("base") \
+        .copy("folder", "/opt/folder")
+    Template.build(template, name)
+    sandbox = Sandbox.create(template=name)
+    try:
+        links = sandbox.commands.run(
+            "readlink /opt/folder/to-etc /opt/folder/to-data; cat /opt/folder/to-data")
+        assert links.stdout == "/etc/hostname\n/opt/folder/data.txt\ndata\n"
     finally:
         sandbox.kill()

@@ -337,7 +337,7 @@ class TemplateBuilds:
         root = context / f"s{index}"
         root.mkdir()
         with tarfile.open(tar, "r:*") as archive:
-            archive.extractall(root, filter="data")
+            archive.extractall(root, filter=_keep_absolute_links)
         source = posixpath.normpath(src)
         flags = f"--chown={owner} " if owner else ""
         lines = [f"COPY {flags}{_json([f's{index}/{source}', dest])}"]
@@ -386,6 +386,17 @@ def _base_image() -> str:
         raise ApiError(400, "fromTemplate: building from the base template needs the "
                             "distribution provider-sdk-docker") from None
     return env_setting("PSDK_DOCKER_TEMPLATE", default=DEFAULT_TEMPLATE) or DEFAULT_TEMPLATE
+
+
+def _keep_absolute_links(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
+    """tarfile's ``data`` filter, except that a symlink may name an absolute target, as
+    E2B's builder copies such a link into the image as it is. The link is made in the
+    context, never followed there: a later member that would pass through it is still
+    refused (it resolves outside the context), and hard links stay inside."""
+    if member.issym() and member.linkname.startswith("/"):
+        checked = tarfile.data_filter(member.replace(linkname=".", deep=False), path)
+        return checked.replace(linkname=member.linkname, deep=False)
+    return tarfile.data_filter(member, path)
 
 
 def _json(value: Any) -> str:
