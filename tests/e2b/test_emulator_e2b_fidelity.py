@@ -190,3 +190,11 @@ def test_signed_urls_made_with_one_sandbox_url_reach_their_sandbox(
     assert httpx.get(expired).status_code == 401
     forged = url.replace("signature=v1_", "signature=v1_x")
     assert httpx.get(forged).status_code == 404
+
+
+def test_expired_signed_url_says_so(sandbox: Sandbox) -> None:
+    # envd checks a signature, then its expiration, and names that reason in the 401.
+    sandbox.files.write("/tmp/expired.txt", "old")
+    expired = httpx.get(sandbox.download_url("/tmp/expired.txt", use_signature_expiration=-60))
+    assert (expired.status_code, expired.json()) == (
+        401, {"code": 401, "message": "signature is already expired"})

@@ -220,12 +220,15 @@ class Envd(ProcessService, FilesystemService):
         token = record.access_token
         if token is None or self.token_ok(record, request):
             return None
+        message = "invalid or missing access token or signature"
         if signed_by(request, token):
+            # envd checks the signature first, then its expiration: only a caller who
+            # holds a real signature learns that it has expired.
             expiration = request.query.get("signature_expiration")
             if not expiration or (expiration.isdigit() and int(expiration) >= time.time()):
                 return None
-        return json_response(401, {"code": 401, "message": "invalid or missing access token "
-                                                           "or signature"})
+            message = "signature is already expired"
+        return json_response(401, {"code": 401, "message": message})
 
     async def download(self, record: SandboxRecord, request: Request) -> Response:
         path = request.query.get("path", "")
