@@ -198,3 +198,30 @@ def test_expired_signed_url_says_so(sandbox: Sandbox) -> None:
     expired = httpx.get(sandbox.download_url("/tmp/expired.txt", use_signature_expiration=-60))
     assert (expired.status_code, expired.json()) == (
         401, {"code": 401, "message": "signature is already expired"})
+
+
+def test_entries_name_their_owner_and_group(sandbox: Sandbox) -> None:
+    # envd's EntryInfo names the owner and group of each entry, in Stat and ListDir.
+    sandbox.files.write("/home/user/owned/file.txt", "mine")
+    [entry] = sandbox.files.list("/home/user/owned")
+    info = sandbox.files.get_info("/home/user/owned/file.txt")
+    assert (entry.owner, entry.group) == (info.owner, info.group) == ("user", "user")
+
+
+def test_upload_metadata_is_kept_as_extended_attributes(sandbox: Sandbox) -> None:
+    # X-Metadata-* headers become user.e2b.* attributes of the file: the write answers
+    # them, Stat, ListDir and Move show them, and attributes set inside show too.
+    written = sandbox.files.write("/tmp/meta/a.txt", "a", metadata={"author": "me"})
+    assert written.metadata == {"author": "me"}
+    assert sandbox.files.get_info("/tmp/meta/a.txt").metadata == {"author": "me"}
+    sandbox.files.rename("/tmp/meta/a.txt", "/tmp/meta/b.txt")
+    [listed] = sandbox.files.list("/tmp/meta")
+    assert (listed.name, listed.metadata) == ("b.txt", {"author": "me"})
+    attrs = sandbox.commands.run(
+        "python3 -c \"import os; print(sorted(os.listxattr('/tmp/meta/b.txt')))\"")
+    assert attrs.stdout == "['user.e2b.author']\n"
+    sandbox.commands.run("python3 -c \"import os; "
+                         "os.setxattr('/tmp/meta/b.txt', 'user.e2b.stage', b'inside')\"")
+    assert sandbox.files.get_info("/tmp/meta/b.txt").metadata == {
+        "author": "me", "stage": "inside"}
+    assert sandbox.files.get_info("/tmp").metadata is None

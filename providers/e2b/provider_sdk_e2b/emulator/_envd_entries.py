@@ -7,6 +7,12 @@ envd describes a symlink by what it points to: ``type`` and ``mode`` are the tar
 the link's own. The backend's files API reports links without following them, so the
 targets are resolved inside the sandbox, all of one answer's in one command.
 
+Every entry also names its owner and group, and carries the user metadata kept on the
+file as extended attributes in the ``user.e2b.`` namespace (set by an upload's
+``X-Metadata-*`` headers, or by anyone inside), read inside the sandbox for all of one
+answer's entries in one command: ``stat`` for the names, ``python3`` for the attributes
+(an image without it shows no metadata).
+
 ``ListDir`` walks depth first, each directory's entries in name order, without entering
 linked directories, as Go's ``filepath.WalkDir`` does. Nothing here serves a request:
 ``_envd_filesystem`` does.
@@ -15,8 +21,9 @@ linked directories, as Go's ``filepath.WalkDir`` does. Nothing here serves a req
 from __future__ import annotations
 
 import datetime as dt
+import json
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -25,7 +32,11 @@ from provider_sdk import errors
 from provider_sdk.models import FileInfo, FileType
 from provider_sdk.sandbox import Sandbox
 
-__all__ = ["Target", "entries_json", "entry_json", "resolve", "walk"]
+__all__ = ["METADATA_PREFIX", "Details", "Target", "describe", "entries_json", "entry_json",
+           "resolve", "set_metadata", "walk"]
+
+METADATA_PREFIX = "user.e2b."
+"""The extended attributes that hold a file's user metadata, as envd keeps it."""
 
 _TYPES = {FileType.FILE: "FILE_TYPE_FILE", FileType.DIRECTORY: "FILE_TYPE_DIRECTORY",
           FileType.SYMLINK: "FILE_TYPE_SYMLINK"}
@@ -46,6 +57,93 @@ for p do
   printf '%s\0%s\0%s\0' "$k" "$m" "$r"
 done
 """
+
+# For each path: its name as given, then "owner:group" (stat skips a path that is gone);
+# an empty field ends that part. Then, when python3 is there, each path's user.e2b.
+# attributes as a JSON object, in order.
+_DESCRIBE = r"""
+stat --printf '%n\0%U:%G\0' -- "$@" 2>/dev/null
+printf '\0'
+command -v python3 >/dev/null 2>&1 || exit 0
+exec python3 -c '
+import json, os, sys
+for path in sys.argv[1:]:
+    found = {}
+    try:
+        for name in os.listxattr(path, follow_symlinks=False):
+            if name.startswith("user.e2b."):
+                found[name[9:]] = os.getxattr(path, name, follow_symlinks=False).decode(
+                    "utf-8", "replace")
+    except OSError:
+        pass
+    sys.stdout.write(json.dumps(found) + "\0")
+' "$@"
+"""
+# Sets user.e2b.<key> = value on one file, for each key and value after its path.
+_SET_METADATA = """
+import os, sys
+path = sys.argv[1]
+for key, value in zip(sys.argv[2::2], sys.argv[3::2]):
+    os.setxattr(path, "user.e2b." + key, value.encode())
+"""
+
+
+@attrs.frozen
+class Details:
+    """What envd tells of an entry beyond its stat: owner, group and user metadata."""
+
+    owner: str = ""
+    group: str = ""
+    metadata: dict[str, str] = attrs.Factory(dict)
+
+
+async def describe(sandbox: Sandbox, paths: Sequence[str]) -> dict[str, Details]:
+    """Owner, group and metadata of each of ``paths``; one that cannot be read in time
+    (or is gone) has none."""
+    found: dict[str, Details] = {}
+    for start in range(0, len(paths), _BATCH):
+        batch = list(paths[start:start + _BATCH])
+        try:
+            result = await sandbox.exec(["/bin/sh", "-c", _DESCRIBE, "sh", *batch],
+                                        timeout=_RESOLVE_TIMEOUT)
+            fields = result.stdout_bytes.decode("utf-8", "surrogateescape").split("\0")
+        except errors.SandboxError:
+            fields = []
+        owners: dict[str, tuple[str, str]] = {}
+        index = 0
+        while index + 1 < len(fields) and fields[index]:
+            owner, _, group = fields[index + 1].partition(":")
+            owners[fields[index]] = (owner, group)
+            index += 2
+        attributes = fields[index + 1:index + 1 + len(batch)]
+        for i, path in enumerate(batch):
+            metadata: dict[str, str] = {}
+            if i < len(attributes):
+                try:
+                    parsed = json.loads(attributes[i])
+                except ValueError:
+                    parsed = {}
+                if isinstance(parsed, dict):
+                    metadata = {str(k): str(v) for k, v in parsed.items()}
+            owner, group = owners.get(path, ("", ""))
+            found[path] = Details(owner, group, metadata)
+    return found
+
+
+async def set_metadata(sandbox: Sandbox, path: str, metadata: Mapping[str, str]) -> None:
+    """Keep ``metadata`` on the file at ``path`` as envd does, as ``user.e2b.``
+    extended attributes.
+
+    Raises:
+        SandboxError: the attributes could not be set (no ``python3`` in the image, or
+            a filesystem without user attributes).
+    """
+    args = [part for pair in metadata.items() for part in pair]
+    result = await sandbox.exec(["python3", "-c", _SET_METADATA, path, *args],
+                                timeout=_RESOLVE_TIMEOUT)
+    if result.exit_code != 0:
+        raise errors.SandboxError(f"cannot keep the metadata of '{path}': "
+                                  f"{result.stderr.strip()[-300:]}")
 
 
 @attrs.frozen
@@ -91,10 +189,10 @@ def _permissions(info: FileInfo) -> str:
     return kind + bits
 
 
-def entry_json(info: FileInfo, *, path: str | None = None,
-               target: Target | None = None) -> dict[str, Any]:
+def entry_json(info: FileInfo, *, path: str | None = None, target: Target | None = None,
+               details: Details | None = None) -> dict[str, Any]:
     """envd's ``EntryInfo`` for a neutral :class:`FileInfo` (shown at ``path`` when
-    given); a symlink's ``target`` says what it points to."""
+    given); a symlink's ``target`` says what it points to, ``details`` whose it is."""
     kind: FileType | None = info.type
     mode = info.mode
     if info.type is FileType.SYMLINK:
@@ -114,6 +212,10 @@ def entry_json(info: FileInfo, *, path: str | None = None,
             "%Y-%m-%dT%H:%M:%S.%fZ")
     if target is not None:
         entry["symlinkTarget"] = target.path
+    if details is not None:
+        entry["owner"], entry["group"] = details.owner, details.group
+        if details.metadata:
+            entry["metadata"] = dict(details.metadata)
     return entry
 
 
@@ -121,7 +223,9 @@ async def entries_json(sandbox: Sandbox,
                        shown: Sequence[tuple[FileInfo, str]]) -> list[dict[str, Any]]:
     """``EntryInfo`` for each ``(info, path it is shown at)``, symlinks resolved."""
     links = await resolve(sandbox, [i.path for i, _ in shown if i.type is FileType.SYMLINK])
-    return [entry_json(info, path=path, target=links.get(info.path)) for info, path in shown]
+    details = await describe(sandbox, [i.path for i, _ in shown]) if shown else {}
+    return [entry_json(info, path=path, target=links.get(info.path),
+                       details=details.get(info.path)) for info, path in shown]
 
 
 async def walk(sandbox: Sandbox, directory: str, shown: str,

@@ -36,6 +36,7 @@ from provider_sdk_e2b.emulator._connect import (
     envelope,
     rpc_error,
 )
+from provider_sdk_e2b.emulator._envd_entries import set_metadata
 from provider_sdk_e2b.emulator._envd_filesystem import FilesystemService
 from provider_sdk_e2b.emulator._envd_process import ProcessService
 from provider_sdk_e2b.emulator._http import Request, Response, json_response, too_large
@@ -43,6 +44,8 @@ from provider_sdk_e2b.emulator._records import SandboxRecord
 from provider_sdk_e2b.emulator._world import World
 
 __all__ = ["Envd", "signed_by"]
+
+_METADATA_HEADER = "x-metadata-"
 
 Unary = Callable[[SandboxRecord, dict[str, Any], Request], Awaitable[dict[str, Any]]]
 Streaming = Callable[[SandboxRecord, dict[str, Any], Request], AsyncIterator[dict[str, Any]]]
@@ -276,6 +279,10 @@ class Envd(ProcessService, FilesystemService):
         if denied := self._files_auth(record, request):
             return denied
         content_type = request.headers.get("content-type", "")
+        # X-Metadata-<key> headers: kept on each file written, the keys lower-cased.
+        metadata = {name[len(_METADATA_HEADER):]: value
+                    for name, value in request.headers.items()
+                    if name.startswith(_METADATA_HEADER) and len(name) > len(_METADATA_HEADER)}
         written: list[str] = []
         try:
             if content_type.startswith("multipart/form-data"):
@@ -301,6 +308,9 @@ class Envd(ProcessService, FilesystemService):
                     return json_response(400, {"code": 400, "message": "path is required"})
                 await _write_as_root(record.sandbox, path, request.stream())
                 written.append(path)
+            if metadata:
+                for target in written:
+                    await set_metadata(record.sandbox, target, metadata)
             infos = [await record.sandbox.files.stat(p) for p in written]
         except BodyTooLarge as exc:
             return too_large(exc)
@@ -310,5 +320,6 @@ class Envd(ProcessService, FilesystemService):
             return json_response(400, {"code": 400, "message": str(exc)})
         except errors.SandboxError as exc:
             return json_response(500, {"code": 500, "message": str(exc)})
-        return json_response(200, [{"path": i.path, "name": i.name, "type": "file"}
+        return json_response(200, [{"path": i.path, "name": i.name, "type": "file",
+                                    **({"metadata": metadata} if metadata else {})}
                                    for i in infos])
