@@ -129,8 +129,9 @@ def test_metrics_keep_to_the_requested_range(sandbox: Sandbox) -> None:
         sandbox.get_metrics(start=started + dt.timedelta(hours=1), end=started)
 
 
-def test_watch_tells_a_new_file_as_create_then_write(sandbox: Sandbox) -> None:
-    # inotify reports the file's creation and the write of its content apart.
+def test_watch_tells_an_upload_as_create_chown_then_write(sandbox: Sandbox) -> None:
+    # inotify reports the file's creation, envd's chown of it (a chmod) and the write
+    # of its content apart, in that order.
     sandbox.files.write("/tmp/watched/old.txt", "old")
     handle = sandbox.files.watch_dir("/tmp/watched")
     sandbox.files.write("/tmp/watched/new.txt", "new")
@@ -138,8 +139,21 @@ def test_watch_tells_a_new_file_as_create_then_write(sandbox: Sandbox) -> None:
     events = [(e.name, e.type) for e in handle.get_new_events()]
     handle.stop()
     assert events == [("new.txt", FilesystemEventType.CREATE),
+                      ("new.txt", FilesystemEventType.CHMOD),
                       ("new.txt", FilesystemEventType.WRITE),
                       ("old.txt", FilesystemEventType.REMOVE)]
+
+
+def test_watch_tells_an_upload_over_a_file_with_metadata(sandbox: Sandbox) -> None:
+    # Over an existing file envd chowns first, then writes, then sets the metadata.
+    sandbox.files.write("/tmp/watched/file.txt", "old")
+    handle = sandbox.files.watch_dir("/tmp/watched")
+    sandbox.files.write("/tmp/watched/file.txt", "newer", metadata={"k": "v"})
+    events = [(e.name, e.type) for e in handle.get_new_events()]
+    handle.stop()
+    assert events == [("file.txt", FilesystemEventType.CHMOD),
+                      ("file.txt", FilesystemEventType.WRITE),
+                      ("file.txt", FilesystemEventType.CHMOD)]
 
 
 def test_watch_with_include_entry_sends_the_entry(sandbox: Sandbox) -> None:
@@ -158,7 +172,7 @@ def test_watch_with_include_entry_sends_the_entry(sandbox: Sandbox) -> None:
         else:
             assert (event.name, event.type, event.entry) == (
                 "old.txt", FilesystemEventType.REMOVE, None)
-    assert len(events) == 3
+    assert len(events) == 4
 
 
 def test_watch_reports_no_event_for_a_directory_whose_contents_change(
@@ -170,6 +184,7 @@ def test_watch_reports_no_event_for_a_directory_whose_contents_change(
     events = [(e.name, e.type) for e in handle.get_new_events()]
     handle.stop()
     assert events == [("nested/file.txt", FilesystemEventType.CREATE),
+                      ("nested/file.txt", FilesystemEventType.CHMOD),
                       ("nested/file.txt", FilesystemEventType.WRITE)]
 
 
@@ -225,3 +240,6 @@ def test_upload_metadata_is_kept_as_extended_attributes(sandbox: Sandbox) -> Non
     assert sandbox.files.get_info("/tmp/meta/b.txt").metadata == {
         "author": "me", "stage": "inside"}
     assert sandbox.files.get_info("/tmp").metadata is None
+    # An upload replaces the whole set: without metadata, the file keeps none.
+    assert sandbox.files.write("/tmp/meta/b.txt", "again").metadata is None
+    assert sandbox.files.get_info("/tmp/meta/b.txt").metadata is None

@@ -176,7 +176,8 @@ def test_watch_dir_polls_changes(sandbox: Sandbox) -> None:
     sandbox.files.remove("/tmp/watched/old.txt")
     events = {(e.name, e.type.name) for e in handle.get_new_events()}
     handle.stop()
-    assert events == {("new.txt", "CREATE"), ("new.txt", "WRITE"), ("old.txt", "REMOVE")}
+    assert events == {("new.txt", "CREATE"), ("new.txt", "CHMOD"), ("new.txt", "WRITE"),
+                      ("old.txt", "REMOVE")}
 
 
 def test_list_filters_by_template_and_start_time(sandbox: Sandbox) -> None:

@@ -29,8 +29,10 @@ _WATCH_POLL = 0.2
 class _Watcher:
     """Directory changes, found by comparing listings (a poll, not inotify), told as
     inotify tells them to envd: a new file that has content is a create and then a
-    write; a directory whose contents change has no event of its own; a change of mode
-    is a chmod. With ``include_entry``, creates, writes and chmods carry the entry."""
+    write (an upload puts envd's chown, a chmod, between them, and its metadata write,
+    another, after); a directory whose contents change has no event of its own; a
+    change of mode is a chmod. With ``include_entry``, creates, writes and chmods carry
+    the entry."""
 
     def __init__(self, record: SandboxRecord, path: str, recursive: bool,
                  include_entry: bool) -> None:
@@ -39,6 +41,7 @@ class _Watcher:
         self.recursive = recursive
         self.include_entry = include_entry
         self.seen: dict[str, FileInfo] = {}
+        self.attributes_seen: dict[str, int] = dict(record.attribute_changes)
 
     async def listing(self) -> dict[str, FileInfo]:
         found: dict[str, FileInfo] = {}
@@ -57,19 +60,27 @@ class _Watcher:
 
     async def changes(self) -> list[dict[str, Any]]:
         current = await self.listing()
+        attributes = dict(self.record.attribute_changes)
         changed: list[tuple[FileInfo, str]] = []
         for path, info in current.items():
             before = self.seen.get(path)
+            # An upload is envd's chown (a chmod to inotify) before the content, and
+            # its metadata write (another) after it.
+            uploaded = max(attributes.get(path, 0) - self.attributes_seen.get(path, 0), 0)
             if before is None or before.type is not info.type:
                 changed.append((info, "EVENT_TYPE_CREATE"))
+                if uploaded:
+                    changed.append((info, "EVENT_TYPE_CHMOD"))
                 if info.type is FileType.FILE and info.size:
                     changed.append((info, "EVENT_TYPE_WRITE"))
-                continue
-            if before.mode != info.mode:
+            else:
+                if before.mode != info.mode or uploaded:
+                    changed.append((info, "EVENT_TYPE_CHMOD"))
+                if info.type is not FileType.DIRECTORY and (
+                        before.size, before.modified_at) != (info.size, info.modified_at):
+                    changed.append((info, "EVENT_TYPE_WRITE"))
+            if uploaded > 1:
                 changed.append((info, "EVENT_TYPE_CHMOD"))
-            if info.type is not FileType.DIRECTORY and (before.size, before.modified_at) != (
-                    info.size, info.modified_at):
-                changed.append((info, "EVENT_TYPE_WRITE"))
         entries: dict[str, dict[str, Any]] = {}
         if self.include_entry and changed:
             unique = list({info.path: info for info, _ in changed}.values())
@@ -82,6 +93,7 @@ class _Watcher:
         events += [{"name": path.removeprefix(base), "type": "EVENT_TYPE_REMOVE"}
                    for path in self.seen if path not in current]
         self.seen = current
+        self.attributes_seen = attributes
         return events
 
 

@@ -20,6 +20,7 @@ from provider_sdk_e2b.emulator._process_entry import ProcessEntry
 __all__ = ["SandboxRecord", "SnapshotRecord", "TemplateRecord"]
 
 _METRICS_KEPT = 1000
+_ATTRIBUTE_PATHS_KEPT = 4096
 """Readings kept per sandbox for ``GET /sandboxes/{id}/metrics`` (the oldest go first)."""
 
 
@@ -57,6 +58,16 @@ class SandboxRecord:
     paused_with_memory: bool = True
     pausing: anyio.Event | None = None
     """Set when the last pause finished (flavors with a ``pausing`` state)."""
+    attribute_changes: dict[str, int] = attrs.Factory(dict)
+    """Per absolute path, how many attribute changes ``/files`` uploads made to it so
+    far (envd's chown of each file it writes, and its metadata write), which a watch
+    tells as chmods; the most recently written paths only."""
+
+    def note_attribute_changes(self, path: str, count: int) -> None:
+        """Count ``count`` attribute changes of ``path`` by an upload."""
+        self.attribute_changes[path] = self.attribute_changes.pop(path, 0) + count
+        while len(self.attribute_changes) > _ATTRIBUTE_PATHS_KEPT:
+            del self.attribute_changes[next(iter(self.attribute_changes))]
 
 
 @attrs.define(eq=False)

@@ -312,6 +312,8 @@ class Envd(ProcessService, FilesystemService):
                 for target in written:
                     await set_metadata(record.sandbox, target, metadata)
             infos = [await record.sandbox.files.stat(p) for p in written]
+            for info in infos:  # envd chowns each file it writes, then sets its metadata
+                record.note_attribute_changes(info.path, 2 if metadata else 1)
         except BodyTooLarge as exc:
             return too_large(exc)
         except errors.NotFound as exc:
