@@ -205,3 +205,15 @@ def test_run_code_starts_a_fresh_interpreter_after_one_dies(sandbox: Sandbox) ->
     assert died.error.name == "KernelDied"
     fresh = sandbox.run_code("'x' in globals()")
     assert fresh.text == "False"
+
+
+def test_a_feature_left_out_answers_as_cubes_unknown_route_naming_it(
+        cube_emulator: RunningEmulator, sandbox: Sandbox) -> None:
+    # CubeAPI's router answers a route it lacks with an empty 404; a route left out
+    # here answers the same, with the feature named in the body.
+    with _api(cube_emulator) as api:
+        unknown = api.get("/no/such/route")
+        assert (unknown.status_code, unknown.content) == (404, b"")
+        logs = api.get(f"/sandboxes/{sandbox.sandbox_id}/logs")
+        assert (logs.status_code, logs.text) == (
+            404, "sandbox logs: not served by this emulator")

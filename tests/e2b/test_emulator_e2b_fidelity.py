@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from e2b import FilesystemEventType, FileType, Sandbox, SandboxQuery
-from e2b.exceptions import SandboxException
+from e2b import FilesystemEventType, FileType, Sandbox, SandboxQuery, Secret
+from e2b.exceptions import SandboxException, SecretException
 
 from provider_sdk.emulators import RunningEmulator
 
@@ -243,3 +243,26 @@ def test_upload_metadata_is_kept_as_extended_attributes(sandbox: Sandbox) -> Non
     # An upload replaces the whole set: without metadata, the file keeps none.
     assert sandbox.files.write("/tmp/meta/b.txt", "again").metadata is None
     assert sandbox.files.get_info("/tmp/meta/b.txt").metadata is None
+
+
+def test_an_unknown_route_answers_as_the_api_does(e2b_emulator: RunningEmulator) -> None:
+    # E2B's API checks each request against its OpenAPI spec: a route it lacks is a
+    # JSON 404 "no matching operation was found".
+    answer = httpx.get(f"{e2b_emulator.url}/no/such/route",
+                       headers={"X-API-Key": e2b_emulator.api_key.reveal()})
+    assert (answer.status_code, answer.json()) == (
+        404, {"code": 404, "message": "no matching operation was found"})
+
+
+def test_a_feature_left_out_answers_as_an_unknown_route_naming_it(
+        e2b_emulator: RunningEmulator) -> None:
+    # Secrets are not served: the SDK sees the API's unknown-route 404, and its message
+    # says which feature that is.
+    with pytest.raises(SecretException) as caught:
+        Secret.list().next_items()
+    assert "no matching operation was found (secrets: not served by this emulator)" \
+        in str(caught.value)
+    tags = httpx.delete(f"{e2b_emulator.url}/templates/tags",
+                        headers={"X-API-Key": e2b_emulator.api_key.reveal()})
+    assert (tags.status_code, tags.json()["message"]) == (
+        404, "no matching operation was found (template tags: not served by this emulator)")

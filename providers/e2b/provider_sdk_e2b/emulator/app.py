@@ -18,7 +18,7 @@ from __future__ import annotations
 import hmac
 import logging
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -74,8 +74,12 @@ class App:
         self.control = ControlPlane(world)
         self.envd = Envd(world)
         self.interpreters = Interpreters()
-        self.routes = [(method, _compile(pattern), handler)
-                       for method, pattern, handler in self.control.routes()]
+        # The routes left out come first: a served pattern (DELETE /templates/{id})
+        # must not take a path the service gives to another feature (/templates/tags).
+        self.routes = [(method, _compile(pattern), self._not_served(feature))
+                       for method, pattern, feature in self.flavor.not_served]
+        self.routes += [(method, _compile(pattern), handler)
+                        for method, pattern, handler in self.control.routes()]
 
     async def __call__(self, request: Request) -> Response:
         latency = self.world.faults.value("latency")
@@ -124,7 +128,7 @@ class App:
         matched = [(method, handler, m) for method, pattern, handler in self.routes
                    if (m := pattern.match(request.path))]
         if not matched:
-            return json_response(404, {"code": 404, "message": f"no route {request.path}"})
+            return self.unknown_route()
         chosen = next(((h, m) for method, h, m in matched if method == request.method), None)
         if chosen is None:
             allowed = ", ".join(sorted({method for method, _h, _m in matched}))
@@ -144,6 +148,22 @@ class App:
         except ApiError as exc:
             return json_response(exc.status, {"code": exc.status, "message": exc.message},
                                  exc.headers)
+
+    def unknown_route(self, feature: str | None = None) -> Response:
+        """The service's answer to a route it does not know; ``feature`` names what a
+        route the emulator leaves out belongs to."""
+        note = f"{feature}: not served by this emulator" if feature else None
+        message = self.flavor.unknown_route_message
+        if message is not None:
+            return json_response(404, {"code": 404,
+                                       "message": f"{message} ({note})" if note else message})
+        return Response(404, (("content-type", "text/plain; charset=utf-8"),) if note else (),
+                        (note or "").encode())
+
+    def _not_served(self, feature: str) -> Callable[[Request], Awaitable[Response]]:
+        async def handler(request: Request) -> Response:
+            return self.unknown_route(feature)
+        return handler
 
     # --------------------------------------------------------------- data plane
 

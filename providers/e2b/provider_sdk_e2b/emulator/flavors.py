@@ -11,10 +11,45 @@ from collections.abc import Callable
 
 import attrs
 
-__all__ = ["CUBE", "E2B", "ENVD_PORT", "ENVD_VERSION", "Flavor"]
+__all__ = ["CUBE", "E2B", "ENVD_PORT", "ENVD_VERSION", "Flavor", "NotServed"]
 
 ENVD_PORT = 49983
 ENVD_VERSION = "0.6.13"
+
+NotServed = tuple[str, str, str]
+"""``(method, route pattern, feature)``: a route of the service the emulator leaves out."""
+
+_E2B_NOT_SERVED: tuple[NotServed, ...] = (
+    ("GET", "/secrets", "secrets"),
+    ("POST", "/secrets", "secrets"),
+    ("GET", "/secrets/{id}", "secrets"),
+    ("POST", "/secrets/{id}", "secrets"),
+    ("DELETE", "/secrets/{id}", "secrets"),
+    ("GET", "/volumes", "volumes"),
+    ("POST", "/volumes", "volumes"),
+    ("GET", "/volumes/{id}", "volumes"),
+    ("DELETE", "/volumes/{id}", "volumes"),
+    ("GET", "/sandboxes/{id}/logs", "sandbox logs"),
+    ("GET", "/v2/sandboxes/{id}/logs", "sandbox logs"),
+    ("GET", "/sandboxes/metrics", "metrics of several sandboxes at once"),
+    ("POST", "/templates/tags", "template tags"),
+    ("DELETE", "/templates/tags", "template tags"),
+    ("GET", "/templates/{id}/tags", "template tags"),
+    ("GET", "/templates/{id}/tags/count", "template tags"),
+    ("GET", "/templates/{id}/tags/exists", "template tags"),
+    ("GET", "/templates/{id}/tags/groups", "template tags"),
+    ("GET", "/templates/{id}/tags/{tag}/assignments", "template tags"),
+    ("GET", "/templates/{id}", "a template's details"),
+    ("PATCH", "/templates/{id}", "updating a template"),
+    ("PATCH", "/v2/templates/{id}", "updating a template"),
+    ("GET", "/v2/templates", "the v2 template listing"),
+    ("GET", "/default-templates", "the default template listing"),
+    ("GET", "/templates/{id}/builds/{build}/logs", "build log pages (the status has them)"),
+)
+_CUBE_NOT_SERVED: tuple[NotServed, ...] = (
+    ("GET", "/sandboxes/{id}/logs", "sandbox logs"),
+    ("GET", "/v2/sandboxes/{id}/logs", "sandbox logs"),
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -74,6 +109,13 @@ class Flavor:
     """The settings that point the vendor's SDK at an emulator (URL, port)."""
     image_templates: bool = False
     """CubeAPI's template API: templates made from OCI images pulled from a registry."""
+    unknown_route_message: str | None = None
+    """The message of the service's JSON 404 for a route it does not know (E2B's API
+    validates requests against its OpenAPI spec); ``None``: an empty 404 (CubeAPI's
+    axum router)."""
+    not_served: tuple[NotServed, ...] = ()
+    """The service's routes the emulator leaves out: each answers as an unknown route,
+    naming its feature (docs/emulators.md has the same tables)."""
 
     def settings(self, url: str, port: int) -> dict[str, str]:
         """The environment that points this vendor's SDK at an emulator on ``url``."""
@@ -121,6 +163,8 @@ E2B = Flavor(
     template_builds=True,
     id_prefix="i",
     environment=_e2b_settings,
+    unknown_route_message="no matching operation was found",
+    not_served=_E2B_NOT_SERVED,
 )
 
 CUBE = Flavor(
@@ -149,4 +193,5 @@ CUBE = Flavor(
     id_prefix="c",
     environment=_cube_settings,
     image_templates=True,
+    not_served=_CUBE_NOT_SERVED,
 )
