@@ -5,11 +5,16 @@ without them, except under CI (``CI=true``), which has both."""
 
 from __future__ import annotations
 
+import hashlib
+import io
 import secrets
+import tarfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from e2b import Sandbox, Template
 from engines import require_docker
@@ -77,3 +82,36 @@ def test_copied_folder_keeps_an_absolute_symlink(docker_e2b: RunningEmulator,
         assert links.stdout == "/etc/hostname\n/opt/folder/data.txt\ndata\n"
     finally:
         sandbox.kill()
+
+
+def test_upload_that_passes_through_an_absolute_link_is_refused(
+        docker_e2b: RunningEmulator, tmp_path: Path) -> None:
+    # A link may name an absolute target, but the build context never follows it: a
+    # member written through it would land outside the context, on the host.
+    archive = tmp_path / "files.tar"
+    with tarfile.open(archive, "w") as tar:
+        link = tarfile.TarInfo("folder/escape")
+        link.type, link.linkname = tarfile.SYMTYPE, str(tmp_path)
+        tar.addfile(link)
+        data = b"outside"
+        member = tarfile.TarInfo("folder/escape/planted.txt")
+        member.size = len(data)
+        tar.addfile(member, io.BytesIO(data))
+    files_hash = hashlib.sha256(archive.read_bytes()).hexdigest()
+    with httpx.Client(base_url=docker_e2b.url,
+                      headers={"X-API-Key": docker_e2b.api_key.reveal()}) as api:
+        made = api.post("/v3/templates", json={"name": _name("psdk-escape")}).json()
+        template, build = made["templateID"], made["buildID"]
+        link_answer = api.get(f"/templates/{template}/files/{files_hash}").json()
+        assert httpx.put(link_answer["url"], content=archive.read_bytes()).status_code == 200
+        started = api.post(f"/v2/templates/{template}/builds/{build}", json={
+            "fromTemplate": "base", "steps": [
+                {"type": "COPY", "args": ["folder", "/opt/folder"], "filesHash": files_hash}]})
+        assert started.status_code == 202
+        deadline = time.monotonic() + 60
+        while (status := api.get(f"/templates/{template}/builds/{build}/status").json())[
+                "status"] == "building" and time.monotonic() < deadline:
+            time.sleep(0.2)
+    assert status["status"] == "error"
+    assert "outside the destination" in status["reason"]["message"]
+    assert not (tmp_path / "planted.txt").exists()
