@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from daytona import AsyncDaytona, Daytona, DaytonaConfig
-from daytona_emulator_fixtures import daytona_emulator, running
+from daytona import AsyncDaytona, Daytona
+from daytona_emulator_fixtures import daytona_emulator, sdk_config
 
 __all__ = ["daytona_emulator"]
 
@@ -17,20 +17,14 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def _config() -> DaytonaConfig:
-    em = running()
-    return DaytonaConfig(api_key=em.api_key.reveal(), api_url=em.settings["DAYTONA_API_URL"],
-                         target=em.settings["DAYTONA_TARGET"])
-
-
 @pytest.fixture
 def sync_client() -> Daytona:
     """The unmodified sync SDK, pointed at the emulator (it holds nothing to close)."""
-    return Daytona(_config())
+    return Daytona(sdk_config())
 
 
 @pytest.fixture
 async def async_client() -> AsyncIterator[AsyncDaytona]:
     """The unmodified async SDK, pointed at the emulator."""
-    async with AsyncDaytona(_config()) as client:
+    async with AsyncDaytona(sdk_config()) as client:
         yield client

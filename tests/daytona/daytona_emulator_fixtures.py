@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from anyio.from_thread import start_blocking_portal
+from daytona import DaytonaConfig
 from engines import require_bwrap
 
 from provider_sdk import emulators
@@ -24,6 +25,13 @@ def running() -> emulators.RunningEmulator:
     if not _RUNNING:
         raise RuntimeError("the daytona_emulator fixture has not started the emulator")
     return _RUNNING[-1]
+
+
+def sdk_config() -> DaytonaConfig:
+    """The unmodified SDK's configuration for the session's emulator."""
+    em = running()
+    return DaytonaConfig(api_key=em.api_key.reveal(), api_url=em.settings["DAYTONA_API_URL"],
+                         target=em.settings["DAYTONA_TARGET"])
 
 
 def provider_options() -> dict[str, Any]:

@@ -38,6 +38,7 @@ from aiohttp import web
 from provider_sdk.config import Secret, env_setting, open_provider
 from provider_sdk.emulators import BODY_LIMIT, EmulatorOptions, Faults, RunningEmulator
 from provider_sdk.errors import SandboxError
+from provider_sdk_daytona.emulator import _coderun as coderun
 from provider_sdk_daytona.emulator import _control as api
 from provider_sdk_daytona.emulator import _search as search
 from provider_sdk_daytona.emulator import _toolbox as toolbox
@@ -96,6 +97,7 @@ def routes() -> list[web.RouteDef]:
         web.get(f"{_TOOLBOX}/work-dir", toolbox.work_dir),
         web.get(f"{_TOOLBOX}/user-home-dir", toolbox.home_dir),
         web.post(f"{_TOOLBOX}/process/execute", toolbox.execute),
+        web.post(f"{_TOOLBOX}/process/code-run", coderun.code_run),
         web.post(f"{_TOOLBOX}/process/session", toolbox.create_session),
         web.get(f"{_TOOLBOX}/process/session", toolbox.list_sessions),
         web.get(_TOOLBOX + "/process/session/{session}", toolbox.get_session),

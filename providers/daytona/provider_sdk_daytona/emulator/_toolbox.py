@@ -101,6 +101,35 @@ def _path(request: web.Request, name: str = "path") -> str:
 
 # ------------------------------------------------------------------------ process
 
+async def run_merged(handle: Sandbox, script: str, *, env: dict[str, str],
+                     cwd: str | None = None, timeout: float | None = None,
+                     stdin: str | None = None) -> tuple[int, bytes]:
+    """Run ``script`` as the daemon runs a command (its first shell, stderr merged into
+    stdout): the exit code (-1 when a signal ended it, as Go's ``ExitCode()``) and the
+    first :data:`OUTPUT_LIMIT` bytes of the output.
+
+    Raises:
+        HttpError: the daemon's 408 ``REQUEST_TIMEOUT`` when ``timeout`` ends it,
+            whatever it wrote; 400 when the backend refuses it.
+    """
+    # The first OUTPUT_LIMIT bytes are kept here as they arrive, whatever the backend
+    # keeps of the rest.
+    kept = OutputBuffer(OUTPUT_LIMIT)
+    streams = handle.provider.supports(Capability.EXEC_STREAM)
+    try:
+        result = await handle.exec(["/bin/sh", "-c", _SHELL, "sh", script], env=env,
+                                   cwd=cwd, timeout=timeout, stdin=stdin,
+                                   output_limit=OUTPUT_LIMIT,
+                                   on_stdout=kept.append if streams else None)
+    except CommandTimeout:
+        raise HttpError(408, "request timeout: command execution timeout",
+                        "REQUEST_TIMEOUT") from None
+    except SandboxError as exc:
+        raise HttpError(400, exc.message, "BAD_REQUEST") from exc
+    code = result.exit_code if result.exit_code >= 0 else -1
+    return code, kept.value() if streams else result.stdout_bytes[:OUTPUT_LIMIT]
+
+
 async def execute(request: web.Request) -> web.Response:
     """``POST /process/execute``: run to completion; when the timeout kills it, the
     daemon's 408 (``REQUEST_TIMEOUT``), whatever the command wrote."""
@@ -109,24 +138,9 @@ async def execute(request: web.Request) -> web.Response:
     command = body.get("command")
     if not isinstance(command, str):
         raise HttpError(400, "command is required", "BAD_REQUEST")
-    timeout = body.get("timeout") or None
-    # The first OUTPUT_LIMIT bytes are kept here as they arrive, whatever the backend
-    # keeps of the rest (stderr is merged into stdout by the daemon's shell).
-    kept = OutputBuffer(OUTPUT_LIMIT)
-    streams = handle.provider.supports(Capability.EXEC_STREAM)
-    try:
-        result = await handle.exec(["/bin/sh", "-c", _SHELL, "sh", command],
-                                   env=body.get("envs") or {}, cwd=body.get("cwd") or None,
-                                   timeout=timeout, output_limit=OUTPUT_LIMIT,
-                                   on_stdout=kept.append if streams else None)
-    except CommandTimeout:
-        raise HttpError(408, "request timeout: command execution timeout",
-                        "REQUEST_TIMEOUT") from None
-    except SandboxError as exc:
-        raise HttpError(400, exc.message, "BAD_REQUEST") from exc
-    # Like the daemon (Go's ExitCode()), a command killed by a signal reports -1.
-    code = result.exit_code if result.exit_code >= 0 else -1
-    output = kept.value() if streams else result.stdout_bytes[:OUTPUT_LIMIT]
+    code, output = await run_merged(handle, command, env=body.get("envs") or {},
+                                    cwd=body.get("cwd") or None,
+                                    timeout=body.get("timeout") or None)
     return json_response({"exitCode": code, "result": output.decode("utf-8", "replace")})
 
 

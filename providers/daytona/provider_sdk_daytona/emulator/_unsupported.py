@@ -42,7 +42,6 @@ UNSUPPORTED: tuple[tuple[str, str, str], ...] = (
     ("GET", "/api/object-storage/push-access", "build contexts (object storage)"),
     ("GET", "/api/socket.io/", "Socket.IO events (the SDK polls instead)"),
     # toolbox
-    ("POST", f"{_TOOLBOX}/process/code-run", "code run"),
     ("GET", f"{_TOOLBOX}/process/session/entrypoint", "the entrypoint session"),
     ("GET", f"{_TOOLBOX}/process/session/entrypoint/logs", "the entrypoint session"),
     ("POST", _TOOLBOX + "/process/session/{session}/command/{command}/input",
