@@ -40,6 +40,7 @@ from provider_sdk.emulators import BODY_LIMIT, EmulatorOptions, Faults, RunningE
 from provider_sdk.errors import SandboxError
 from provider_sdk_daytona.emulator import _coderun as coderun
 from provider_sdk_daytona.emulator import _control as api
+from provider_sdk_daytona.emulator import _metrics as metrics
 from provider_sdk_daytona.emulator import _search as search
 from provider_sdk_daytona.emulator import _toolbox as toolbox
 from provider_sdk_daytona.emulator import _unsupported as unsupported
@@ -80,6 +81,8 @@ def routes() -> list[web.RouteDef]:
                  api.set_interval),
         web.get(f"{_SANDBOX}/toolbox-proxy-url", api.toolbox_proxy_url),
         web.post(f"{_SANDBOX}/snapshot", api.snapshot_sandbox),
+        web.get(f"{_SANDBOX}/telemetry/metrics", metrics.telemetry_metrics),
+        web.get("/api/config", metrics.config),
         # control plane: volumes
         web.post("/api/volumes", api.create_volume),
         web.get("/api/volumes", api.list_volumes),
@@ -98,6 +101,7 @@ def routes() -> list[web.RouteDef]:
         web.get(f"{_TOOLBOX}/user-home-dir", toolbox.home_dir),
         web.post(f"{_TOOLBOX}/process/execute", toolbox.execute),
         web.post(f"{_TOOLBOX}/process/code-run", coderun.code_run),
+        web.get(f"{_TOOLBOX}/system/metrics", metrics.system_metrics),
         web.post(f"{_TOOLBOX}/process/session", toolbox.create_session),
         web.get(f"{_TOOLBOX}/process/session", toolbox.list_sessions),
         web.get(_TOOLBOX + "/process/session/{session}", toolbox.get_session),

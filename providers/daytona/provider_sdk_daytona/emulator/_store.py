@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from provider_sdk.emulator_usage import UsageMeter
 from provider_sdk.provider import SandboxProvider
 from provider_sdk.sandbox import Sandbox
 
@@ -118,6 +119,8 @@ class SandboxRecord:
     sessions: dict[str, SessionRecord] = attrs.field(factory=dict)
     toolbox_502: int = 0
     """Toolbox requests still to fail with 502 (fault ``toolbox_502_after_start``)."""
+    usage: UsageMeter = attrs.field(factory=UsageMeter)
+    """Its resource-use samples: what its telemetry answers."""
 
     def to_json(self, toolbox_url: str, *, state: str | None = None,
                 listing: bool = False) -> dict[str, Any]:

@@ -38,7 +38,6 @@ UNSUPPORTED: tuple[tuple[str, str, str], ...] = (
     ("GET", "/api/sandbox/ssh-access/validate", "SSH access"),
     ("GET", f"{_SANDBOX}/build-logs-url", "build logs"),
     ("GET", "/api/snapshots/{snapshot}/build-logs-url", "build logs"),
-    ("GET", "/api/config", "the service's configuration (metrics)"),
     ("GET", "/api/object-storage/push-access", "build contexts (object storage)"),
     ("GET", "/api/socket.io/", "Socket.IO events (the SDK polls instead)"),
     # toolbox
@@ -55,7 +54,6 @@ UNSUPPORTED: tuple[tuple[str, str, str], ...] = (
     ("POST", f"{_TOOLBOX}/files/upload", "single-file upload (signed URLs)"),
     ("POST", f"{_TOOLBOX}/files/upload-v2", "single-file upload (signed URLs)"),
     ("POST", f"{_TOOLBOX}/env", "changing the daemon's environment"),
-    ("GET", f"{_TOOLBOX}/system/metrics", "system metrics"),
     ("GET", f"{_TOOLBOX}/port", "port listing"),
     ("GET", _TOOLBOX + "/port/{port}/in-use", "port listing"),
     ("GET", f"{_TOOLBOX}/version", "the daemon's version"),

@@ -6,22 +6,21 @@ routes read them and fill in their own fields. Nothing here calls the backend.
 
 from __future__ import annotations
 
-import collections
 import datetime as dt
 from typing import Any
 
 import anyio
 import attrs
 
+from provider_sdk.emulator_usage import UsageMeter
 from provider_sdk.models import SandboxSpec, Snapshot
 from provider_sdk.sandbox import Sandbox
 from provider_sdk_e2b.emulator._process_entry import ProcessEntry
 
 __all__ = ["SandboxRecord", "SnapshotRecord", "TemplateRecord"]
 
-_METRICS_KEPT = 1000
 _ATTRIBUTE_PATHS_KEPT = 4096
-"""Readings kept per sandbox for ``GET /sandboxes/{id}/metrics`` (the oldest go first)."""
+"""Paths whose extended attributes changed, kept per sandbox (the oldest go first)."""
 
 
 @attrs.define(eq=False)
@@ -49,10 +48,8 @@ class SandboxRecord:
     """Data-plane requests still to answer 504 (fault ``resume_504``)."""
     processes: dict[int, ProcessEntry] = attrs.Factory(dict)
     lock: anyio.Lock = attrs.Factory(anyio.Lock)
-    last_cpu: tuple[float, float] | None = None
-    metrics: collections.deque[dict[str, Any]] = attrs.Factory(
-        lambda: collections.deque(maxlen=_METRICS_KEPT))
-    """The metrics readings taken so far, oldest first."""
+    usage: UsageMeter = attrs.Factory(UsageMeter)
+    """The metrics readings taken so far."""
     files_only: Snapshot | None = None
     """While paused without memory: the snapshot its files are kept in."""
     paused_with_memory: bool = True

@@ -450,11 +450,11 @@ class ControlPlane:
         if last is not None and first > last:
             raise ApiError(400, "Invalid time range for metrics")
         if record.state == "running" and self.world.provider.supports(Capability.METRICS):
-            record.metrics.append(await self._reading(record))
+            await record.usage.read(record.sandbox, cpu_count=_CPU_COUNT,
+                                    memory_total=_MEMORY_MB << 20, disk_total=_DISK_MB << 20)
         if last is None:  # now, once the reading is taken: it may be a second later
             last = int(now().timestamp())
-        return json_response(200, [m for m in record.metrics
-                                   if first <= m["timestampUnix"] <= last])
+        return json_response(200, record.usage.between(first, last))
 
     def _unix(self, request: Request, name: str, *, default: int | None) -> int | None:
         raw = request.query.get(name)
@@ -463,24 +463,6 @@ class ControlPlane:
         if not raw.isdigit():
             raise ApiError(400, f"{name} must be a unix time in seconds, got {raw!r}")
         return int(raw)
-
-    async def _reading(self, record: SandboxRecord) -> dict[str, Any]:
-        reading = await record.sandbox.metrics()
-        moment = reading.timestamp or now()
-        cpu_pct = 0.0
-        clock = moment.timestamp()
-        if reading.cpu_seconds is not None:
-            if record.last_cpu is not None and clock > record.last_cpu[0]:
-                cpu_pct = 100.0 * (reading.cpu_seconds - record.last_cpu[1]) / (
-                    (clock - record.last_cpu[0]) * _CPU_COUNT)
-            record.last_cpu = (clock, reading.cpu_seconds)
-        total = reading.memory_limit_bytes or _MEMORY_MB << 20
-        return {
-            "timestamp": iso(moment), "timestampUnix": int(clock),
-            "cpuCount": _CPU_COUNT, "cpuUsedPct": round(max(cpu_pct, 0.0), 2),
-            "memUsed": reading.memory_bytes or 0, "memTotal": total, "memCache": 0,
-            "diskUsed": reading.disk_bytes or 0, "diskTotal": _DISK_MB << 20,
-        }
 
     async def fork(self, request: Request) -> Response:
         record = self._record(request)
