@@ -42,6 +42,7 @@ from provider_sdk_daytona.emulator import _coderun as coderun
 from provider_sdk_daytona.emulator import _control as api
 from provider_sdk_daytona.emulator import _metrics as metrics
 from provider_sdk_daytona.emulator import _search as search
+from provider_sdk_daytona.emulator import _signed as signed
 from provider_sdk_daytona.emulator import _toolbox as toolbox
 from provider_sdk_daytona.emulator import _unsupported as unsupported
 from provider_sdk_daytona.emulator._http import (
@@ -83,6 +84,8 @@ def routes() -> list[web.RouteDef]:
         web.post(f"{_SANDBOX}/snapshot", api.snapshot_sandbox),
         web.get(f"{_SANDBOX}/telemetry/metrics", metrics.telemetry_metrics),
         web.get("/api/config", metrics.config),
+        web.get(f"{_SANDBOX}/signing-key", signed.signing_key),
+        web.post(f"{_SANDBOX}/signing-key/rotate", signed.rotate_signing_key),
         # control plane: volumes
         web.post("/api/volumes", api.create_volume),
         web.get("/api/volumes", api.list_volumes),
@@ -123,6 +126,8 @@ def routes() -> list[web.RouteDef]:
         web.post(f"{_TOOLBOX}/files/replace", search.replace_in_files),
         web.post(f"{_TOOLBOX}/files/bulk-upload", toolbox.bulk_upload),
         web.post(f"{_TOOLBOX}/files/bulk-download", toolbox.bulk_download),
+        web.get(f"{_TOOLBOX}/files/download", signed.download_file),
+        web.post(f"{_TOOLBOX}/files/upload-v2", signed.upload_file),
         # the emulator's own admin endpoint
         web.get("/_emulator/faults", get_faults),
         web.post("/_emulator/faults", set_faults),

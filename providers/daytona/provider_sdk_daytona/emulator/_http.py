@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -134,10 +135,17 @@ def unknown_route(request: web.Request, feature: str | None = None) -> web.Respo
                              status=404)
 
 
+SIGNED_ROUTE = re.compile(r"/toolbox/[^/]+/files/(download|upload-v2)")
+"""The toolbox routes on which a signed URL's signature stands in for the API key."""
+
+
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Refuse a request without ``Authorization: Bearer <the emulator's key>``."""
+    """Refuse a request without ``Authorization: Bearer <the emulator's key>``, unless
+    it is a signed file URL (``_signed`` checks its signature)."""
     ctx = context(request)
+    if "signature" in request.query and SIGNED_ROUTE.fullmatch(request.path):
+        return await handler(request)  # a signed file URL: its handler checks it
     given = request.headers.get("Authorization", "")
     expected = f"Bearer {ctx.api_key.reveal()}"
     if not hmac.compare_digest(given.encode(), expected.encode()):

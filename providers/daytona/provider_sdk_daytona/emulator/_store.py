@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import secrets
 import uuid
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from provider_sdk.config import Secret
 from provider_sdk.emulator_usage import UsageMeter
 from provider_sdk.provider import SandboxProvider
 from provider_sdk.sandbox import Sandbox
@@ -119,6 +121,8 @@ class SandboxRecord:
     sessions: dict[str, SessionRecord] = attrs.field(factory=dict)
     toolbox_502: int = 0
     """Toolbox requests still to fail with 502 (fault ``toolbox_502_after_start``)."""
+    signing_key: Secret = attrs.field(factory=lambda: Secret(secrets.token_urlsafe(32)))
+    """What its signed file URLs are signed with (``_signed``)."""
     usage: UsageMeter = attrs.field(factory=UsageMeter)
     """Its resource-use samples: what its telemetry answers."""
 

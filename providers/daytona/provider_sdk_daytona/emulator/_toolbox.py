@@ -79,7 +79,7 @@ def running(request: web.Request) -> tuple[SandboxRecord, Sandbox]:
     return record, record.handle
 
 
-def _file_error(exc: SandboxError) -> HttpError:
+def file_error(exc: SandboxError) -> HttpError:
     """The daemon's answer for a neutral file error."""
     if isinstance(exc, FileNotFound):
         return HttpError(404, f"file not found: {exc.message}", "FILE_NOT_FOUND")
@@ -301,7 +301,7 @@ async def list_files(request: web.Request) -> web.Response:
     try:
         entries = await handle.files.list(_path(request))
     except SandboxError as exc:
-        raise _file_error(exc) from exc
+        raise file_error(exc) from exc
     return json_response([_file_info(e) for e in entries])
 
 
@@ -311,7 +311,7 @@ async def file_info(request: web.Request) -> web.Response:
     try:
         return json_response(_file_info(await handle.files.stat(_path(request))))
     except SandboxError as exc:
-        raise _file_error(exc) from exc
+        raise file_error(exc) from exc
 
 
 async def create_folder(request: web.Request) -> web.Response:
@@ -320,7 +320,7 @@ async def create_folder(request: web.Request) -> web.Response:
     try:
         await handle.files.mkdir(_path(request), parents=True, exist_ok=True)
     except SandboxError as exc:
-        raise _file_error(exc) from exc
+        raise file_error(exc) from exc
     return web.Response(status=201)
 
 
@@ -331,7 +331,7 @@ async def delete_file(request: web.Request) -> web.Response:
         await handle.files.remove(_path(request),
                                   recursive=request.query.get("recursive") == "true")
     except SandboxError as exc:
-        raise _file_error(exc) from exc
+        raise file_error(exc) from exc
     return web.Response(status=204)
 
 
@@ -341,7 +341,7 @@ async def move_file(request: web.Request) -> web.Response:
     try:
         await handle.files.rename(_path(request, "source"), _path(request, "destination"))
     except SandboxError as exc:
-        raise _file_error(exc) from exc
+        raise file_error(exc) from exc
     return web.Response(status=200)
 
 
@@ -382,7 +382,7 @@ async def bulk_upload(request: web.Request) -> web.Response:
         try:
             await handle.files.write(destination, chunks())
         except SandboxError as exc:
-            raise _file_error(exc) from exc
+            raise file_error(exc) from exc
         written.append({"path": destination, "bytes": size})
     return json_response({"files": written})
 
@@ -462,7 +462,7 @@ def _disposition(name: str, path: str) -> str:
             f"filename*=utf-8''{urllib.parse.quote(path, safe='')}")
 
 
-async def _size(handle: Sandbox, path: str) -> int:
+async def file_size(handle: Sandbox, path: str) -> int:
     """The size of the file ``path`` leads to (symlinks followed, as ``open`` does)."""
     for _hop in range(40):  # the kernel's own bound on a chain of links
         info = await handle.files.stat(path)
@@ -477,9 +477,9 @@ async def _file_part(response: web.StreamResponse, handle: Sandbox, path: str,
     """Write the part for ``path``: the file, or an ``error`` part saying why not."""
     try:
         first = await anext(stream, b"")  # errors surface before the part starts
-        size = await _size(handle, path)
+        size = await file_size(handle, path)
     except SandboxError as exc:
-        error = _file_error(exc)
+        error = file_error(exc)
         body = json.dumps({"message": error.message, "statusCode": error.status,
                            "code": error.code, "source": "DAYTONA_DAEMON"}).encode()
         await response.write(
