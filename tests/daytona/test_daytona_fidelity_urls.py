@@ -4,6 +4,7 @@ server listening inside the sandbox."""
 
 from __future__ import annotations
 
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -11,7 +12,7 @@ from collections.abc import Iterator
 
 import aiohttp
 import pytest
-from daytona import AsyncDaytona, Daytona, Sandbox
+from daytona import AsyncDaytona, Daytona, DaytonaError, Sandbox, SessionExecuteRequest
 from daytona._utils.file_url_signing import compute_file_url_signature
 from daytona_emulator_fixtures import sdk_config
 
@@ -111,3 +112,88 @@ async def test_async_signed_urls(async_client: AsyncDaytona, sandbox: Sandbox) -
             assert answer.status == 200
         async with session.get(await twin.download_url("signed/async.txt")) as answer:
             assert (answer.status, await answer.read()) == (200, b"async upload")
+
+
+# ----------------------------------------------------------------------- preview URLs
+
+_PORT = 8321
+
+
+@pytest.fixture(scope="module")
+def server(sandbox: Sandbox) -> Sandbox:
+    """A web server on 127.0.0.1:8321 inside the sandbox, serving ``site/``."""
+    sandbox.fs.upload_file(b"<h1>inside</h1>", "site/index.html")
+    sandbox.process.create_session("web")
+    sandbox.process.execute_session_command("web", SessionExecuteRequest(
+        command=f"cd site && exec python3 -m http.server {_PORT} --bind 127.0.0.1",
+        run_async=True))
+    link = sandbox.get_preview_link(_PORT)
+    deadline = time.monotonic() + 30
+    while _get(f"{link.url}/index.html", {"X-Daytona-Preview-Token": link.token})[0] != 200:
+        assert time.monotonic() < deadline, "the server in the sandbox never answered"
+        time.sleep(0.1)
+    return sandbox
+
+
+def test_a_preview_link_reaches_the_server_with_its_token(server: Sandbox) -> None:
+    link = server.get_preview_link(_PORT)
+    assert link.sandbox_id == server.id
+    assert _get(f"{link.url}/index.html", {"X-Daytona-Preview-Token": link.token}) == (
+        200, b"<h1>inside</h1>")
+    assert _get(f"{link.url}/index.html?DAYTONA_SANDBOX_AUTH_KEY={link.token}")[0] == 200
+    api_key = sdk_config().api_key
+    assert _get(f"{link.url}/index.html", {"Authorization": f"Bearer {api_key}"})[0] == 200
+    assert _get(f"{link.url}/missing.html", {"X-Daytona-Preview-Token": link.token})[0] == 404
+
+
+def test_a_preview_link_without_or_with_a_wrong_token_is_refused(server: Sandbox) -> None:
+    link = server.get_preview_link(_PORT)
+    assert _get(f"{link.url}/index.html")[0] == 401
+    assert _get(f"{link.url}/index.html", {"X-Daytona-Preview-Token": "wrong"})[0] == 401
+    assert _get(f"{link.url}/index.html", {"Authorization": "Bearer wrong"})[0] == 401
+
+
+def test_a_signed_preview_url_needs_no_token_until_it_is_expired(server: Sandbox) -> None:
+    signed = server.create_signed_preview_url(_PORT, expires_in_seconds=600)
+    assert (signed.sandbox_id, signed.port) == (server.id, _PORT)
+    assert signed.token in signed.url
+    assert _get(f"{signed.url}/index.html") == (200, b"<h1>inside</h1>")
+    other_port = signed.url.replace(f"/{_PORT}-", f"/{_PORT + 1}-")
+    assert _get(f"{other_port}/index.html")[0] == 401  # the token is for one port
+    server.expire_signed_preview_url(_PORT, signed.token)
+    assert _get(f"{signed.url}/index.html")[0] == 401
+
+
+def test_a_signed_preview_url_stops_working_when_its_time_is_up(server: Sandbox) -> None:
+    signed = server.create_signed_preview_url(_PORT, expires_in_seconds=1)
+    assert _get(f"{signed.url}/index.html")[0] == 200
+    deadline = time.monotonic() + 10
+    while _get(f"{signed.url}/index.html")[0] == 200:
+        assert time.monotonic() < deadline, "the signed URL did not expire"
+        time.sleep(0.2)
+    assert _get(f"{signed.url}/index.html")[0] == 401
+
+
+def test_a_signed_preview_url_lives_between_a_second_and_a_day(sandbox: Sandbox) -> None:
+    for seconds in (0, 24 * 60 * 60 + 1):
+        with pytest.raises(DaytonaError, match="between 1 second and 24 hours") as caught:
+            sandbox.create_signed_preview_url(_PORT, expires_in_seconds=seconds)
+        assert caught.value.status_code == 400
+
+
+def test_a_preview_of_a_port_nothing_listens_on_is_a_bad_gateway(sandbox: Sandbox) -> None:
+    signed = sandbox.create_signed_preview_url(9, expires_in_seconds=60)
+    assert _get(signed.url)[0] == 502
+
+
+@pytest.mark.anyio
+async def test_async_preview_links(async_client: AsyncDaytona, server: Sandbox) -> None:
+    twin = await async_client.get(server.id)
+    link = await twin.get_preview_link(_PORT)
+    signed = await twin.create_signed_preview_url(_PORT)
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{link.url}/index.html",
+                               headers={"X-Daytona-Preview-Token": link.token}) as answer:
+            assert (answer.status, await answer.read()) == (200, b"<h1>inside</h1>")
+        async with session.get(f"{signed.url}/index.html") as answer:
+            assert answer.status == 200

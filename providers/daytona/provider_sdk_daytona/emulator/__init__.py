@@ -41,6 +41,7 @@ from provider_sdk.errors import SandboxError
 from provider_sdk_daytona.emulator import _coderun as coderun
 from provider_sdk_daytona.emulator import _control as api
 from provider_sdk_daytona.emulator import _metrics as metrics
+from provider_sdk_daytona.emulator import _preview as preview
 from provider_sdk_daytona.emulator import _search as search
 from provider_sdk_daytona.emulator import _signed as signed
 from provider_sdk_daytona.emulator import _toolbox as toolbox
@@ -86,6 +87,13 @@ def routes() -> list[web.RouteDef]:
         web.get("/api/config", metrics.config),
         web.get(f"{_SANDBOX}/signing-key", signed.signing_key),
         web.post(f"{_SANDBOX}/signing-key/rotate", signed.rotate_signing_key),
+        web.get(_SANDBOX + "/ports/{port}/preview-url", preview.preview_url),
+        web.get(_SANDBOX + "/ports/{port}/signed-preview-url", preview.signed_preview_url),
+        web.post(_SANDBOX + "/ports/{port}/signed-preview-url/{token}/expire",
+                 preview.expire_signed_preview_url),
+        # preview URLs: a server in the sandbox
+        web.route("*", "/preview/{label}", preview.forward),
+        web.route("*", "/preview/{label}/{tail:.*}", preview.forward),
         # control plane: volumes
         web.post("/api/volumes", api.create_volume),
         web.get("/api/volumes", api.list_volumes),

@@ -121,6 +121,8 @@ class SandboxRecord:
     sessions: dict[str, SessionRecord] = attrs.field(factory=dict)
     toolbox_502: int = 0
     """Toolbox requests still to fail with 502 (fault ``toolbox_502_after_start``)."""
+    preview_token: Secret = attrs.field(factory=lambda: Secret(secrets.token_urlsafe(24)))
+    """Its access token: what opens its preview URLs (``_preview``)."""
     signing_key: Secret = attrs.field(factory=lambda: Secret(secrets.token_urlsafe(32)))
     """What its signed file URLs are signed with (``_signed``)."""
     usage: UsageMeter = attrs.field(factory=UsageMeter)
@@ -213,6 +215,9 @@ class Store:
     sandboxes: dict[str, SandboxRecord] = attrs.field(factory=dict)
     volumes: dict[str, VolumeRecord] = attrs.field(factory=dict)
     snapshots: dict[str, SnapshotRecord] = attrs.field(factory=dict)
+    signed_previews: dict[tuple[int, str], tuple[str, float]] = attrs.field(
+        factory=dict, repr=False)
+    """(port, signed preview token) to (sandbox id, the unix time it expires)."""
 
     def __attrs_post_init__(self) -> None:
         # Daytona's default image: here, the backend's default template.

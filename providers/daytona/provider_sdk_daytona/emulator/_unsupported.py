@@ -29,8 +29,6 @@ UNSUPPORTED: tuple[tuple[str, str, str], ...] = (
     ("POST", f"{_SANDBOX}/network-settings", "network settings"),
     ("PUT", f"{_SANDBOX}/secrets", "sandbox secrets"),
     ("POST", f"{_SANDBOX}/last-activity", "refreshing a sandbox's activity"),
-    ("GET", _SANDBOX + "/ports/{port}/preview-url", "preview URLs"),
-    ("GET", _SANDBOX + "/ports/{port}/signed-preview-url", "preview URLs"),
     ("POST", f"{_SANDBOX}/ssh-access", "SSH access"),
     ("DELETE", f"{_SANDBOX}/ssh-access", "SSH access"),
     ("GET", "/api/sandbox/ssh-access/validate", "SSH access"),
