@@ -125,7 +125,7 @@ def server(sandbox: Sandbox) -> Sandbox:
     sandbox.fs.upload_file(b"<h1>inside</h1>", "site/index.html")
     sandbox.process.create_session("web")
     sandbox.process.execute_session_command("web", SessionExecuteRequest(
-        command=f"cd site && exec python3 -m http.server {_PORT} --bind 127.0.0.1",
+        command=f"cd site && python3 -m http.server {_PORT} --bind 127.0.0.1",
         run_async=True))
     link = sandbox.get_preview_link(_PORT)
     deadline = time.monotonic() + 30

@@ -122,6 +122,8 @@ def routes() -> list[web.RouteDef]:
                 toolbox.get_command),
         web.get(_TOOLBOX + "/process/session/{session}/command/{command}/logs",
                 toolbox.command_logs),
+        web.post(_TOOLBOX + "/process/session/{session}/command/{command}/input",
+                 toolbox.command_input),
         # toolbox: files
         web.get(f"{_TOOLBOX}/files", toolbox.list_files),
         web.delete(f"{_TOOLBOX}/files", toolbox.delete_file),

@@ -31,12 +31,29 @@ LOG_LIMIT = DEFAULT_OUTPUT_LIMIT
 """Bytes of each of a command's streams (stdout, stderr) a session keeps."""
 
 _DONE = "psdk-session-done"
+# A synchronous command's stdin is empty, as on Daytona; an asynchronous one reads a FIFO
+# (made before the command is queued, so input never finds it missing) that the driver
+# holds open for writing (fd 4, which the command does not inherit), so its stdin stays
+# open for input until it ends. Its streams are appended to, so input echoed
+# into its stdout file lands in order.
 _DRIVER = (
-    'while IFS= read -r __psdk_d; do '
-    '{ . "$__psdk_d/cmd.sh"; } < /dev/null > "$__psdk_d/stdout" 2> "$__psdk_d/stderr"; '
-    f'printf "{_DONE} %s %s\\n" "$__psdk_d" "$?"; '
+    'while read -r __psdk_d __psdk_m; do '
+    'if [ "$__psdk_m" = async ] && exec 4<>"$__psdk_d/input"; '
+    'then { . "$__psdk_d/cmd.sh"; } < "$__psdk_d/input" 4>&- '
+    '>> "$__psdk_d/stdout" 2>> "$__psdk_d/stderr"; '
+    'else { . "$__psdk_d/cmd.sh"; } < /dev/null >> "$__psdk_d/stdout" 2>> "$__psdk_d/stderr"; '
+    'fi; '
+    '__psdk_s=$?; exec 4>&-; rm -f "$__psdk_d/input"; '
+    f'printf "{_DONE} %s %s\\n" "$__psdk_d" "$__psdk_s"; '
     'done'
 )
+_INPUT_TIMEOUT = 30.0
+"""Seconds input may wait for a command that does not read it (a full pipe)."""
+# Input is echoed into the command's stdout before the command can read it (so the echo
+# comes before what the command answers, as it reads on Daytona), then goes to its FIFO.
+_INPUT = ('[ -p "$1/input" ] || exit 3; t="$1/input.$$"; cat > "$t" || exit 3; '
+          'if [ "$2" = echo ]; then cat "$t" >> "$1/stdout"; fi; '
+          'cat "$t" > "$1/input"; s=$?; rm -f "$t"; exit $s')
 
 
 async def _head(handle: Sandbox, path: str, limit: int) -> bytes:
@@ -67,6 +84,15 @@ class SessionShell(abc.ABC):
 
     async def refresh(self, cmd: CommandRecord) -> None:
         """Bring a running command's logs up to date."""
+
+    async def send_input(self, cmd: CommandRecord, data: bytes, *, echo: bool) -> None:
+        """Write ``data`` to a running asynchronous command's stdin (and, with ``echo``,
+        to its stdout log).
+
+        Raises:
+            SandboxError: this kind of session takes no input.
+        """
+        raise SandboxError("sessions on this backend take no input")
 
     @abc.abstractmethod
     async def close(self) -> None:
@@ -104,7 +130,19 @@ class DriverSession(SessionShell):
         directory = self._dir(cmd)
         await self._handle.files.write(f"{directory}/cmd.sh", cmd.command)
         self._running[directory] = cmd
-        await self._process.write_stdin(f"{directory}\n")
+        mode = "async" if cmd.run_async else "sync"
+        if cmd.run_async:
+            made = await self._handle.exec(["mkfifo", "-m", "600", f"{directory}/input"])
+            if made.exit_code != 0:
+                raise SandboxError(f"failed to make the input pipe: {made.stderr.strip()}")
+        await self._process.write_stdin(f"{directory} {mode}\n")
+
+    async def send_input(self, cmd: CommandRecord, data: bytes, *, echo: bool) -> None:
+        result = await self._handle.exec(
+            ["sh", "-c", _INPUT, "sh", self._dir(cmd), "echo" if echo else "quiet"],
+            stdin=data, timeout=_INPUT_TIMEOUT)
+        if result.exit_code != 0:
+            raise SandboxError(f"failed to write to input pipe: {result.stderr.strip()}")
 
     async def refresh(self, cmd: CommandRecord) -> None:
         if cmd.done.is_set():

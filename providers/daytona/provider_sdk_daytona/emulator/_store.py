@@ -54,6 +54,9 @@ class CommandRecord:
 
     id: str
     command: str
+    run_async: bool = False
+    """Its stdin stays open for input (``runAsync``); a synchronous one reads nothing."""
+    suppress_input_echo: bool = False
     exit_code: int | None = None
     stdout: bytearray = attrs.field(factory=bytearray)
     stderr: bytearray = attrs.field(factory=bytearray)

@@ -202,13 +202,15 @@ async def session_exec(request: web.Request) -> web.Response:
         raise HttpError(400, "command is required", "BAD_REQUEST")
     if session.shell.ended:
         raise HttpError(410, f"session {session.id} has ended", "SESSION_ENDED")
-    cmd = CommandRecord(id=new_id(), command=command)
+    cmd = CommandRecord(id=new_id(), command=command,
+                        run_async=bool(body.get("runAsync") or body.get("async")),
+                        suppress_input_echo=bool(body.get("suppressInputEcho")))
     session.commands[cmd.id] = cmd
     try:
         await session.shell.submit(cmd)
     except SandboxError as exc:
         raise HttpError(410, f"session {session.id}: {exc.message}", "SESSION_ENDED") from exc
-    if body.get("runAsync") or body.get("async"):
+    if cmd.run_async:
         return json_response({"cmdId": cmd.id}, status=202)
     await cmd.done.wait()
     return json_response({"cmdId": cmd.id, "output": _text(cmd.output),
@@ -236,6 +238,34 @@ async def _command(request: web.Request) -> CommandRecord:
 async def get_command(request: web.Request) -> web.Response:
     """``GET /process/session/{session}/command/{command}``: exit code null while running."""
     return json_response((await _command(request)).to_json())
+
+
+async def command_input(request: web.Request) -> web.Response:
+    """``POST .../command/{command}/input`` with ``{"data"}``: to the running command's
+    stdin, a newline added if it has none, and echoed into its stdout unless the command
+    asked otherwise; 410 once the command has ended."""
+    record, _handle = running(request)
+    session = _session(request, record)
+    body = await request.json()
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, str):
+        raise HttpError(400, "data is required", "BAD_REQUEST")
+    key = request.match_info["command"]
+    cmd = session.commands.get(key)
+    if cmd is None:
+        raise HttpError(404, "command not found", "COMMAND_NOT_FOUND")
+    if session.shell.ended:
+        raise HttpError(410, "session process has exited", "SESSION_ENDED")
+    if cmd.exit_code is not None:
+        raise HttpError(410, f"command has already completed with exit code {cmd.exit_code}",
+                        "COMMAND_ALREADY_COMPLETED")
+    if not data.endswith("\n"):
+        data += "\n"
+    try:
+        await session.shell.send_input(cmd, data.encode(), echo=not cmd.suppress_input_echo)
+    except SandboxError as exc:
+        raise HttpError(500, exc.message, "INTERNAL_ERROR") from exc
+    return web.Response(status=204)
 
 
 async def command_logs(request: web.Request) -> web.StreamResponse:

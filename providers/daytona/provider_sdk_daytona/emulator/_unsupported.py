@@ -39,8 +39,6 @@ UNSUPPORTED: tuple[tuple[str, str, str], ...] = (
     # toolbox
     ("GET", f"{_TOOLBOX}/process/session/entrypoint", "the entrypoint session"),
     ("GET", f"{_TOOLBOX}/process/session/entrypoint/logs", "the entrypoint session"),
-    ("POST", _TOOLBOX + "/process/session/{session}/command/{command}/input",
-     "input to session commands"),
     ("*", _TOOLBOX + "/process/pty{tail:.*}", "PTYs"),
     ("*", _TOOLBOX + "/process/interpreter{tail:.*}", "the code interpreter"),
     ("*", _TOOLBOX + "/git{tail:.*}", "git"),
