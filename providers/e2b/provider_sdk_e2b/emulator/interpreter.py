@@ -18,17 +18,12 @@ is ended, and the execution reports ``KernelOutputTooLarge``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
-import anyio
-
-from provider_sdk.emulators import BODY_LIMIT
-from provider_sdk.provider import ProcessExit, ProcessOutput
-from provider_sdk.sandbox import Process
+from provider_sdk.emulator_kernel import Kernel, KernelDied, KernelOutputTooLarge
 from provider_sdk_e2b.emulator._http import Request, Response, json_response
 from provider_sdk_e2b.emulator._records import SandboxRecord
 
@@ -37,7 +32,6 @@ __all__ = ["INTERPRETER_PORT", "Interpreters"]
 INTERPRETER_PORT = 49999
 
 _DONE = "__psdk_done__"
-_MAX_LINE = BODY_LIMIT
 
 # The kernel: reads one JSON request a line, runs it in one namespace, writes events.
 _KERNEL = r'''
@@ -100,65 +94,14 @@ for line in sys.stdin:
 '''
 
 
-class _Kernel:
-    """One sandbox's kernel: a background process and the lines it has written."""
-
-    def __init__(self, sandbox_id: str, process: Process) -> None:
-        self.sandbox_id = sandbox_id
-        self.process = process
-        self.events = process.events()
-        self.buffer = bytearray()
-        self.scanned = 0
-        self.lock = anyio.Lock()
-        self.unfinished = 0
-        """Executions whose reader left early: their events are still to be skipped."""
-
-    async def aclose(self) -> None:
-        aclose = getattr(self.events, "aclose", None)
-        if aclose is not None:
-            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                await aclose()
-
-    async def line(self) -> dict[str, Any] | None:
-        """The kernel's next event, or ``None`` once it has exited.
-
-        Raises:
-            KernelOutputTooLarge: a line longer than the emulator holds.
-        """
-        while True:
-            # Only the new bytes are searched: a long line costs linear time.
-            while (end := self.buffer.find(b"\n", self.scanned)) < 0:
-                self.scanned = len(self.buffer)
-                if len(self.buffer) > _MAX_LINE:
-                    raise KernelOutputTooLarge(f"a kernel line is longer than {_MAX_LINE} "
-                                               "bytes")
-                event = await anext(self.events, None)
-                if event is None or isinstance(event, ProcessExit):
-                    return None
-                if isinstance(event, ProcessOutput) and event.stream == "stdout":
-                    self.buffer += event.data
-            raw = bytes(self.buffer[:end])
-            del self.buffer[:end + 1]
-            self.scanned = 0
-            try:
-                parsed = json.loads(raw)
-            except ValueError:
-                continue  # bytes the cell wrote past the kernel's streams
-            if isinstance(parsed, dict):
-                return parsed
-
-
-class KernelOutputTooLarge(Exception):
-    """The kernel wrote a line longer than the emulator will hold."""
-
-
 class Interpreters:
     """The code interpreters of every sandbox of one emulator."""
 
     def __init__(self) -> None:
         # Keyed by record: a killed sandbox's record, and so its kernel, is let go.
-        self.kernels: weakref.WeakKeyDictionary[SandboxRecord, _Kernel] = \
+        self.kernels: weakref.WeakKeyDictionary[SandboxRecord, tuple[str, Kernel]] = \
             weakref.WeakKeyDictionary()
+        """Each sandbox's kernel, with the id of the backend sandbox it runs in."""
 
     async def handle(self, record: SandboxRecord, request: Request) -> Response:
         if request.method != "POST" or request.path != "/execute":
@@ -182,52 +125,39 @@ class Interpreters:
 
     async def aclose(self) -> None:
         """Let go of every kernel's output stream (the emulator is stopping)."""
-        for kernel in list(self.kernels.values()):
+        for _sandbox, kernel in list(self.kernels.values()):
             await kernel.aclose()
         self.kernels.clear()
 
-    async def _kernel(self, record: SandboxRecord) -> _Kernel:
-        kernel = self.kernels.get(record)
-        if kernel is None or kernel.sandbox_id != record.sandbox.id:  # new, or rolled back
+    async def _kernel(self, record: SandboxRecord) -> Kernel:
+        known = self.kernels.get(record)
+        if known is None or known[0] != record.sandbox.id:  # new, or rolled back
             process = await record.sandbox.start(["python3", "-u", "-c", _KERNEL])
-            kernel = self.kernels[record] = _Kernel(record.sandbox.id, process)
-        return kernel
+            known = self.kernels[record] = (record.sandbox.id,
+                                            Kernel(process, ends=_is_done))
+        return known[1]
 
-    async def _execute(self, record: SandboxRecord, kernel: _Kernel, code: str,
+    async def _execute(self, record: SandboxRecord, kernel: Kernel, code: str,
                        env: dict[str, str]) -> AsyncIterator[bytes]:
         async with kernel.lock:
             try:
-                async for chunk in self._run(record, kernel, code, env):
-                    yield chunk
+                async for event in kernel.execute({"code": code, "env_vars": env}):
+                    if not _is_done(event):
+                        yield (json.dumps(event) + "\n").encode()
             except KernelOutputTooLarge as exc:
                 self.kernels.pop(record, None)
-                with contextlib.suppress(Exception):
-                    await kernel.process.kill()
-                await kernel.aclose()
-                yield (json.dumps({"type": "error", "name": "KernelOutputTooLarge",
-                                   "value": str(exc), "traceback": ""}) + "\n").encode()
-
-    async def _run(self, record: SandboxRecord, kernel: _Kernel, code: str,
-                   env: dict[str, str]) -> AsyncIterator[bytes]:
-        while kernel.unfinished:  # what an abandoned execution left behind
-            event = await kernel.line()
-            if event is None:
-                break
-            if event.get("type") == _DONE:
-                kernel.unfinished -= 1
-        request = json.dumps({"code": code, "env_vars": env}) + "\n"
-        await kernel.process.write_stdin(request.encode())
-        kernel.unfinished += 1
-        while True:
-            event = await kernel.line()
-            if event is None:  # the kernel died (os._exit, a crash): start afresh
+                await kernel.kill()
+                yield _error("KernelOutputTooLarge", str(exc))
+            except KernelDied:  # os._exit, a crash: the next execution starts afresh
                 self.kernels.pop(record, None)
                 await kernel.aclose()
-                yield (json.dumps({"type": "error", "name": "KernelDied",
-                                   "value": "the interpreter exited",
-                                   "traceback": ""}) + "\n").encode()
-                return
-            if event.get("type") == _DONE:
-                kernel.unfinished -= 1
-                return
-            yield (json.dumps(event) + "\n").encode()
+                yield _error("KernelDied", "the interpreter exited")
+
+
+def _is_done(event: dict[str, Any]) -> bool:
+    return event.get("type") == _DONE
+
+
+def _error(name: str, value: str) -> bytes:
+    return (json.dumps({"type": "error", "name": name, "value": value,
+                        "traceback": ""}) + "\n").encode()
