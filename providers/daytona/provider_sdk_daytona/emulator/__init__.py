@@ -40,6 +40,7 @@ from provider_sdk.emulators import BODY_LIMIT, EmulatorOptions, Faults, RunningE
 from provider_sdk.errors import SandboxError
 from provider_sdk_daytona.emulator import _coderun as coderun
 from provider_sdk_daytona.emulator import _control as api
+from provider_sdk_daytona.emulator import _interpreter as interpreter
 from provider_sdk_daytona.emulator import _metrics as metrics
 from provider_sdk_daytona.emulator import _preview as preview
 from provider_sdk_daytona.emulator import _search as search
@@ -113,6 +114,11 @@ def routes() -> list[web.RouteDef]:
         web.post(f"{_TOOLBOX}/process/execute", toolbox.execute),
         web.post(f"{_TOOLBOX}/process/code-run", coderun.code_run),
         web.get(f"{_TOOLBOX}/system/metrics", metrics.system_metrics),
+        web.post(f"{_TOOLBOX}/process/interpreter/context", interpreter.create_context),
+        web.get(f"{_TOOLBOX}/process/interpreter/context", interpreter.list_contexts),
+        web.delete(_TOOLBOX + "/process/interpreter/context/{context}",
+                   interpreter.delete_context),
+        web.get(f"{_TOOLBOX}/process/interpreter/execute", interpreter.execute),
         web.post(f"{_TOOLBOX}/process/session", toolbox.create_session),
         web.get(f"{_TOOLBOX}/process/session", toolbox.list_sessions),
         web.get(_TOOLBOX + "/process/session/{session}", toolbox.get_session),

@@ -40,7 +40,6 @@ UNSUPPORTED: tuple[tuple[str, str, str], ...] = (
     ("GET", f"{_TOOLBOX}/process/session/entrypoint", "the entrypoint session"),
     ("GET", f"{_TOOLBOX}/process/session/entrypoint/logs", "the entrypoint session"),
     ("*", _TOOLBOX + "/process/pty{tail:.*}", "PTYs"),
-    ("*", _TOOLBOX + "/process/interpreter{tail:.*}", "the code interpreter"),
     ("*", _TOOLBOX + "/git{tail:.*}", "git"),
     ("*", _TOOLBOX + "/lsp{tail:.*}", "LSP"),
     ("*", _TOOLBOX + "/computeruse{tail:.*}", "computer use"),

@@ -1,0 +1,308 @@
+"""The stateful code interpreter (toolbox ``/process/interpreter/...``), as Daytona's
+daemon serves it.
+
+Contexts: ``POST /context`` makes one (Python only; ``cwd`` defaults to the work
+directory), ``GET /context`` lists them (not the ``default`` context, which the first
+execution without a context makes), ``DELETE /context/{id}`` ends one (``default``
+cannot be deleted: 400; an unknown id: 404). Each context is a Python worker of its own
+in the sandbox (``provider_sdk.emulator_kernel``), in its directory, so names, imports
+and functions defined in one execution are there in the next, and nowhere else.
+
+``GET /execute`` is a WebSocket: the client sends ``{code, contextId?, envs?, timeout?}``
+(seconds; 10 minutes by default, 0: none) and receives one JSON text frame per chunk,
+``{type, text, name, value, traceback}``: ``stdout`` and ``stderr`` (sent at each
+newline, or once 1024 characters wait), ``error`` (the exception's name, value and a
+traceback of the code's own frames), and ``control`` (``completed``, or ``interrupted``);
+then a close, 1000 when it completed, 4008 when the timeout ended it. At the timeout
+the worker is interrupted (SIGINT); one that does not stop within 2 s is killed, and
+the context starts a new worker, empty, next time. A request it cannot take is a close
+with the daemon's code and reason (1002, 1008, 1011). Executions in one context run one
+after another. A stopped sandbox's contexts are gone, as its processes are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+from typing import Any
+
+import attrs
+from aiohttp import WSCloseCode, WSMsgType, web
+
+from provider_sdk.emulator_kernel import Kernel, KernelDied, KernelOutputTooLarge
+from provider_sdk.errors import SandboxError
+from provider_sdk.sandbox import Sandbox
+from provider_sdk_daytona.emulator._http import HttpError, json_response
+from provider_sdk_daytona.emulator._store import SandboxRecord, new_id
+from provider_sdk_daytona.emulator._toolbox import running
+
+DEFAULT = "default"
+_TIMEOUT_CLOSE = 4008
+_DEFAULT_TIMEOUT = 600.0
+_GRACE = 2.0
+_FIELDS = ("type", "text", "name", "value", "traceback")
+
+# The worker: one namespace for the context's life; one JSON request a line in, one
+# JSON chunk a line out; SIGINT interrupts the code, SIGTERM ends the worker. A
+# traceback keeps the code's own frames, named "<stdin>" by line, without source text
+# (the daemon's worker has none for the code it runs either).
+_WORKER = r'''
+import json, os, signal, sys, traceback
+namespace = {"__name__": "__main__", "__doc__": None, "__package__": None,
+             "__builtins__": __builtins__}
+out = sys.__stdout__
+def emit(chunk):
+    out.write(json.dumps(chunk) + "\n")
+    out.flush()
+class Stream:
+    def __init__(self, kind):
+        self.kind, self.parts = kind, []
+    def write(self, data):
+        if not data:
+            return 0
+        data = data if isinstance(data, str) else str(data)
+        self.parts.append(data)
+        if "\n" in data or sum(map(len, self.parts)) >= 1024:
+            self.flush()
+        return len(data)
+    def flush(self):
+        if self.parts:
+            text, self.parts = "".join(self.parts), []
+            emit({"type": self.kind, "text": text})
+    def isatty(self):
+        return False
+    def writable(self):
+        return True
+    encoding = "utf-8"
+def interrupt(signum, frame):
+    raise KeyboardInterrupt("Execution interrupted")
+signal.signal(signal.SIGINT, interrupt)
+signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+def user_traceback(error):
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == "<cell>"]
+    head = "".join(f'  File "<stdin>", line {f.lineno}\n' + (f"    {f.line}\n" if f.line else "")
+                   for f in frames)
+    tail = f"{type(error).__name__}: {error}\n"
+    return ("Traceback (most recent call last):\n" + head + tail) if frames else tail
+for line in sys.stdin:
+    if not line.strip():
+        continue
+    request = json.loads(line)
+    saved = {}
+    for key, value in (request.get("envs") or {}).items():
+        saved[key] = os.environ.get(key)
+        os.environ[key] = str(value)
+    stdout, stderr = Stream("stdout"), Stream("stderr")
+    sys.stdout, sys.stderr = stdout, stderr
+    control, error = "completed", None
+    try:
+        exec(compile(request.get("code", ""), "<cell>", "exec"), namespace)
+    except KeyboardInterrupt:
+        control = "interrupted"
+    except SystemExit:
+        pass
+    except BaseException as caught:
+        error = {"type": "error", "name": type(caught).__name__, "value": str(caught),
+                 "traceback": user_traceback(caught)}
+    finally:
+        stdout.flush()
+        stderr.flush()
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    if error is not None:
+        emit(error)
+    emit({"type": "control", "text": control})
+'''
+
+
+def _ends(chunk: dict[str, Any]) -> bool:
+    return chunk.get("type") == "control"
+
+
+@attrs.define(kw_only=True, eq=False)
+class InterpreterContext:
+    """One context: its description, and the worker while it runs."""
+
+    id: str
+    cwd: str
+    created_at: str
+    language: str = "python"
+    kernel: Kernel | None = None
+    lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
+    """Held while an execution runs: they run one after another."""
+
+    @property
+    def active(self) -> bool:
+        return self.kernel is not None and not self.kernel.exited
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "cwd": self.cwd, "createdAt": self.created_at,
+                "active": self.active, "language": self.language}
+
+    async def worker(self, handle: Sandbox) -> Kernel:
+        """The running worker, started if it is not."""
+        if self.kernel is None or self.kernel.exited:
+            if self.kernel is not None:
+                await self.kernel.aclose()
+            process = await handle.start(["python3", "-u", "-c", _WORKER], cwd=self.cwd)
+            self.kernel = Kernel(process, ends=_ends)
+        return self.kernel
+
+    async def close(self) -> None:
+        """End the worker."""
+        if self.kernel is not None:
+            await self.kernel.kill()
+            self.kernel = None
+
+
+async def close_contexts(record: SandboxRecord) -> None:
+    """End every context of a sandbox (it is stopping)."""
+    for ctx in record.interpreters.values():
+        with contextlib.suppress(SandboxError):
+            await ctx.close()
+    record.interpreters.clear()
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat()
+
+
+async def create_context(request: web.Request) -> web.Response:
+    """``POST /process/interpreter/context`` with ``{cwd?, language?}``."""
+    record, handle = running(request)
+    body = await request.json() if request.can_read_body else {}
+    if not isinstance(body, dict):
+        raise HttpError(400, "invalid request payload", "BAD_REQUEST")
+    language = body.get("language") or "python"
+    if language != "python":
+        raise HttpError(400, f"unsupported language: {language} (only 'python' is "
+                             "supported currently)", "BAD_REQUEST")
+    cwd = body.get("cwd") or record.workdir
+    if not isinstance(cwd, str):
+        raise HttpError(400, "invalid request payload: cwd must be a string", "BAD_REQUEST")
+    ctx = InterpreterContext(id=new_id(), cwd=cwd, created_at=_now())
+    try:
+        await ctx.worker(handle)
+    except SandboxError as exc:
+        raise HttpError(500, f"failed to start context: {exc.message}") from exc
+    record.interpreters[ctx.id] = ctx
+    return json_response(ctx.to_json())
+
+
+async def list_contexts(request: web.Request) -> web.Response:
+    """``GET /process/interpreter/context``: every context but the default one."""
+    record, _handle = running(request)
+    return json_response({"contexts": [c.to_json() for c in record.interpreters.values()
+                                       if c.id != DEFAULT]})
+
+
+async def delete_context(request: web.Request) -> web.Response:
+    """``DELETE /process/interpreter/context/{id}``."""
+    record, _handle = running(request)
+    key = request.match_info["context"]
+    if key == DEFAULT:
+        raise HttpError(400, "cannot delete default context", "BAD_REQUEST")
+    ctx = record.interpreters.pop(key, None)
+    if ctx is None:
+        raise HttpError(404, f"context with ID '{key}' not found", "NOT_FOUND")
+    await ctx.close()
+    return json_response({"message": "Context deleted successfully"})
+
+
+async def _refuse(ws: web.WebSocketResponse, code: int, reason: str) -> web.WebSocketResponse:
+    await ws.close(code=code, message=reason.encode())
+    return ws
+
+
+async def execute(request: web.Request) -> web.StreamResponse:
+    """``GET /process/interpreter/execute``: the WebSocket described above."""
+    record, handle = running(request)
+    ws = web.WebSocketResponse()
+    await ws.prepare(request)
+    first = await ws.receive()
+    if first.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
+        return await _refuse(ws, WSCloseCode.PROTOCOL_ERROR, "failed to read first message")
+    try:
+        body = json.loads(first.data)
+    except ValueError:
+        return await _refuse(ws, WSCloseCode.PROTOCOL_ERROR, "invalid JSON payload")
+    if not isinstance(body, dict) or not body.get("code"):
+        return await _refuse(ws, WSCloseCode.POLICY_VIOLATION, "code is required")
+    timeout = body.get("timeout")
+    if timeout is not None and (not isinstance(timeout, int) or timeout < 0):
+        return await _refuse(ws, WSCloseCode.POLICY_VIOLATION,
+                             "timeout must be greater than or equal to 0")
+    envs = body.get("envs") or {}
+    key = body.get("contextId")
+    if key is None:
+        ctx = record.interpreters.get(DEFAULT)
+        if ctx is None:
+            ctx = record.interpreters[DEFAULT] = InterpreterContext(
+                id=DEFAULT, cwd=record.workdir, created_at=_now())
+    else:
+        ctx = record.interpreters.get(key)
+        if ctx is None:
+            return await _refuse(ws, WSCloseCode.POLICY_VIOLATION, f"context not found: {key}")
+    limit = _DEFAULT_TIMEOUT if timeout is None else (float(timeout) or None)
+    async with ctx.lock:
+        try:
+            kernel = await ctx.worker(handle)
+        except SandboxError as exc:
+            return await _refuse(ws, WSCloseCode.INTERNAL_ERROR,
+                                 f"failed to get default context: {exc.message}")
+        async with kernel.lock:
+            code = await _run(ws, handle, ctx, kernel,
+                              {"code": body["code"], "envs": envs}, limit)
+    await ws.close(code=code)
+    return ws
+
+
+async def _run(ws: web.WebSocketResponse, handle: Sandbox, ctx: InterpreterContext,
+               kernel: Kernel, request: dict[str, Any], limit: float | None) -> int:
+    """Stream one execution's chunks to ``ws``; the close code to end with."""
+    chunks = kernel.execute(request)
+    loop = asyncio.get_running_loop()
+    deadline = None if limit is None else loop.time() + limit
+    interrupted = False
+    pending: asyncio.Future[dict[str, Any]] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(chunks))
+            wait = None if deadline is None else max(deadline - loop.time(), 0.0)
+            done, _ = await asyncio.wait({pending}, timeout=wait)
+            if not done:
+                if interrupted:  # it did not stop within the grace: end the worker
+                    pending.cancel()
+                    await ctx.close()
+                    return _TIMEOUT_CLOSE
+                interrupted = True
+                deadline = loop.time() + _GRACE
+                with contextlib.suppress(SandboxError):
+                    await handle.exec(["kill", "-INT", str(kernel.process.pid)])
+                continue
+            finished, pending = pending, None
+            try:
+                chunk = finished.result()
+            except StopAsyncIteration:
+                return _TIMEOUT_CLOSE if interrupted else WSCloseCode.OK
+            if chunk.get("type") == "control" and chunk.get("text") == "interrupted":
+                interrupted = True
+            await _send(ws, chunk)
+    except (KernelDied, KernelOutputTooLarge):
+        await ctx.close()  # the next execution starts a new worker
+        return WSCloseCode.GOING_AWAY
+    finally:
+        if pending is not None:
+            pending.cancel()
+
+
+async def _send(ws: web.WebSocketResponse, chunk: dict[str, Any]) -> None:
+    if not ws.closed:
+        await ws.send_str(json.dumps({f: str(chunk.get(f) or "") for f in _FIELDS}))
