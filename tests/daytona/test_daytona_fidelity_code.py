@@ -178,3 +178,20 @@ async def test_async_code_interpreter(async_client: AsyncDaytona, sandbox: Sandb
     assert (result.stdout, chunks) == ("42\n", ["42\n"])
     assert ctx.id in [c.id for c in await twin.code_interpreter.list_contexts()]
     await twin.code_interpreter.delete_context(ctx)
+
+
+def test_a_stop_ends_the_interpreter_contexts(sync_client: Daytona) -> None:
+    """Daytona's stop ends every process, the interpreter's workers too: after a start
+    the default context is new and empty, and made contexts are gone."""
+    sandbox = sync_client.create()
+    try:
+        sandbox.code_interpreter.run_code("kept = 1")
+        made = sandbox.code_interpreter.create_context()
+        sandbox.stop()
+        sandbox.start()
+        after = sandbox.code_interpreter.run_code("print(kept)")
+        assert after.error is not None
+        assert after.error.name == "NameError"
+        assert made.id not in [c.id for c in sandbox.code_interpreter.list_contexts()]
+    finally:
+        sync_client.delete(sandbox)

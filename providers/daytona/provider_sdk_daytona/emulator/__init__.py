@@ -3,7 +3,9 @@
 
 The unmodified ``daytona`` SDK, sync and async, talks to it with
 ``DaytonaConfig(api_url="http://127.0.0.1:PORT/api", api_key=KEY)``. Every request must
-carry ``Authorization: Bearer KEY``. Faults (see :data:`FAULTS`) are set with
+carry ``Authorization: Bearer KEY``, except a signed file URL, whose signature is checked
+instead (``_signed``), and a preview URL under ``/preview``, which takes the sandbox's
+access token or a signed token (``_preview``). Faults (see :data:`FAULTS`) are set with
 ``--fault NAME=VALUE`` or, while it runs, ``POST /_emulator/faults`` with
 ``{"NAME": VALUE}``; ``GET /_emulator/faults`` reports what was set and served.
 Sessions are a real long-lived shell in the sandbox (see ``_sessions``).
@@ -15,7 +17,7 @@ builds templates (``docker``; elsewhere the build fails and says why); give sand
 network (they have loopback only, whatever ``networkBlockAll`` says); enforce resources;
 or archive stopped sandboxes by itself (auto-stop and auto-delete are kept, on a clock
 whose minute fault ``minute_seconds`` can shorten). The routes of what is not served
-(Socket.IO events, PTYs, git, LSP, preview URLs...) are in one table, ``_unsupported``;
+(Socket.IO events, PTYs, git, LSP, SSH access...) are in one table, ``_unsupported``;
 each answers as Daytona answers a route it does not know, naming the feature.
 
 As a service it holds bounded memory: a JSON body is read to
