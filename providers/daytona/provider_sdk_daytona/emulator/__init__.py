@@ -45,6 +45,7 @@ from provider_sdk_daytona.emulator import _control as api
 from provider_sdk_daytona.emulator import _interpreter as interpreter
 from provider_sdk_daytona.emulator import _metrics as metrics
 from provider_sdk_daytona.emulator import _preview as preview
+from provider_sdk_daytona.emulator import _pty as pty
 from provider_sdk_daytona.emulator import _search as search
 from provider_sdk_daytona.emulator import _signed as signed
 from provider_sdk_daytona.emulator import _toolbox as toolbox
@@ -121,6 +122,12 @@ def routes() -> list[web.RouteDef]:
         web.delete(_TOOLBOX + "/process/interpreter/context/{context}",
                    interpreter.delete_context),
         web.get(f"{_TOOLBOX}/process/interpreter/execute", interpreter.execute),
+        web.get(f"{_TOOLBOX}/process/pty/create-connect", pty.create_connect),
+        web.get(f"{_TOOLBOX}/process/pty", pty.list_ptys),
+        web.get(_TOOLBOX + "/process/pty/{pty}", pty.get_pty),
+        web.delete(_TOOLBOX + "/process/pty/{pty}", pty.delete_pty),
+        web.get(_TOOLBOX + "/process/pty/{pty}/connect", pty.connect),
+        web.post(_TOOLBOX + "/process/pty/{pty}/resize", pty.resize_pty),
         web.post(f"{_TOOLBOX}/process/session", toolbox.create_session),
         web.get(f"{_TOOLBOX}/process/session", toolbox.list_sessions),
         web.get(_TOOLBOX + "/process/session/{session}", toolbox.get_session),

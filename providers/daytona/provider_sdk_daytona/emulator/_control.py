@@ -28,6 +28,7 @@ from provider_sdk_daytona.emulator._http import (
     state_changed,
 )
 from provider_sdk_daytona.emulator._interpreter import close_contexts
+from provider_sdk_daytona.emulator._pty import close_ptys
 from provider_sdk_daytona.emulator._store import (
     DEFAULT_SNAPSHOT,
     HOME,
@@ -135,12 +136,14 @@ async def boot(request: web.Request, record: SandboxRecord) -> None:
 
 
 async def _close_sessions(record: SandboxRecord) -> None:
-    """End what runs in the sandbox on the emulator's behalf: sessions, interpreters."""
+    """End what runs in the sandbox on the emulator's behalf: sessions, interpreters,
+    terminals."""
     for session in record.sessions.values():
         with contextlib.suppress(SandboxError):
             await session.shell.close()
     record.sessions.clear()
     await close_contexts(record)
+    await close_ptys(record)
 
 
 async def shut_down(store: Store, record: SandboxRecord) -> None:

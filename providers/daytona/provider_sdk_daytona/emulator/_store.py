@@ -22,6 +22,7 @@ from provider_sdk.sandbox import Sandbox
 
 if TYPE_CHECKING:
     from provider_sdk_daytona.emulator._interpreter import InterpreterContext
+    from provider_sdk_daytona.emulator._pty import PtySession
     from provider_sdk_daytona.emulator._sessions import SessionShell
 
 ORGANIZATION = "00000000-0000-4000-8000-00000000e1e1"
@@ -125,6 +126,8 @@ class SandboxRecord:
     sessions: dict[str, SessionRecord] = attrs.field(factory=dict)
     interpreters: dict[str, InterpreterContext] = attrs.field(factory=dict)
     """Its code interpreter's contexts, by id (``default`` among them once used)."""
+    ptys: dict[str, PtySession] = attrs.field(factory=dict)
+    """Its PTY sessions, by id."""
     toolbox_502: int = 0
     """Toolbox requests still to fail with 502 (fault ``toolbox_502_after_start``)."""
     preview_token: Secret = attrs.field(factory=lambda: Secret(secrets.token_urlsafe(24)))

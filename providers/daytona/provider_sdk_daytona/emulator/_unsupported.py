@@ -39,7 +39,6 @@ UNSUPPORTED: tuple[tuple[str, str, str], ...] = (
     # toolbox
     ("GET", f"{_TOOLBOX}/process/session/entrypoint", "the entrypoint session"),
     ("GET", f"{_TOOLBOX}/process/session/entrypoint/logs", "the entrypoint session"),
-    ("*", _TOOLBOX + "/process/pty{tail:.*}", "PTYs"),
     ("*", _TOOLBOX + "/git{tail:.*}", "git"),
     ("*", _TOOLBOX + "/lsp{tail:.*}", "LSP"),
     ("*", _TOOLBOX + "/computeruse{tail:.*}", "computer use"),

@@ -1,0 +1,284 @@
+"""PTY sessions (toolbox ``/process/pty...``), as Daytona's daemon serves them.
+
+``GET /process/pty/create-connect?id=&cols=&rows=&cwd=`` opens a WebSocket on a new
+session (its environment in the subprotocol ``X-Daytona-Pty-Envs~<base64url JSON>``);
+``GET /process/pty/{id}/connect`` attaches to a running one. The server first sends the
+text frame ``{"type": "control", "status": "connected"}``, then the terminal's output in
+binary frames, as it comes (output while no client is attached is not kept, as on
+Daytona); what the client sends is typed into the terminal. When the shell exits, a
+client that offered ``X-Daytona-Pty-Exit-Control`` gets ``{"type": "control", "status":
+"exited", "exitCode": N}`` and a 1000 close; others a close whose reason holds the exit
+code (1000 for 0, else 1011). ``GET /process/pty`` lists sessions, ``GET .../{id}``
+describes one, ``POST .../{id}/resize`` sets its size, ``DELETE .../{id}`` kills it.
+
+Each session is a background process in the sandbox: a small Python relay that starts
+``bash`` on a pseudo-terminal (``TERM=xterm-256color``) and copies its output to stdout;
+its stdin carries framed messages (``d`` data, ``r`` a resize). A stopped sandbox's
+sessions are gone, as its processes are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import datetime as dt
+import json
+import struct
+from typing import Any
+
+import attrs
+from aiohttp import WSCloseCode, WSMsgType, web
+
+from provider_sdk.errors import SandboxError
+from provider_sdk.provider import ProcessExit, ProcessOutput
+from provider_sdk.sandbox import Process
+from provider_sdk_daytona.emulator._http import HttpError, json_response
+from provider_sdk_daytona.emulator._store import SandboxRecord
+from provider_sdk_daytona.emulator._toolbox import running
+
+EXIT_CONTROL = "X-Daytona-Pty-Exit-Control"
+_ENVS = "X-Daytona-Pty-Envs~"
+
+# Frames on the relay's stdin: a kind byte ("d" data, "r" resize), a 4-byte length, the
+# payload (for "r": cols and rows, 2 bytes each).
+_RELAY = r'''
+import fcntl, os, pty, select, struct, sys, termios
+cols, rows = int(sys.argv[1]), int(sys.argv[2])
+pid, fd = pty.fork()
+if pid == 0:
+    os.environ["TERM"] = "xterm-256color"
+    os.execvp("bash", ["bash", "-i"])
+def size(c, r):
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", r, c, 0, 0))
+size(cols, rows)
+pending, reading = b"", True
+while True:
+    ready = select.select([fd, 0] if reading else [fd], [], [])[0]
+    if fd in ready:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            data = b""
+        if not data:
+            break
+        os.write(1, data)
+    if 0 in ready:
+        chunk = os.read(0, 65536)
+        if not chunk:
+            reading = False
+        pending += chunk
+        while len(pending) >= 5:
+            kind, length = pending[:1], struct.unpack(">I", pending[1:5])[0]
+            if len(pending) < 5 + length:
+                break
+            payload, pending = pending[5:5 + length], pending[5 + length:]
+            if kind == b"d":
+                os.write(fd, payload)
+            elif kind == b"r":
+                size(*struct.unpack(">HH", payload))
+status = os.waitpid(pid, 0)[1]
+os._exit(os.waitstatus_to_exitcode(status) % 256)
+'''
+
+
+def _frame(kind: bytes, payload: bytes) -> bytes:
+    return kind + struct.pack(">I", len(payload)) + payload
+
+
+@attrs.define(kw_only=True, eq=False)
+class PtySession:
+    """One terminal: its description, its relay, and the clients attached."""
+
+    id: str
+    cwd: str
+    envs: dict[str, str]
+    cols: int
+    rows: int
+    created_at: str
+    process: Process
+    exit_code: int | None = None
+    clients: dict[web.WebSocketResponse, bool] = attrs.field(factory=dict)
+    """Attached clients, each with whether it asked for exit control messages."""
+    reader: asyncio.Task[None] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "cwd": self.cwd, "envs": dict(self.envs), "cols": self.cols,
+                "rows": self.rows, "createdAt": self.created_at,
+                "active": self.exit_code is None, "lazyStart": False}
+
+    async def follow(self) -> None:
+        """Send the terminal's output to every attached client; at its end, its exit."""
+        code = -1
+        with contextlib.suppress(SandboxError):
+            async for event in self.process.events():
+                if isinstance(event, ProcessOutput) and event.stream == "stdout":
+                    for ws in list(self.clients):
+                        with contextlib.suppress(ConnectionError, RuntimeError):
+                            await ws.send_bytes(event.data)
+                elif isinstance(event, ProcessExit):
+                    code = event.exit_code
+        self.exit_code = code if code >= 0 else 128 - code
+        for ws, control in list(self.clients.items()):
+            await _exited(ws, self.exit_code, control=control)
+        self.clients.clear()
+
+    async def close(self) -> None:
+        """Kill the terminal; attached clients are told it exited."""
+        with contextlib.suppress(SandboxError):
+            await self.process.kill()
+        if self.reader is not None:
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(self.reader, 5.0)  # (cancelled past that)
+
+
+async def _exited(ws: web.WebSocketResponse, code: int, *, control: bool) -> None:
+    reason = None if code == 0 else ("Ctrl+C" if code == 130 else "SIGKILL" if code == 137
+                                     else "SIGTERM" if code == 143
+                                     else f"signal {code - 128}" if code > 128
+                                     else "non-zero exit")
+    data: dict[str, Any] = {"exitCode": code}
+    if reason is not None:
+        data["exitReason"] = reason
+    with contextlib.suppress(ConnectionError, RuntimeError):
+        if control:
+            await ws.send_str(json.dumps({"type": "control", "status": "exited", **data}))
+            await ws.close(code=WSCloseCode.OK)
+        else:
+            await ws.close(code=WSCloseCode.OK if code == 0 else WSCloseCode.INTERNAL_ERROR,
+                           message=json.dumps(data).encode())
+
+
+async def close_ptys(record: SandboxRecord) -> None:
+    """End every terminal of a sandbox (it is stopping)."""
+    for session in record.ptys.values():
+        await session.close()
+    record.ptys.clear()
+
+
+def _session(request: web.Request, record: SandboxRecord) -> PtySession:
+    key = request.match_info["pty"]
+    session = record.ptys.get(key)
+    if session is None:
+        raise HttpError(404, f"PTY session {key} not found", "NOT_FOUND")
+    return session
+
+
+def _size(value: str | None, default: int) -> int:
+    if value is None or value == "":
+        return default
+    if not value.isdigit() or not 1 <= int(value) <= 1000:
+        raise HttpError(400, "cols and rows must be between 1 and 1000", "BAD_REQUEST")
+    return int(value)
+
+
+def _envs(request: web.Request) -> dict[str, str]:
+    for offered in request.headers.get("Sec-WebSocket-Protocol", "").split(","):
+        offered = offered.strip()
+        if offered.startswith(_ENVS):
+            raw = offered[len(_ENVS):]
+            try:
+                envs = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+            except (binascii.Error, ValueError):
+                raise HttpError(400, "invalid PTY environment", "BAD_REQUEST") from None
+            if not isinstance(envs, dict) or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in envs.items()):
+                raise HttpError(400, "invalid PTY environment", "BAD_REQUEST")
+            return envs
+    return {}
+
+
+async def _attach(request: web.Request, session: PtySession) -> web.WebSocketResponse:
+    offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")]
+    control = EXIT_CONTROL in offered
+    ws = web.WebSocketResponse(protocols=[EXIT_CONTROL] if control else ())
+    await ws.prepare(request)
+    await ws.send_str(json.dumps({"type": "control", "status": "connected"}))
+    if session.exit_code is not None:
+        await _exited(ws, session.exit_code, control=control)
+        return ws
+    session.clients[ws] = control
+    try:
+        async for message in ws:
+            if message.type in (WSMsgType.BINARY, WSMsgType.TEXT):
+                data = message.data if isinstance(message.data, bytes) else \
+                    message.data.encode()
+                try:
+                    await session.process.write_stdin(_frame(b"d", data))
+                except SandboxError:
+                    await ws.close(code=WSCloseCode.INTERNAL_ERROR,
+                                   message=b"PTY session unavailable")
+                    break
+    finally:
+        session.clients.pop(ws, None)
+    return ws
+
+
+async def create_connect(request: web.Request) -> web.StreamResponse:
+    """``GET /process/pty/create-connect?id=&cols=&rows=&cwd=`` (WebSocket)."""
+    record, handle = running(request)
+    key = request.query.get("id", "")
+    if not key:
+        raise HttpError(400, "session ID is required", "BAD_REQUEST")
+    if key in record.ptys:
+        raise HttpError(409, f"PTY session {key} already exists", "CONFLICT")
+    cols, rows = _size(request.query.get("cols"), 80), _size(request.query.get("rows"), 24)
+    cwd = request.query.get("cwd") or record.workdir
+    envs = _envs(request)
+    try:
+        process = await handle.start(["python3", "-c", _RELAY, str(cols), str(rows)],
+                                     cwd=cwd, env=envs)
+    except SandboxError as exc:
+        raise HttpError(500, f"failed to start PTY session: {exc.message}") from exc
+    session = PtySession(id=key, cwd=cwd, envs=envs, cols=cols, rows=rows, process=process,
+                         created_at=dt.datetime.now(dt.timezone.utc).isoformat())
+    session.reader = asyncio.create_task(session.follow())
+    record.ptys[key] = session
+    return await _attach(request, session)
+
+
+async def connect(request: web.Request) -> web.StreamResponse:
+    """``GET /process/pty/{id}/connect`` (WebSocket)."""
+    record, _handle = running(request)
+    return await _attach(request, _session(request, record))
+
+
+async def list_ptys(request: web.Request) -> web.Response:
+    """``GET /process/pty``."""
+    record, _handle = running(request)
+    return json_response({"sessions": [s.to_json() for s in record.ptys.values()]})
+
+
+async def get_pty(request: web.Request) -> web.Response:
+    """``GET /process/pty/{id}``."""
+    record, _handle = running(request)
+    return json_response(_session(request, record).to_json())
+
+
+async def resize_pty(request: web.Request) -> web.Response:
+    """``POST /process/pty/{id}/resize`` with ``{cols, rows}``."""
+    record, _handle = running(request)
+    session = _session(request, record)
+    body = await request.json()
+    if not isinstance(body, dict):
+        raise HttpError(400, "invalid request body", "BAD_REQUEST")
+    cols = _size(str(body.get("cols", "")), session.cols)
+    rows = _size(str(body.get("rows", "")), session.rows)
+    if session.exit_code is not None:
+        raise HttpError(410, f"PTY session {session.id} has exited", "SESSION_ENDED")
+    try:
+        await session.process.write_stdin(_frame(b"r", struct.pack(">HH", cols, rows)))
+    except SandboxError as exc:
+        raise HttpError(500, exc.message) from exc
+    session.cols, session.rows = cols, rows
+    return json_response(session.to_json())
+
+
+async def delete_pty(request: web.Request) -> web.Response:
+    """``DELETE /process/pty/{id}``: the terminal is killed."""
+    record, _handle = running(request)
+    session = _session(request, record)
+    del record.ptys[session.id]
+    await session.close()
+    return json_response({"message": "PTY session deleted"})
