@@ -42,6 +42,8 @@ DEFAULT = "default"
 _TIMEOUT_CLOSE = 4008
 _DEFAULT_TIMEOUT = 600.0
 _GRACE = 2.0
+_FIRST_MESSAGE_TIMEOUT = 60.0
+"""Seconds a client may take to send its request once the WebSocket is open."""
 _FIELDS = ("type", "text", "name", "value", "traceback")
 
 # The worker: one namespace for the context's life; one JSON request a line in, one
@@ -225,7 +227,10 @@ async def execute(request: web.Request) -> web.StreamResponse:
     record, handle = running(request)
     ws = web.WebSocketResponse()
     await ws.prepare(request)
-    first = await ws.receive()
+    try:
+        first = await ws.receive(timeout=_FIRST_MESSAGE_TIMEOUT)
+    except asyncio.TimeoutError:
+        return await _refuse(ws, WSCloseCode.PROTOCOL_ERROR, "failed to read first message")
     if first.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
         return await _refuse(ws, WSCloseCode.PROTOCOL_ERROR, "failed to read first message")
     try:

@@ -78,8 +78,8 @@ while True:
                 os.write(fd, payload)
             elif kind == b"r":
                 size(*struct.unpack(">HH", payload))
-status = os.waitpid(pid, 0)[1]
-os._exit(os.waitstatus_to_exitcode(status) % 256)
+code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+os._exit(128 - code if code < 0 else code)
 '''
 
 
