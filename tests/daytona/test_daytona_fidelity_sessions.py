@@ -1,5 +1,6 @@
 """The unmodified ``daytona`` SDK sends input to session commands in the emulator as
-Daytona's daemon takes it: to an asynchronous command's stdin, echoed into its output."""
+Daytona's daemon takes it (to an asynchronous command's stdin, echoed into its output),
+and changes the daemon's environment for what it spawns next."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 from daytona import (
     AsyncDaytona,
+    CreateSandboxFromSnapshotParams,
     Daytona,
     DaytonaCommandAlreadyCompletedError,
     Sandbox,
@@ -99,3 +101,27 @@ async def test_async_send_session_command_input(async_client: AsyncDaytona,
         await asyncio.sleep(0.05)
     logs = await twin.process.get_session_command_logs("input-async", started.cmd_id)
     assert logs.stdout == "21\n42\n"
+
+
+def test_update_env_reaches_processes_spawned_after_it(sync_client: Daytona) -> None:
+    """The daemon's environment changes for what it starts next (commands, code runs,
+    sessions, the interpreter), not for what runs; a stop resets it."""
+    sandbox = sync_client.create(CreateSandboxFromSnapshotParams(env_vars={"OLD": "old"}))
+    try:
+        sandbox.process.create_session("before")
+        sandbox.update_env({"NEW": "new"}, unset=["OLD"])
+        assert sandbox.process.exec('echo "${NEW-none} ${OLD-none}"').result == "new none\n"
+        assert sandbox.process.exec('echo "$NEW"', env={"NEW": "mine"}).result == "mine\n"
+        assert sandbox.process.code_run(
+            'import os\nprint(os.environ.get("NEW"))').result == "new\n"
+        assert sandbox.code_interpreter.run_code(
+            'import os\nprint(os.environ.get("OLD", "none"))').stdout == "none\n"
+        sandbox.process.create_session("after")
+        command = SessionExecuteRequest(command='echo "${NEW-none}"')
+        assert sandbox.process.execute_session_command("after", command).stdout == "new\n"
+        assert sandbox.process.execute_session_command("before", command).stdout == "none\n"
+        sandbox.stop()
+        sandbox.start()
+        assert sandbox.process.exec('echo "${NEW-none} ${OLD-none}"').result == "none old\n"
+    finally:
+        sync_client.delete(sandbox)

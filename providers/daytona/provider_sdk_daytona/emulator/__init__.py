@@ -116,6 +116,7 @@ def routes() -> list[web.RouteDef]:
         web.get(f"{_TOOLBOX}/user-home-dir", toolbox.home_dir),
         web.post(f"{_TOOLBOX}/process/execute", toolbox.execute),
         web.post(f"{_TOOLBOX}/process/code-run", coderun.code_run),
+        web.post(f"{_TOOLBOX}/env", toolbox.update_env),
         web.get(f"{_TOOLBOX}/system/metrics", metrics.system_metrics),
         web.post(f"{_TOOLBOX}/process/interpreter/context", interpreter.create_context),
         web.get(f"{_TOOLBOX}/process/interpreter/context", interpreter.list_contexts),

@@ -62,7 +62,7 @@ async def code_run(request: web.Request) -> web.Response:
     """``POST /process/code-run``: 200 with the exit code whatever the program did; 400
     for a language the daemon has no runtime for or a bad environment name; 408 when
     the timeout ends it."""
-    _record, handle = running(request)
+    record, handle = running(request)
     body = await request.json()
     if not isinstance(body, dict):
         raise HttpError(400, "invalid request body", "BAD_REQUEST")
@@ -82,7 +82,7 @@ async def code_run(request: web.Request) -> web.Response:
     prefix, command = runner
     timeout = body.get("timeout")
     exit_code, output = await run_merged(
-        handle, command.format(argv=" ".join(argv)), env=envs, stdin=prefix + code,
+        record, handle, command.format(argv=" ".join(argv)), env=envs, stdin=prefix + code,
         timeout=timeout if isinstance(timeout, int) and timeout > 0 else None)
     result, artifacts = parse_artifacts(output.decode("utf-8", "replace"))
     answer: dict[str, Any] = {"exitCode": exit_code, "result": result}

@@ -144,6 +144,8 @@ async def _close_sessions(record: SandboxRecord) -> None:
     record.sessions.clear()
     await close_contexts(record)
     await close_ptys(record)
+    record.daemon_env.clear()  # the daemon starts afresh
+    record.daemon_unset.clear()
 
 
 async def shut_down(store: Store, record: SandboxRecord) -> None:

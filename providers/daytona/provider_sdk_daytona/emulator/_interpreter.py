@@ -147,12 +147,13 @@ class InterpreterContext:
         return {"id": self.id, "cwd": self.cwd, "createdAt": self.created_at,
                 "active": self.active, "language": self.language}
 
-    async def worker(self, handle: Sandbox) -> Kernel:
-        """The running worker, started if it is not."""
+    async def worker(self, record: SandboxRecord, handle: Sandbox) -> Kernel:
+        """The running worker, started if it is not (with the daemon's environment)."""
         if self.kernel is None or self.kernel.exited:
             if self.kernel is not None:
                 await self.kernel.aclose()
-            process = await handle.start(["python3", "-u", "-c", _WORKER], cwd=self.cwd)
+            argv, env = record.spawn(["python3", "-u", "-c", _WORKER])
+            process = await handle.start(argv, cwd=self.cwd, env=env)
             self.kernel = Kernel(process, ends=_ends)
         return self.kernel
 
@@ -190,7 +191,7 @@ async def create_context(request: web.Request) -> web.Response:
         raise HttpError(400, "invalid request payload: cwd must be a string", "BAD_REQUEST")
     ctx = InterpreterContext(id=new_id(), cwd=cwd, created_at=_now())
     try:
-        await ctx.worker(handle)
+        await ctx.worker(record, handle)
     except SandboxError as exc:
         raise HttpError(500, f"failed to start context: {exc.message}") from exc
     record.interpreters[ctx.id] = ctx
@@ -257,7 +258,7 @@ async def execute(request: web.Request) -> web.StreamResponse:
     limit = _DEFAULT_TIMEOUT if timeout is None else (float(timeout) or None)
     async with ctx.lock:
         try:
-            kernel = await ctx.worker(handle)
+            kernel = await ctx.worker(record, handle)
         except SandboxError as exc:
             return await _refuse(ws, WSCloseCode.INTERNAL_ERROR,
                                  f"failed to get default context: {exc.message}")

@@ -227,8 +227,8 @@ async def create_connect(request: web.Request) -> web.StreamResponse:
     cwd = request.query.get("cwd") or record.workdir
     envs = _envs(request)
     try:
-        process = await handle.start(["python3", "-c", _RELAY, str(cols), str(rows)],
-                                     cwd=cwd, env=envs)
+        argv, env = record.spawn(["python3", "-c", _RELAY, str(cols), str(rows)], envs)
+        process = await handle.start(argv, cwd=cwd, env=env)
     except SandboxError as exc:
         raise HttpError(500, f"failed to start PTY session: {exc.message}") from exc
     session = PtySession(id=key, cwd=cwd, envs=envs, cols=cols, rows=rows, process=process,

@@ -36,7 +36,7 @@ _DONE = "psdk-session-done"
 # holds open for writing (fd 4, which the command does not inherit), so its stdin stays
 # open for input until it ends. Its streams are appended to, so input echoed
 # into its stdout file lands in order.
-_DRIVER = (
+SESSION_DRIVER = (
     'while read -r __psdk_d __psdk_m; do '
     'if [ "$__psdk_m" = async ] && exec 4<>"$__psdk_d/input"; '
     'then { . "$__psdk_d/cmd.sh"; } < "$__psdk_d/input" 4>&- '
@@ -99,11 +99,13 @@ class SessionShell(abc.ABC):
         """End the shell and everything it started."""
 
 
-async def open_shell(handle: Sandbox) -> SessionShell:
-    """The most faithful session the backend allows."""
+async def open_shell(handle: Sandbox, argv: list[str], env: dict[str, str]) -> SessionShell:
+    """The most faithful session the backend allows: ``argv`` (which runs
+    :data:`SESSION_DRIVER`) with ``env``, or else the backend's persistent shell with
+    ``env`` (there, what ``argv`` would unset stays set)."""
     if handle.provider.supports(Capability.PROCESS_BACKGROUND):
-        return await DriverSession.open(handle)
-    return EmulatedSession(handle, await handle.shell())
+        return await DriverSession.open(handle, argv, env)
+    return EmulatedSession(handle, await handle.shell(env=env))
 
 
 class DriverSession(SessionShell):
@@ -117,8 +119,9 @@ class DriverSession(SessionShell):
         self._reader = asyncio.create_task(self._read())
 
     @classmethod
-    async def open(cls, handle: Sandbox) -> DriverSession:
-        process = await handle.start(["bash", "--noprofile", "--norc", "-c", _DRIVER])
+    async def open(cls, handle: Sandbox, argv: list[str], env: dict[str, str]
+                   ) -> DriverSession:
+        process = await handle.start(argv, env=env)
         return cls(handle, process, f"/tmp/.daytona-sessions/{secrets.token_hex(8)}")
 
     def _dir(self, cmd: CommandRecord) -> str:

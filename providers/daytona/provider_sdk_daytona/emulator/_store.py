@@ -134,8 +134,20 @@ class SandboxRecord:
     """Its access token: what opens its preview URLs (``_preview``)."""
     signing_key: Secret = attrs.field(factory=lambda: Secret(secrets.token_urlsafe(32)))
     """What its signed file URLs are signed with (``_signed``)."""
+    daemon_env: dict[str, str] = attrs.field(factory=dict)
+    """What ``POST /env`` set for processes spawned from now on (until it stops)."""
+    daemon_unset: set[str] = attrs.field(factory=set)
+    """What ``POST /env`` removed from the environment they get."""
     usage: UsageMeter = attrs.field(factory=UsageMeter)
     """Its resource-use samples: what its telemetry answers."""
+
+    def spawn(self, argv: list[str], env: dict[str, str] | None = None
+              ) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment to start a process with, as the daemon spawns one:
+        its own environment, as ``POST /env`` left it, under the call's ``env``."""
+        unset = sorted(self.daemon_unset - set(env or ()))
+        prefix = ["env", *(a for name in unset for a in ("-u", name)), "--"] if unset else []
+        return prefix + argv, {**self.daemon_env, **(env or {})}
 
     def to_json(self, toolbox_url: str, *, state: str | None = None,
                 listing: bool = False) -> dict[str, Any]:

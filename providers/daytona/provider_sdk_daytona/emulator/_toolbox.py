@@ -41,7 +41,7 @@ from provider_sdk.limits import DEFAULT_OUTPUT_LIMIT, OutputBuffer
 from provider_sdk.models import FileInfo, FileType
 from provider_sdk.sandbox import Sandbox
 from provider_sdk_daytona.emulator._http import HttpError, context, json_response
-from provider_sdk_daytona.emulator._sessions import open_shell
+from provider_sdk_daytona.emulator._sessions import SESSION_DRIVER, open_shell
 from provider_sdk_daytona.emulator._store import (
     USER,
     CommandRecord,
@@ -101,7 +101,8 @@ def _path(request: web.Request, name: str = "path") -> str:
 
 # ------------------------------------------------------------------------ process
 
-async def run_merged(handle: Sandbox, script: str, *, env: dict[str, str],
+async def run_merged(record: SandboxRecord, handle: Sandbox, script: str, *,
+                     env: dict[str, str],
                      cwd: str | None = None, timeout: float | None = None,
                      stdin: str | None = None) -> tuple[int, bytes]:
     """Run ``script`` as the daemon runs a command (its first shell, stderr merged into
@@ -117,8 +118,8 @@ async def run_merged(handle: Sandbox, script: str, *, env: dict[str, str],
     kept = OutputBuffer(OUTPUT_LIMIT)
     streams = handle.provider.supports(Capability.EXEC_STREAM)
     try:
-        result = await handle.exec(["/bin/sh", "-c", _SHELL, "sh", script], env=env,
-                                   cwd=cwd, timeout=timeout, stdin=stdin,
+        argv, env = record.spawn(["/bin/sh", "-c", _SHELL, "sh", script], env)
+        result = await handle.exec(argv, env=env, cwd=cwd, timeout=timeout, stdin=stdin,
                                    output_limit=OUTPUT_LIMIT,
                                    on_stdout=kept.append if streams else None)
     except CommandTimeout:
@@ -133,12 +134,12 @@ async def run_merged(handle: Sandbox, script: str, *, env: dict[str, str],
 async def execute(request: web.Request) -> web.Response:
     """``POST /process/execute``: run to completion; when the timeout kills it, the
     daemon's 408 (``REQUEST_TIMEOUT``), whatever the command wrote."""
-    _record, handle = running(request)
+    record, handle = running(request)
     body = await request.json()
     command = body.get("command")
     if not isinstance(command, str):
         raise HttpError(400, "command is required", "BAD_REQUEST")
-    code, output = await run_merged(handle, command, env=body.get("envs") or {},
+    code, output = await run_merged(record, handle, command, env=body.get("envs") or {},
                                     cwd=body.get("cwd") or None,
                                     timeout=body.get("timeout") or None)
     return json_response({"exitCode": code, "result": output.decode("utf-8", "replace")})
@@ -163,7 +164,8 @@ async def create_session(request: web.Request) -> web.Response:
     if session_id in record.sessions:
         raise HttpError(409, f"session {session_id} already exists", "CONFLICT")
     try:
-        shell = await open_shell(handle)
+        shell = await open_shell(handle, *record.spawn(
+            ["bash", "--noprofile", "--norc", "-c", SESSION_DRIVER]))
     except SandboxError as exc:
         raise HttpError(500, f"cannot start the session's shell: {exc.message}") from exc
     record.sessions[session_id] = SessionRecord(id=session_id, shell=shell)
@@ -238,6 +240,34 @@ async def _command(request: web.Request) -> CommandRecord:
 async def get_command(request: web.Request) -> web.Response:
     """``GET /process/session/{session}/command/{command}``: exit code null while running."""
     return json_response((await _command(request)).to_json())
+
+
+async def update_env(request: web.Request) -> web.Response:
+    """``POST /env`` with ``{set, unset}``: the environment of processes spawned from now
+    on (commands, sessions, terminals, interpreter contexts); running ones keep theirs.
+    ``unset`` goes first. A stop ends it, as it restarts the daemon."""
+    record, _handle = running(request)
+    body = await request.json()
+    values = body.get("set") or {} if isinstance(body, dict) else None
+    names = body.get("unset") or [] if isinstance(body, dict) else None
+    if (not isinstance(values, dict) or not isinstance(names, list)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in values.items())
+            or not all(isinstance(n, str) for n in names)):
+        raise HttpError(400, "set must map names to strings and unset list names",
+                        "BAD_REQUEST")
+    for name in [*names, *values]:
+        if not _ENV_NAME.fullmatch(name):
+            raise HttpError(400, f"invalid environment variable name: '{name}'", "BAD_REQUEST")
+    for name in names:
+        record.daemon_env.pop(name, None)
+        record.daemon_unset.add(name)
+    for name, value in values.items():
+        record.daemon_env[name] = value
+        record.daemon_unset.discard(name)
+    return json_response({"message": "environment updated"})
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 async def command_input(request: web.Request) -> web.Response:

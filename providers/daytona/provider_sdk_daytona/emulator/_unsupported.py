@@ -43,7 +43,6 @@ UNSUPPORTED: tuple[tuple[str, str, str], ...] = (
     ("*", _TOOLBOX + "/lsp{tail:.*}", "LSP"),
     ("*", _TOOLBOX + "/computeruse{tail:.*}", "computer use"),
     ("POST", f"{_TOOLBOX}/files/upload", "single-file upload (the route before upload-v2)"),
-    ("POST", f"{_TOOLBOX}/env", "changing the daemon's environment"),
     ("GET", f"{_TOOLBOX}/port", "port listing"),
     ("GET", _TOOLBOX + "/port/{port}/in-use", "port listing"),
     ("GET", f"{_TOOLBOX}/version", "the daemon's version"),
