@@ -175,6 +175,8 @@ async def forward(request: web.Request) -> web.Response:
     if result.stdout_truncated:
         raise HttpError(502, f"the answer of the server on port {port} is larger than "
                              f"{BODY_LIMIT} bytes")
+    if result.exit_code == 127:
+        raise HttpError(502, "the sandbox has no bash to reach its port through")
     if result.exit_code == 97 or not result.stdout_bytes:
         raise HttpError(502, f"nothing is listening on port {port} in the sandbox")
     answer = http.client.HTTPResponse(_Answer(result.stdout_bytes))  # type: ignore[arg-type]
