@@ -44,6 +44,7 @@ from provider_sdk.errors import (
 )
 from provider_sdk.models import (
     ExecResult,
+    ExposedPort,
     FileInfo,
     FileType,
     Lifecycle,
@@ -74,6 +75,7 @@ __all__ = [
     "Conflict",
     "EmulatedShell",
     "ExecResult",
+    "ExposedPort",
     "FileExists",
     "FileInfo",
     "FileNotFound",

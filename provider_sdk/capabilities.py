@@ -60,6 +60,10 @@ class Capability(str, enum.Enum):
     """``metrics()`` reports cpu, memory and disk use."""
     TEMPLATES_BUILD = "templates.build"
     """``build_template()`` turns a :class:`~provider_sdk.models.TemplateSpec` into a template."""
+    PORTS_EXPOSE = "ports.expose"
+    """``sandbox.expose(port)`` reaches a server listening on that port inside the sandbox
+    through a URL that carries an access token; anything without the token is refused,
+    and ``unexpose(port)`` or killing the sandbox ends it."""
 
     # Containment: what holds against code that attacks the sandbox (docs/security.md).
     EXEC_CONTAINED = "exec.contained"
@@ -102,6 +106,7 @@ HOOKS: dict[Capability, tuple[str, ...]] = {
     Capability.NETWORK_UPDATE: ("_update_network",),
     Capability.METRICS: ("_metrics",),
     Capability.TEMPLATES_BUILD: ("_build_template", "_list_templates", "_delete_template"),
+    Capability.PORTS_EXPOSE: ("_expose", "_unexpose"),
 }
 
 #: A capability on the left is meaningless without those on the right.

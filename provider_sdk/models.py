@@ -16,7 +16,7 @@ import re
 import types
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
@@ -26,8 +26,12 @@ from provider_sdk.dockerfile import parse as parse_dockerfile
 from provider_sdk.errors import InvalidInput, TemplateBuildError
 from provider_sdk.labels import check_labels
 
+if TYPE_CHECKING:
+    from provider_sdk.config import Secret
+
 __all__ = [
     "ExecResult",
+    "ExposedPort",
     "FileInfo",
     "FileType",
     "Lifecycle",
@@ -334,6 +338,33 @@ class Snapshot:
     """What it holds: ``"filesystem"``, and ``"memory"`` where the backend keeps it."""
     created_at: dt.datetime | None = None
     extra: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_map, eq=False)
+
+
+def _secret(value: str) -> Secret:
+    from provider_sdk.config import Secret  # config imports this module
+
+    return Secret(value)
+
+
+@attrs.frozen(kw_only=True)
+class ExposedPort:
+    """A port of a sandbox reachable from this machine (``ports.expose``).
+
+    ``url`` works as it is, in a browser or with curl: it carries the access token. The
+    same address without it, ``base_url``, takes the token in a header instead
+    (``X-Psdk-Token: <token>`` or ``Authorization: Bearer <token>``). Anything without
+    the token is refused before it reaches the sandbox. ``url`` and ``token`` never
+    appear in ``repr``.
+    """
+
+    port: int
+    """The port inside the sandbox."""
+    url: str = attrs.field(repr=False)
+    """The address to open, token included."""
+    base_url: str
+    """The address without the token, for clients that send it in a header."""
+    token: Secret = attrs.field(converter=lambda value: _secret(value))
+    """The access token (a :class:`~provider_sdk.config.Secret`: ``reveal()`` gives it)."""
 
 
 @attrs.frozen(kw_only=True)

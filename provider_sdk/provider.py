@@ -33,6 +33,7 @@ from provider_sdk.labels import check_labels, visible
 from provider_sdk.limits import DEFAULT_OUTPUT_LIMIT, DEFAULT_READ_LIMIT, OutputBuffer
 from provider_sdk.models import (
     ExecResult,
+    ExposedPort,
     FileInfo,
     Metrics,
     NetworkPolicy,
@@ -474,6 +475,18 @@ class SandboxProvider(abc.ABC):
     async def _metrics(self, sandbox_id: str) -> Metrics:
         """Read resource use. (``metrics``)"""
         raise self._unsupported(Capability.METRICS, sandbox_id)
+
+    async def _expose(self, sandbox_id: str, port: int) -> ExposedPort:
+        """Serve the sandbox's ``port`` at a URL that needs an access token; exposing a
+        port already exposed returns the same address and token. (``ports.expose``)
+
+        Host-side proxies can use :class:`provider_sdk.ports.PortProxy`.
+        """
+        raise self._unsupported(Capability.PORTS_EXPOSE, sandbox_id)
+
+    async def _unexpose(self, sandbox_id: str, port: int) -> None:
+        """Stop serving the port; nothing to do if it is not exposed. (``ports.expose``)"""
+        raise self._unsupported(Capability.PORTS_EXPOSE, sandbox_id)
 
     async def _build_template(self, spec: TemplateSpec, *, force: bool,
                               on_progress: Callable[[str], None] | None) -> Template:

@@ -36,6 +36,7 @@ from provider_sdk.events import span, trace_context
 from provider_sdk.limits import OutputBuffer, check_limit
 from provider_sdk.models import (
     ExecResult,
+    ExposedPort,
     FileInfo,
     FileType,
     Metrics,
@@ -255,6 +256,30 @@ class Sandbox:
         self.provider.require(Capability.NETWORK_UPDATE, sandbox_id=self.id)
         async with span("network.update", self.provider.name, self.id):
             await self.provider._update_network(self.id, policy)
+
+    # ---------------------------------------------------------------- ports
+
+    async def expose(self, port: int) -> ExposedPort:
+        """Reach the server listening on ``port`` inside the sandbox (``ports.expose``).
+
+        Returns an :class:`~provider_sdk.models.ExposedPort` whose ``url`` opens it as
+        it is (the access token is part of it); ``base_url`` takes the token in a
+        header instead. Anything without the token is refused. The address answers
+        until :meth:`unexpose`, until the sandbox is killed, or until the provider is
+        closed. Exposing a port already exposed returns the same address and token.
+        """
+        _check_port(port, self.provider.name, self.id)
+        self.provider.require(Capability.PORTS_EXPOSE, sandbox_id=self.id)
+        async with span("ports.expose", self.provider.name, self.id, port=port):
+            return await self.provider._expose(self.id, port)
+
+    async def unexpose(self, port: int) -> None:
+        """Stop serving ``port`` (``ports.expose``): its URL no longer answers.
+        Unexposing a port that is not exposed is not an error."""
+        _check_port(port, self.provider.name, self.id)
+        self.provider.require(Capability.PORTS_EXPOSE, sandbox_id=self.id)
+        async with span("ports.unexpose", self.provider.name, self.id, port=port):
+            await self.provider._unexpose(self.id, port)
 
     # -------------------------------------------------------------- helpers
 
@@ -613,6 +638,12 @@ def _traced(command: Command) -> Command:
     if not context:
         return command
     return attrs.evolve(command, env={**context, **command.env})
+
+
+def _check_port(port: int, provider: str, sandbox_id: str) -> None:
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+        raise InvalidInput(f"port: {port!r} is not a TCP port (1-65535)", provider=provider,
+                           sandbox_id=sandbox_id)
 
 
 def _check_path(path: str, provider: str, sandbox_id: str) -> None:

@@ -1,0 +1,428 @@
+"""The host-side proxy that serves a sandbox's exposed ports (``ports.expose``).
+
+A provider whose sandboxes have no network of their own (local, docker) owns one
+:class:`PortProxy`. Each exposed port gets a listener on ``127.0.0.1`` (an ephemeral
+port, never another address). Every connection must present the port's access token in
+its first request head: ``?psdk_token=`` in the query, an ``X-Psdk-Token`` header,
+``Authorization: Bearer``, or the cookie the proxy sets on the answer to a request that
+had the token in its query (``HttpOnly``, ``SameSite=Strict``), so a browser keeps
+working after the first page. Anything else is answered ``401`` and closed before
+anything reaches the sandbox. The token is stripped from the request head before it is
+forwarded; then the proxy opens a stream into the sandbox through the provider's own
+channel (an *opener* the provider gives) and relays bytes both ways, which carries
+WebSockets and any other upgrade. A request that is not an upgrade is forwarded with
+``Connection: close``, so every request is checked and stripped on a connection of its
+own.
+
+What a client sends before it is authenticated is bounded: a request head of at most
+:data:`MAX_HEAD` bytes within :data:`HEAD_TIMEOUT` seconds, and at most
+:data:`MAX_PENDING` connections waiting to be checked at once.
+
+The listeners run on an event loop of the proxy's own, in a thread started on the first
+``expose`` and stopped (every listener and connection cancelled) by :meth:`aclose`:
+a task group the proxy owns, whatever loop or thread its callers use. Openers are
+called on that loop.
+
+This module must not know any backend, and never logs, reprs or raises a token.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import secrets
+import threading
+import urllib.parse
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+
+import anyio
+import anyio.abc
+import anyio.from_thread
+import anyio.to_thread
+import attrs
+
+from provider_sdk import errors
+from provider_sdk.events import logger
+from provider_sdk.models import ExposedPort
+
+__all__ = ["MAX_HEAD", "Opener", "PortProxy"]
+
+#: Opens a byte stream to the exposed port inside the sandbox (called on the proxy's
+#: loop, once per authenticated connection); it raises a
+#: :class:`~provider_sdk.errors.SandboxError` when it cannot.
+Opener = Callable[[], AbstractAsyncContextManager[anyio.abc.ByteStream]]
+
+TOKEN_PARAM = "psdk_token"
+TOKEN_HEADER = b"x-psdk-token"
+COOKIE_PREFIX = "psdk_token"
+MAX_HEAD = 32 * 1024
+"""Bytes of a request head the proxy reads before it refuses the request (431)."""
+HEAD_TIMEOUT = 15.0
+"""Seconds a client has to send its request head."""
+MAX_PENDING = 256
+"""Connections of one proxy whose request head is still being read, at most."""
+RESPONSE_HEAD = 64 * 1024  # bytes of an answer's head read to add the cookie to it
+CHUNK = 1 << 16
+
+
+@attrs.define(eq=False)
+class _Entry:
+    sandbox_id: str
+    port: int
+    token: str
+    opener: Opener
+    exposed: ExposedPort | None = None
+    scope: anyio.CancelScope | None = None  # made on the proxy's loop
+    done: threading.Event = attrs.field(factory=threading.Event)
+
+
+class PortProxy:
+    """Exposed ports of one provider instance, each served on ``127.0.0.1``.
+
+    Use :meth:`expose` from a provider's ``_expose`` hook, :meth:`unexpose` from its
+    ``_unexpose``, :meth:`drop` when a sandbox is killed, and :meth:`aclose` from the
+    provider's ``aclose``.
+    """
+
+    def __init__(self, *, provider: str) -> None:
+        self._provider = provider
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[str, int], _Entry] = {}
+        self._portal: anyio.from_thread.BlockingPortal | None = None
+        self._thread: threading.Thread | None = None
+        self._pending: anyio.Semaphore | None = None
+
+    async def expose(self, sandbox_id: str, port: int, opener: Opener) -> ExposedPort:
+        """Serve ``port`` of ``sandbox_id``: connections go through ``opener``. A port
+        already exposed keeps its address and token."""
+        with self._lock:
+            entry = self._entries.get((sandbox_id, port))
+        if entry is not None and entry.exposed is not None:
+            return entry.exposed
+        portal = await anyio.to_thread.run_sync(self._started_portal)
+        entry = _Entry(sandbox_id, port, secrets.token_urlsafe(24), opener)
+        ready = await anyio.to_thread.run_sync(portal.call, self._listen, entry)
+        listener, address = ready
+        base = f"http://{address[0]}:{address[1]}/"
+        entry.exposed = ExposedPort(port=port, base_url=base, token=entry.token,
+                                    url=f"{base}?{TOKEN_PARAM}={entry.token}")
+        with self._lock:
+            existing = self._entries.get((sandbox_id, port))
+            if existing is None:
+                self._entries[(sandbox_id, port)] = entry
+        if existing is not None:  # exposed meanwhile by another task: keep that one
+            await anyio.to_thread.run_sync(portal.call, listener.aclose)
+            assert existing.exposed is not None
+            return existing.exposed
+        portal.start_task_soon(self._serve, entry, listener)
+        return entry.exposed
+
+    async def unexpose(self, sandbox_id: str, port: int) -> None:
+        """Stop serving the port; its URL no longer answers when this returns."""
+        with self._lock:
+            entry = self._entries.pop((sandbox_id, port), None)
+        await self._stop([entry] if entry is not None else [])
+
+    async def drop(self, sandbox_id: str) -> None:
+        """Stop serving every port of a sandbox (it was killed)."""
+        with self._lock:
+            gone = [e for key, e in self._entries.items() if key[0] == sandbox_id]
+            for entry in gone:
+                del self._entries[(entry.sandbox_id, entry.port)]
+        await self._stop(gone)
+
+    def exposed(self, sandbox_id: str) -> list[int]:
+        """The ports of a sandbox this proxy serves."""
+        with self._lock:
+            return sorted(port for sid, port in self._entries if sid == sandbox_id)
+
+    async def aclose(self) -> None:
+        """Stop every listener and connection, and the proxy's thread. Safe to call twice."""
+        with self._lock:
+            self._entries.clear()
+            portal, thread = self._portal, self._thread
+            self._portal = self._thread = None
+        if portal is None or thread is None:
+            return
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(lambda: portal.call(portal.stop, True))
+            await anyio.to_thread.run_sync(thread.join)
+
+    # ------------------------------------------------------------ the proxy's loop
+
+    def _started_portal(self) -> anyio.from_thread.BlockingPortal:
+        with self._lock:
+            if self._portal is not None:
+                return self._portal
+            started = threading.Event()
+            box: list[anyio.from_thread.BlockingPortal] = []
+
+            async def main() -> None:
+                async with anyio.from_thread.BlockingPortal() as portal:
+                    self._pending = anyio.Semaphore(MAX_PENDING)
+                    box.append(portal)
+                    started.set()
+                    await portal.sleep_until_stopped()
+
+            thread = threading.Thread(target=anyio.run, args=(main,), daemon=True,
+                                      name=f"psdk-{self._provider}-ports")
+            thread.start()
+            started.wait()
+            self._portal, self._thread = box[0], thread
+            return box[0]
+
+    async def _stop(self, entries: list[_Entry]) -> None:
+        portal = self._portal
+        if portal is None or not entries:
+            return
+        with anyio.CancelScope(shield=True):
+            for entry in entries:
+                if entry.scope is not None:
+                    with contextlib.suppress(RuntimeError):  # the loop is stopping
+                        await anyio.to_thread.run_sync(_cancel, portal, entry.scope)
+            for entry in entries:
+                await anyio.to_thread.run_sync(entry.done.wait, 10.0)
+
+    @staticmethod
+    async def _listen(entry: _Entry) -> tuple[anyio.abc.Listener[anyio.abc.SocketStream],
+                                              tuple[str, int]]:
+        entry.scope = anyio.CancelScope()
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+        address = listener.listeners[0].extra(anyio.abc.SocketAttribute.local_address)
+        return listener, (str(address[0]), int(address[1]))
+
+    async def _serve(self, entry: _Entry,
+                     listener: anyio.abc.Listener[anyio.abc.SocketStream]) -> None:
+        assert entry.scope is not None
+        try:
+            with entry.scope:
+                async with listener:
+                    await listener.serve(lambda client: self._handle(entry, client))
+        finally:
+            entry.done.set()
+
+    async def _handle(self, entry: _Entry, client: anyio.abc.ByteStream) -> None:
+        async with client:
+            try:
+                await self._proxy(entry, client)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError,
+                    anyio.EndOfStream):
+                pass  # the client went away: that ends its connection, nothing else
+            except Exception as exc:  # one connection's failure must not end the listener
+                logger.debug("sandbox.ports.connection.failed", provider=self._provider,
+                             sandbox_id=entry.sandbox_id, port=entry.port,
+                             error=type(exc).__name__)
+
+    async def _proxy(self, entry: _Entry, client: anyio.abc.ByteStream) -> None:
+        assert self._pending is not None
+        if self._pending.value == 0:
+            await _answer(client, 503, "too many connections are waiting")
+            return
+        async with self._pending:
+            head, rest, status = await _read_head(client)
+        if head is None:
+            await _answer(client, status, "a complete request head is needed")
+            return
+        request = _Request.parse(head)
+        if request is None:
+            await _answer(client, 400, "malformed request head")
+            return
+        via_query = request.authenticate(entry.token)
+        if via_query is None:
+            await _answer(client, 401, "this port needs its access token")
+            return
+        cookie = None
+        if via_query:
+            address = entry.exposed.base_url if entry.exposed else ""
+            cookie = (f"{_cookie_name(address)}={entry.token}; Path=/; HttpOnly; "
+                      "SameSite=Strict").encode()
+        opened = False
+        try:
+            async with entry.opener() as tunnel:
+                opened = True
+                await tunnel.send(request.forwarded(entry.token) + rest)
+                await _relay(client, tunnel, cookie)
+        except errors.SandboxNotFound:
+            if not opened:
+                await _answer(client, 502, "the sandbox is gone")
+            with self._lock:
+                self._entries.pop((entry.sandbox_id, entry.port), None)
+            if entry.scope is not None:
+                entry.scope.cancel()
+        except errors.SandboxError as exc:
+            if not opened:  # once relaying, the sandbox's side ending closes the client's
+                await _answer(client, 502, f"cannot reach port {entry.port} in the "
+                                           f"sandbox: {exc.message}")
+
+
+def _cancel(portal: anyio.from_thread.BlockingPortal, scope: anyio.CancelScope) -> None:
+    portal.call(_sync_cancel, scope)
+
+
+def _sync_cancel(scope: anyio.CancelScope) -> None:
+    scope.cancel()
+
+
+def _cookie_name(base_url: str) -> str:
+    """The cookie of one exposed address: browsers share cookies across the ports of a
+    host, so each listener's cookie is named for its port."""
+    port = urllib.parse.urlsplit(base_url).port or 0
+    return f"{COOKIE_PREFIX}_{port}"
+
+
+async def _read_head(client: anyio.abc.ByteStream) -> tuple[bytes | None, bytes, int]:
+    """The request head (without its final blank line) and the bytes after it, or
+    ``None`` and the status to refuse it with."""
+    data = bytearray()
+    with anyio.move_on_after(HEAD_TIMEOUT):
+        while True:
+            end = data.find(b"\r\n\r\n")
+            if end >= 0:
+                return bytes(data[:end]), bytes(data[end + 4:]), 200
+            if len(data) > MAX_HEAD:
+                return None, b"", 431
+            try:
+                data += await client.receive(CHUNK)
+            except anyio.EndOfStream:
+                return None, b"", 400
+    return None, b"", 408
+
+
+@attrs.define
+class _Request:
+    line: bytes
+    method: bytes
+    target: bytes
+    version: bytes
+    headers: list[tuple[bytes, bytes]]
+
+    @classmethod
+    def parse(cls, head: bytes) -> _Request | None:
+        lines = head.split(b"\r\n")
+        parts = lines[0].split(b" ")
+        if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
+            return None
+        headers = []
+        for line in lines[1:]:
+            name, sep, value = line.partition(b":")
+            if not sep or not name or name != name.strip() or line[:1] in (b" ", b"\t"):
+                return None
+            headers.append((name, value.strip()))
+        return cls(lines[0], parts[0], parts[1], parts[2], headers)
+
+    def values(self, name: bytes) -> list[bytes]:
+        return [v for n, v in self.headers if n.lower() == name]
+
+    def authenticate(self, token: str) -> bool | None:
+        """``True`` if the token came in the query, ``False`` if in a header or
+        cookie, ``None`` if it did not come (or a wrong one did)."""
+        want = token.encode()
+        query = self.target.partition(b"?")[2].decode("latin-1")
+        for param, given in urllib.parse.parse_qsl(query, keep_blank_values=True):
+            if param == TOKEN_PARAM and hmac.compare_digest(given.encode("latin-1"), want):
+                return True
+        for value in self.values(TOKEN_HEADER):
+            if hmac.compare_digest(value, want):
+                return False
+        for value in self.values(b"authorization"):
+            scheme, _, credential = value.partition(b" ")
+            if scheme.lower() == b"bearer" and hmac.compare_digest(credential.strip(), want):
+                return False
+        for value in self.values(b"cookie"):
+            for pair in value.split(b";"):
+                name, _, credential = pair.strip().partition(b"=")
+                if name.startswith(COOKIE_PREFIX.encode()) and \
+                        hmac.compare_digest(credential, want):
+                    return False
+        return None
+
+    def forwarded(self, token: str) -> bytes:
+        """The head as the sandbox's server gets it: no token anywhere in it, and
+        ``Connection: close`` unless it asks for an upgrade."""
+        path, sep, query = self.target.partition(b"?")
+        if sep:
+            kept = [p for p in query.split(b"&")
+                    if p.partition(b"=")[0] != TOKEN_PARAM.encode()]
+            target = path + (b"?" + b"&".join(kept) if kept else b"")
+        else:
+            target = path
+        upgrade = bool(self.values(b"upgrade"))
+        out = [b" ".join((self.method, target, self.version))]
+        for name, value in self.headers:
+            lower = name.lower()
+            if lower == TOKEN_HEADER:
+                continue
+            if lower == b"authorization" and value.partition(b" ")[0].lower() == b"bearer":
+                # Only the proxy's own token is dropped; the application's stays.
+                if not hmac.compare_digest(value.partition(b" ")[2].strip(), token.encode()):
+                    out.append(name + b": " + value)
+                continue
+            if lower == b"cookie":
+                pairs = [p.strip() for p in value.split(b";")]
+                kept = [p for p in pairs if p and
+                        not p.partition(b"=")[0].startswith(COOKIE_PREFIX.encode())]
+                if kept:
+                    out.append(name + b": " + b"; ".join(kept))
+                continue
+            if lower in (b"connection", b"keep-alive") and not upgrade:
+                continue
+            out.append(name + b": " + value)
+        if not upgrade:
+            out.append(b"Connection: close")
+        return b"\r\n".join(out) + b"\r\n\r\n"
+
+
+async def _relay(client: anyio.abc.ByteStream, tunnel: anyio.abc.ByteStream,
+                 cookie: bytes | None) -> None:
+    """Relay both ways until the sandbox's side ends (or either side fails); add
+    ``cookie`` to the first answer's head."""
+    async with anyio.create_task_group() as tg:
+        async def upstream() -> None:
+            with contextlib.suppress(anyio.EndOfStream):
+                while True:
+                    await tunnel.send(await client.receive(CHUNK))
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                await tunnel.send_eof()
+
+        tg.start_soon(upstream)
+        pending = bytearray()
+        try:
+            while True:
+                data = await tunnel.receive(CHUNK)
+                if cookie is not None:
+                    pending += data
+                    end = pending.find(b"\r\n\r\n")
+                    if end < 0 and len(pending) <= RESPONSE_HEAD:
+                        continue
+                    data = _with_cookie(bytes(pending), end, cookie)
+                    cookie = None
+                await client.send(data)
+        except anyio.EndOfStream:
+            if pending and cookie is not None:
+                await client.send(bytes(pending))
+        tg.cancel_scope.cancel()
+
+
+def _with_cookie(data: bytes, end: int, cookie: bytes) -> bytes:
+    """An answer's first bytes with ``Set-Cookie`` added to its head (unchanged if it
+    has no complete HTTP head)."""
+    if end < 0 or not data.startswith(b"HTTP/1."):
+        return data
+    line_end = data.find(b"\r\n")
+    return data[:line_end] + b"\r\nSet-Cookie: " + cookie + data[line_end:]
+
+
+async def _answer(client: anyio.abc.ByteStream, status: int, reason: str) -> None:
+    """A short plain-text answer from the proxy itself (never naming a token)."""
+    phrases = {400: "Bad Request", 401: "Unauthorized", 408: "Request Timeout",
+               431: "Request Header Fields Too Large", 502: "Bad Gateway",
+               503: "Service Unavailable"}
+    body = f"{reason}\n".encode()
+    head = (f"HTTP/1.1 {status} {phrases.get(status, 'Error')}\r\n"
+            "Content-Type: text/plain; charset=utf-8\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n")
+    if status == 401:
+        head += 'WWW-Authenticate: Bearer realm="psdk"\r\n'
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        await client.send(head.encode() + b"\r\n" + body)
