@@ -6,11 +6,11 @@ listening Unix socket that the host created and handed over as a file descriptor
 socket's path is never inside the sandbox's reach. One connection carries one operation.
 
 Frames: one kind byte, a 4-byte big-endian length, the payload. Kinds: ``J`` a JSON
-object, ``O``/``E`` stdout/stderr bytes, ``I`` stdin bytes, ``D`` file bytes, ``Z`` end
-of a client's data, ``A`` (empty) the agent's acknowledgement that it took a request,
-sent at once so the host can tell a live agent from one that cannot answer. Every
-operation ends with a ``J`` frame: ``{"ok": ...}`` or
-``{"error": {"type": ..., "message": ...}}``.
+object, ``O``/``E`` stdout/stderr bytes, ``I`` stdin bytes, ``D`` file (or tunnel)
+bytes, ``Z`` end of a side's data, ``C`` (empty) a tunnel's connection made, ``A``
+(empty) the agent's acknowledgement that it took a request, sent at once so the host
+can tell a live agent from one that cannot answer. Every operation ends with a ``J``
+frame: ``{"ok": ...}`` or ``{"error": {"type": ..., "message": ...}}``.
 
 The agent writes nothing to its stdout or stderr: they are a pipe the host reads only
 while the sandbox starts. It ends the sandbox after its idle timeout by exiting with
@@ -436,6 +436,34 @@ class Agent:
     def op_kill_process(self, conn: Conn, req: dict[str, Any]) -> None:
         self.background(int(req["pid"])).run.kill()
 
+    # ---------------------------------------------------------------- tunnels
+
+    def op_tunnel(self, conn: Conn, req: dict[str, Any]) -> None:
+        """Connect to ``127.0.0.1:port`` inside the sandbox and relay bytes both ways:
+        ``D`` frames from the client to the port (``Z``: no more), the port's bytes as
+        ``D`` frames (``Z`` at its end). The connection is made by this process, in the
+        sandbox's own network namespace: nothing outside the sandbox is reachable."""
+        port = req.get("port")
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+            raise OpError("InvalidInput", f"port {port!r} is not a TCP port")
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        except OSError as exc:
+            raise OpError("Refused", f"nothing answers on port {port} in the sandbox "
+                                     f"({exc.strerror or exc})") from None
+        sock.settimeout(None)
+        conn.send(b"C", b"")
+        upstream = threading.Thread(target=tunnel_upstream, args=(conn, sock), daemon=True)
+        upstream.start()
+        try:
+            while data := sock.recv(CHUNK):
+                conn.send(b"D", data)
+            conn.send(b"Z", b"")
+        except OSError:
+            pass  # either side went away: the client's end closes the rest
+        upstream.join()
+        sock.close()
+
     # ------------------------------------------------------------------ files
 
     def op_read(self, conn: Conn, req: dict[str, Any]) -> None:
@@ -557,6 +585,21 @@ def make_parents(path: str) -> None:
         raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path) from None
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, path) from None
+
+
+def tunnel_upstream(conn: Conn, sock: socket.socket) -> None:
+    """A tunnel's client-to-port half: ``D`` frames to the port (``Z`` half-closes it)
+    until the client goes away; then the port's connection is shut down whole."""
+    try:
+        while (frame := conn.recv()) is not None:
+            if frame[0] == b"Z":
+                sock.shutdown(socket.SHUT_WR)
+            elif frame[0] == b"D":
+                sock.sendall(frame[1])
+    except OSError:
+        pass
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 def conn_closed(sock: socket.socket) -> bool:

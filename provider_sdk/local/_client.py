@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
-from anyio.abc import SocketStream
+from anyio.abc import ByteStream, SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from provider_sdk import errors
@@ -287,6 +287,17 @@ class AgentClient:
                     self._result(payload)
                     return
 
+    @contextlib.asynccontextmanager
+    async def tunnel(self, port: int) -> AsyncIterator[ByteStream]:
+        """A byte stream to ``127.0.0.1:port`` inside the sandbox, made by the agent;
+        the error it reports if nothing answers there."""
+        async with self._open({"op": "tunnel", "port": port}) as channel:
+            kind, payload = await channel.recv()
+            if kind == b"J":
+                self._result(payload)
+                raise self._unavailable("the sandbox's agent ended the tunnel")
+            yield _Tunnel(channel)
+
     async def events(self, pid: int) -> AsyncIterator[ProcessEvent]:
         """A background process's output (replayed from its start), then its exit."""
         async with self._open({"op": "events", "pid": pid}) as channel:
@@ -299,6 +310,33 @@ class AgentClient:
                 elif kind == b"J":
                     yield ProcessExit(self._result(payload)["exit_code"])
                     return
+
+
+class _Tunnel(ByteStream):
+    """A tunnel's bytes over the agent's frames (see ``op_tunnel`` in ``_agent``)."""
+
+    def __init__(self, channel: _Channel) -> None:
+        self._channel = channel
+        self._ended = False
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        while not self._ended:
+            kind, payload = await self._channel.recv()
+            if kind == b"D" and payload:
+                return payload
+            if kind in (b"Z", b"J"):
+                self._ended = True
+        raise anyio.EndOfStream
+
+    async def send(self, item: bytes) -> None:
+        for i in range(0, len(item), 1 << 20):
+            await self._channel.send(b"D", item[i:i + (1 << 20)])
+
+    async def send_eof(self) -> None:
+        await self._channel.send(b"Z")
+
+    async def aclose(self) -> None:
+        await self._channel.stream.aclose()
 
 
 def _single(exc: Exception) -> Exception:

@@ -49,6 +49,7 @@ from provider_sdk.local._storage import StorageMixin
 from provider_sdk.local._template_builds import TemplateBuildsMixin
 from provider_sdk.local._trees import disk_usage, remove_tree
 from provider_sdk.models import (
+    ExposedPort,
     Metrics,
     Resources,
     SandboxInfo,
@@ -56,6 +57,7 @@ from provider_sdk.models import (
     SandboxState,
     TemplateSpec,
 )
+from provider_sdk.ports import PortProxy
 from provider_sdk.provider import SandboxProvider
 
 __all__ = ["BrokenRecordWarning", "LocalProvider", "UnisolatedWarning"]
@@ -127,6 +129,7 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         Capability.LIST_METADATA,
         Capability.METRICS,
         Capability.TEMPLATES_BUILD,
+        Capability.PORTS_EXPOSE,
         # Held per instance, where the host and the mode allow (see __init__).
         Capability.LIMITS_MEMORY,
         Capability.LIMITS_PIDS,
@@ -162,6 +165,7 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
             # mount table), and the agent and init are out of the commands' reach.
             held.add(Capability.SEAL_HOST)
         self._hold_only(held)
+        self._ports = PortProxy(provider=self.name)
 
     agent_timeout: float = AGENT_TIMEOUT
     """Seconds a sandbox's agent has to accept each call (connect and acknowledge).
@@ -175,6 +179,10 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
     def home(self) -> Path:
         """The state directory in use."""
         return self._home.path
+
+    async def aclose(self) -> None:
+        """Stop serving every exposed port (sandboxes keep running)."""
+        await self._ports.aclose()
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -338,6 +346,7 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         return _records.broken_info(self._home, sandbox_id, provider=self.name, warn=warn)
 
     async def _kill(self, sandbox_id: str) -> None:
+        await self._ports.drop(sandbox_id)
         directory = self._home.sandbox(sandbox_id)
         meta, _reason = _records.read(directory, sandbox_id)
         if meta is None and not directory.exists():
@@ -538,6 +547,18 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
                     found.append(Problem(line=instruction.line, what="USER", reason=(
                         f"uid {uid}: local sandboxes always run as uid 1000 ('user')")))
         return sorted(found, key=lambda p: (p.line is None, p.line or 0))
+
+    # --------------------------------------------------------------------- ports
+
+    async def _expose(self, sandbox_id: str, port: int) -> ExposedPort:
+        """A proxy on 127.0.0.1 whose connections the sandbox's agent makes to the port
+        inside (the sandbox keeps loopback only)."""
+        self._running(sandbox_id)
+        return await self._ports.expose(
+            sandbox_id, port, lambda: self._running(sandbox_id).tunnel(port))
+
+    async def _unexpose(self, sandbox_id: str, port: int) -> None:
+        await self._ports.unexpose(sandbox_id, port)
 
     # ------------------------------------------------------------------- metrics
 
