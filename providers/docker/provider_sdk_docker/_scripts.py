@@ -14,7 +14,7 @@ it clears it. That is cooperation, not containment: such instances do not declar
 from __future__ import annotations
 
 __all__ = ["FOLLOW", "KEEPALIVE", "KILL_TREE", "LIST_DIR", "MKDIR", "PREPARE_PROC", "PROC_DIR",
-           "REMOVE", "RENAME", "REPLACE", "SEND_STDIN", "SUPERVISE", "TREE_VAR"]
+           "RELAY", "REMOVE", "RENAME", "REPLACE", "SEND_STDIN", "SUPERVISE", "TREE_VAR"]
 
 TREE_VAR = "PSDK_TREE"
 PROC_DIR = "/tmp/.psdk/proc"
@@ -134,4 +134,21 @@ if [ -d "$2" ] && [ ! -L "$2" ]; then
   rm -f -- "$1"; echo "$2: Is a directory" >&2; exit 1
 fi
 mv -f -T -- "$1" "$2" || { rm -f -- "$1"; exit 1; }
+"""
+
+
+#: Relay stdin and stdout to ``127.0.0.1:$1`` inside the container (``ports.expose``),
+#: with bash's ``/dev/tcp`` and ``cat``: ``+`` on stderr once connected (nothing, and
+#: exit 7, if nothing answers). When either direction ends (the port closes, or stdin
+#: does) the other is stopped, so the exec ends and its output with it.
+RELAY = r"""
+{ exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || exit 7
+exec 4<&0 0</dev/null
+printf + >&2
+cat <&3 2>/dev/null & r=$!
+cat <&4 >&3 2>/dev/null & w=$!
+exec 3>&- 4<&-
+wait -n
+kill "$r" "$w" 2>/dev/null
+wait
 """

@@ -5,6 +5,9 @@ socket), never the ``docker`` command. A sandbox is a container named ``psdk-<id
 labelled ``psdk.sandbox=<id>``: any process using the same Engine sees it, and nothing
 else on the Engine is listed or touched.
 
+Exposed ports are served by a proxy on 127.0.0.1 that relays each connection through an
+exec in the container (see ``_ports.py``): the container keeps network mode ``none``.
+
 Mapping: ``pause`` is ``docker pause`` (the cgroup freezer: memory kept); a snapshot is
 ``docker commit`` (the container's filesystem and its bounded directories, not its memory
 or volumes); on an Engine without storage quotas, ``/tmp``, ``/home``, ``/root`` and the
@@ -42,6 +45,7 @@ from provider_sdk.models import (
     SandboxState,
     Volume,
 )
+from provider_sdk.ports import PortProxy
 from provider_sdk.provider import (
     SandboxProvider,
 )
@@ -62,6 +66,7 @@ from provider_sdk_docker._labels import (
     SNAPSHOT_REPOSITORY,
     now,
 )
+from provider_sdk_docker._ports import PortsMixin
 from provider_sdk_docker._processes import ProcessesMixin, container_name
 from provider_sdk_docker._snapshots import SnapshotsMixin
 from provider_sdk_docker._templates import TemplatesMixin
@@ -99,6 +104,7 @@ BASE_CAPABILITIES = frozenset({
     Capability.LIST_METADATA,
     Capability.METRICS,
     Capability.TEMPLATES_BUILD,
+    Capability.PORTS_EXPOSE,
     Capability.LIMITS_PIDS,
     # The Engine's default seccomp profile (no nested user namespaces without
     # CAP_SYS_ADMIN, which containers never get here).
@@ -113,7 +119,7 @@ QUOTA_CAPABILITIES = frozenset({Capability.LIMITS_DISK})
 LOG_CONFIG = {"type": "none", "config": {}}
 
 
-class DockerProvider(ProcessesMixin, FilesMixin, SnapshotsMixin, TemplatesMixin,
+class DockerProvider(ProcessesMixin, FilesMixin, SnapshotsMixin, TemplatesMixin, PortsMixin,
                      SandboxProvider):
     """Sandboxes as containers on a Docker Engine.
 
@@ -196,12 +202,14 @@ class DockerProvider(ProcessesMixin, FilesMixin, SnapshotsMixin, TemplatesMixin,
         self._controls: dict[str, HostControl | None] = {}
         self._proc_ready: set[str] = set()
         self._storage_driver: str | None = None
+        self._ports = PortProxy(provider=self.name)
 
     def __repr__(self) -> str:
         return f"<DockerProvider {self._engine.base_url!r} template={self.template!r}>"
 
     async def aclose(self) -> None:
-        """Close the Engine client's connections."""
+        """Stop serving every exposed port and close the Engine client's connections."""
+        await self._ports.aclose()
         self._engine.close()
 
     # ---------------------------------------------------------------- lifecycle
@@ -357,6 +365,7 @@ class DockerProvider(ProcessesMixin, FilesMixin, SnapshotsMixin, TemplatesMixin,
                 for c in found]
 
     async def _kill(self, sandbox_id: str) -> None:
+        await self._ports.drop(sandbox_id)
         with contextlib.suppress(errors.SandboxNotFound):
             data = await self._inspect(sandbox_id)
             await self._engine.api("remove_container", _container(sandbox_id), force=True,

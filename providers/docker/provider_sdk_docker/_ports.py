@@ -1,0 +1,128 @@
+"""Exposed ports of ``DockerProvider`` (``ports.expose``).
+
+A sandbox keeps network mode ``none``: nothing is published. The provider's
+:class:`~provider_sdk.ports.PortProxy` listens on 127.0.0.1, and each connection it lets
+through becomes an exec in the container that relays its stdin and stdout to
+``127.0.0.1:PORT`` there (``_scripts.RELAY``: bash's ``/dev/tcp``), over the Engine's
+attached exec stream. A template without bash cannot relay: such connections are
+answered 502.
+
+Openers run on the proxy's own event loop, so the exec is created with the ``docker``
+package in a worker thread of that loop, not through the Engine's shared limiter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, ClassVar
+
+import anyio
+import anyio.abc
+import docker.errors
+import requests.exceptions
+
+from provider_sdk import errors
+from provider_sdk.models import ExposedPort, SandboxState
+from provider_sdk.ports import PortProxy
+from provider_sdk_docker import _scripts
+from provider_sdk_docker._engine import Engine, ExecStream, Frame
+from provider_sdk_docker._processes import container_name
+
+if TYPE_CHECKING:
+    from provider_sdk.models import SandboxInfo
+
+__all__ = ["PortsMixin"]
+
+#: Seconds the relay has to connect to the port inside and say so.
+CONNECT_DEADLINE = 15.0
+
+
+class PortsMixin:
+    """The ``ports.expose`` hooks of ``DockerProvider``."""
+
+    name: ClassVar[str]
+    _engine: Engine
+    _ports: PortProxy
+
+    if TYPE_CHECKING:
+        async def _info(self, sandbox_id: str) -> SandboxInfo: ...
+
+    async def _expose(self, sandbox_id: str, port: int) -> ExposedPort:
+        info = await self._info(sandbox_id)
+        if info.state != SandboxState.RUNNING:
+            raise errors.SandboxNotRunning(f"sandbox {sandbox_id!r} is {info.state}",
+                                           state=str(info.state), provider=self.name,
+                                           sandbox_id=sandbox_id)
+        return await self._ports.expose(sandbox_id, port,
+                                        lambda: self._relay(sandbox_id, port))
+
+    async def _unexpose(self, sandbox_id: str, port: int) -> None:
+        await self._ports.unexpose(sandbox_id, port)
+
+    @contextlib.asynccontextmanager
+    async def _relay(self, sandbox_id: str, port: int) -> AsyncIterator[anyio.abc.ByteStream]:
+        """A byte stream to ``127.0.0.1:port`` in the container, through an exec."""
+        try:
+            created = await anyio.to_thread.run_sync(functools.partial(
+                self._engine.client.exec_create, container_name(sandbox_id),
+                ["/bin/bash", "-c", _scripts.RELAY, "psdk", str(port)], stdin=True))
+        except docker.errors.DockerException as exc:
+            raise self._engine.translate(exc, kind="sandbox", what=sandbox_id,
+                                         sandbox_id=sandbox_id) from exc
+        except requests.exceptions.ConnectionError as exc:
+            raise self._engine.unavailable(exc) from exc
+        stream = await self._engine.attach(str(created["Id"]), sandbox_id=sandbox_id)
+        tunnel = _ExecTunnel(stream)
+        try:
+            with anyio.move_on_after(CONNECT_DEADLINE):
+                connected = await tunnel.connected()
+            if not connected:
+                raise errors.Unavailable(
+                    f"nothing answers on port {port} in the sandbox (or the template has "
+                    "no bash to relay with)", provider=self.name, sandbox_id=sandbox_id)
+            yield tunnel
+        finally:
+            with anyio.CancelScope(shield=True):
+                await tunnel.aclose()
+
+
+class _ExecTunnel(anyio.abc.ByteStream):
+    """The relay exec's stdin and stdout as one byte stream."""
+
+    def __init__(self, stream: ExecStream) -> None:
+        self._stream = stream
+        self._frames: AsyncIterator[Frame] = stream.frames()
+        self._closed = False
+
+    async def connected(self) -> bool:
+        """Whether the relay reported its connection (``+`` on stderr) before it ended."""
+        async for name, data in self._frames:
+            if name == "stderr":
+                return data.startswith(b"+")
+        return False
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        async for name, data in self._frames:
+            if name == "stdout":
+                return data
+        raise anyio.EndOfStream
+
+    async def send(self, item: bytes) -> None:
+        await self._stream.send(item)
+
+    async def send_eof(self) -> None:
+        """Nothing: bash cannot half-close the port's socket, and closing the relay's
+        stdin would end the answer too. The port's side ends the connection, or the
+        client's going away does (:meth:`aclose`)."""
+
+    async def aclose(self) -> None:
+        """End the relay: its stdin closes, which stops both directions inside."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError,
+                                 OSError):
+            await self._stream.close_stdin()
+        await self._stream.aclose()
