@@ -46,6 +46,7 @@ from provider_sdk.capabilities import Capability
 from provider_sdk.dockerfile import Problem
 from provider_sdk.models import (
     ExecResult,
+    ExposedPort,
     FileInfo,
     Metrics,
     NetworkPolicy,
@@ -416,6 +417,16 @@ class SyncSandbox:
     def update_network(self, policy: NetworkPolicy) -> None:
         """Change the network policy of the running sandbox (``network.update``)."""
         self._run.call(self._sandbox.update_network, policy)
+
+    def expose(self, port: int) -> ExposedPort:
+        """Reach the server on ``port`` inside the sandbox at a URL carrying its access
+        token (``ports.expose``); it answers until :meth:`unexpose`, a kill, or the
+        provider's close."""
+        return self._run.call(self._sandbox.expose, port)
+
+    def unexpose(self, port: int) -> None:
+        """Stop serving ``port`` (``ports.expose``)."""
+        self._run.call(self._sandbox.unexpose, port)
 
 
 class SyncFiles:
