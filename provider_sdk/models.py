@@ -363,7 +363,7 @@ class ExposedPort:
     """The address to open, token included."""
     base_url: str
     """The address without the token, for clients that send it in a header."""
-    token: Secret = attrs.field(converter=lambda value: _secret(value))
+    token: Secret = attrs.field(converter=_secret)
     """The access token (a :class:`~provider_sdk.config.Secret`: ``reveal()`` gives it)."""
 
 

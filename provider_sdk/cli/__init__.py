@@ -9,6 +9,7 @@
     psdk ls [--provider P] [--label K=V]... [--all] [--json]
     psdk info ID [--json] | pause ID | resume ID | kill ID | snapshot ID
     psdk cp SRC DST                      either side may be ID:PATH
+    psdk expose ID PORT [--provider P] [--json]
     psdk contract --provider P [--emulator [--backend B]] [-- PYTEST ARGS]
     psdk emulate NAME [--port P] [--backend B] [--api-key-file PATH] [--fault NAME=VALUE]...
     psdk reap [--provider P] [--store URL] [--older-than DURATION] [--dry-run] [--json]
@@ -22,8 +23,8 @@ interrupted; 128+N when stopped by signal N (SIGTERM: 143, SIGHUP: 129). Traceba
 for bugs only.
 
 SIGTERM and SIGHUP stop a command as Ctrl-C does: its task is cancelled, so ``run``'s
-sandbox is killed, ``cp`` leaves no partial file, ``exec``'s command is stopped and
-``emulate`` removes its sandboxes before the process exits.
+sandbox is killed, ``cp`` leaves no partial file, ``exec``'s command is stopped,
+``expose`` unexposes its port and ``emulate`` removes its sandboxes before the process exits.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from provider_sdk.cli.console import CliError, Console, configure_logging
 from provider_sdk.cli.contract import cmd_contract
 from provider_sdk.cli.demo import cmd_demo
 from provider_sdk.cli.emulate import cmd_emulate
+from provider_sdk.cli.expose import cmd_expose
 from provider_sdk.cli.parser import build_parser, parse_args
 from provider_sdk.cli.reap import cmd_reap
 from provider_sdk.cli.template import cmd_template
@@ -68,6 +70,7 @@ _ASYNC: dict[str, AsyncHandler] = {
     "cp": commands.cmd_cp,
     "demo": cmd_demo,
     "emulate": cmd_emulate,
+    "expose": cmd_expose,
     "reap": cmd_reap,
     "template": cmd_template,
 }

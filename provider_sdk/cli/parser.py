@@ -136,6 +136,12 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
     p.add_argument("src", metavar="SRC")
     p.add_argument("dst", metavar="DST")
 
+    p = add("expose", "serve a port of a sandbox on 127.0.0.1 until interrupted; print "
+                      "its URL (the access token is part of it)")
+    p.add_argument("id", metavar="ID", help="the sandbox")
+    p.add_argument("port", metavar="PORT", type=_port, help="the port inside the sandbox")
+    p.add_argument("--json", action="store_true", help="print the port, URL and token as JSON")
+
     p = add("contract", "run the contract suite against a provider")
     p.add_argument("--emulator", action="store_true",
                    help="run it against the provider's emulator, started in this process")
