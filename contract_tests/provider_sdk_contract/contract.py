@@ -15,6 +15,7 @@ from provider_sdk_contract.lifecycle import LifecycleContract
 from provider_sdk_contract.metrics import MetricsContract
 from provider_sdk_contract.network import NetworkContract
 from provider_sdk_contract.pause import PauseContract
+from provider_sdk_contract.ports import PortsContract
 from provider_sdk_contract.processes import ProcessContract
 from provider_sdk_contract.scale import ScaleContract
 from provider_sdk_contract.shell import ShellContract
@@ -40,6 +41,7 @@ class ProviderContract(
     UnsupportedContract,
     MetricsContract,
     IsolationContract,
+    PortsContract,
     NetworkContract,
     VolumeContract,
     SnapshotContract,

@@ -46,6 +46,7 @@ CALLS: dict[Capability, Call] = {
     Capability.METRICS: lambda s, f: s.metrics(),
     Capability.TEMPLATES_BUILD: lambda s, f: f.provider.build_template(
         TemplateSpec(name="psdk-contract", dockerfile="FROM scratch\n")),
+    Capability.PORTS_EXPOSE: lambda s, f: s.expose(8000),
 }
 
 

@@ -1,0 +1,296 @@
+"""Contract: exposed ports (``ports.expose``).
+
+A small HTTP server started in the sandbox (in python3, or in perl where the template
+has no python3) answers each request with the request head it received and logs its
+request line to a file; after a WebSocket upgrade it echoes every byte. The tests talk
+to the exposed URL over raw sockets on 127.0.0.1, so they see exactly what the proxy
+sends and what the server received.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+
+import anyio
+import pytest
+
+from provider_sdk.capabilities import Capability
+from provider_sdk.errors import InvalidInput
+from provider_sdk.models import ExposedPort
+from provider_sdk.sandbox import Sandbox
+from provider_sdk_contract.base import ContractBase, Factory
+from provider_sdk_contract.markers import requires
+
+__all__ = ["PortsContract"]
+
+PORT = 8765
+LOG = "/tmp/psdk-contract-requests.log"
+
+_PYTHON_SERVER = r"""
+import socket, sys, threading
+log = sys.argv[2]
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(16)
+print("ready", flush=True)
+def serve(c):
+    head = b""
+    while b"\r\n\r\n" not in head:
+        data = c.recv(4096)
+        if not data:
+            break
+        head += data
+    req, _, rest = head.partition(b"\r\n\r\n")
+    with open(log, "ab") as f:
+        f.write(req.split(b"\r\n")[0] + b"\n")
+    if b"\r\nupgrade: websocket" in req.lower():
+        c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                  b"Connection: Upgrade\r\n\r\n" + rest)
+        while data := c.recv(4096):
+            c.sendall(data)
+    else:
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n"
+                  b"Connection: close\r\n\r\n" % len(req) + req)
+    c.close()
+while True:
+    conn, _ = s.accept()
+    threading.Thread(target=serve, args=(conn,), daemon=True).start()
+"""
+
+_PERL_SERVER = r"""
+use strict; use IO::Socket::INET;
+my ($port, $log) = @ARGV;
+my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => $port, Listen => 16,
+                              ReuseAddr => 1) or die "listen: $!";
+$SIG{CHLD} = "IGNORE"; $| = 1; print "ready\n";
+while (my $c = $s->accept) {
+  if (fork()) { close $c; next; }
+  my $head = "";
+  while ($head !~ /\r\n\r\n/) { my $n = sysread($c, my $buf, 4096); last unless $n; $head .= $buf; }
+  my ($req, $rest) = split(/\r\n\r\n/, $head, 2);
+  open(my $f, ">>", $log); print $f ((split(/\r\n/, $req))[0] . "\n"); close $f;
+  if ($req =~ /\r\nupgrade:\s*websocket/i) {
+    syswrite($c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                 . "Connection: Upgrade\r\n\r\n" . ($rest // ""));
+    while (my $n = sysread($c, my $buf, 4096)) { syswrite($c, $buf); }
+  } else {
+    syswrite($c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
+                 . length($req) . "\r\nConnection: close\r\n\r\n" . $req);
+  }
+  exit 0;
+}
+"""
+
+
+async def _start_server(sandbox: Sandbox, port: int = PORT) -> None:
+    """Start the test's HTTP server on 127.0.0.1:``port`` inside; return once it listens."""
+    found = await sandbox.exec("command -v python3 || command -v perl")
+    interpreter = found.stdout.strip().splitlines()[0] if found.ok else ""
+    if not interpreter:
+        pytest.skip("the template has neither python3 nor perl to run the test's HTTP "
+                    "server in")
+    script = "/tmp/psdk-contract-server"
+    await sandbox.files.write(script, _PERL_SERVER if interpreter.endswith("perl")
+                              else _PYTHON_SERVER)
+    process = await sandbox.start([interpreter, script, str(port), LOG])
+    events = process.events()
+    with anyio.fail_after(30):
+        async for event in events:
+            assert getattr(event, "exit_code", None) is None, "the test's server exited"
+            if b"ready" in getattr(event, "data", b""):
+                break
+    await events.aclose()  # type: ignore[attr-defined]
+
+
+async def _request(url: str, headers: Mapping[str, str] | None = None, *,
+                   method: str = "GET") -> tuple[int, dict[str, list[str]], bytes]:
+    """One HTTP/1.1 request over a raw socket: status, headers (lower-cased names), body."""
+    parts = url.split("/", 3)
+    host, port = parts[2].split(":")
+    target = "/" + (parts[3] if len(parts) > 3 else "")
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}:{port}", "Connection: close",
+             *(f"{k}: {v}" for k, v in (headers or {}).items())]
+    with anyio.fail_after(30):
+        async with await anyio.connect_tcp(host, int(port)) as stream:
+            await stream.send(("\r\n".join(lines) + "\r\n\r\n").encode())
+            answer = b""
+            while len(answer) < 1 << 20:
+                try:
+                    answer += await stream.receive()
+                except (anyio.EndOfStream, anyio.BrokenResourceError):
+                    break
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    found: dict[str, list[str]] = {}
+    for line in header_lines:
+        name, _, value = line.partition(":")
+        found.setdefault(name.strip().lower(), []).append(value.strip())
+    return int(status_line.split(" ")[1]), found, body
+
+
+async def _answers(url: str) -> bool:
+    """Whether anything takes a connection at the URL's address."""
+    try:
+        await _request(url)
+    except OSError:
+        return False
+    return True
+
+
+async def _logged(sandbox: Sandbox) -> list[str]:
+    """The request lines the server in the sandbox received."""
+    if not await sandbox.files.exists(LOG):
+        return []
+    return (await sandbox.files.read_text(LOG)).splitlines()
+
+
+def _with_path(exposed: ExposedPort, path_and_query: str) -> str:
+    """The exposed URL for another path, its token kept in the query."""
+    return f"{exposed.base_url}{path_and_query}&{exposed.url.split('?', 1)[1]}"
+
+
+class PortsContract(ContractBase):
+    """Exposed ports: reachable with the token only, gone after unexpose and kill."""
+
+    async def _exposed(self, factory: Factory) -> tuple[Sandbox, ExposedPort]:
+        sandbox = await factory.sandbox()
+        await _start_server(sandbox)
+        return sandbox, await sandbox.expose(PORT)
+
+    @requires(Capability.PORTS_EXPOSE, Capability.PROCESS_BACKGROUND)
+    async def test_url_reaches_the_server_in_the_sandbox(self, factory: Factory) -> None:
+        """The URL, as it is, gets the server's answer."""
+        sandbox, exposed = await self._exposed(factory)
+        status, _, body = await _request(exposed.url)
+        assert status == 200, body
+        assert body.startswith(b"GET / HTTP/1.1"), body
+        status, _, body = await _request(_with_path(exposed, "page?x=1"))
+        assert status == 200, body
+        assert body.startswith(b"GET /page?x=1 HTTP/1.1"), body
+        assert await _logged(sandbox) == ["GET / HTTP/1.1", "GET /page?x=1 HTTP/1.1"]
+
+    @requires(Capability.PORTS_EXPOSE, Capability.PROCESS_BACKGROUND)
+    async def test_token_in_a_header_is_accepted(self, factory: Factory) -> None:
+        """``base_url`` with the token in ``X-Psdk-Token`` or ``Authorization: Bearer``."""
+        _, exposed = await self._exposed(factory)
+        token = exposed.token.reveal()
+        for headers in ({"X-Psdk-Token": token}, {"Authorization": f"Bearer {token}"}):
+            status, _, body = await _request(exposed.base_url, headers)
+            assert status == 200, (headers.keys(), body)
+
+    @requires(Capability.PORTS_EXPOSE, Capability.PROCESS_BACKGROUND)
+    async def test_cookie_keeps_a_browser_working(self, factory: Factory) -> None:
+        """The answer to a URL with the token sets an HttpOnly, SameSite=Strict cookie
+        with which the next page loads without the token."""
+        _, exposed = await self._exposed(factory)
+        status, headers, _ = await _request(exposed.url)
+        assert status == 200
+        (cookie,) = headers["set-cookie"]
+        attributes = [a.strip().lower() for a in cookie.split(";")]
+        assert "httponly" in attributes, cookie
+        assert "samesite=strict" in attributes, cookie
+        status, _, body = await _request(exposed.base_url + "next",
+                                         {"Cookie": cookie.split(";")[0]})
+        assert status == 200, body
+        assert body.startswith(b"GET /next HTTP/1.1"), body
+
+    @requires(Capability.PORTS_EXPOSE, Capability.PROCESS_BACKGROUND)
+    async def test_token_never_reaches_the_sandbox(self, factory: Factory) -> None:
+        """Query, header, bearer and cookie tokens are stripped; other cookies and
+        query parameters are kept."""
+        _, exposed = await self._exposed(factory)
+        token = exposed.token.reveal()
+        _, headers, _ = await _request(exposed.url)
+        cookie = headers["set-cookie"][0].split(";")[0]
+        seen = [
+            (await _request(_with_path(exposed, "q?keep=1")))[2],
+            (await _request(exposed.base_url, {"X-Psdk-Token": token}))[2],
+            (await _request(exposed.base_url, {"Authorization": f"Bearer {token}"}))[2],
+            (await _request(exposed.base_url, {"Cookie": f"app=1; {cookie}"}))[2],
+        ]
+        for body in seen:
+            assert token.encode() not in body, body
+        assert b"GET /q?keep=1 HTTP/1.1" in seen[0]
+        assert b"Cookie: app=1\r\n" in seen[3] + b"\r\n", seen[3]
+
+    @requires(Capability.PORTS_EXPOSE, Capability.PROCESS_BACKGROUND)
+    async def test_missing_or_wrong_token_is_refused(self, factory: Factory) -> None:
+        """No token, or a wrong one anywhere, is refused before the sandbox sees it."""
+        sandbox, exposed = await self._exposed(factory)
+        wrong = secrets.token_urlsafe(24)
+        attempts: list[tuple[str, dict[str, str]]] = [
+            (exposed.base_url, {}),
+            (f"{exposed.base_url}?psdk_token={wrong}", {}),
+            (exposed.base_url, {"X-Psdk-Token": wrong}),
+            (exposed.base_url, {"Authorization": f"Bearer {wrong}"}),
+            (exposed.base_url, {"Cookie": f"psdk_token={wrong}"}),
+            (f"{exposed.base_url}?psdk_token={exposed.token.reveal()[:-1]}", {}),
+        ]
+        for url, headers in attempts:
+            status, _, _ = await _request(url, headers)
+            assert status in (401, 403), (url.replace(wrong, "WRONG"), headers.keys())
+        assert await _logged(sandbox) == []
+
+    @requires(Capability.PORTS_EXPOSE, Capability.PROCESS_BACKGROUND)
+    async def test_url_stops_answering_after_unexpose(self, factory: Factory) -> None:
+        """After ``unexpose`` nothing listens at the address; exposing again gives a new
+        token, and the old one is refused."""
+        sandbox, exposed = await self._exposed(factory)
+        assert (await _request(exposed.url))[0] == 200
+        await sandbox.unexpose(PORT)
+        assert not await _answers(exposed.url)
+        again = await sandbox.expose(PORT)
+        assert again.token != exposed.token
+        assert (await _request(again.url))[0] == 200
+        assert (await _request(again.base_url, {"X-Psdk-Token": exposed.token.reveal()}
+                               ))[0] in (401, 403)
+
+    @requires(Capability.PORTS_EXPOSE, Capability.PROCESS_BACKGROUND)
+    async def test_url_stops_answering_after_kill(self, factory: Factory) -> None:
+        """Killing the sandbox ends its exposed ports."""
+        sandbox, exposed = await self._exposed(factory)
+        assert (await _request(exposed.url))[0] == 200
+        await sandbox.kill()
+        assert not await _answers(exposed.url)
+
+    @requires(Capability.PORTS_EXPOSE, Capability.PROCESS_BACKGROUND)
+    async def test_websocket_passes_through(self, factory: Factory) -> None:
+        """A WebSocket upgrade reaches the server, and bytes flow both ways after it."""
+        _, exposed = await self._exposed(factory)
+        host, port = exposed.base_url.split("/")[2].split(":")
+        request = (f"GET /ws HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+                   "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                   "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                   f"X-Psdk-Token: {exposed.token.reveal()}\r\n\r\n").encode()
+        frame = bytes([0x81, 0x85, 1, 2, 3, 4]) + bytes(
+            b ^ (1, 2, 3, 4)[i % 4] for i, b in enumerate(b"hello"))
+        with anyio.fail_after(30):
+            async with await anyio.connect_tcp(host, int(port)) as stream:
+                await stream.send(request)
+                answer = b""
+                while b"\r\n\r\n" not in answer:
+                    answer += await stream.receive()
+                head, _, echoed = answer.partition(b"\r\n\r\n")
+                assert head.startswith(b"HTTP/1.1 101"), head
+                for _ in range(3):  # the connection stays open: several round trips
+                    await stream.send(frame)
+                    while len(echoed) < len(frame):
+                        echoed += await stream.receive()
+                    assert echoed == frame
+                    echoed = b""
+
+    @requires(Capability.PORTS_EXPOSE, Capability.PROCESS_BACKGROUND)
+    async def test_exposing_twice_keeps_the_address(self, factory: Factory) -> None:
+        """Exposing a port already exposed returns the same address and token."""
+        sandbox, exposed = await self._exposed(factory)
+        assert await sandbox.expose(PORT) == exposed
+
+    @requires(Capability.PORTS_EXPOSE)
+    async def test_port_out_of_range_is_invalid(self, factory: Factory) -> None:
+        """A port that is not 1-65535 (or not an int) is ``InvalidInput``."""
+        sandbox = await factory.sandbox()
+        for port in (0, 65536, -1, True, "80"):
+            with pytest.raises(InvalidInput):
+                await sandbox.expose(port)  # type: ignore[arg-type]
