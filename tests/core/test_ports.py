@@ -1,0 +1,187 @@
+"""The host-side port proxy (provider_sdk.ports) against a server on 127.0.0.1 standing
+in for the sandbox: what reaches it, what is refused before, and what stops it."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import socketserver
+import threading
+from collections.abc import AsyncIterator, Iterator
+
+import anyio
+import anyio.abc
+import pytest
+from provider_sdk_contract.support import eventually
+
+from provider_sdk import errors
+from provider_sdk.ports import MAX_HEAD, PortProxy
+
+pytestmark = pytest.mark.anyio
+
+
+class _Upstream(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.heads: list[bytes] = []
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        head = b""
+        while b"\r\n\r\n" not in head:
+            data = self.request.recv(4096)
+            if not data:
+                return
+            head += data
+        server = self.server
+        assert isinstance(server, _Upstream)
+        server.heads.append(head)
+        self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n"
+                             b"Connection: close\r\n\r\nok")
+
+
+@pytest.fixture
+def upstream() -> Iterator[_Upstream]:
+    server = _Upstream()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def _opener(upstream: _Upstream, calls: list[int] | None = None):  # type: ignore[no-untyped-def]
+    @contextlib.asynccontextmanager
+    async def open_stream() -> AsyncIterator[anyio.abc.ByteStream]:
+        if calls is not None:
+            calls.append(1)
+        async with await anyio.connect_tcp(*upstream.server_address[:2]) as stream:
+            yield stream
+
+    return open_stream
+
+
+def _failing(error: errors.SandboxError):  # type: ignore[no-untyped-def]
+    @contextlib.asynccontextmanager
+    async def open_stream() -> AsyncIterator[anyio.abc.ByteStream]:
+        raise error
+        yield  # pragma: no cover
+
+    return open_stream
+
+
+@pytest.fixture
+async def proxy() -> AsyncIterator[PortProxy]:
+    ports = PortProxy(provider="test")
+    yield ports
+    await ports.aclose()
+
+
+def _address(url: str) -> tuple[str, int]:
+    host, port = url.split("/")[2].split(":")
+    return host, int(port)
+
+
+async def _send(url: str, raw: bytes) -> bytes:
+    """Send raw bytes to the proxy; return all it answers."""
+    with anyio.fail_after(20):
+        async with await anyio.connect_tcp(*_address(url)) as stream:
+            with contextlib.suppress(anyio.BrokenResourceError):
+                await stream.send(raw)
+            answer = b""
+            with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                while True:
+                    answer += await stream.receive()
+            return answer
+
+
+async def test_listens_on_loopback_only(proxy: PortProxy, upstream: _Upstream) -> None:
+    exposed = await proxy.expose("sb", 80, _opener(upstream))
+    assert exposed.base_url.startswith("http://127.0.0.1:")
+    assert exposed.url == f"{exposed.base_url}?psdk_token={exposed.token.reveal()}"
+
+
+async def test_token_is_never_in_repr(proxy: PortProxy, upstream: _Upstream) -> None:
+    exposed = await proxy.expose("sb", 80, _opener(upstream))
+    assert exposed.token.reveal() not in repr(exposed)
+    assert exposed.token.reveal() not in str(exposed)
+
+
+async def test_oversized_head_is_refused_before_the_sandbox(
+        proxy: PortProxy, upstream: _Upstream) -> None:
+    """A head past MAX_HEAD gets 431 and the connection closes: the proxy does not keep
+    reading what a client sends."""
+    calls: list[int] = []
+    exposed = await proxy.expose("sb", 80, _opener(upstream, calls))
+    answer = await _send(exposed.base_url, b"GET / HTTP/1.1\r\nX: " + b"a" * (MAX_HEAD * 4))
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:80]
+    assert calls == []
+
+
+async def test_malformed_head_is_refused(proxy: PortProxy, upstream: _Upstream) -> None:
+    exposed = await proxy.expose("sb", 80, _opener(upstream))
+    token = exposed.token.reveal()
+    answer = await _send(exposed.base_url,
+                         f"GARBAGE\r\nX-Psdk-Token: {token}\r\n\r\n".encode())
+    assert answer.startswith(b"HTTP/1.1 400 ")
+    assert upstream.heads == []
+
+
+async def test_application_bearer_is_kept(proxy: PortProxy, upstream: _Upstream) -> None:
+    """Only the proxy's token is removed: the application's own Authorization stays."""
+    exposed = await proxy.expose("sb", 80, _opener(upstream))
+    token = exposed.token.reveal()
+    answer = await _send(exposed.base_url, (
+        f"GET /a HTTP/1.1\r\nHost: x\r\nX-Psdk-Token: {token}\r\n"
+        "Authorization: Bearer app-secret\r\nConnection: keep-alive\r\n\r\n").encode())
+    assert answer.endswith(b"ok")
+    (head,) = upstream.heads
+    assert b"Authorization: Bearer app-secret" in head
+    assert token.encode() not in head
+    assert b"Connection: close" in head
+    assert b"keep-alive" not in head
+
+
+async def test_unreachable_port_is_a_502_naming_no_token(proxy: PortProxy) -> None:
+    exposed = await proxy.expose("sb", 80, _failing(errors.Unavailable("nothing answers")))
+    token = exposed.token.reveal()
+    answer = await _send(exposed.url, f"GET /?psdk_token={token} HTTP/1.1\r\n\r\n".encode())
+    assert answer.startswith(b"HTTP/1.1 502 ")
+    assert token.encode() not in answer
+
+
+async def test_a_gone_sandbox_ends_its_listener(proxy: PortProxy) -> None:
+    exposed = await proxy.expose("sb", 80, _failing(errors.SandboxNotFound("gone")))
+    token = exposed.token.reveal()
+    answer = await _send(exposed.url, f"GET /?psdk_token={token} HTTP/1.1\r\n\r\n".encode())
+    assert answer.startswith(b"HTTP/1.1 502 ")
+    assert proxy.exposed("sb") == []
+
+    async def closed() -> bool:
+        return not _accepts(exposed.base_url)
+
+    await eventually(closed, what="the listener of a gone sandbox closed")
+
+
+async def test_drop_and_aclose_stop_listening(upstream: _Upstream) -> None:
+    ports = PortProxy(provider="test")
+    first = await ports.expose("a", 80, _opener(upstream))
+    second = await ports.expose("b", 80, _opener(upstream))
+    await ports.drop("a")
+    assert not _accepts(first.base_url)
+    assert _accepts(second.base_url)
+    await ports.aclose()
+    assert not _accepts(second.base_url)
+    await ports.aclose()  # twice is fine
+
+
+def _accepts(url: str) -> bool:
+    try:
+        socket.create_connection(_address(url), timeout=5).close()
+    except OSError:
+        return False
+    return True
