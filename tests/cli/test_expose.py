@@ -1,0 +1,83 @@
+"""``psdk expose ID PORT``: a real ``psdk`` process prints a URL that reaches a server in
+a local sandbox, and SIGTERM unexposes it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from provider_sdk.sync import SyncSandbox, open_provider
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[SyncSandbox, dict[str, str]]]:
+    """A local sandbox whose python3 http.server on port 8123 serves ``/hello.txt``,
+    and the environment that points psdk at its home."""
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PSDK_PROVIDER", "PSDK_CONFIG", "PSDK_HOME")}
+    env.update(PSDK_HOME=str(home), PSDK_PROVIDER="local")
+    with open_provider("local", home=str(home)) as provider:
+        sandbox = provider.create()
+        try:
+            sandbox.files.write("/tmp/www/hello.txt", "hello from the sandbox\n")
+            sandbox.start(["python3", "-m", "http.server", "8123", "--bind", "127.0.0.1",
+                           "--directory", "/tmp/www"])
+            deadline = time.monotonic() + 30
+            probe = "import socket; socket.create_connection(('127.0.0.1', 8123))"
+            while not sandbox.exec(["python3", "-c", probe]).ok:
+                assert time.monotonic() < deadline, "the server never listened"
+                time.sleep(0.05)
+            yield sandbox, env
+        finally:
+            sandbox.kill()
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=20) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_expose_prints_a_url_that_works_until_sigterm(
+        served: tuple[SyncSandbox, dict[str, str]]) -> None:
+    sandbox, env = served
+    proc = subprocess.Popen([sys.executable, "-m", "provider_sdk.cli", "expose", sandbox.id,
+                             "8123", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=env, text=True)
+    try:
+        assert proc.stdout is not None
+        lines = []
+        while not lines or lines[-1] != "}\n":
+            line = proc.stdout.readline()
+            assert line, proc.communicate()
+            lines.append(line)
+        shown = json.loads("".join(lines))
+        assert shown["port"] == 8123
+        assert shown["url"].endswith(f"?psdk_token={shown['token']}")
+        base = shown["url"].split("?")[0]
+        assert _get(f"{base}hello.txt?psdk_token={shown['token']}") == (
+            200, b"hello from the sandbox\n")
+        assert _get(f"{base}hello.txt")[0] == 401
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert shown["token"] not in err
+    with pytest.raises(urllib.error.URLError):
+        _get(shown["url"])
