@@ -11,8 +11,8 @@ anything reaches the sandbox. The token is stripped from the request head before
 forwarded; then the proxy opens a stream into the sandbox through the provider's own
 channel (an *opener* the provider gives) and relays bytes both ways, which carries
 WebSockets and any other upgrade. A request that is not an upgrade is forwarded with
-``Connection: close``, so every request is checked and stripped on a connection of its
-own.
+``Connection: close``, and its answer's head gets ``Connection: close`` too, so every
+request is checked and stripped on a connection of its own.
 
 What a client sends before it is authenticated is bounded: a request head of at most
 :data:`MAX_HEAD` bytes within :data:`HEAD_TIMEOUT` seconds, and at most
@@ -62,7 +62,7 @@ HEAD_TIMEOUT = 15.0
 """Seconds a client has to send its request head."""
 MAX_PENDING = 256
 """Connections of one proxy whose request head is still being read, at most."""
-RESPONSE_HEAD = 64 * 1024  # bytes of an answer's head read to add the cookie to it
+RESPONSE_HEAD = 64 * 1024  # bytes of an answer's head read to edit it; past it, kept as is
 CHUNK = 1 << 16
 
 
@@ -242,7 +242,7 @@ class PortProxy:
             async with entry.opener() as tunnel:
                 opened = True
                 await tunnel.send(request.forwarded(entry.token) + rest)
-                await _relay(client, tunnel, cookie)
+                await _relay(client, tunnel, cookie=cookie, close=not request.upgrade)
         except errors.SandboxNotFound:
             if not opened:
                 await _answer(client, 502, "the sandbox is gone")
@@ -311,6 +311,11 @@ class _Request:
             headers.append((name, value.strip()))
         return cls(lines[0], parts[0], parts[1], parts[2], headers)
 
+    @property
+    def upgrade(self) -> bool:
+        """Whether the request asks to switch protocols (a WebSocket)."""
+        return bool(self.values(b"upgrade"))
+
     def values(self, name: bytes) -> list[bytes]:
         return [v for n, v in self.headers if n.lower() == name]
 
@@ -347,7 +352,7 @@ class _Request:
             target = path + (b"?" + b"&".join(kept) if kept else b"")
         else:
             target = path
-        upgrade = bool(self.values(b"upgrade"))
+        upgrade = self.upgrade
         out = [b" ".join((self.method, target, self.version))]
         for name, value in self.headers:
             lower = name.lower()
@@ -373,44 +378,59 @@ class _Request:
         return b"\r\n".join(out) + b"\r\n\r\n"
 
 
-async def _relay(client: anyio.abc.ByteStream, tunnel: anyio.abc.ByteStream,
-                 cookie: bytes | None) -> None:
-    """Relay both ways until the sandbox's side ends (or either side fails); add
-    ``cookie`` to the first answer's head."""
+async def _relay(client: anyio.abc.ByteStream, tunnel: anyio.abc.ByteStream, *,
+                 cookie: bytes | None, close: bool) -> None:
+    """Relay both ways until the sandbox's side ends, or either side fails. The first
+    answer's head gets ``cookie`` (a ``Set-Cookie`` value) and, with ``close``,
+    ``Connection: close``, so the client opens a new (checked) connection for its next
+    request."""
+    gone = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
     async with anyio.create_task_group() as tg:
         async def upstream() -> None:
-            with contextlib.suppress(anyio.EndOfStream):
+            try:
                 while True:
                     await tunnel.send(await client.receive(CHUNK))
-            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                await tunnel.send_eof()
+            except anyio.EndOfStream:
+                with contextlib.suppress(*gone):
+                    await tunnel.send_eof()
+            except gone:
+                tg.cancel_scope.cancel()
 
         tg.start_soon(upstream)
         pending = bytearray()
+        editing = cookie is not None or close
         try:
             while True:
                 data = await tunnel.receive(CHUNK)
-                if cookie is not None:
+                if editing:
                     pending += data
                     end = pending.find(b"\r\n\r\n")
                     if end < 0 and len(pending) <= RESPONSE_HEAD:
                         continue
-                    data = _with_cookie(bytes(pending), end, cookie)
-                    cookie = None
+                    data, editing = _edited(bytes(pending), end, cookie, close), False
                 await client.send(data)
         except anyio.EndOfStream:
-            if pending and cookie is not None:
-                await client.send(bytes(pending))
+            if editing and pending:
+                with contextlib.suppress(*gone):
+                    await client.send(bytes(pending))
+        except gone:
+            pass  # the client went away, or the sandbox's side broke: both end here
         tg.cancel_scope.cancel()
 
 
-def _with_cookie(data: bytes, end: int, cookie: bytes) -> bytes:
-    """An answer's first bytes with ``Set-Cookie`` added to its head (unchanged if it
-    has no complete HTTP head)."""
-    if end < 0 or not data.startswith(b"HTTP/1."):
+def _edited(data: bytes, end: int, cookie: bytes | None, close: bool) -> bytes:
+    """An answer's first bytes with ``Set-Cookie: cookie`` and (``close``)
+    ``Connection: close`` in its head; unchanged if they hold no complete HTTP head or
+    an interim (1xx) one."""
+    if end < 0 or not data.startswith(b"HTTP/1.") or data[9:10] == b"1":
         return data
-    line_end = data.find(b"\r\n")
-    return data[:line_end] + b"\r\nSet-Cookie: " + cookie + data[line_end:]
+    status, *headers = data[:end].split(b"\r\n")
+    if close:
+        headers = [h for h in headers if h.partition(b":")[0].strip().lower()
+                   not in (b"connection", b"keep-alive")] + [b"Connection: close"]
+    if cookie is not None:
+        headers.append(b"Set-Cookie: " + cookie)
+    return b"\r\n".join([status, *headers]) + data[end:]
 
 
 async def _answer(client: anyio.abc.ByteStream, status: int, reason: str) -> None:

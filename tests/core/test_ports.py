@@ -41,7 +41,7 @@ class _Handler(socketserver.BaseRequestHandler):
         assert isinstance(server, _Upstream)
         server.heads.append(head)
         self.request.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n"
-                             b"Connection: close\r\n\r\nok")
+                             b"Connection: keep-alive\r\n\r\nok")
 
 
 @pytest.fixture
@@ -120,6 +120,25 @@ async def test_oversized_head_is_refused_before_the_sandbox(
     answer = await _send(exposed.base_url, b"GET / HTTP/1.1\r\nX: " + b"a" * (MAX_HEAD * 4))
     assert answer.startswith(b"HTTP/1.1 431 "), answer[:80]
     assert calls == []
+
+
+async def test_each_request_gets_a_connection_of_its_own(
+        proxy: PortProxy, upstream: _Upstream) -> None:
+    """The answer tells the client to close (so its next request is checked again) and
+    carries the cookie when the token came in the query."""
+    exposed = await proxy.expose("sb", 80, _opener(upstream))
+    token = exposed.token.reveal()
+    answer = await _send(exposed.url, f"GET /?psdk_token={token} HTTP/1.1\r\n\r\n".encode())
+    head = answer.partition(b"\r\n\r\n")[0].split(b"\r\n")
+    assert head[0] == b"HTTP/1.1 200 OK"
+    assert b"Connection: close" in head
+    assert b"Connection: keep-alive" not in head
+    (cookie,) = [h for h in head if h.startswith(b"Set-Cookie: ")]
+    assert b"HttpOnly" in cookie
+    assert b"SameSite=Strict" in cookie
+    pair = cookie.removeprefix(b"Set-Cookie: ").split(b";")[0]
+    answer = await _send(exposed.base_url, b"GET / HTTP/1.1\r\nCookie: " + pair + b"\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 200 OK"), answer
 
 
 async def test_malformed_head_is_refused(proxy: PortProxy, upstream: _Upstream) -> None:
