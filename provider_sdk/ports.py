@@ -41,12 +41,13 @@ import anyio.abc
 import anyio.from_thread
 import anyio.to_thread
 import attrs
+import structlog
 
 from provider_sdk import errors
 from provider_sdk.events import logger
 from provider_sdk.models import ExposedPort
 
-__all__ = ["MAX_HEAD", "Opener", "PortProxy"]
+__all__ = ["HEAD_TIMEOUT", "MAX_HEAD", "MAX_PENDING", "Opener", "PortProxy"]
 
 #: Opens a byte stream to the exposed port inside the sandbox (called on the proxy's
 #: loop, once per authenticated connection); it raises a
@@ -210,9 +211,10 @@ class PortProxy:
                     anyio.EndOfStream):
                 pass  # the client went away: that ends its connection, nothing else
             except Exception as exc:  # one connection's failure must not end the listener
-                logger.debug("sandbox.ports.connection.failed", provider=self._provider,
-                             sandbox_id=entry.sandbox_id, port=entry.port,
-                             error=type(exc).__name__)
+                if structlog.is_configured():  # the library never configures logging
+                    logger.debug("sandbox.ports.connection.failed",
+                                 provider=self._provider, sandbox_id=entry.sandbox_id,
+                                 port=entry.port, error=type(exc).__name__)
 
     async def _proxy(self, entry: _Entry, client: anyio.abc.ByteStream) -> None:
         assert self._pending is not None
