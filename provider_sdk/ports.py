@@ -71,7 +71,7 @@ CHUNK = 1 << 16
 class _Entry:
     sandbox_id: str
     port: int
-    token: str
+    token: str = attrs.field(repr=False)
     opener: Opener
     exposed: ExposedPort | None = None
     scope: anyio.CancelScope | None = None  # made on the proxy's loop
