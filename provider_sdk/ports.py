@@ -169,7 +169,9 @@ class PortProxy:
             thread = threading.Thread(target=anyio.run, args=(main,), daemon=True,
                                       name=f"psdk-{self._provider}-ports")
             thread.start()
-            started.wait()
+            if not started.wait(30):
+                raise errors.Unavailable("the port proxy's event loop did not start",
+                                         provider=self._provider)
             self._portal, self._thread = box[0], thread
             return box[0]
 
@@ -293,7 +295,6 @@ async def _read_head(client: anyio.abc.ByteStream) -> tuple[bytes | None, bytes,
 
 @attrs.define
 class _Request:
-    line: bytes
     method: bytes
     target: bytes
     version: bytes
@@ -311,7 +312,7 @@ class _Request:
             if not sep or not name or name != name.strip() or line[:1] in (b" ", b"\t"):
                 return None
             headers.append((name, value.strip()))
-        return cls(lines[0], parts[0], parts[1], parts[2], headers)
+        return cls(parts[0], parts[1], parts[2], headers)
 
     @property
     def upgrade(self) -> bool:
