@@ -6,7 +6,6 @@ unrelated ``provider-sdk``."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import venv
 from pathlib import Path
 
@@ -61,12 +60,14 @@ def test_a_missing_provider_says_how_to_install_it(monkeypatch: pytest.MonkeyPat
 
 def test_from_a_built_wheel_a_hint_names_the_distribution(tmp_path: Path) -> None:
     """The core built as a wheel and installed in a fresh environment."""
-    wheels = tmp_path / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
-                    str(wheels), str(ROOT)], check=True, capture_output=True)
     env_dir = tmp_path / "env"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = str(env_dir / "bin" / "python")
+    # The fresh environment's own pip builds the wheel: the tests' environment may have
+    # none (one made by uv).
+    wheels = tmp_path / "wheels"
+    subprocess.run([python, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels),
+                    str(ROOT)], check=True, capture_output=True)
     wheel = next(wheels.glob("sandbox_provider_sdk-*.whl"))
     subprocess.run([python, "-m", "pip", "install", "-q", str(wheel)], check=True,
                    capture_output=True)
