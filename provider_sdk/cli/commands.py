@@ -133,6 +133,10 @@ def _command_argv(args: argparse.Namespace) -> list[str]:
         raise CliError("no command given: put it after '--', e.g. psdk "
                        f"{args.command} {'ID ' if args.command == 'exec' else ''}-- ls -l",
                        code=2)
+    if not args.cmd[0]:
+        raise CliError("the command's name is empty: give the program to run after '--', "
+                       f"e.g. psdk {args.command} {'ID ' if args.command == 'exec' else ''}"
+                       "-- ls -l", code=2)
     return list(args.cmd)
 
 

@@ -122,6 +122,14 @@ def test_usage_error_exits_2_with_one_line() -> None:
     assert "ID" in _one_error_line(result.stderr)
 
 
+def test_an_empty_command_name_is_a_usage_error_that_says_so() -> None:
+    result = psdk_memory("run", "--provider", "memory", "--", "")
+    assert result.returncode == 2
+    line = _one_error_line(result.stderr)
+    assert "command's name is empty" in line
+    assert "Permission denied" not in line
+
+
 def test_unknown_sandbox_exits_1_with_one_line() -> None:
     result = psdk_memory("info", "--provider", "memory", "mem-none")
     assert result.returncode == 1
