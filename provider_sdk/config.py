@@ -32,7 +32,9 @@ from typing import Any, overload
 
 from provider_sdk import registry
 from provider_sdk.errors import ConfigError
-from provider_sdk.provider import SandboxProvider
+
+if typing.TYPE_CHECKING:
+    from provider_sdk.provider import SandboxProvider
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -2,8 +2,16 @@
 
 A plugin is imported only when asked for by name. Each class is validated when loaded:
 it subclasses :class:`SandboxProvider`, implements every required hook, and implements
-the hooks of exactly the capabilities it declares. ``register()`` adds a provider
-in-process (tests, notebooks) and wins over an entry point of the same name.
+the hooks of exactly the capabilities it declares.
+
+A plugin may also declare its capabilities as data in the module its entry point names,
+kept light (no vendor SDK imported there): a mapping ``PROVIDER_CAPABILITIES`` from the
+entry point's attribute (the class name) to a frozenset of :class:`Capability`.
+:func:`declared_capabilities` reads it without importing the class, so ``psdk
+providers`` answers at once; :func:`load` checks that the class declares the same.
+
+``register()`` adds a provider in-process (tests, notebooks) and wins over an entry
+point of the same name.
 """
 
 from __future__ import annotations
@@ -11,14 +19,21 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING
 
 from provider_sdk.capabilities import HOOKS, IMPLIES, Capability
 from provider_sdk.distributions import CORE, install_hint
 from provider_sdk.errors import ConfigError, ProviderNotFound
-from provider_sdk.provider import SandboxProvider
 
-__all__ = ["GROUP", "available", "check_provider_class", "load", "register", "unregister"]
+if TYPE_CHECKING:
+    from provider_sdk.provider import SandboxProvider
+
+__all__ = ["DECLARATION", "GROUP", "available", "check_provider_class",
+           "declared_capabilities", "load", "register", "unregister"]
+
+DECLARATION = "PROVIDER_CAPABILITIES"
+"""The name of the capabilities declared as data in an entry point's module."""
 
 GROUP = "provider_sdk.providers"
 
@@ -61,6 +76,38 @@ def _entry_points() -> dict[str, Callable[[], object]]:
     return {ep.name: ep.load for ep in entry_points(group=GROUP)}
 
 
+def _declared(name: str) -> frozenset[Capability] | None:
+    """The capabilities the entry point ``name``'s module declares as data, if it does."""
+    loader = _entry_points().get(name)
+    point = getattr(loader, "__self__", None)
+    if name in _registered or not isinstance(point, EntryPoint) or not point.attr:
+        return None
+    try:
+        module = importlib.import_module(point.module)
+    except ImportError:
+        return None  # load() reports it, with what to install
+    table = getattr(module, DECLARATION, None)
+    found = table.get(point.attr) if isinstance(table, dict) else None
+    return found if isinstance(found, frozenset) else None
+
+
+def declared_capabilities(name: str) -> frozenset[Capability]:
+    """The capabilities provider ``name`` declares, without importing its class where its
+    entry point's module declares them as data (``PROVIDER_CAPABILITIES``); otherwise
+    the class is loaded (and validated) to ask it.
+
+    Raises:
+        ProviderNotFound: as :func:`load`.
+        ConfigError: as :func:`load`.
+    """
+    if name in _loaded:
+        return _loaded[name].capabilities
+    found = _declared(name)
+    if found is None:
+        return load(name).capabilities
+    return frozenset(Capability(c) for c in found)
+
+
 def available() -> list[str]:
     """Names of every installed or registered provider, sorted; nothing is imported."""
     return sorted({*_entry_points(), *_registered})
@@ -95,6 +142,10 @@ def load(name: str) -> type[SandboxProvider]:
             installed=installed,
         ) from exc
     cls = check_provider_class(obj, name)
+    declared = _declared(name)
+    if declared is not None and frozenset(Capability(c) for c in declared) != cls.capabilities:
+        raise ConfigError(f"provider {name!r}: {DECLARATION} in its entry point's module "
+                          f"does not match {cls.__qualname__}.capabilities")
     _loaded[name] = cls
     return cls
 
@@ -105,6 +156,8 @@ def check_provider_class(obj: object, name: str) -> type[SandboxProvider]:
     Raises:
         ConfigError: naming the rule that is broken.
     """
+    from provider_sdk.provider import SandboxProvider
+
     if not (isinstance(obj, type) and issubclass(obj, SandboxProvider)):
         raise ConfigError(f"provider {name!r}: {obj!r} is not a SandboxProvider subclass")
     if inspect.isabstract(obj):

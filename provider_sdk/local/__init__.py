@@ -1,6 +1,59 @@
 """The embedded local provider (entry point ``local``): sandboxes on this machine,
-isolated with bubblewrap, that outlive the process that made them."""
+isolated with bubblewrap, that outlive the process that made them.
 
-from provider_sdk.local.provider import BrokenRecordWarning, LocalProvider, UnisolatedWarning
+Its capabilities are declared here, as data (``PROVIDER_CAPABILITIES``), so ``psdk
+providers`` reads them without importing the provider; the classes are imported on
+first use.
+"""
 
-__all__ = ["BrokenRecordWarning", "LocalProvider", "UnisolatedWarning"]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from provider_sdk.capabilities import Capability
+
+if TYPE_CHECKING:
+    from provider_sdk.local.provider import BrokenRecordWarning, LocalProvider, UnisolatedWarning
+
+__all__ = ["PROVIDER_CAPABILITIES", "BrokenRecordWarning", "LocalProvider",
+           "UnisolatedWarning"]
+
+PROVIDER_CAPABILITIES: dict[str, frozenset[Capability]] = {"LocalProvider": frozenset({
+
+        Capability.EXEC_STREAM,
+        Capability.PROCESS_BACKGROUND,
+        Capability.SHELL_PERSISTENT,
+        Capability.PAUSE,
+        Capability.PAUSE_MEMORY,
+        Capability.SNAPSHOT_FILESYSTEM,
+        Capability.VOLUMES,
+        Capability.VOLUMES_SHARED,
+        Capability.NETWORK_POLICY,
+        Capability.FILES_PERMISSIONS,
+        Capability.LIST_METADATA,
+        Capability.METRICS,
+        Capability.TEMPLATES_BUILD,
+        Capability.PORTS_EXPOSE,
+        # Held per instance, where the host and the mode allow (see __init__).
+        Capability.LIMITS_MEMORY,
+        Capability.LIMITS_PIDS,
+        Capability.LIMITS_DISK,
+        Capability.SEAL_SYSCALLS,
+        Capability.EXEC_CONTAINED,
+        Capability.SEAL_HOST,
+})}
+"""What :class:`LocalProvider` declares; an instance may hold fewer (see its docs)."""
+
+_LAZY = {name: "provider_sdk.local.provider"
+         for name in ("BrokenRecordWarning", "LocalProvider", "UnisolatedWarning")}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the provider's modules (and so its dependencies) only when first used."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -39,7 +39,7 @@ import attrs
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
 from provider_sdk.dockerfile import Problem, TemplateSupport
-from provider_sdk.local import _disk, _launch, _records, _seccomp, _users
+from provider_sdk.local import PROVIDER_CAPABILITIES, _disk, _launch, _records, _seccomp, _users
 from provider_sdk.local._calls import CallsMixin
 from provider_sdk.local._client import AgentClient
 from provider_sdk.local._home import Home, default_home, now, read_meta, write_meta
@@ -115,29 +115,7 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
     """
 
     name: ClassVar[str] = "local"
-    capabilities: ClassVar[frozenset[Capability]] = frozenset({
-        Capability.EXEC_STREAM,
-        Capability.PROCESS_BACKGROUND,
-        Capability.SHELL_PERSISTENT,
-        Capability.PAUSE,
-        Capability.PAUSE_MEMORY,
-        Capability.SNAPSHOT_FILESYSTEM,
-        Capability.VOLUMES,
-        Capability.VOLUMES_SHARED,
-        Capability.NETWORK_POLICY,
-        Capability.FILES_PERMISSIONS,
-        Capability.LIST_METADATA,
-        Capability.METRICS,
-        Capability.TEMPLATES_BUILD,
-        Capability.PORTS_EXPOSE,
-        # Held per instance, where the host and the mode allow (see __init__).
-        Capability.LIMITS_MEMORY,
-        Capability.LIMITS_PIDS,
-        Capability.LIMITS_DISK,
-        Capability.SEAL_SYSCALLS,
-        Capability.EXEC_CONTAINED,
-        Capability.SEAL_HOST,
-    })
+    capabilities: ClassVar[frozenset[Capability]] = PROVIDER_CAPABILITIES["LocalProvider"]
     template_support: ClassVar[TemplateSupport] = TEMPLATE_SUPPORT
 
     def __init__(self, *, home: str | os.PathLike[str] | None = None,

@@ -249,3 +249,53 @@ def test_implied_capability_must_be_declared(cap: Capability,
 def test_memory_provider_itself_is_valid() -> None:
     assert registry.check_provider_class(MemoryProvider, "memory") is MemoryProvider
 
+
+
+# ------------------------------------------- capabilities declared as data
+
+
+def _declaring(module: types.ModuleType, declared: frozenset[Capability],
+               entry_points: dict[str, Callable[[], object]]) -> None:
+    from importlib.metadata import EntryPoint
+
+    module.PROVIDER_CAPABILITIES = {"Provider": declared}  # type: ignore[attr-defined]
+    point = EntryPoint(name="memory", value=f"{module.__name__}:Provider",
+                       group=registry.GROUP)
+    entry_points["memory"] = point.load
+
+
+def test_declared_capabilities_are_read_without_loading_the_class(
+        entry_points: dict[str, Callable[[], object]],
+        plugin_module: types.ModuleType) -> None:
+    declared = frozenset({Capability.PAUSE})
+    _declaring(plugin_module, declared, entry_points)
+    assert registry.declared_capabilities("memory") == declared
+    assert registry._loaded == {}
+
+
+def test_a_declaration_the_class_does_not_match_is_refused_at_load(
+        entry_points: dict[str, Callable[[], object]],
+        plugin_module: types.ModuleType) -> None:
+    _declaring(plugin_module, frozenset({Capability.PAUSE}), entry_points)
+    with pytest.raises(ConfigError, match="PROVIDER_CAPABILITIES"):
+        registry.load("memory")
+
+
+def test_a_matching_declaration_loads(entry_points: dict[str, Callable[[], object]],
+                                      plugin_module: types.ModuleType) -> None:
+    _declaring(plugin_module, MemoryProvider.capabilities, entry_points)
+    assert registry.load("memory") is MemoryProvider
+    assert registry.declared_capabilities("memory") == MemoryProvider.capabilities
+
+
+def test_without_a_declaration_the_class_is_asked(
+        entry_points: dict[str, Callable[[], object]]) -> None:
+    entry_points["memory"] = lambda: MemoryProvider
+    assert registry.declared_capabilities("memory") == MemoryProvider.capabilities
+
+
+@pytest.mark.parametrize("name", ["local", "docker", "e2b", "cube", "daytona"])
+def test_each_installed_provider_declares_what_its_class_declares(name: str) -> None:
+    if name not in registry.available():
+        pytest.skip(f"{name} is not installed")
+    assert registry.declared_capabilities(name) == registry.load(name).capabilities

@@ -80,6 +80,7 @@ from provider_sdk.models import (
 )
 from provider_sdk.provider import SandboxProvider
 from provider_sdk.sandbox import Shell
+from provider_sdk_daytona import PROVIDER_CAPABILITIES
 from provider_sdk_daytona import _convert as convert
 from provider_sdk_daytona import _exec as wrapper
 from provider_sdk_daytona._background import BackgroundMixin
@@ -142,18 +143,7 @@ class DaytonaProvider(CommandsMixin, BackgroundMixin, FilesMixin, CallsMixin,
 
     name: ClassVar[str] = "daytona"
     internal_labels: ClassVar[frozenset[str]] = RESERVED_LABELS
-    capabilities: ClassVar[frozenset[Capability]] = frozenset({
-        Capability.PROCESS_BACKGROUND,
-        Capability.SHELL_PERSISTENT,
-        Capability.PAUSE,
-        Capability.LIFECYCLE_AUTO_PAUSE,
-        Capability.SNAPSHOT_FILESYSTEM,
-        Capability.VOLUMES,
-        Capability.VOLUMES_SHARED,
-        Capability.NETWORK_POLICY,
-        Capability.LIST_METADATA,
-        Capability.TEMPLATES_BUILD,
-    })
+    capabilities: ClassVar[frozenset[Capability]] = PROVIDER_CAPABILITIES["DaytonaProvider"]
     template_support: ClassVar[TemplateSupport] = TemplateSupport(
         context=False,
         options={"start_cmd": "Daytona snapshots have no start command; start it in the "

@@ -1,5 +1,61 @@
-"""The Docker Engine provider: sandboxes as hardened containers (entry point ``docker``)."""
+"""The Docker Engine provider: sandboxes as hardened containers (entry point ``docker``).
 
-from provider_sdk_docker.provider import DEFAULT_TEMPLATE, DockerProvider
+Its capabilities are declared here, as data (``PROVIDER_CAPABILITIES``), so ``psdk
+providers`` reads them without importing the ``docker`` package; the classes are
+imported on first use.
+"""
 
-__all__ = ["DEFAULT_TEMPLATE", "DockerProvider"]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from provider_sdk.capabilities import Capability
+
+if TYPE_CHECKING:
+    from provider_sdk_docker.provider import DEFAULT_TEMPLATE, DockerProvider
+
+__all__ = ["BASE_CAPABILITIES", "DEFAULT_TEMPLATE", "HOST_CAPABILITIES",
+           "PROVIDER_CAPABILITIES", "QUOTA_CAPABILITIES", "DockerProvider"]
+
+#: What every sandbox has, wherever the Engine runs.
+BASE_CAPABILITIES = frozenset({
+    Capability.EXEC_STREAM,
+    Capability.EXEC_USER,
+    Capability.PROCESS_BACKGROUND,
+    Capability.SHELL_PERSISTENT,
+    Capability.PAUSE,
+    Capability.PAUSE_MEMORY,
+    Capability.SNAPSHOT_FILESYSTEM,
+    Capability.VOLUMES,
+    Capability.VOLUMES_SHARED,
+    Capability.NETWORK_POLICY,
+    Capability.LIST_METADATA,
+    Capability.METRICS,
+    Capability.TEMPLATES_BUILD,
+    Capability.PORTS_EXPOSE,
+    Capability.LIMITS_PIDS,
+    # The Engine's default seccomp profile (no nested user namespaces without
+    # CAP_SYS_ADMIN, which containers never get here).
+    Capability.SEAL_SYSCALLS,
+})
+#: What holds only where the provider controls the containers from the Engine's host.
+HOST_CAPABILITIES = frozenset({Capability.EXEC_CONTAINED, Capability.LIMITS_MEMORY})
+#: What holds only where the Engine's storage has quotas (overlay2 on XFS with pquota).
+QUOTA_CAPABILITIES = frozenset({Capability.LIMITS_DISK})
+
+PROVIDER_CAPABILITIES: dict[str, frozenset[Capability]] = {
+    "DockerProvider": BASE_CAPABILITIES | HOST_CAPABILITIES | QUOTA_CAPABILITIES}
+"""What :class:`DockerProvider` declares; an instance may hold fewer (see its docs)."""
+
+_LAZY = {name: "provider_sdk_docker.provider" for name in ("DEFAULT_TEMPLATE", "DockerProvider")}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the provider's modules (and so its dependencies) only when first used."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

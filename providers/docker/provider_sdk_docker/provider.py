@@ -49,7 +49,14 @@ from provider_sdk.ports import PortProxy
 from provider_sdk.provider import (
     SandboxProvider,
 )
-from provider_sdk_docker import _bounded, _scripts
+from provider_sdk_docker import (
+    BASE_CAPABILITIES,
+    HOST_CAPABILITIES,
+    PROVIDER_CAPABILITIES,
+    QUOTA_CAPABILITIES,
+    _bounded,
+    _scripts,
+)
 from provider_sdk_docker._control import HostControl, engine_has_disk_quotas, host_control_possible
 from provider_sdk_docker._engine import Engine, Kind
 from provider_sdk_docker._files import FilesMixin
@@ -89,31 +96,6 @@ _STATES = {
     "exited": SandboxState.STOPPED,
     "dead": SandboxState.ERROR,
 }
-#: What every sandbox has, wherever the Engine runs.
-BASE_CAPABILITIES = frozenset({
-    Capability.EXEC_STREAM,
-    Capability.EXEC_USER,
-    Capability.PROCESS_BACKGROUND,
-    Capability.SHELL_PERSISTENT,
-    Capability.PAUSE,
-    Capability.PAUSE_MEMORY,
-    Capability.SNAPSHOT_FILESYSTEM,
-    Capability.VOLUMES,
-    Capability.VOLUMES_SHARED,
-    Capability.NETWORK_POLICY,
-    Capability.LIST_METADATA,
-    Capability.METRICS,
-    Capability.TEMPLATES_BUILD,
-    Capability.PORTS_EXPOSE,
-    Capability.LIMITS_PIDS,
-    # The Engine's default seccomp profile (no nested user namespaces without
-    # CAP_SYS_ADMIN, which containers never get here).
-    Capability.SEAL_SYSCALLS,
-})
-#: What holds only where the provider controls the containers from the Engine's host.
-HOST_CAPABILITIES = frozenset({Capability.EXEC_CONTAINED, Capability.LIMITS_MEMORY})
-#: What holds only where the Engine's storage has quotas (overlay2 on XFS with pquota).
-QUOTA_CAPABILITIES = frozenset({Capability.LIMITS_DISK})
 #: The container's own log: PID 1's stdout, which sandboxed code can write through
 #: ``/proc/1/fd/1``. Nothing reads it, so nothing is kept on the host.
 LOG_CONFIG = {"type": "none", "config": {}}
@@ -160,8 +142,7 @@ class DockerProvider(ProcessesMixin, FilesMixin, SnapshotsMixin, TemplatesMixin,
     """
 
     name: ClassVar[str] = "docker"
-    capabilities: ClassVar[frozenset[Capability]] = (
-        BASE_CAPABILITIES | HOST_CAPABILITIES | QUOTA_CAPABILITIES)
+    capabilities: ClassVar[frozenset[Capability]] = PROVIDER_CAPABILITIES["DockerProvider"]
 
     def __init__(self, *, base_url: str | None = None, template: str | None = None,
                  pids_limit: int | None = None, memory_mb: int | None = None,

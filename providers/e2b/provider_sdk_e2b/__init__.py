@@ -4,4 +4,59 @@
 ``provider_sdk_e2b.cube.CubeProvider`` (entry point ``cube``) talk to the services
 through the ``e2b`` SDK; :mod:`provider_sdk_e2b.emulator` serves both wire protocols on
 127.0.0.1, backed by a neutral provider, for offline tests.
+
+Their capabilities are declared here, as data (``PROVIDER_CAPABILITIES``), so ``psdk
+providers`` reads them without importing the ``e2b`` SDK; the classes are imported on
+first use.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from provider_sdk.capabilities import Capability
+
+if TYPE_CHECKING:
+    from provider_sdk_e2b.cube import CubeProvider
+    from provider_sdk_e2b.provider import E2BProvider
+
+__all__ = ["PROVIDER_CAPABILITIES", "CubeProvider", "E2BProvider"]
+
+_E2B = frozenset({
+
+        Capability.EXEC_STREAM,
+        Capability.PROCESS_BACKGROUND,
+        Capability.SHELL_PERSISTENT,
+        Capability.PAUSE,
+        Capability.PAUSE_MEMORY,
+        Capability.LIFECYCLE_AUTO_PAUSE,
+        Capability.LIFECYCLE_AUTO_RESUME,
+        Capability.SNAPSHOT_FILESYSTEM,
+        Capability.NETWORK_POLICY,
+        Capability.NETWORK_UPDATE,
+        Capability.LIST_METADATA,
+        Capability.METRICS,
+        Capability.TEMPLATES_BUILD,
+})
+
+PROVIDER_CAPABILITIES: dict[str, frozenset[Capability]] = {
+    "E2BProvider": _E2B,
+    # Cube has no metrics endpoint; it has volumes, rollback and template builds.
+    "CubeProvider": (_E2B - {Capability.METRICS}) | {
+        Capability.VOLUMES, Capability.VOLUMES_SHARED, Capability.SNAPSHOT_ROLLBACK,
+        Capability.TEMPLATES_BUILD},
+}
+"""What each class declares, by class name."""
+
+_LAZY = {"E2BProvider": "provider_sdk_e2b.provider", "CubeProvider": "provider_sdk_e2b.cube"}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the provider's modules (and so its vendor SDK) only when first used."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -53,6 +53,7 @@ from provider_sdk.models import (
     Volume,
 )
 from provider_sdk.provider import SandboxProvider
+from provider_sdk_e2b import PROVIDER_CAPABILITIES
 from provider_sdk_e2b._cube_templates import CubeTemplates
 from provider_sdk_e2b.provider import ENVD_PORT, E2BProvider, Remote
 
@@ -76,10 +77,7 @@ class CubeProvider(E2BProvider):
     """
 
     name: ClassVar[str] = "cube"
-    capabilities: ClassVar[frozenset[Capability]] = (
-        E2BProvider.capabilities - {Capability.METRICS}) | {
-        Capability.VOLUMES, Capability.VOLUMES_SHARED, Capability.SNAPSHOT_ROLLBACK,
-        Capability.TEMPLATES_BUILD}
+    capabilities: ClassVar[frozenset[Capability]] = PROVIDER_CAPABILITIES["CubeProvider"]
     SETTINGS: ClassVar[Mapping[str, str]] = {
         "api_key": "CUBE_API_KEY", "api_url": "CUBE_API_URL", "domain": "CUBE_SANDBOX_DOMAIN",
         "template": "CUBE_TEMPLATE_ID", "ready_timeout": "PSDK_CUBE_READY_TIMEOUT",

@@ -69,7 +69,7 @@ from provider_sdk.models import (
     TemplateSpec,
 )
 from provider_sdk.provider import SandboxProvider
-from provider_sdk_e2b import _e2b_templates, _shell
+from provider_sdk_e2b import PROVIDER_CAPABILITIES, _e2b_templates, _shell
 from provider_sdk_e2b._errors import ErrorsMixin
 from provider_sdk_e2b._files import FilesMixin
 from provider_sdk_e2b._processes import ProcessesMixin, _Proc
@@ -125,21 +125,7 @@ class E2BProvider(ProcessesMixin, FilesMixin, ErrorsMixin, SandboxProvider):
 
     name: ClassVar[str] = "e2b"
     internal_labels: ClassVar[frozenset[str]] = frozenset({PSDK_KEY})
-    capabilities: ClassVar[frozenset[Capability]] = frozenset({
-        Capability.EXEC_STREAM,
-        Capability.PROCESS_BACKGROUND,
-        Capability.SHELL_PERSISTENT,
-        Capability.PAUSE,
-        Capability.PAUSE_MEMORY,
-        Capability.LIFECYCLE_AUTO_PAUSE,
-        Capability.LIFECYCLE_AUTO_RESUME,
-        Capability.SNAPSHOT_FILESYSTEM,
-        Capability.NETWORK_POLICY,
-        Capability.NETWORK_UPDATE,
-        Capability.LIST_METADATA,
-        Capability.METRICS,
-        Capability.TEMPLATES_BUILD,
-    })
+    capabilities: ClassVar[frozenset[Capability]] = PROVIDER_CAPABILITIES["E2BProvider"]
     template_support: ClassVar[TemplateSupport] = _e2b_templates.TEMPLATE_SUPPORT
 
     #: Where each option is read from when not given.
