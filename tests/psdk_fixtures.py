@@ -27,6 +27,8 @@ def clean_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     for var in ("PSDK_PROVIDER", "PSDK_CONFIG", "PSDK_HOME"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    # psdk's own records, beside tmp_path so that tests can list tmp_path.
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path.with_name(f"{tmp_path.name}-data")))
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

@@ -30,8 +30,8 @@ sandbox is killed, ``cp`` leaves no partial file, ``exec``'s command is stopped,
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
+import importlib
 import os
 import signal
 import sys
@@ -39,41 +39,35 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
-import anyio
-
-from provider_sdk.cli import commands
 from provider_sdk.cli.console import CliError, Console, configure_logging
-from provider_sdk.cli.contract import cmd_contract
-from provider_sdk.cli.demo import cmd_demo
-from provider_sdk.cli.emulate import cmd_emulate
-from provider_sdk.cli.expose import cmd_expose
 from provider_sdk.cli.parser import build_parser, parse_args
-from provider_sdk.cli.reap import cmd_reap
-from provider_sdk.cli.template import cmd_template
-from provider_sdk.errors import CommandTimeout, SandboxError
 
 __all__ = ["STOP_SIGNALS", "Stopped", "main"]
 
 AsyncHandler = Callable[[argparse.Namespace, Console], Awaitable[int]]
 
-_ASYNC: dict[str, AsyncHandler] = {
-    "providers": commands.cmd_providers,
-    "run": commands.cmd_run,
-    "create": commands.cmd_create,
-    "exec": commands.cmd_exec,
-    "ls": commands.cmd_ls,
-    "info": commands.cmd_info,
-    "pause": commands.cmd_pause,
-    "resume": commands.cmd_resume,
-    "kill": commands.cmd_kill,
-    "snapshot": commands.cmd_snapshot,
-    "cp": commands.cmd_cp,
-    "demo": cmd_demo,
-    "emulate": cmd_emulate,
-    "expose": cmd_expose,
-    "reap": cmd_reap,
-    "template": cmd_template,
+# Each command's handler, as "module:function": a module is imported only when its
+# command runs, so `psdk --help` and `psdk providers` never import what others need.
+_ASYNC: dict[str, str] = {
+    "providers": "provider_sdk.cli.providers:cmd_providers",
+    **{name: f"provider_sdk.cli.commands:cmd_{name}" for name in (
+        "run", "create", "exec", "ls", "info", "pause", "resume", "kill", "snapshot",
+        "volume", "cp")},
+    "demo": "provider_sdk.cli.demo:cmd_demo",
+    "emulate": "provider_sdk.cli.emulate:cmd_emulate",
+    "expose": "provider_sdk.cli.expose:cmd_expose",
+    "reap": "provider_sdk.cli.reap:cmd_reap",
+    "template": "provider_sdk.cli.template:cmd_template",
 }
+_BLOCKING: dict[str, str] = {"contract": "provider_sdk.cli.contract:cmd_contract"}
+
+#: Commands that never reach the library's events, so need no logging set up.
+_NO_LOGGING = frozenset({"providers"})
+
+
+def _handler(path: str) -> Any:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 #: The signals that stop a command the way Ctrl-C does.
@@ -89,9 +83,19 @@ class Stopped(Exception):
         self.signum = signum
 
 
-def _in_loop(handler: AsyncHandler) -> Callable[[argparse.Namespace, Console], int]:
+def _in_loop(path: str) -> Callable[[argparse.Namespace, Console], int]:
     def run(args: argparse.Namespace, console: Console) -> int:
-        return anyio.run(_until_stopped, handler, args, console)
+        import anyio
+
+        return anyio.run(_until_stopped, _handler(path), args, console)
+
+    return run
+
+
+def _blocking(path: str) -> Callable[[argparse.Namespace, Console], int]:
+    def run(args: argparse.Namespace, console: Console) -> int:
+        status: int = _handler(path)(args, console)
+        return status
 
     return run
 
@@ -105,6 +109,8 @@ async def _until_stopped(handler: AsyncHandler, args: argparse.Namespace,
     blocks, which Ctrl-C already runs, runs the same. Further signals while it does are
     ignored; Ctrl-C still interrupts at once.
     """
+    import asyncio
+
     task = asyncio.current_task()
     received: list[int] = []
 
@@ -133,6 +139,8 @@ def _handling(signals: Sequence[signal.Signals],
     Only the main thread of a process may handle signals: elsewhere (psdk run from a
     worker thread) the default action stays.
     """
+    import asyncio
+
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -156,14 +164,15 @@ def _handling(signals: Sequence[signal.Signals],
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``psdk`` with ``argv`` (default: the process's arguments); return the exit status."""
     handlers: dict[str, Callable[..., Any]] = {
-        name: _in_loop(handler) for name, handler in _ASYNC.items()}
-    handlers["contract"] = cmd_contract
+        **{name: _in_loop(path) for name, path in _ASYNC.items()},
+        **{name: _blocking(path) for name, path in _BLOCKING.items()}}
     parser = build_parser(handlers)
     try:
         args = parse_args(parser, sys.argv[1:] if argv is None else argv)
     except SystemExit as exc:  # --help, --version, usage errors
         return exc.code if isinstance(exc.code, int) else 2
-    configure_logging(args.verbose)
+    if args.command not in _NO_LOGGING or args.verbose:
+        configure_logging(args.verbose)
     console = Console()
     try:
         status: int = args.handler(args, console)
@@ -184,6 +193,8 @@ def _single(exc: BaseException) -> BaseException:
 
 def _report(exc: BaseException, console: Console) -> int:
     """Report an expected error in one line and return its exit status; re-raise bugs."""
+    from provider_sdk.errors import CommandTimeout, SandboxError
+
     if isinstance(exc, CommandTimeout):
         console.error(str(exc))
         return 124

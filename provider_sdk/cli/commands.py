@@ -15,14 +15,30 @@ import os
 import posixpath
 import re
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TypeVar
 
 import anyio
 
-from provider_sdk import config, registry
+from provider_sdk import config
 from provider_sdk.capabilities import Capability
-from provider_sdk.cli.console import CliError, Console, dump_json, to_json
-from provider_sdk.errors import CommandTimeout, ConfigError, FileNotFound, NotARegularFile
+from provider_sdk.cli.console import (
+    CliError,
+    Console,
+    cell,
+    dump_json,
+    labels_cell,
+    table,
+    to_json,
+    visible_labels,
+)
+from provider_sdk.cli.places import Kind, default_places
+from provider_sdk.errors import (
+    CommandTimeout,
+    FileNotFound,
+    NotARegularFile,
+    SandboxNotFound,
+)
 from provider_sdk.models import (
     ExecResult,
     FileInfo,
@@ -42,15 +58,18 @@ __all__ = [
     "cmd_kill",
     "cmd_ls",
     "cmd_pause",
-    "cmd_providers",
     "cmd_resume",
     "cmd_run",
     "cmd_snapshot",
+    "cmd_volume",
     "broken_reason",
     "exit_status",
     "parse_location",
     "provider_from",
+    "provider_holding",
 ]
+
+T = TypeVar("T")
 
 _CHUNK = 1 << 20
 # "ID:PATH": an id is whatever comes before the first colon, if that holds no slash.
@@ -65,42 +84,50 @@ async def provider_from(args: argparse.Namespace) -> AsyncIterator[SandboxProvid
         yield provider
 
 
+@contextlib.asynccontextmanager
+async def provider_holding(args: argparse.Namespace, kind: Kind,
+                           ident: str) -> AsyncIterator[SandboxProvider]:
+    """The provider that holds the sandbox (or snapshot) ``ident``.
+
+    ``--provider`` names the one provider to ask. Otherwise the provider ``psdk`` recorded when it
+    made ``ident`` is asked first, then the configured default; the first that knows the
+    id is the one. When none does, the error names every provider asked.
+    """
+    places = default_places()
+    recorded = None if args.provider else places.provider_of(kind, ident)
+    default = config.provider_name(args.provider)
+    asked: list[str] = []
+    for name in dict.fromkeys(n for n in (recorded, default) if n is not None):
+        async with config.open_provider(name) as provider:
+            if await _knows(provider, kind, ident):
+                yield provider
+                return
+        asked.append(f"{name} (where psdk made it)" if name == recorded else
+                     name if args.provider else f"{name} (the default)")
+        if name == recorded:
+            places.forget(kind, ident)
+    raise CliError(f"no {kind} {ident!r} found; asked {' and '.join(asked)}; name its "
+                   "provider with --provider P")
+
+
+async def _knows(provider: SandboxProvider, kind: Kind, ident: str) -> bool:
+    """Whether ``provider`` holds the sandbox or snapshot ``ident``."""
+    if kind == "sandbox":
+        try:
+            await provider.get_info(ident)
+        except SandboxNotFound:
+            return False
+        return True
+    if not provider.supports(Capability.SNAPSHOT_FILESYSTEM):
+        return False
+    return any(s.id == ident for s in await provider.list_snapshots())
+
+
 def exit_status(code: int) -> int:
     """A command's exit code as a process exit status (signal N gives 128+N, as in sh)."""
     if code < 0:
         return 128 + (-code & 0x7F)
     return code & 0xFF
-
-
-# ------------------------------------------------------------------- providers
-
-
-async def cmd_providers(args: argparse.Namespace, console: Console) -> int:
-    """List installed providers and their capabilities; the default is starred."""
-    try:
-        default: str | None = config.provider_name()
-    except ConfigError:
-        default = None
-    rows: list[tuple[str, list[str], str | None]] = []
-    for name in registry.available():
-        try:
-            rows.append((name, sorted(str(c) for c in registry.load(name).capabilities), None))
-        except ConfigError as exc:  # ProviderNotFound included: a plugin that will not load
-            rows.append((name, [], exc.message))
-    if args.json:
-        console.out(dump_json([{"name": name, "default": name == default,
-                                "capabilities": caps, "error": error}
-                               for name, caps, error in rows]))
-        return 0
-    if not rows:
-        console.note("no providers installed")
-        return 0
-    width = max(len(name) for name, _, _ in rows) + 3
-    for name, caps, error in rows:
-        label = f"{name}{' *' if name == default else ''}"
-        detail = f"(cannot load: {error})" if error else ", ".join(caps) or "(core only)"
-        console.out(f"{label:<{width}}{detail}")
-    return 0
 
 
 # -------------------------------------------------------------- run / exec
@@ -123,7 +150,7 @@ async def cmd_run(args: argparse.Namespace, console: Console) -> int:
 async def cmd_exec(args: argparse.Namespace, console: Console) -> int:
     """Run a command in an existing sandbox; exit with the command's code."""
     argv = _command_argv(args)
-    async with provider_from(args) as provider:
+    async with provider_holding(args, "sandbox", args.id) as provider:
         sandbox = await provider.connect(args.id)
         return await _run_command(sandbox, argv, args, console)
 
@@ -178,12 +205,16 @@ def _print_result(result: ExecResult, console: Console) -> None:
 
 async def cmd_create(args: argparse.Namespace, console: Console) -> int:
     """Create a sandbox that outlives this command; print its id."""
-    async with provider_from(args) as provider:
+    opening = (provider_holding(args, "snapshot", args.from_snapshot)
+               if args.from_snapshot else provider_from(args))
+    async with opening as provider:
         spec = SandboxSpec(template=args.template, snapshot=args.from_snapshot,
                            metadata=dict(args.label))
         with console.status(f"creating a {provider.name} sandbox"):
             sandbox = await provider.create(spec)
-    console.out(sandbox.id)
+        default_places().remember("sandbox", sandbox.id, provider.name)
+        info = await sandbox.refresh() if args.json else None
+    console.out(sandbox.id if info is None else dump_json(_info_json(info)))
     return 0
 
 
@@ -203,22 +234,26 @@ async def cmd_ls(args: argparse.Namespace, console: Console) -> int:
         console.note(f"psdk: warning: {n} broken record{'s' if n != 1 else ''} hidden; "
                      f"psdk ls --all shows {'it' if n == 1 else 'them'}")
     if args.json:
-        console.out(dump_json(infos))
+        console.out(dump_json([_info_json(i) for i in infos]))
         return 0
     header = ["ID", "STATE", "TEMPLATE", "CREATED", "METADATA"]
     rows = [[i.id, "broken" if broken_reason(i) is not None else str(i.state),
-             i.template or "-", _when(i.created_at, "-"), _pairs(i.metadata) or "-"]
+             i.template or "-", _when(i.created_at, "-"), labels_cell(i.metadata)]
             for i in infos]
     if any(broken_reason(i) is not None for i in infos):
         header.append("PROBLEM")
         for row, info in zip(rows, infos, strict=True):
             row.append(broken_reason(info) or "-")
-    rows.insert(0, header)
-    widths = [max(len(r[c]) for r in rows) for c in range(len(header) - 1)]
-    for r in rows:
-        console.out("  ".join(f"{cell:<{widths[c]}}" for c, cell in enumerate(r[:-1]))
-                    + "  " + r[-1])
+    for line in table(header, rows):
+        console.out(line)
     return 0
+
+
+def _info_json(info: SandboxInfo) -> object:
+    """``info`` as JSON data, without the labels psdk keeps for itself."""
+    data = to_json(info)
+    data["metadata"] = visible_labels(info.metadata)
+    return data
 
 
 def broken_reason(info: SandboxInfo) -> str | None:
@@ -235,15 +270,15 @@ def broken_reason(info: SandboxInfo) -> str | None:
 
 async def cmd_info(args: argparse.Namespace, console: Console) -> int:
     """Show one sandbox's state and details."""
-    async with provider_from(args) as provider:
+    async with provider_holding(args, "sandbox", args.id) as provider:
         info = await provider.get_info(args.id)
     if args.json:
-        console.out(dump_json(info))
+        console.out(dump_json(_info_json(info)))
         return 0
     lines = _info_lines(info)
     width = max(len(key) for key, _ in lines) + 2
     for key, value in lines:
-        console.out(f"{key + ':':<{width}}{value}")
+        console.out(f"{cell(key) + ':':<{width}}{cell(value)}")
     return 0
 
 
@@ -256,7 +291,7 @@ def _info_lines(info: SandboxInfo) -> list[tuple[str, str]]:
         ("template", info.template or "-"),
         ("created", _when(info.created_at, "-")),
         ("expires", _when(info.expires_at, "never")),
-        ("metadata", _pairs(info.metadata) or "-"),
+        ("metadata", labels_cell(info.metadata)),
         ("resources", ", ".join(f"{k}={v}" for k, v in res.items() if v is not None) or "-"),
     ]
     lines += [(k, "-" if v is None else str(v)) for k, v in sorted(info.extra.items())]
@@ -275,7 +310,7 @@ async def cmd_resume(args: argparse.Namespace, console: Console) -> int:
 
 async def _change_state(args: argparse.Namespace, console: Console, doing: str,
                         change: Callable[[Sandbox], Awaitable[SandboxInfo]]) -> int:
-    async with provider_from(args) as provider:
+    async with provider_holding(args, "sandbox", args.id) as provider:
         sandbox = await provider.connect(args.id, resume=False)
         with console.status(f"{doing} {args.id}"):
             await change(sandbox)
@@ -285,21 +320,65 @@ async def _change_state(args: argparse.Namespace, console: Console, doing: str,
 async def cmd_kill(args: argparse.Namespace, console: Console) -> int:
     """Kill a sandbox, or remove a broken record; an unknown id is an error (killing
     twice is not)."""
-    async with provider_from(args) as provider:
-        await provider.get_info(args.id)
+    async with provider_holding(args, "sandbox", args.id) as provider:
         with console.status(f"killing {args.id}"):
             await provider.kill(args.id)
+    default_places().forget("sandbox", args.id)
     return 0
 
 
 async def cmd_snapshot(args: argparse.Namespace, console: Console) -> int:
-    """Snapshot a sandbox; print the snapshot's id."""
-    async with provider_from(args) as provider:
-        sandbox = await provider.connect(args.id, resume=False)
-        with console.status(f"snapshotting {args.id}"):
-            snapshot = await sandbox.snapshot()
-    console.out(snapshot.id)
+    """Snapshot a sandbox and print the snapshot's id; list or remove snapshots."""
+    if args.action == "create":
+        async with provider_holding(args, "sandbox", args.id) as provider:
+            sandbox = await provider.connect(args.id, resume=False)
+            with console.status(f"snapshotting {args.id}"):
+                snapshot = await sandbox.snapshot()
+            default_places().remember("snapshot", snapshot.id, provider.name)
+        console.out(dump_json(snapshot) if args.json else snapshot.id)
+    elif args.action == "ls":
+        async with provider_from(args) as provider:
+            snapshots = await provider.list_snapshots(sandbox_id=args.sandbox)
+        snapshots.sort(key=lambda s: (_when(s.created_at, ""), s.id))
+        _print_rows(console, args.json, snapshots, ["ID", "SANDBOX", "CAPTURES", "CREATED"],
+                    lambda s: [s.id, s.sandbox_id or "-", ",".join(sorted(s.captures)) or "-",
+                               _when(s.created_at, "-")])
+    else:
+        for snapshot_id in args.ids:
+            async with provider_holding(args, "snapshot", snapshot_id) as provider:
+                await provider.delete_snapshot(snapshot_id)
+            default_places().forget("snapshot", snapshot_id)
+        if args.json:
+            console.out(dump_json(args.ids))
     return 0
+
+
+async def cmd_volume(args: argparse.Namespace, console: Console) -> int:
+    """Create a volume and print its id; list or remove volumes."""
+    async with provider_from(args) as provider:
+        if args.action == "create":
+            volume = await provider.create_volume(args.name)
+            console.out(dump_json(volume) if args.json else volume.id)
+        elif args.action == "ls":
+            volumes = sorted(await provider.list_volumes(), key=lambda v: v.name)
+            _print_rows(console, args.json, volumes, ["ID", "NAME", "CREATED"],
+                        lambda v: [v.id, v.name, _when(v.created_at, "-")])
+        else:
+            for name in args.names:
+                await provider.delete_volume(name)
+            if args.json:
+                console.out(dump_json(args.names))
+    return 0
+
+
+def _print_rows(console: Console, json_output: bool, items: Sequence[T],
+                header: list[str], row: Callable[[T], list[str]]) -> None:
+    """``items`` as JSON, or as a table with ``header`` (nothing but the header if none)."""
+    if json_output:
+        console.out(dump_json(list(items)))
+        return
+    for line in table(header, [row(item) for item in items]):
+        console.out(line)
 
 
 # ---------------------------------------------------------------------- cp
@@ -320,16 +399,20 @@ async def cmd_cp(args: argparse.Namespace, console: Console) -> int:
     if src_id is None:
         if dst_id is None:
             raise CliError("neither side is in a sandbox: write one as ID:PATH", code=2)
-        async with provider_from(args) as provider:
+        async with provider_holding(args, "sandbox", dst_id) as provider:
             await _upload(await provider.connect(dst_id), src, dst, console)
         return 0
     if not src:
         raise CliError(f"{args.src!r} names no file: write ID:PATH", code=2)
-    async with provider_from(args) as provider:
+    async with contextlib.AsyncExitStack() as stack:
+        provider = await stack.enter_async_context(provider_holding(args, "sandbox", src_id))
         source = await provider.connect(src_id)
         if dst_id is None:
             await _download(source, src, dst, console)
         else:
+            if dst_id != src_id:
+                provider = await stack.enter_async_context(
+                    provider_holding(args, "sandbox", dst_id))
             target = source if dst_id == src_id else await provider.connect(dst_id)
             await _between(source, src, target, dst, console)
     return 0
@@ -419,8 +502,4 @@ def _when(value: dt.datetime | None, missing: str) -> str:
     if value.tzinfo is not None:
         value = value.astimezone()
     return value.strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _pairs(mapping: Mapping[str, str]) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(mapping.items()))
 

@@ -20,10 +20,52 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import IO, Any
 
-import attrs
-import structlog
+__all__ = ["CliError", "Console", "Progress", "Status", "cell", "configure_logging",
+           "labels_cell", "table", "to_json", "visible_labels"]
 
-__all__ = ["CliError", "Console", "Progress", "Status", "configure_logging", "to_json"]
+#: The longest cell a table shows; longer values end in an ellipsis.
+MAX_CELL = 80
+#: The longest label value shown in a table cell of labels.
+MAX_LABEL_VALUE = 40
+
+
+def cell(value: object, limit: int = MAX_CELL) -> str:
+    """``value`` as one safe table cell: control and format characters escaped
+    (``\\n``, ``\\x1b``), at most ``limit`` characters (an ellipsis marks the cut)."""
+    text = str(value)[:limit * 4 + 1]  # a 100 KB value is cut before it is escaped
+    escaped = "".join(_escape(ch) for ch in text)
+    if len(escaped) > limit:
+        return escaped[:max(limit - 1, 0)] + "\u2026"
+    return escaped
+
+
+def _escape(ch: str) -> str:
+    if ch.isprintable() and ch not in "\u2028\u2029":
+        return ch
+    return repr(ch)[1:-1] if ch in "\n\r\t" else f"\\x{ord(ch):02x}" if ord(ch) < 0x100 \
+        else f"\\u{ord(ch):04x}" if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}"
+
+
+def visible_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """``labels`` without the ones psdk and its providers keep for themselves: the key
+    ``psdk`` and keys starting ``psdk.`` (E2B's ``psdk`` label holds the idle window)."""
+    return {k: v for k, v in labels.items() if k != "psdk" and not k.startswith("psdk.")}
+
+
+def labels_cell(labels: Mapping[str, str]) -> str:
+    """Labels as one table cell, ``k=v`` pairs sorted by key, each value shortened."""
+    pairs = ",".join(f"{cell(k, MAX_LABEL_VALUE)}={cell(v, MAX_LABEL_VALUE)}"
+                     for k, v in sorted(visible_labels(labels).items()))
+    return cell(pairs) if pairs else "-"
+
+
+def table(header: list[str], rows: list[list[str]], *, limit: int = MAX_CELL) -> list[str]:
+    """Lines of a table with ``header``; cells are escaped and shortened to ``limit``
+    characters by :func:`cell`, columns padded to their widest cell (not the last)."""
+    lines = [header, *([cell(c, limit) for c in row] for row in rows)]
+    widths = [max(len(r[c]) for r in lines) for c in range(len(header))]
+    return ["  ".join(f"{c:<{widths[i]}}" for i, c in enumerate(r[:-1])) + "  " + r[-1]
+            if len(r) > 1 else r[0] for r in lines]
 
 
 class CliError(Exception):
@@ -39,6 +81,8 @@ def configure_logging(verbose: int) -> None:
 
     ``-vv`` also shows the standard library's debug logging (vendor clients use it).
     """
+    import structlog
+
     level = logging.DEBUG if verbose else logging.WARNING
     structlog.configure(
         processors=[
@@ -180,6 +224,8 @@ class Progress:
 
 def to_json(value: Any) -> Any:
     """Turn model values (attrs classes, enums, datetimes, mappings) into JSON data."""
+    import attrs
+
     if attrs.has(type(value)):
         return {f.name: to_json(getattr(value, f.name)) for f in attrs.fields(type(value))}
     if isinstance(value, enum.Enum):

@@ -14,7 +14,7 @@ import json
 
 import anyio
 
-from provider_sdk.cli.commands import provider_from
+from provider_sdk.cli.commands import provider_holding
 from provider_sdk.cli.console import Console
 from provider_sdk.errors import SandboxError
 
@@ -23,7 +23,7 @@ __all__ = ["cmd_expose"]
 
 async def cmd_expose(args: argparse.Namespace, console: Console) -> int:
     """Expose the port, print its URL, and serve until interrupted."""
-    async with provider_from(args) as provider:
+    async with provider_holding(args, "sandbox", args.id) as provider:
         sandbox = await provider.connect(args.id)
         exposed = await sandbox.expose(args.port)
         try:

@@ -17,6 +17,7 @@ __all__ = ["build_parser", "parse_args"]
 
 #: Subcommands that take everything after ``--`` as their ``cmd``.
 _TAKES_REST = frozenset({"run", "exec", "contract"})
+_SNAPSHOT_ACTIONS = frozenset({"create", "ls", "rm", "-h", "--help"})
 
 
 class _Parser(argparse.ArgumentParser):
@@ -80,6 +81,11 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
     common.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
                         help=argparse.SUPPRESS)
 
+    quiet = _Parser(add_help=False)  # the shared options of commands with no provider
+    quiet.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                       help=argparse.SUPPRESS)
+    quiet.set_defaults(provider=None)
+
     env = _Parser(add_help=False)
     env.add_argument("--env", metavar="K=V", type=_key_value, action="append", default=[],
                      help="set an environment variable for the command (repeatable)")
@@ -96,13 +102,22 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
                                 parser_class=_Parser)
 
-    def add(name: str, help_: str, *parents: _Parser) -> _Parser:
-        p = sub.add_parser(name, help=help_, description=help_, parents=[common, *parents])
+    def add(name: str, help_: str, *parents: _Parser, provider: bool = True) -> _Parser:
+        p = sub.add_parser(name, help=help_, description=help_,
+                           parents=[common if provider else quiet, *parents])
         p.set_defaults(handler=handlers[name])
         return p
 
-    p = add("providers", "list installed providers and their capabilities")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    def actions_of(p: _Parser) -> Any:
+        return p.add_subparsers(dest="action", metavar="ACTION", required=True,
+                                parser_class=_Parser)
+
+    def json_flag(p: _Parser) -> None:
+        p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = add("providers", "list installed providers and their capabilities "
+                         "(with --provider: that one alone)")
+    json_flag(p)
 
     p = add("run", "run one command in a new sandbox, then kill it", env)
     p.add_argument("--template", metavar="T", help="template to create the sandbox from")
@@ -112,6 +127,7 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
     p = add("create", "create a sandbox and print its id", labels)
     p.add_argument("--template", metavar="T", help="template to create the sandbox from")
     p.add_argument("--from-snapshot", metavar="ID", help="start from this snapshot")
+    p.add_argument("--json", action="store_true", help="print the sandbox's details as JSON")
 
     p = add("exec", "run a command in a sandbox; exit with its code", env)
     p.add_argument("id", metavar="ID", help="the sandbox")
@@ -128,9 +144,32 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
     p.add_argument("--json", action="store_true", help="print JSON")
 
     for name, help_ in (("pause", "pause a sandbox"), ("resume", "resume a paused sandbox"),
-                        ("kill", "kill a sandbox"),
-                        ("snapshot", "snapshot a sandbox and print the snapshot id")):
+                        ("kill", "kill a sandbox")):
         add(name, help_).add_argument("id", metavar="ID")
+
+    p = add("snapshot", "snapshot a sandbox, list and remove snapshots")
+    actions = actions_of(p)
+    b = actions.add_parser("create", parents=[common], help="snapshot a sandbox and print "
+                           "the snapshot's id (psdk snapshot ID is the same)")
+    b.add_argument("id", metavar="ID", help="the sandbox")
+    b.add_argument("--json", action="store_true", help="print the snapshot as JSON")
+    b = actions.add_parser("ls", parents=[common], help="list snapshots")
+    b.add_argument("--sandbox", metavar="ID", help="only those taken from this sandbox")
+    json_flag(b)
+    b = actions.add_parser("rm", parents=[common], help="remove snapshots")
+    b.add_argument("ids", nargs="+", metavar="ID")
+    b.add_argument("--json", action="store_true", help="print the removed ids as JSON")
+
+    p = add("volume", "create, list and remove volumes")
+    actions = actions_of(p)
+    b = actions.add_parser("create", parents=[common], help="create a volume; print its id")
+    b.add_argument("name", metavar="NAME")
+    b.add_argument("--json", action="store_true", help="print the volume as JSON")
+    b = actions.add_parser("ls", parents=[common], help="list volumes")
+    json_flag(b)
+    b = actions.add_parser("rm", parents=[common], help="remove volumes and their data")
+    b.add_argument("names", nargs="+", metavar="NAME")
+    b.add_argument("--json", action="store_true", help="print the removed names as JSON")
 
     p = add("cp", "copy a file; either side may be ID:PATH")
     p.add_argument("src", metavar="SRC")
@@ -150,7 +189,8 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
     p.add_argument("cmd", nargs="*", default=[], metavar="-- PYTEST ARGS",
                    help="passed to pytest")
 
-    p = add("emulate", "serve a vendor's API on 127.0.0.1, backed by a neutral provider")
+    p = add("emulate", "serve a vendor's API on 127.0.0.1, backed by a neutral provider",
+            provider=False)
     p.add_argument("name", metavar="NAME", help="the emulator: the provider it serves")
     p.add_argument("--port", metavar="P", type=_port, default=0,
                    help="port on 127.0.0.1 (default: a free one)")
@@ -179,8 +219,7 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = add("template", "build templates from Dockerfiles, list and remove them")
-    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True,
-                               parser_class=_Parser)
+    actions = actions_of(p)
     b = actions.add_parser("build", parents=[common],
                            help="build a template from a Dockerfile (cached by content)",
                            description="Build a template from a Dockerfile; an unchanged "
@@ -197,14 +236,33 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
     b.add_argument("--start-cmd", metavar="CMD", help="command started with each sandbox")
     b.add_argument("--ready-cmd", metavar="CMD",
                    help="command that exits 0 once the started command is ready")
-    b.add_argument("--json", action="store_true", help="print JSON")
+    b.add_argument("--json", action="store_true", help="print the template as JSON")
     b = actions.add_parser("ls", parents=[common], help="list templates")
-    b.add_argument("--json", action="store_true", help="print JSON")
+    json_flag(b)
     b = actions.add_parser("rm", parents=[common], help="remove templates")
     b.add_argument("ids", nargs="+", metavar="ID")
+    b.add_argument("--json", action="store_true", help="print the removed ids as JSON")
 
-    add("demo", "a guided tour on the embedded local provider")
+    add("demo", "a guided tour of the SDK (default: on the embedded local provider)")
     return parser
+
+
+def _snapshot_shorthand(argv: list[str]) -> list[str]:
+    """``psdk snapshot ID`` is ``psdk snapshot create ID``."""
+    if "snapshot" not in argv:
+        return argv
+    at = argv.index("snapshot")
+    if any(not w.startswith("-") for w in argv[:at]):
+        return argv  # "snapshot" is an argument here, not the command
+    words = iter(argv[at + 1:])
+    for word in words:
+        if word == "--provider":
+            next(words, None)
+        elif word in _SNAPSHOT_ACTIONS:
+            return argv
+        elif not word.startswith("-"):
+            return [*argv[:at + 1], "create", *argv[at + 1:]]
+    return argv
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
@@ -214,7 +272,7 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse
     if "--" in argv:
         at = argv.index("--")
         argv, rest = argv[:at], argv[at + 1:]
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_snapshot_shorthand(argv))
     if rest is not None:
         if args.command not in _TAKES_REST:
             parser.parse_args([*argv, "--", *rest])  # argparse reports what is extra

@@ -17,7 +17,7 @@ import anyio
 
 from provider_sdk import config
 from provider_sdk.capabilities import Capability
-from provider_sdk.cli.console import CliError, Console, dump_json, to_json
+from provider_sdk.cli.console import CliError, Console, dump_json, table, to_json
 from provider_sdk.models import Template, TemplateSpec
 
 __all__ = ["cmd_template"]
@@ -54,12 +54,14 @@ async def cmd_template(args: argparse.Namespace, console: Console) -> int:
 
                 template = await provider.build_template(spec, force=args.force,
                                                          on_progress=progress)
-            _print([template], console, json_output=args.json)
+            console.out(dump_json(template) if args.json else template.id)
         elif args.action == "ls":
             _print(await provider.list_templates(), console, json_output=args.json)
         else:
             for template_id in args.ids:
                 await provider.delete_template(template_id)
+            if args.json:
+                console.out(dump_json(args.ids))
     return 0
 
 
@@ -67,7 +69,8 @@ def _print(templates: list[Template], console: Console, *, json_output: bool) ->
     if json_output:
         console.out(dump_json([to_json(t) for t in templates]))
         return
-    for t in templates:
-        created = t.created_at.strftime("%Y-%m-%d %H:%M") if t.created_at else "-"
-        digest = (t.content_hash or "-")[:12]
-        console.out(f"{t.id}\t{t.name or '-'}\t{digest}\t{created}")
+    rows = [[t.id, t.name or "-", (t.content_hash or "-")[:12],
+             t.created_at.strftime("%Y-%m-%d %H:%M") if t.created_at else "-"]
+            for t in templates]
+    for line in table(["ID", "NAME", "CONTENT", "CREATED"], rows):
+        console.out(line)
