@@ -1,4 +1,5 @@
-"""``psdk demo``: a guided tour of the SDK on the embedded local provider.
+"""``psdk demo``: a guided tour of the SDK, on the embedded local provider unless
+``--provider`` names another.
 
 Each step prints the Python call it makes, then what came back: create, exec with
 streamed output, files, a persistent shell, a snapshot and a sandbox made from it,
@@ -65,16 +66,18 @@ class _Tour:
 
 
 async def cmd_demo(args: argparse.Namespace, console: Console) -> int:
-    """Run the tour on the local provider."""
+    """Run the tour on ``--provider``, by default the embedded local provider."""
+    name = args.provider or "local"
     options: dict[str, Any] = {}
-    if shutil.which("bwrap") is None:
+    if name == "local" and shutil.which("bwrap") is None:
         console.note(UNISOLATED_WARNING)
         options["unisolated"] = True
     tour = _Tour(console, 8)
-    console.out("A tour of provider-sdk on the embedded local provider.")
+    console.out("A tour of provider-sdk on the embedded local provider." if name == "local"
+                else f"A tour of provider-sdk on the {name} provider.")
     tour.step("Open the provider")
-    tour.code(f"provider = open_provider('local'{', unisolated=True' if options else ''})")
-    async with config.open_provider("local", **options) as provider:
+    tour.code(f"provider = open_provider({name!r}{', unisolated=True' if options else ''})")
+    async with config.open_provider(name, **options) as provider:
         tour.say("capabilities: " + ", ".join(sorted(str(c) for c in provider.capabilities)))
         tour.step("Create a sandbox")
         tour.code("sandbox = await provider.create(metadata={'psdk-demo': 'tour'})")

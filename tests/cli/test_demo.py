@@ -83,3 +83,19 @@ def test_demo_on_the_real_local_provider(tmp_path: Path) -> None:
                             capture_output=True, text=True, env=env, timeout=120,
                             stdin=subprocess.DEVNULL)
     assert [s for s in json.loads(listed.stdout) if s["state"] != "killed"] == []
+
+
+def test_demo_runs_on_the_provider_it_is_given(tmp_path: Path) -> None:
+    from engines import require_docker
+
+    require_docker()
+    env = {k: v for k, v in os.environ.items() if k not in ("PSDK_PROVIDER", "PSDK_CONFIG")}
+    env["PSDK_HOME"] = str(tmp_path / "home")
+    result = subprocess.run([sys.executable, "-m", "provider_sdk.cli", "demo", "--provider",
+                             "docker"], capture_output=True, text=True, env=env, timeout=300,
+                            stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    assert "on the docker provider" in result.stdout
+    assert "open_provider('docker')" in result.stdout
+    assert "[8/8] Kill it" in result.stdout
+    assert not (tmp_path / "home" / "sandboxes").exists()  # nothing ran on local
