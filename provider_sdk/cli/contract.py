@@ -2,7 +2,9 @@
 
 It writes a three-line test module into a temporary directory and runs
 ``python -m pytest`` on it in a subprocess, so the suite runs exactly as a provider's own
-test file would run it. The exit status is pytest's.
+test file would run it. The exit status is pytest's. At the end comes a summary (see
+:mod:`provider_sdk.cli.contract_summary`): every skip reason with its count, every known
+failure with its reason, every failure.
 
 With ``--emulator`` the provider's emulator is started in this process (on 127.0.0.1,
 with a fresh API key, backed by ``--backend``) and the subprocess gets the settings that
@@ -57,7 +59,8 @@ def cmd_contract(args: argparse.Namespace, console: Console) -> int:
         module = Path(tmp) / "test_contract.py"
         module.write_text(test_module(name))
         command = [sys.executable, "-m", "pytest", "-p", "provider_sdk_contract.plugin",
-                   "--rootdir", tmp, str(module), *args.cmd]
+                   "-p", "provider_sdk.cli.contract_summary", "--rootdir", tmp, str(module),
+                   *args.cmd]
         console.note(f"running the contract suite against {name!r}")
         return subprocess.call(command, env=env)
 

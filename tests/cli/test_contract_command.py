@@ -39,7 +39,8 @@ def test_runs_pytest_on_the_module_with_the_plugin_and_exits_with_its_status(
     assert outcome.code == 5
     command = seen["command"]
     assert isinstance(command, list)
-    assert command[1:5] == ["-m", "pytest", "-p", "provider_sdk_contract.plugin"]
+    assert command[1:7] == ["-m", "pytest", "-p", "provider_sdk_contract.plugin",
+                           "-p", "provider_sdk.cli.contract_summary"]
     assert command[-3:] == ["-k", "lifecycle", "-x"]
     assert seen["source"] == contract.test_module("memory")
     assert not Path(command[command.index("--rootdir") + 1]).exists()  # cleaned up
@@ -54,3 +55,47 @@ def test_defaults_to_the_configured_provider(psdk: Psdk, memory: Store,
     monkeypatch.setenv("PSDK_PROVIDER", "memory")
     assert psdk("contract").code == 0
     assert sources == [contract.test_module("memory")]
+
+
+def _env_without_config() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k not in ("PSDK_PROVIDER", "PSDK_CONFIG")}
+
+
+def test_contract_ends_with_a_summary_of_skips_with_their_reasons(tmp_path: Path) -> None:
+    import sys
+
+    env = {**_env_without_config(), "PSDK_HOME": str(tmp_path / "home")}
+    result = subprocess.run(
+        [sys.executable, "-m", "provider_sdk.cli", "contract", "--provider", "local", "--",
+         "-k", "exec_as or kill_twice", "-p", "no:cacheprovider"],
+        capture_output=True, text=True, env=env, timeout=300, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = result.stdout.split("contract summary", 1)[1]
+    assert "1 passed, 0 failed, 2 skipped, 0 known failures" in summary
+    assert "2 x provider 'local' does not declare: exec.user" in summary
+
+
+def test_the_summary_lists_known_failures_with_their_reasons_and_failures(
+        tmp_path: Path) -> None:
+    import sys
+
+    (tmp_path / "test_some.py").write_text(
+        "import pytest\n\n"
+        "def test_ok():\n    pass\n\n"
+        "@pytest.mark.skip(reason='no engine here')\ndef test_skipped():\n    pass\n\n"
+        "@pytest.mark.xfail(reason='the backend drops stdin', strict=True)\n"
+        "def test_known():\n    assert False\n\n"
+        "def test_broken():\n    assert False\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "provider_sdk.cli.contract_summary",
+         "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        cwd=tmp_path)
+    assert result.returncode == 1
+    summary = result.stdout.split("contract summary", 1)[1]
+    assert "1 passed, 1 failed, 1 skipped, 1 known failures" in summary
+    assert "1 x no engine here" in summary
+    assert "test_known: the backend drops stdin" in summary
+    assert "failed:\n  test_broken" in summary
