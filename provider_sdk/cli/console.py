@@ -1,7 +1,9 @@
 """Terminal output for ``psdk``: results on stdout, everything else on stderr.
 
-Progress (spinners, byte counters) is drawn only when stderr is a terminal, so piped
-and scripted use sees results and errors and nothing else. This module also configures
+On a terminal, progress (spinners with elapsed time, build steps, bytes) is drawn with
+rich on stderr, imported only then. Off one, progress is plain lines on stderr, and only
+where it helps a log: each build step, and a line when an operation takes long; stdout
+holds results alone. This module also configures
 structlog for the command line, which the library itself never does.
 """
 
@@ -11,7 +13,7 @@ import datetime as dt
 import enum
 import json
 import logging
-import shutil
+import re
 import sys
 import threading
 import time
@@ -20,7 +22,7 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import IO, Any
 
-__all__ = ["CliError", "Console", "Progress", "Status", "cell", "configure_logging",
+__all__ = ["BuildStatus", "CliError", "Console", "Progress", "Status", "cell", "configure_logging",
            "labels_cell", "table", "to_json", "visible_labels"]
 
 #: The longest cell a table shows; longer values end in an ellipsis.
@@ -135,8 +137,14 @@ class Console:
         print(f"psdk: error: {' '.join(message.split())}", file=sys.stderr, flush=True)
 
     def status(self, message: str) -> Status:
-        """A spinner with elapsed time while a long operation runs (terminal only)."""
+        """A spinner with elapsed time while a long operation runs; off a terminal, a
+        plain line if it takes more than a few seconds."""
         return Status(sys.stderr, message, enabled=self.interactive)
+
+    def build_status(self, name: str, message: str) -> BuildStatus:
+        """A template build's steps and pushed bytes (rich on a terminal, else plain
+        lines prefixed with ``name``)."""
+        return BuildStatus(sys.stderr, name, message, enabled=self.interactive)
 
     def progress(self, label: str, total: int | None) -> Progress:
         """A byte counter for a transfer (terminal only)."""
@@ -144,49 +152,127 @@ class Console:
 
 
 class Status:
-    """A spinner line on a terminal, drawn from a thread so it never waits on the loop."""
+    """While a long operation runs. On a terminal: a spinner, the message and the elapsed
+    time, drawn by rich and erased at the end. Off one: nothing if it ends within
+    ``after`` seconds, else a plain line then, and every ``every`` seconds after."""
 
-    _FRAMES = "|/-\\"
-
-    def __init__(self, stream: IO[str], message: str, *, enabled: bool) -> None:
+    def __init__(self, stream: IO[str], message: str, *, enabled: bool,
+                 after: float = 5.0, every: float = 30.0) -> None:
         self._stream = stream
         self._message = message
         self._enabled = enabled
+        self._after = after
+        self._every = every
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._live: Any = None
+        self._task: Any = None
 
     def __enter__(self) -> Status:
         if self._enabled:
-            self._thread = threading.Thread(target=self._spin, daemon=True)
+            from rich.console import Console as RichConsole
+            from rich.progress import Progress as RichProgress
+            from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self._live = RichProgress(
+                SpinnerColumn(), TextColumn("{task.description}", markup=False), *self._columns(),
+                TimeElapsedColumn(), transient=True,
+                console=RichConsole(file=self._stream, force_terminal=True, highlight=False))
+            self._live.start()
+            self._task = self._live.add_task(_plain(self._message), total=None)
+        else:
+            self._thread = threading.Thread(target=self._remind, daemon=True)
             self._thread.start()
         return self
 
+    def _columns(self) -> tuple[Any, ...]:
+        """Columns between the message and the elapsed time (subclasses add bars)."""
+        return ()
+
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        if self._live is not None:
+            self._live.stop()
         if self._thread is not None:
             self._stop.set()
             self._thread.join()
-            self._stream.write("\r\x1b[2K")
-            self._stream.flush()
 
     def update(self, message: str) -> None:
-        """Show ``message`` instead, from the next frame on."""
+        """Show ``message`` instead."""
         self._message = message
+        if self._live is not None:
+            self._live.update(self._task, description=_plain(message))
 
-    def _spin(self) -> None:
+    def _remind(self) -> None:
         start = time.monotonic()
-        frame = 0
-        while True:
-            elapsed = time.monotonic() - start
-            width = shutil.get_terminal_size().columns - 12
-            message = self._message if len(self._message) <= width else \
-                self._message[:max(width - 3, 0)] + "..."
-            self._stream.write(f"\r\x1b[2K{self._FRAMES[frame % 4]} {message} "
-                               f"({elapsed:.1f}s)")
+        wait = self._after
+        while not self._stop.wait(wait):
+            self._stream.write(f"psdk: {_plain(self._message)} "
+                               f"({time.monotonic() - start:.0f} s so far)\n")
             self._stream.flush()
-            frame += 1
-            if self._stop.wait(0.1):
-                return
+            wait = self._every
+
+
+_STEP = re.compile(r"^Step (\d+)/(\d+) : ")
+_BYTES = re.compile(r"^(.*?) (\d+)/(\d+) bytes$")
+
+
+class BuildStatus(Status):
+    """A template build's progress from its log lines: the step (``Step 2/7 : RUN ...``)
+    as a bar of steps, bytes pushed (``<layer>: Pushing 1024/4096 bytes``) as a byte
+    count. Off a terminal: each line plain (byte counts at most every ``every_bytes``
+    seconds per layer, and when a layer is done), prefixed with ``name``."""
+
+    def __init__(self, stream: IO[str], name: str, message: str, *, enabled: bool,
+                 every_bytes: float = 2.0) -> None:
+        super().__init__(stream, message, enabled=enabled)
+        self._name = name
+        self._every_bytes = every_bytes
+        self._shown: dict[str, float] = {}
+        self._bytes_task: Any = None
+
+    def __enter__(self) -> BuildStatus:
+        super().__enter__()
+        return self
+
+    def _columns(self) -> tuple[Any, ...]:
+        from rich.progress import BarColumn, MofNCompleteColumn
+
+        return BarColumn(), MofNCompleteColumn()
+
+    def _remind(self) -> None:
+        """Off a terminal the lines themselves say that it is working."""
+
+    def line(self, text: str) -> None:
+        """One line of the build's log."""
+        text = " ".join(text.split())
+        step, moved = _STEP.match(text), _BYTES.match(text)
+        if self._live is None:
+            if moved is not None:
+                what, done, total = moved.group(1), int(moved.group(2)), int(moved.group(3))
+                now = time.monotonic()
+                if done < total and now - self._shown.get(what, 0.0) < self._every_bytes:
+                    return
+                self._shown[what] = now
+                text = f"{what} {_human(done)} / {_human(total)}"
+            self._stream.write(f"{_plain(self._name)}: {_plain(text)}\n")
+            self._stream.flush()
+        elif step is not None:
+            self._live.update(self._task, description=_plain(text), total=int(step.group(2)),
+                              completed=int(step.group(1)) - 1)
+        elif moved is not None:
+            what, done, total = moved.group(1), int(moved.group(2)), int(moved.group(3))
+            if self._bytes_task is None:
+                self._bytes_task = self._live.add_task("", total=total)
+            self._live.update(self._bytes_task, description=_plain(what), total=total,
+                              completed=done)
+        else:
+            self.update(text)
+
+
+def _plain(text: str) -> str:
+    """``text`` on one line, safe to draw: escaped by :func:`cell`, not shortened."""
+    return cell(text, 1 << 16)
 
 
 class Progress:

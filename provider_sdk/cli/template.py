@@ -2,8 +2,9 @@
 builds them (``templates.build``).
 
 ``build`` reads and checks the Dockerfile first: what the provider's builder cannot do
-is reported, every line of it, before anything is built. Progress is a status line on a
-terminal and plain lines otherwise (CI logs).
+is reported, every line of it, before anything is built. Progress is drawn with rich on
+a terminal (the step, a bar of steps, bytes pushed) and is plain lines otherwise (CI
+logs); the template's id alone goes to stdout.
 """
 
 from __future__ import annotations
@@ -44,16 +45,10 @@ async def cmd_template(args: argparse.Namespace, console: Console) -> int:
                     console.note(f"{where}: {problem}")
                 raise CliError(f"the {provider.name} builder cannot build {spec.name!r} "
                                f"({len(problems)} problem{'s' if len(problems) > 1 else ''})")
-            label = f"{spec.name} on {provider.name}"
-            with console.status(f"building {label}") as status:
-                def progress(line: str) -> None:
-                    if console.interactive:
-                        status.update(f"{label}: {' '.join(line.split())}")
-                    else:
-                        console.note(f"{spec.name}: {line}")
-
+            with console.build_status(spec.name, f"building {spec.name} on {provider.name}") \
+                    as status:
                 template = await provider.build_template(spec, force=args.force,
-                                                         on_progress=progress)
+                                                         on_progress=status.line)
             console.out(dump_json(template) if args.json else template.id)
         elif args.action == "ls":
             _print(await provider.list_templates(), console, json_output=args.json)

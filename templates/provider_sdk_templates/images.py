@@ -14,6 +14,7 @@ import re
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import attrs
@@ -180,7 +181,7 @@ class ImageBuilder:
                 if item.get("progress") is None or not log or log[-1] != text:
                     log.append(text)
                 if on_progress is not None:
-                    on_progress(text)
+                    on_progress(_with_bytes(item, text))
             if "error" in item:
                 message = _scrub(str(item["error"]).strip(), secret)
                 raise errors.TemplateBuildError(message, step=step,
@@ -189,6 +190,18 @@ class ImageBuilder:
     async def aclose(self) -> None:
         """Close the Engine client."""
         await self._docker.aclose()
+
+
+def _with_bytes(item: dict[str, Any], text: str) -> str:
+    """``text``, or for an Engine progress item that counts bytes, the layer, the text
+    and the count: ``abc123: Pushing 1024/4096 bytes``."""
+    detail = item.get("progressDetail")
+    current = detail.get("current") if isinstance(detail, dict) else None
+    total = detail.get("total") if isinstance(detail, dict) else None
+    if not (isinstance(current, int) and isinstance(total, int) and total > 0):
+        return text
+    layer = item.get("id")
+    return f"{layer + ': ' if isinstance(layer, str) else ''}{text} {current}/{total} bytes"
 
 
 def _scrub(text: str, secret: Secret | None) -> str:

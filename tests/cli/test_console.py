@@ -7,7 +7,7 @@ import io
 import json
 import time
 
-from provider_sdk.cli.console import Progress, Status, to_json
+from provider_sdk.cli.console import BuildStatus, Progress, Status, to_json
 from provider_sdk.models import SandboxInfo, SandboxState, Snapshot
 
 
@@ -26,31 +26,48 @@ def test_to_json_turns_models_into_plain_data() -> None:
         "captures"] == ["filesystem", "memory"]
 
 
-def test_status_draws_nothing_when_disabled() -> None:
+def test_status_off_a_terminal_is_silent_when_quick() -> None:
     stream = io.StringIO()
     with Status(stream, "working", enabled=False):
         pass
     assert stream.getvalue() == ""
 
 
-def test_status_draws_a_spinner_and_erases_it() -> None:
+def test_status_off_a_terminal_says_once_it_takes_long() -> None:
     stream = io.StringIO()
-    with Status(stream, "working", enabled=True):
-        pass
-    text = stream.getvalue()
-    assert "working (" in text
-    assert text.endswith("\r\x1b[2K")
+    with Status(stream, "creating a docker sandbox", enabled=False, after=0.05, every=10):
+        deadline = time.monotonic() + 10
+        while not stream.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert stream.getvalue().startswith("psdk: creating a docker sandbox (")
+    assert stream.getvalue().endswith(" s so far)\n")
 
 
-def test_status_update_replaces_the_message_on_the_next_frame() -> None:
+def test_status_on_a_terminal_draws_the_message_and_erases_it() -> None:
     stream = io.StringIO()
     with Status(stream, "working", enabled=True) as status:
         status.update("step 2/4")
-        for _ in range(100):  # frames are drawn every 0.1 s
-            if "step 2/4 (" in stream.getvalue():
-                break
-            time.sleep(0.05)
-    assert "step 2/4 (" in stream.getvalue()
+        deadline = time.monotonic() + 10
+        while "step 2/4" not in stream.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert "step 2/4" in stream.getvalue()
+    assert "\x1b[" in stream.getvalue()
+
+
+def test_build_status_off_a_terminal_prints_steps_and_spaces_out_byte_counts() -> None:
+    stream = io.StringIO()
+    with BuildStatus(stream, "agent", "building", enabled=False, every_bytes=60) as build:
+        build.line("Step 1/2 : FROM base")
+        build.line("abc: Pushing 1024/4096 bytes")
+        build.line("abc: Pushing 2048/4096 bytes")  # too soon after the last: not shown
+        build.line("abc: Pushing 4096/4096 bytes")  # done: shown
+        build.line("evil\x1b[2Jline")
+    assert stream.getvalue().splitlines() == [
+        "agent: Step 1/2 : FROM base",
+        "agent: abc: Pushing 1.0 KiB / 4.0 KiB",
+        "agent: abc: Pushing 4.0 KiB / 4.0 KiB",
+        "agent: evil\\x1b[2Jline",
+    ]
 
 
 def test_progress_counts_bytes_against_the_total() -> None:

@@ -11,6 +11,7 @@ without them the tests skip, except under CI (``CI=true``), where they fail.
 
 from __future__ import annotations
 
+import re
 import secrets
 import socket
 from collections.abc import AsyncIterator, Iterator
@@ -91,6 +92,8 @@ async def test_a_dockerfile_becomes_a_cube_template_that_sandboxes_run(
         assert template.content_hash == spec.content_hash()
         assert any(line.startswith("Step ") for line in progress), "no image build reported"
         assert any(line.startswith("cube: ready 100%") for line in progress)
+        assert any(re.search(r": Pushing \d+/\d+ bytes$", line) for line in progress), \
+            "no pushed bytes reported"
         for name in (template.id, spec.name):  # by id, and by alias
             async with await cube.create(SandboxSpec(template=name)) as sandbox:
                 assert await sandbox.files.read_text("/opt/marker") == f"{marker}\n"

@@ -28,17 +28,18 @@ def test_build_prints_plain_progress_lines_then_the_template(project: Path,
                                                              psdk: Psdk) -> None:
     built = psdk("template", "build", str(project), "--provider", "docker", "--json")
     assert built.code == 0, built.err
-    [template] = json.loads(built.out)
+    template = json.loads(built.out)
     assert template["name"] == project.name
     progress = built.err.splitlines()
     assert any(line.startswith(f"{project.name}: Step ") for line in progress)
     try:
         again = psdk("template", "build", str(project), "--provider", "docker", "--json")
         assert again.code == 0
-        assert json.loads(again.out)[0]["id"] == template["id"]
+        assert json.loads(again.out)["id"] == template["id"]
         assert again.err == "", "an unchanged Dockerfile was built again"
         forced = psdk("template", "build", str(project), "--provider", "docker", "--force")
         assert forced.code == 0
+        assert forced.out == f"{template['id']}\n"  # the id alone
         assert "Step " in forced.err
         listed = psdk("template", "ls", "--provider", "docker")
         assert template["id"] in listed.out
