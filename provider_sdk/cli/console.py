@@ -22,8 +22,9 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import IO, Any
 
-__all__ = ["BuildStatus", "CliError", "Console", "Progress", "Status", "cell", "configure_logging",
-           "labels_cell", "table", "to_json", "visible_labels"]
+__all__ = ["MAX_CELL", "MAX_LABEL_VALUE", "BuildStatus", "CliError", "Console", "Progress",
+           "Status", "cell", "configure_logging", "labels_cell", "table", "to_json",
+           "visible_labels"]
 
 #: The longest cell a table shows; longer values end in an ellipsis.
 MAX_CELL = 80

@@ -7,7 +7,7 @@ import argparse
 import datetime as dt
 
 from provider_sdk.cli.commands import broken_reason, provider_from
-from provider_sdk.cli.console import CliError, Console, dump_json
+from provider_sdk.cli.console import MAX_LABEL_VALUE, CliError, Console, cell, dump_json
 from provider_sdk.manager import MemoryStore, open_store, reap
 from provider_sdk.models import SandboxInfo
 from provider_sdk.provider import SandboxProvider
@@ -31,9 +31,10 @@ async def cmd_reap(args: argparse.Namespace, console: Console) -> int:
         console.out(dump_json([*victims, *broken]))
         return 0
     for info in victims:
-        console.out(f"{info.id}  {args.owner_key}={info.metadata.get(args.owner_key, '')}")
+        console.out(f"{cell(info.id)}  {cell(args.owner_key, MAX_LABEL_VALUE)}="
+                    f"{cell(info.metadata.get(args.owner_key, ''), MAX_LABEL_VALUE)}")
     for info in broken:
-        console.out(f"{info.id}  broken: {broken_reason(info)}")
+        console.out(f"{cell(info.id)}  broken: {cell(broken_reason(info))}")
     verb = "would kill" if args.dry_run else "killed"
     noun = "sandbox" if len(victims) == 1 else "sandboxes"
     summary = f"{verb} {len(victims)} unbound {noun}"

@@ -123,3 +123,13 @@ def test_internal_labels_are_hidden_from_tables_and_json(env: dict[str, str]) ->
         assert json.loads(_ok(env, "info", "--json", sandbox))["metadata"] == {"owner": "alice"}
     finally:
         _ok(env, "kill", sandbox)
+
+
+def test_reap_lines_escape_what_a_label_holds(env: dict[str, str], tmp_path: Path) -> None:
+    sandbox = _id_alone(_ok(env, "create", "--label", "owner=eve\nkilled 99 sandboxes"))
+    try:
+        out = _ok(env, "reap", "--dry-run", "--store",
+                  f"sqlite:///{tmp_path / 'bindings.sqlite3'}")
+        assert out == f"{sandbox}  owner=eve\\nkilled 99 sandboxes\n"
+    finally:
+        _ok(env, "kill", sandbox)
