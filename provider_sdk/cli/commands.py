@@ -37,6 +37,7 @@ from provider_sdk.errors import (
     CommandTimeout,
     FileNotFound,
     NotARegularFile,
+    ProviderNotFound,
     SandboxNotFound,
 )
 from provider_sdk.models import (
@@ -98,16 +99,24 @@ async def provider_holding(args: argparse.Namespace, kind: Kind,
     default = config.provider_name(args.provider)
     asked: list[str] = []
     for name in dict.fromkeys(n for n in (recorded, default) if n is not None):
-        async with config.open_provider(name) as provider:
+        where = "" if args.provider else " (where psdk made it)" if name == recorded else \
+            " (the default)"
+        try:
+            opened = config.open_provider(name)
+        except ProviderNotFound:
+            if name != recorded:
+                raise
+            asked.append(f"{name} (where psdk made it; not installed)")
+            continue
+        async with opened as provider:
             if await _knows(provider, kind, ident):
                 yield provider
                 return
-        asked.append(f"{name} (where psdk made it)" if name == recorded else
-                     name if args.provider else f"{name} (the default)")
+        asked.append(f"{name}{where}")
         if name == recorded:
             places.forget(kind, ident)
-    raise CliError(f"no {kind} {ident!r} found; asked {' and '.join(asked)}; name its "
-                   "provider with --provider P")
+    hint = "" if args.provider else "; name its provider with --provider P"
+    raise CliError(f"no {kind} {ident!r} found; asked {' and '.join(asked)}{hint}")
 
 
 async def _knows(provider: SandboxProvider, kind: Kind, ident: str) -> bool:

@@ -94,7 +94,7 @@ def test_an_unknown_id_names_every_provider_asked(home: Path, docker_sandbox: st
 def test_an_explicit_provider_is_the_only_one_asked(home: Path, docker_sandbox: str) -> None:
     result = _psdk(home, "info", "--provider", "local", docker_sandbox)
     assert result.returncode == 1
-    assert "asked local;" in result.stderr
+    assert result.stderr.strip().endswith("asked local")
     assert "docker" not in result.stderr
 
 
@@ -105,3 +105,13 @@ def test_records_survive_a_broken_record_file(tmp_path: Path) -> None:
     record = next((tmp_path / "sandbox").iterdir())
     record.write_text("{not json")
     assert places.provider_of("sandbox", "a\nb") is None
+
+
+def test_a_record_naming_a_provider_no_longer_installed_falls_back_to_the_default(
+        home: Path) -> None:
+    places = Places(home / "cli" / "places")
+    places.remember("sandbox", "sb-elsewhere", "acme")
+    result = _psdk(home, "kill", "sb-elsewhere")
+    assert result.returncode == 1
+    assert "asked acme (where psdk made it; not installed) and local (the default)" in \
+        result.stderr
