@@ -90,9 +90,10 @@ async def provider_holding(args: argparse.Namespace, kind: Kind,
                            ident: str) -> AsyncIterator[SandboxProvider]:
     """The provider that holds the sandbox (or snapshot) ``ident``.
 
-    ``--provider`` names the one provider to ask. Otherwise the provider ``psdk`` recorded when it
-    made ``ident`` is asked first, then the configured default; the first that knows the
-    id is the one. When none does, the error names every provider asked.
+    ``--provider`` names the one provider to ask. Otherwise the provider ``psdk``
+    recorded when it made ``ident`` is asked first (a stale record is dropped), then the
+    configured default; the first that knows the id is the one. When none does, the
+    error names every provider asked.
     """
     places = default_places()
     recorded = None if args.provider else places.provider_of(kind, ident)
