@@ -147,7 +147,9 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
                         ("kill", "kill a sandbox")):
         add(name, help_).add_argument("id", metavar="ID")
 
-    p = add("snapshot", "snapshot a sandbox, list and remove snapshots")
+    # A command with actions takes --provider after its action: argparse lets the
+    # action's defaults overwrite what the command itself parsed.
+    p = add("snapshot", "snapshot a sandbox, list and remove snapshots", provider=False)
     actions = actions_of(p)
     b = actions.add_parser("create", parents=[common], help="snapshot a sandbox and print "
                            "the snapshot's id (psdk snapshot ID is the same)")
@@ -160,7 +162,7 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
     b.add_argument("ids", nargs="+", metavar="ID")
     b.add_argument("--json", action="store_true", help="print the removed ids as JSON")
 
-    p = add("volume", "create, list and remove volumes")
+    p = add("volume", "create, list and remove volumes", provider=False)
     actions = actions_of(p)
     b = actions.add_parser("create", parents=[common], help="create a volume; print its id")
     b.add_argument("name", metavar="NAME")
@@ -218,7 +220,8 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
     p.add_argument("--dry-run", action="store_true", help="list what would be killed")
     p.add_argument("--json", action="store_true", help="print JSON")
 
-    p = add("template", "build templates from Dockerfiles, list and remove them")
+    p = add("template", "build templates from Dockerfiles, list and remove them",
+            provider=False)
     actions = actions_of(p)
     b = actions.add_parser("build", parents=[common],
                            help="build a template from a Dockerfile (cached by content)",

@@ -133,3 +133,17 @@ def test_reap_lines_escape_what_a_label_holds(env: dict[str, str], tmp_path: Pat
         assert out == f"{sandbox}  owner=eve\\nkilled 99 sandboxes\n"
     finally:
         _ok(env, "kill", sandbox)
+
+
+@pytest.mark.parametrize("command", ["snapshot", "volume", "template"])
+def test_provider_before_the_action_is_refused_not_ignored(env: dict[str, str],
+                                                           command: str) -> None:
+    result = _psdk(env, command, "--provider", "docker", "ls")
+    assert result.returncode == 2
+    assert result.stdout == ""
+
+
+def test_provider_after_the_action_is_honoured(env: dict[str, str]) -> None:
+    result = _psdk(env, "volume", "ls", "--provider", "nope")
+    assert result.returncode == 1
+    assert "'nope'" in result.stderr
