@@ -30,7 +30,6 @@ from provider_sdk.cli.console import (
     labels_cell,
     table,
     to_json,
-    visible_labels,
 )
 from provider_sdk.cli.places import Kind, default_places
 from provider_sdk.errors import (
@@ -224,7 +223,7 @@ async def cmd_create(args: argparse.Namespace, console: Console) -> int:
             sandbox = await provider.create(spec)
         default_places().remember("sandbox", sandbox.id, provider.name)
         info = await sandbox.refresh() if args.json else None
-    console.out(sandbox.id if info is None else dump_json(_info_json(info)))
+    console.out(sandbox.id if info is None else dump_json(info))
     return 0
 
 
@@ -244,7 +243,7 @@ async def cmd_ls(args: argparse.Namespace, console: Console) -> int:
         console.note(f"psdk: warning: {n} broken record{'s' if n != 1 else ''} hidden; "
                      f"psdk ls --all shows {'it' if n == 1 else 'them'}")
     if args.json:
-        console.out(dump_json([_info_json(i) for i in infos]))
+        console.out(dump_json(infos))
         return 0
     header = ["ID", "STATE", "TEMPLATE", "CREATED", "METADATA"]
     rows = [[i.id, "broken" if broken_reason(i) is not None else str(i.state),
@@ -257,13 +256,6 @@ async def cmd_ls(args: argparse.Namespace, console: Console) -> int:
     for line in table(header, rows):
         console.out(line)
     return 0
-
-
-def _info_json(info: SandboxInfo) -> object:
-    """``info`` as JSON data, without the labels psdk keeps for itself."""
-    data = to_json(info)
-    data["metadata"] = visible_labels(info.metadata)
-    return data
 
 
 def broken_reason(info: SandboxInfo) -> str | None:
@@ -283,7 +275,7 @@ async def cmd_info(args: argparse.Namespace, console: Console) -> int:
     async with provider_holding(args, "sandbox", args.id) as provider:
         info = await provider.get_info(args.id)
     if args.json:
-        console.out(dump_json(_info_json(info)))
+        console.out(dump_json(info))
         return 0
     lines = _info_lines(info)
     width = max(len(key) for key, _ in lines) + 2

@@ -23,8 +23,7 @@ from types import TracebackType
 from typing import IO, Any
 
 __all__ = ["MAX_CELL", "MAX_LABEL_VALUE", "BuildStatus", "CliError", "Console", "Progress",
-           "Status", "cell", "configure_logging", "labels_cell", "table", "to_json",
-           "visible_labels"]
+           "Status", "cell", "configure_logging", "labels_cell", "table", "to_json"]
 
 #: The longest cell a table shows; longer values end in an ellipsis.
 MAX_CELL = 80
@@ -49,16 +48,10 @@ def _escape(ch: str) -> str:
         else f"\\u{ord(ch):04x}" if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}"
 
 
-def visible_labels(labels: Mapping[str, str]) -> dict[str, str]:
-    """``labels`` without the ones psdk and its providers keep for themselves: the key
-    ``psdk`` and keys starting ``psdk.`` (E2B's ``psdk`` label holds the idle window)."""
-    return {k: v for k, v in labels.items() if k != "psdk" and not k.startswith("psdk.")}
-
-
 def labels_cell(labels: Mapping[str, str]) -> str:
     """Labels as one table cell, ``k=v`` pairs sorted by key, each value shortened."""
     pairs = ",".join(f"{cell(k, MAX_LABEL_VALUE)}={cell(v, MAX_LABEL_VALUE)}"
-                     for k, v in sorted(visible_labels(labels).items()))
+                     for k, v in sorted(labels.items()))
     return cell(pairs) if pairs else "-"
 
 
