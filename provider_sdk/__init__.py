@@ -11,8 +11,9 @@ runs the sandboxes is configuration (``PSDK_PROVIDER``, ``psdk.toml``, or a keyw
             print(result.stdout)
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from provider_sdk.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from provider_sdk.capabilities import Capability
@@ -199,14 +200,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Import an exported name from its module on first use."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'provider_sdk' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 def __dir__() -> list[str]:

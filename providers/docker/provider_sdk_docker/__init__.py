@@ -7,10 +7,10 @@ imported on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from provider_sdk.capabilities import Capability
+from provider_sdk.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from provider_sdk_docker.provider import DEFAULT_TEMPLATE, DockerProvider
@@ -51,11 +51,4 @@ PROVIDER_CAPABILITIES: dict[str, frozenset[Capability]] = {
 _LAZY = {name: "provider_sdk_docker.provider" for name in ("DEFAULT_TEMPLATE", "DockerProvider")}
 
 
-def __getattr__(name: str) -> Any:
-    """Import the provider's modules (and so its dependencies) only when first used."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _LAZY)
