@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from daytona import AsyncDaytona, Daytona
+from daytona import AsyncDaytona, Daytona, Sandbox
 from daytona_emulator_fixtures import daytona_emulator, sdk_config
 
 __all__ = ["daytona_emulator"]
@@ -28,3 +28,13 @@ async def async_client() -> AsyncIterator[AsyncDaytona]:
     """The unmodified async SDK, pointed at the emulator."""
     async with AsyncDaytona(sdk_config()) as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[Sandbox]:
+    """One SDK sandbox of the default snapshot (language python) for a module's tests;
+    a module that needs another defines its own."""
+    client = Daytona(sdk_config())
+    made = client.create()
+    yield made
+    client.delete(made)

@@ -5,7 +5,6 @@ daemon runs it: ``process.code_run`` (one program) and the stateful code interpr
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 from daytona import (
@@ -17,18 +16,7 @@ from daytona import (
     DaytonaTimeoutError,
     Sandbox,
 )
-from daytona_emulator_fixtures import sdk_config
 from daytona_toolbox_api_client.exceptions import ApiException
-
-
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[Sandbox]:
-    """One sandbox of the default snapshot (language python) for the module."""
-    client = Daytona(sdk_config())
-    made = client.create()
-    yield made
-    client.delete(made)
-
 
 # ---------------------------------------------------------------------- code_run
 

@@ -6,19 +6,9 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
-from daytona import AsyncDaytona, Daytona, PtySize, Sandbox
-from daytona_emulator_fixtures import sdk_config
-
-
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[Sandbox]:
-    client = Daytona(sdk_config())
-    made = client.create()
-    yield made
-    client.delete(made)
+from daytona import AsyncDaytona, PtySize, Sandbox
 
 
 def _until(predicate: object, what: str) -> None:

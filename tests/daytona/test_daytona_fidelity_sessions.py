@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 
 import pytest
 from daytona import (
@@ -17,15 +16,6 @@ from daytona import (
     Sandbox,
     SessionExecuteRequest,
 )
-from daytona_emulator_fixtures import sdk_config
-
-
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[Sandbox]:
-    client = Daytona(sdk_config())
-    made = client.create()
-    yield made
-    client.delete(made)
 
 
 def _finished(sandbox: Sandbox, session: str, command: str) -> int:

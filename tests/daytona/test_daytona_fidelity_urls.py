@@ -8,21 +8,12 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
 
 import aiohttp
 import pytest
-from daytona import AsyncDaytona, Daytona, DaytonaError, Sandbox, SessionExecuteRequest
+from daytona import AsyncDaytona, DaytonaError, Sandbox, SessionExecuteRequest
 from daytona._utils.file_url_signing import compute_file_url_signature
 from daytona_emulator_fixtures import sdk_config
-
-
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[Sandbox]:
-    client = Daytona(sdk_config())
-    made = client.create()
-    yield made
-    client.delete(made)
 
 
 def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
