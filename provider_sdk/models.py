@@ -16,7 +16,7 @@ import re
 import types
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import attrs
 
@@ -25,9 +25,7 @@ from provider_sdk.dockerfile import Dockerfile, Problem, TemplateSupport, proble
 from provider_sdk.dockerfile import parse as parse_dockerfile
 from provider_sdk.errors import InvalidInput, TemplateBuildError
 from provider_sdk.labels import check_labels
-
-if TYPE_CHECKING:
-    from provider_sdk.config import Secret
+from provider_sdk.secret import Secret
 
 __all__ = [
     "ExecResult",
@@ -341,8 +339,6 @@ class Snapshot:
 
 
 def _secret(value: str) -> Secret:
-    from provider_sdk.config import Secret  # config imports this module
-
     return Secret(value)
 
 
