@@ -1,5 +1,5 @@
-"""Handles business code holds: :class:`Sandbox`, its :class:`Files`, :class:`Process`
-and :class:`Shell`.
+"""Handles business code holds: :class:`Sandbox`, its files (``Files``, from
+``provider_sdk.files``), :class:`Process` and :class:`Shell`.
 
 Handles are thin: they validate arguments, check capabilities and call the provider's
 hooks. They hold no state a second handle (``provider.connect(id)``) would not also get,
@@ -9,36 +9,29 @@ so a handle can be dropped and reopened in another process at any time.
 from __future__ import annotations
 
 import abc
-import builtins
-import contextlib
 import math
-import os
 import secrets
 import shlex
 from collections.abc import (
-    AsyncGenerator,
     AsyncIterator,
-    Callable,
     Generator,
     Mapping,
     Sequence,
 )
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
 
-from provider_sdk._transfer import CHUNK, as_chunks, named, next_chunk
 from provider_sdk._transfer import Data as Data  # write()'s argument type, importable from here
 from provider_sdk.capabilities import Capability
-from provider_sdk.errors import FileNotFound, FileTooLarge, InvalidInput, attributed
+from provider_sdk.errors import InvalidInput, attributed
 from provider_sdk.events import span, trace_context
+from provider_sdk.files import Files, check_path
 from provider_sdk.limits import OutputBuffer, check_limit
 from provider_sdk.models import (
     ExecResult,
     ExposedPort,
-    FileInfo,
-    FileType,
     Metrics,
     NetworkPolicy,
     SandboxInfo,
@@ -53,9 +46,6 @@ if TYPE_CHECKING:
     from provider_sdk.provider import SandboxProvider
 
 __all__ = ["EmulatedShell", "Files", "Process", "Sandbox", "SandboxCreation", "Shell"]
-
-_SIZE_CHECK_AFTER = 16 << 20  # bytes past which a read asks for the file's size first
-
 
 class SandboxCreation:
     """What ``provider.create()`` returns: await it, or use it with ``async with``."""
@@ -209,7 +199,7 @@ class Sandbox:
         """Open a persistent shell: ``cd`` and ``export`` carry over between runs."""
         self.provider.require(Capability.SHELL_PERSISTENT, sandbox_id=self.id)
         if cwd is not None:
-            _check_path(cwd, self.provider.name, self.id)
+            check_path(cwd, self.provider.name, self.id)
         with attributed(self.provider.name, self.id):
             checked = _env_map(env)
         return await self.provider._open_shell(self, cwd=cwd, env=checked)
@@ -312,188 +302,12 @@ class Sandbox:
         limit = check_limit("output_limit", self.provider.output_limit
                             if output_limit is None else output_limit)
         if cwd is not None:
-            _check_path(cwd, self.provider.name, self.id)
+            check_path(cwd, self.provider.name, self.id)
         if user is not None:
             self.provider.require(Capability.EXEC_USER, sandbox_id=self.id)
         data = stdin.encode() if isinstance(stdin, str) else stdin
         return Command(argv=argv, env=_env_map(env), cwd=cwd, user=user, timeout=timeout,
                        stdin=data, output_limit=limit)
-
-
-class Files:
-    """File operations inside a sandbox. Paths are absolute, or relative to the
-    sandbox's working directory; a path never reaches outside the sandbox."""
-
-    def __init__(self, sandbox: Sandbox) -> None:
-        self._sandbox = sandbox
-        self._provider = sandbox.provider
-
-    @property
-    def _id(self) -> str:
-        return self._sandbox.id
-
-    async def read(self, path: str, *, limit: int | None = None) -> bytes:
-        """A file's whole content.
-
-        At most ``limit`` bytes are loaded (default: the provider's
-        :attr:`~provider_sdk.provider.SandboxProvider.read_limit`, 256 MiB): a larger
-        file raises :class:`~provider_sdk.errors.FileTooLarge` and nothing is returned;
-        use :meth:`stream` or :meth:`download` for it. A device, FIFO or socket raises
-        :class:`~provider_sdk.errors.NotARegularFile`.
-        """
-        with attributed(self._provider.name, self._id):
-            most = check_limit("limit", self._provider.read_limit if limit is None else limit)
-        too_large = FileTooLarge(f"{path}: larger than the read limit of {most} bytes; "
-                                 "stream it with files.stream() or files.download()",
-                                 limit=most, provider=self._provider.name, sandbox_id=self._id)
-        head = await self._read_at_most(path, min(most, _SIZE_CHECK_AFTER))
-        if head is not None:
-            return head
-        # A large file: ask for its size (with no read open, which some backends
-        # serialize against), so one far past the limit fails now instead of after
-        # filling memory up to the limit; then read it again, whole.
-        info = await self.stat(path)
-        if info.type == FileType.FILE and info.size > most:
-            raise too_large
-        whole = await self._read_at_most(path, most)
-        if whole is None:
-            raise too_large
-        return whole
-
-    async def _read_at_most(self, path: str, most: int) -> bytes | None:
-        """The file's content if it is at most ``most`` bytes, else ``None``."""
-        kept = OutputBuffer(most)
-        chunks = self.stream(path)
-        try:
-            async for chunk in chunks:
-                kept.append(chunk)
-                if kept.dropped:
-                    return None
-        finally:
-            await chunks.aclose()  # type: ignore[attr-defined]
-        return kept.value()
-
-    async def read_text(self, path: str, encoding: str = "utf-8", *,
-                        limit: int | None = None) -> str:
-        """A file's content decoded (strictly) as ``encoding``; ``limit`` as in :meth:`read`."""
-        return (await self.read(path, limit=limit)).decode(encoding)
-
-    async def stream(self, path: str) -> AsyncIterator[bytes]:
-        """Yield a file's content in chunks, never holding it whole."""
-        _check_path(path, self._provider.name, self._id)
-        async with span("files.read", self._provider.name, self._id):
-            async for chunk in self._provider._read_file(self._id, path):
-                yield chunk
-
-    async def write(self, path: str, data: Data) -> None:
-        """Write a file (replacing it), creating parent directories.
-
-        ``data`` is bytes, text (UTF-8), or an (async) iterable of byte chunks.
-        """
-        _check_path(path, self._provider.name, self._id)
-        async with span("files.write", self._provider.name, self._id):
-            await self._provider._write_file(self._id, path, as_chunks(data))
-
-    async def list(self, path: str = ".") -> builtins.list[FileInfo]:
-        """A directory's entries, sorted by name."""
-        _check_path(path, self._provider.name, self._id)
-        async with span("files.list", self._provider.name, self._id):
-            entries = await self._provider._list_dir(self._id, path)
-        return sorted(entries, key=lambda e: e.path)
-
-    async def stat(self, path: str) -> FileInfo:
-        """Details of one path; :class:`~provider_sdk.errors.FileNotFound` if absent."""
-        _check_path(path, self._provider.name, self._id)
-        async with span("files.stat", self._provider.name, self._id):
-            return await self._provider._stat(self._id, path)
-
-    async def exists(self, path: str) -> bool:
-        """Whether the path exists."""
-        try:
-            await self.stat(path)
-        except FileNotFound:
-            return False
-        return True
-
-    async def mkdir(self, path: str, *, parents: bool = True, exist_ok: bool = True) -> None:
-        """Create a directory (and its parents)."""
-        _check_path(path, self._provider.name, self._id)
-        async with span("files.mkdir", self._provider.name, self._id):
-            await self._provider._mkdir(self._id, path, parents=parents, exist_ok=exist_ok)
-
-    async def remove(self, path: str, *, recursive: bool = False) -> None:
-        """Remove a file, or a directory (with its contents if ``recursive``).
-
-        A non-empty directory without ``recursive`` is a
-        :class:`~provider_sdk.errors.Conflict`, and nothing is removed.
-        """
-        _check_path(path, self._provider.name, self._id)
-        async with span("files.remove", self._provider.name, self._id):
-            await self._provider._remove(self._id, path, recursive=recursive)
-
-    async def rename(self, src: str, dst: str) -> None:
-        """Move ``src`` to ``dst``."""
-        _check_path(src, self._provider.name, self._id)
-        _check_path(dst, self._provider.name, self._id)
-        async with span("files.rename", self._provider.name, self._id):
-            await self._provider._rename(self._id, src, dst)
-
-    async def upload(self, local_path: str | os.PathLike[str], path: str) -> None:
-        """Copy a local file into the sandbox in chunks."""
-        _check_path(path, self._provider.name, self._id)
-
-        async def chunks() -> AsyncIterator[bytes]:
-            async with await anyio.open_file(local_path, "rb") as f:
-                while chunk := await f.read(CHUNK):
-                    yield chunk
-
-        async with span("files.upload", self._provider.name, self._id):
-            await self._provider._write_file(self._id, path, chunks())
-
-    async def download(self, path: str, local_path: str | os.PathLike[str], *,
-                       progress: Callable[[int], object] | None = None) -> None:
-        """Copy a file out of the sandbox in chunks; the local file is replaced.
-
-        Nothing is created until the first chunk has arrived, so a refused source
-        (:class:`~provider_sdk.errors.NotARegularFile`, ``FileNotFound``) writes nothing.
-        The content then goes to a hidden file beside ``local_path``, renamed over it
-        once complete: an error, a cancellation or a signal leaves ``local_path`` as it
-        was and no partial file. Local errors name ``local_path``, never that hidden file.
-        ``progress``, if given, is called with the size of each chunk written.
-        """
-        target = os.fspath(local_path)
-        chunks = cast("AsyncGenerator[bytes, None]", self.stream(path))
-        try:
-            first = await next_chunk(chunks)
-            partial = os.path.join(os.path.dirname(target),
-                                   f".{os.path.basename(target)}.psdk-{secrets.token_hex(4)}")
-            try:
-                with named(target):
-                    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
-                                 0o666)
-                try:
-                    with named(target):
-                        f = await anyio.open_file(fd, "wb")
-                except BaseException:
-                    os.close(fd)
-                    raise
-                async with f:
-                    chunk: bytes | None = first or b""  # an empty file is a file
-                    while chunk is not None:
-                        with named(target):
-                            await f.write(chunk)
-                        if progress is not None:
-                            progress(len(chunk))
-                        chunk = await next_chunk(chunks)
-                with named(target):
-                    os.replace(partial, target)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(partial)
-                raise
-        finally:
-            with anyio.CancelScope(shield=True):
-                await chunks.aclose()
 
 
 class Process:
@@ -644,12 +458,3 @@ def _check_port(port: int, provider: str, sandbox_id: str) -> None:
     if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
         raise InvalidInput(f"port: {port!r} is not a TCP port (1-65535)", provider=provider,
                            sandbox_id=sandbox_id)
-
-
-def _check_path(path: str, provider: str, sandbox_id: str) -> None:
-    if not isinstance(path, str):
-        raise InvalidInput(f"path: expected a string, got {type(path).__name__}",
-                           provider=provider, sandbox_id=sandbox_id)
-    if not path or "\0" in path:
-        raise InvalidInput(f"path: {path!r} is empty or contains a NUL byte",
-                           provider=provider, sandbox_id=sandbox_id)
