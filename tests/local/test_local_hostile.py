@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from provider_sdk import CommandTimeout, NotARegularFile, SandboxError
+from provider_sdk import CommandTimeout, NotARegularFile, PermissionDenied, SandboxError
 from provider_sdk.local import LocalProvider
 from provider_sdk.provider import ProcessExit, ProcessOutput
 from provider_sdk.sandbox import Sandbox
@@ -222,3 +222,20 @@ async def test_a_snapshots_symlink_does_not_lead_the_working_directory_onto_the_
         assert not await anyio.Path(outside).exists()
     finally:
         await provider.delete_snapshot(snapshot.id)
+
+
+async def test_a_write_over_what_code_made_a_fifo_or_a_read_only_link_cannot_hang_or_escape(
+        provider: LocalProvider) -> None:
+    """The permission check before a write never opens a FIFO (which would block until
+    a reader came) and follows a link only as the sandbox user: a FIFO is replaced, and
+    a link to a file the user may not write is refused, its target left as it was."""
+    async with provider.create() as sandbox:
+        made = await sandbox.exec(["sh", "-c", "mkfifo /tmp/pipe && ln -s /etc/passwd /tmp/link"])
+        assert made.exit_code == 0, made.stderr
+        with anyio.fail_after(10):
+            await sandbox.files.write("/tmp/pipe", b"not blocked")
+        assert await sandbox.files.read("/tmp/pipe") == b"not blocked"
+        before = await sandbox.files.read("/etc/passwd")
+        with anyio.fail_after(10), pytest.raises(PermissionDenied):
+            await sandbox.files.write("/tmp/link", b"root::0:0::/:/bin/sh\n")
+        assert await sandbox.files.read("/etc/passwd") == before
