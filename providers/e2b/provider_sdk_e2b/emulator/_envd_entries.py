@@ -23,7 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import posixpath
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -97,18 +97,27 @@ class Details:
     metadata: dict[str, str] = attrs.Factory(dict)
 
 
-async def describe(sandbox: Sandbox, paths: Sequence[str]) -> dict[str, Details]:
-    """Owner, group and metadata of each of ``paths``; one that cannot be read in time
-    (or is gone) has none."""
-    found: dict[str, Details] = {}
+async def _batches(sandbox: Sandbox, script: str,
+                   paths: Sequence[str]) -> AsyncIterator[tuple[list[str], list[str]]]:
+    """Run ``script`` (``sh``, the paths as its arguments) over ``paths`` in batches;
+    yield each batch with the NUL-separated fields it printed (none if it failed or
+    took too long)."""
     for start in range(0, len(paths), _BATCH):
         batch = list(paths[start:start + _BATCH])
         try:
-            result = await sandbox.exec(["/bin/sh", "-c", _DESCRIBE, "sh", *batch],
+            result = await sandbox.exec(["/bin/sh", "-c", script, "sh", *batch],
                                         timeout=_RESOLVE_TIMEOUT)
             fields = result.stdout_bytes.decode("utf-8", "surrogateescape").split("\0")
         except errors.SandboxError:
             fields = []
+        yield batch, fields
+
+
+async def describe(sandbox: Sandbox, paths: Sequence[str]) -> dict[str, Details]:
+    """Owner, group and metadata of each of ``paths``; one that cannot be read in time
+    (or is gone) has none."""
+    found: dict[str, Details] = {}
+    async for batch, fields in _batches(sandbox, _DESCRIBE, paths):
         owners: dict[str, tuple[str, str]] = {}
         index = 0
         while index + 1 < len(fields) and fields[index]:
@@ -160,14 +169,7 @@ async def resolve(sandbox: Sandbox, links: Sequence[str]) -> dict[str, Target]:
     """Where each of ``links`` (absolute paths of symlinks) leads, as envd reports it;
     a link the sandbox cannot resolve in time is reported as leading nowhere."""
     found: dict[str, Target] = {}
-    for start in range(0, len(links), _BATCH):
-        batch = list(links[start:start + _BATCH])
-        try:
-            result = await sandbox.exec(["/bin/sh", "-c", _RESOLVE, "sh", *batch],
-                                        timeout=_RESOLVE_TIMEOUT)
-            fields = result.stdout_bytes.decode("utf-8", "surrogateescape").split("\0")
-        except errors.SandboxError:
-            fields = []
+    async for batch, fields in _batches(sandbox, _RESOLVE, links):
         for i, link in enumerate(batch):
             kind, mode, path = [*fields[3 * i:3 * i + 3], "", "", ""][:3]
             if kind in _KINDS and path:
