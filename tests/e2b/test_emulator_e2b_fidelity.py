@@ -266,3 +266,12 @@ def test_a_feature_left_out_answers_as_an_unknown_route_naming_it(
                         headers={"X-API-Key": e2b_emulator.api_key.reveal()})
     assert (tags.status_code, tags.json()["message"]) == (
         404, "no matching operation was found (template tags: not served by this emulator)")
+
+
+def test_an_error_names_the_path_without_the_backends_prefix(sandbox: Sandbox) -> None:
+    # envd's messages are its own: the emulator's backend does not show through them.
+    sandbox.files.write("/tmp/plain", "x")
+    with pytest.raises(SandboxException) as caught:
+        sandbox.files.make_dir("/tmp/plain/sub")
+    assert "/tmp/plain" in str(caught.value)
+    assert "[local" not in str(caught.value)

@@ -47,20 +47,21 @@ class RpcError(Exception):
 
 
 def rpc_error(exc: errors.SandboxError, path: str = "") -> RpcError:
-    """The Connect error envd would answer for a neutral error."""
+    """The Connect error envd would answer for a neutral error: its message without
+    the backend's own ``[provider id]`` prefix, which envd has no part in."""
     if isinstance(exc, errors.NotFound):
-        return RpcError("not_found", f"path '{path}' does not exist" if path else str(exc))
+        return RpcError("not_found", f"path '{path}' does not exist" if path else exc.message)
     if isinstance(exc, errors.FileExists):
         return RpcError("already_exists", f"path '{path}' already exists")
     if isinstance(exc, (errors.InvalidInput, errors.Conflict)):
-        return RpcError("invalid_argument", str(exc))
+        return RpcError("invalid_argument", exc.message)
     if isinstance(exc, errors.PermissionDenied):
-        return RpcError("permission_denied", str(exc))
+        return RpcError("permission_denied", exc.message)
     if isinstance(exc, errors.QuotaExceeded):  # a message past the read limit, too
-        return RpcError("resource_exhausted", str(exc))
+        return RpcError("resource_exhausted", exc.message)
     if isinstance(exc, (errors.SandboxNotRunning, errors.Unavailable)):
-        return RpcError("unavailable", str(exc))
-    return RpcError("internal", str(exc))
+        return RpcError("unavailable", exc.message)
+    return RpcError("internal", exc.message)
 
 
 def envelope(message: Any, flags: int = 0) -> bytes:

@@ -50,18 +50,19 @@ def _compile(pattern: str) -> re.Pattern[str]:
 
 
 def _api_error(exc: errors.SandboxError) -> ApiError:
-    """The control-plane status for a neutral error from the backend."""
+    """The control-plane status for a neutral error from the backend, with its message
+    alone (the backend's ``[provider id]`` prefix is not the service's)."""
     if isinstance(exc, BodyTooLarge):
         return ApiError(413, exc.message)
     if isinstance(exc, errors.NotFound):
-        return ApiError(404, str(exc))
+        return ApiError(404, exc.message)
     if isinstance(exc, (errors.InvalidInput, errors.UnsupportedCapability)):
-        return ApiError(400, str(exc))
+        return ApiError(400, exc.message)
     if isinstance(exc, (errors.Conflict, errors.SandboxNotRunning)):
-        return ApiError(409, str(exc))
+        return ApiError(409, exc.message)
     if isinstance(exc, errors.Unavailable):
-        return ApiError(503, str(exc))
-    return ApiError(500, str(exc))
+        return ApiError(503, exc.message)
+    return ApiError(500, exc.message)
 
 
 class App:

@@ -249,7 +249,7 @@ class Envd(ProcessService, FilesystemService):
         except errors.IsADirectory:
             return json_response(400, {"code": 400, "message": f"path '{path}' is a directory"})
         except errors.InvalidInput as exc:
-            return json_response(400, {"code": 400, "message": str(exc)})
+            return json_response(400, {"code": 400, "message": exc.message})
         except errors.SandboxError as exc:
             # envd's own failure (opening the file, say) is a 500: a 502 is the proxy's
             # answer for an envd it cannot reach, which a client rightly retries.
@@ -317,11 +317,11 @@ class Envd(ProcessService, FilesystemService):
         except BodyTooLarge as exc:
             return too_large(exc)
         except errors.NotFound as exc:
-            return json_response(404, {"code": 404, "message": str(exc)})
+            return json_response(404, {"code": 404, "message": exc.message})
         except errors.InvalidInput as exc:
-            return json_response(400, {"code": 400, "message": str(exc)})
+            return json_response(400, {"code": 400, "message": exc.message})
         except errors.SandboxError as exc:
-            return json_response(500, {"code": 500, "message": str(exc)})
+            return json_response(500, {"code": 500, "message": exc.message})
         return json_response(200, [{"path": i.path, "name": i.name, "type": "file",
                                     **({"metadata": metadata} if metadata else {})}
                                    for i in infos])
