@@ -4,8 +4,17 @@ A provider class lists its capabilities in ``capabilities``. Some capabilities a
 backed by provider hooks (``HOOKS``): the registry checks, when it loads a provider, that
 a declared capability's hooks are implemented and that no hook is implemented without
 its capability being declared. The others are behaviours (``pause.memory``: memory
-survives a pause) that the contract suite exercises. Calling something a provider does
-not declare raises :class:`~provider_sdk.errors.UnsupportedCapability`.
+survives a pause) or parts of a spec or call (``volumes.read_only``: a
+``VolumeMount(read_only=True)``) that the contract suite exercises.
+
+The core checks every call and every spec against what the provider declares before
+any hook runs, in one place (the public methods of
+:class:`~provider_sdk.provider.SandboxProvider` and the handles): something the provider
+does not declare raises :class:`~provider_sdk.errors.UnsupportedCapability` naming the
+capability, so ``supports()`` never says yes to a call that is then refused. An instance
+may hold fewer than its class declares, where its mode or host decides (the local
+provider unisolated, Docker without host control); ``supports()`` and ``capabilities``
+on an instance answer for that instance.
 """
 
 from __future__ import annotations
@@ -27,6 +36,8 @@ class Capability(str, enum.Enum):
     kill it, and reattach to it by pid from another handle."""
     SHELL_PERSISTENT = "shell.persistent"
     """``shell()`` gives a session in which ``cd`` and ``export`` carry over."""
+    SHELL_STDIN = "shell.stdin"
+    """``Shell.run(stdin=...)`` feeds the bytes to the command's standard input."""
     PAUSE = "pause"
     """``pause()``/``resume()``; the filesystem is kept."""
     PAUSE_MEMORY = "pause.memory"
@@ -35,6 +46,9 @@ class Capability(str, enum.Enum):
     """``Lifecycle(on_idle="pause")``: the backend pauses an idle sandbox itself."""
     LIFECYCLE_AUTO_RESUME = "lifecycle.auto_resume"
     """``Lifecycle(auto_resume=True)``: a paused sandbox resumes on the next request."""
+    LIFECYCLE_AUTO_KILL = "lifecycle.auto_kill"
+    """``Lifecycle(idle_timeout=..., on_idle="kill")``: the backend kills an idle sandbox
+    itself."""
     SNAPSHOT_FILESYSTEM = "snapshot.filesystem"
     """``snapshot()`` captures the filesystem; new sandboxes can start from it."""
     SNAPSHOT_MEMORY = "snapshot.memory"
@@ -45,8 +59,20 @@ class Capability(str, enum.Enum):
     """Named volumes: create, get, list, delete, and mount at create."""
     VOLUMES_SHARED = "volumes.shared"
     """One volume mounted in several sandboxes at once sees every sandbox's writes."""
+    VOLUMES_READ_ONLY = "volumes.read_only"
+    """``VolumeMount(read_only=True)`` mounts the volume read-only: writes through it fail,
+    from the files API and from commands."""
     NETWORK_POLICY = "network.policy"
-    """``SandboxSpec.network`` is honoured at create."""
+    """``SandboxSpec.network`` is honoured at create: by default a sandbox has loopback
+    only. What a policy opens needs the capabilities below."""
+    NETWORK_INTERNET = "network.internet"
+    """``NetworkPolicy(allow_internet=True)`` gives the sandbox outbound access."""
+    NETWORK_ALLOW_OUT = "network.allow_out"
+    """``NetworkPolicy.allow_out``: the listed addresses or hosts stay reachable while
+    internet access is off."""
+    NETWORK_DENY_OUT = "network.deny_out"
+    """``NetworkPolicy.deny_out``: the listed addresses or hosts are blocked while
+    internet access is on."""
     NETWORK_UPDATE = "network.update"
     """``update_network(policy)`` changes a running sandbox's policy."""
     FILES_PERMISSIONS = "files.permissions"
@@ -58,6 +84,17 @@ class Capability(str, enum.Enum):
     """``list(metadata=...)`` filters on the backend, not by fetching everything."""
     METRICS = "metrics"
     """``metrics()`` reports cpu, memory and disk use."""
+    RESOURCES_CPU = "resources.cpu"
+    """``Resources.cpu`` sets the sandbox's CPU limit."""
+    RESOURCES_MEMORY = "resources.memory"
+    """``Resources.memory_mb`` sets the sandbox's memory limit."""
+    RESOURCES_DISK = "resources.disk"
+    """``Resources.disk_mb`` sets how much the sandbox may write: writes past it fail
+    inside with ENOSPC (where a provider bounds only some directories, its page says
+    which)."""
+    TEMPLATES = "templates"
+    """``SandboxSpec.template`` starts a sandbox from a template other than the
+    provider's default."""
     TEMPLATES_BUILD = "templates.build"
     """``build_template()`` turns a :class:`~provider_sdk.models.TemplateSpec` into a template."""
     PORTS_EXPOSE = "ports.expose"
@@ -117,5 +154,13 @@ IMPLIES: dict[Capability, frozenset[Capability]] = {
     Capability.SNAPSHOT_MEMORY: frozenset({Capability.SNAPSHOT_FILESYSTEM}),
     Capability.SNAPSHOT_ROLLBACK: frozenset({Capability.SNAPSHOT_FILESYSTEM}),
     Capability.VOLUMES_SHARED: frozenset({Capability.VOLUMES}),
+    Capability.VOLUMES_READ_ONLY: frozenset({Capability.VOLUMES}),
     Capability.NETWORK_UPDATE: frozenset({Capability.NETWORK_POLICY}),
+    Capability.NETWORK_INTERNET: frozenset({Capability.NETWORK_POLICY}),
+    Capability.NETWORK_ALLOW_OUT: frozenset({Capability.NETWORK_POLICY}),
+    Capability.NETWORK_DENY_OUT: frozenset({Capability.NETWORK_POLICY}),
+    Capability.SHELL_STDIN: frozenset({Capability.SHELL_PERSISTENT}),
+    Capability.TEMPLATES_BUILD: frozenset({Capability.TEMPLATES}),
+    Capability.LIMITS_MEMORY: frozenset({Capability.RESOURCES_MEMORY}),
+    Capability.LIMITS_DISK: frozenset({Capability.RESOURCES_DISK}),
 }

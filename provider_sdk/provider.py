@@ -15,11 +15,12 @@ from __future__ import annotations
 import abc
 import builtins
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 import attrs
 
-from provider_sdk.capabilities import Capability
+from provider_sdk.capabilities import IMPLIES, Capability
 from provider_sdk.dockerfile import Problem, TemplateSupport
 from provider_sdk.errors import (
     InvalidInput,
@@ -142,33 +143,46 @@ class SandboxProvider(abc.ABC):
     """Label keys this provider sets on its sandboxes for its own bookkeeping: refused in
     what callers pass and never shown in :attr:`SandboxInfo.metadata
     <provider_sdk.models.SandboxInfo.metadata>` (see :mod:`provider_sdk.labels`)."""
+    _why_lacking: Mapping[Capability, str] = MappingProxyType({})
     template_support: ClassVar[TemplateSupport] = TemplateSupport()
     """What this provider's template builder does with a Dockerfile (``templates.build``):
     :meth:`check_template` reports the rest, with line numbers, before a build."""
 
     # ------------------------------------------------------------------ public API
 
-    def _hold_only(self, held: Iterable[Capability]) -> None:
+    def _hold_only(self, held: Iterable[Capability],
+                   why: Mapping[Capability, str] | None = None) -> None:
         """Narrow this instance's capabilities to ``held``, for a provider whose mode or
         host decides what holds (the class declares everything it can hold; the registry
-        checks hooks against that). ``held`` must be a subset of the class's."""
+        checks hooks against that). ``held`` must be a subset of the class's, and keep
+        what each capability it holds needs (``IMPLIES``). ``why`` says, for a capability
+        left out, why this instance lacks it: :meth:`require` adds it to the error."""
         narrowed = frozenset(held)
         extra = narrowed - type(self).capabilities
         if extra:
             raise TypeError(f"{type(self).__name__} does not declare "
                             f"{', '.join(sorted(map(str, extra)))}")
+        for cap, needs in IMPLIES.items():
+            if cap in narrowed and not needs <= narrowed:
+                raise TypeError(f"{type(self).__name__}: {cap} needs "
+                                f"{', '.join(sorted(map(str, needs - narrowed)))}")
         vars(self)["capabilities"] = narrowed
+        self._why_lacking = {c: r for c, r in (why or {}).items() if c not in narrowed}
 
     def supports(self, capability: Capability | str) -> bool:
-        """Whether this provider declares ``capability``."""
+        """Whether this provider instance holds ``capability`` (its class's declaration,
+        narrowed where the instance's mode or host decides)."""
         return Capability(capability) in self.capabilities
 
     def require(self, capability: Capability, *, sandbox_id: str | None = None,
                 detail: str = "") -> None:
-        """Raise :class:`UnsupportedCapability` unless ``capability`` is declared."""
+        """Raise :class:`UnsupportedCapability` unless this instance holds ``capability``."""
         if capability not in self.capabilities:
+            why = self._why_lacking.get(capability)
             raise UnsupportedCapability(str(capability), provider=self.name,
-                                        sandbox_id=sandbox_id, detail=detail)
+                                        sandbox_id=sandbox_id,
+                                        detail=f"{detail} ({why})" if detail and why
+                                        else detail or why or "")
 
     def create(self, spec: SandboxSpec | None = None, /, **fields: Any) -> SandboxCreation:
         """Create a sandbox; it is returned once its data plane answers.
@@ -516,16 +530,47 @@ class SandboxProvider(abc.ABC):
         """Refuse, before anything is created, a spec that needs an undeclared capability
         or sets one of this provider's internal labels."""
         check_labels(spec.metadata, internal=self.internal_labels, provider=self.name)
+        if spec.template is not None:
+            self.require(Capability.TEMPLATES, detail="SandboxSpec.template")
         if spec.snapshot is not None:
             self.require(Capability.SNAPSHOT_FILESYSTEM, detail="SandboxSpec.snapshot")
         if spec.volumes:
             self.require(Capability.VOLUMES, detail="SandboxSpec.volumes")
-        if spec.network != NetworkPolicy():
-            self.require(Capability.NETWORK_POLICY, detail="SandboxSpec.network")
-        if spec.lifecycle.idle_timeout is not None and spec.lifecycle.on_idle == "pause":
-            self.require(Capability.LIFECYCLE_AUTO_PAUSE, detail="Lifecycle(on_idle='pause')")
-        if spec.lifecycle.auto_resume:
+        if any(mount.read_only for mount in spec.volumes):
+            self.require(Capability.VOLUMES_READ_ONLY, detail="VolumeMount(read_only=True)")
+        for field, capability in _RESOURCES:
+            if getattr(spec.resources, field) is not None:
+                self.require(capability, detail=f"Resources.{field}")
+        self._check_network(spec.network, None, "SandboxSpec.network")
+        lifecycle = spec.lifecycle
+        if lifecycle.idle_timeout is not None:
+            self.require(_ON_IDLE[lifecycle.on_idle],
+                         detail=f"Lifecycle(idle_timeout=..., on_idle={lifecycle.on_idle!r})")
+        if lifecycle.auto_resume:
             self.require(Capability.LIFECYCLE_AUTO_RESUME, detail="Lifecycle(auto_resume=True)")
+
+    def _check_network(self, policy: NetworkPolicy, sandbox_id: str | None,
+                       where: str) -> None:
+        """Refuse a network policy that needs a capability this instance lacks."""
+        if policy == NetworkPolicy():
+            return
+        self.require(Capability.NETWORK_POLICY, sandbox_id=sandbox_id, detail=where)
+        if policy.allow_internet:
+            self.require(Capability.NETWORK_INTERNET, sandbox_id=sandbox_id,
+                         detail="NetworkPolicy(allow_internet=True)")
+        if policy.allow_out:
+            self.require(Capability.NETWORK_ALLOW_OUT, sandbox_id=sandbox_id,
+                         detail="NetworkPolicy.allow_out")
+        if policy.deny_out:
+            self.require(Capability.NETWORK_DENY_OUT, sandbox_id=sandbox_id,
+                         detail="NetworkPolicy.deny_out")
+
+
+#: What each field of ``Resources`` needs when a spec sets it.
+_RESOURCES = (("cpu", Capability.RESOURCES_CPU), ("memory_mb", Capability.RESOURCES_MEMORY),
+              ("disk_mb", Capability.RESOURCES_DISK))
+#: What ``Lifecycle(idle_timeout=...)`` needs, by ``on_idle``.
+_ON_IDLE = {"pause": Capability.LIFECYCLE_AUTO_PAUSE, "kill": Capability.LIFECYCLE_AUTO_KILL}
 
 
 def _check_id(provider: str, value: str, field: str = "sandbox_id") -> None:

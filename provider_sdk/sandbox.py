@@ -244,6 +244,7 @@ class Sandbox:
     async def update_network(self, policy: NetworkPolicy) -> None:
         """Change the network policy of the running sandbox (``network.update``)."""
         self.provider.require(Capability.NETWORK_UPDATE, sandbox_id=self.id)
+        self.provider._check_network(policy, self.id, "update_network()")
         async with span("network.update", self.provider.name, self.id):
             await self.provider._update_network(self.id, policy)
 
@@ -370,14 +371,39 @@ class Process:
 
 class Shell(abc.ABC):
     """A persistent shell session: working directory and exported variables carry over
-    from one :meth:`run` to the next. ``async with`` closes it."""
+    from one :meth:`run` to the next. ``async with`` closes it.
 
-    @abc.abstractmethod
+    A provider's shell implements the hooks :meth:`_run` and :meth:`aclose`; :meth:`run`
+    checks each call against the provider's capabilities first.
+    """
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sandbox = sandbox
+
     async def run(self, cmd: str, *, timeout: float | None = None,
                   stdin: bytes | str | None = None,
                   on_stdout: OutputCallback | None = None,
                   on_stderr: OutputCallback | None = None) -> ExecResult:
-        """Run one shell command in the session."""
+        """Run one shell command in the session; its result once it ends.
+
+        ``stdin`` needs ``shell.stdin``; ``on_stdout``/``on_stderr`` need ``exec.stream``.
+        """
+        provider, sandbox_id = self._sandbox.provider, self._sandbox.id
+        if not isinstance(cmd, str):
+            raise InvalidInput("shell commands are strings", provider=provider.name,
+                               sandbox_id=sandbox_id)
+        if stdin is not None:
+            provider.require(Capability.SHELL_STDIN, sandbox_id=sandbox_id)
+        if on_stdout is not None or on_stderr is not None:
+            provider.require(Capability.EXEC_STREAM, sandbox_id=sandbox_id)
+        return await self._run(cmd, timeout=timeout, stdin=stdin, on_stdout=on_stdout,
+                               on_stderr=on_stderr)
+
+    @abc.abstractmethod
+    async def _run(self, cmd: str, *, timeout: float | None, stdin: bytes | str | None,
+                   on_stdout: OutputCallback | None,
+                   on_stderr: OutputCallback | None) -> ExecResult:
+        """Run one checked shell command in the session (the provider's hook)."""
 
     @abc.abstractmethod
     async def aclose(self) -> None:
@@ -407,7 +433,7 @@ class EmulatedShell(Shell):
     )
 
     def __init__(self, sandbox: Sandbox, state_path: str) -> None:
-        self._sandbox = sandbox
+        super().__init__(sandbox)
         self._state = state_path
 
     @classmethod
@@ -424,14 +450,10 @@ class EmulatedShell(Shell):
                                provider=sandbox.provider.name, sandbox_id=sandbox.id)
         return shell
 
-    async def run(self, cmd: str, *, timeout: float | None = None,
-                  stdin: bytes | str | None = None,
-                  on_stdout: OutputCallback | None = None,
-                  on_stderr: OutputCallback | None = None) -> ExecResult:
+    async def _run(self, cmd: str, *, timeout: float | None, stdin: bytes | str | None,
+                   on_stdout: OutputCallback | None,
+                   on_stderr: OutputCallback | None) -> ExecResult:
         """Run ``cmd`` in the session's state; return its result."""
-        if not isinstance(cmd, str):
-            raise InvalidInput("shell commands are strings", provider=self._sandbox.provider.name,
-                               sandbox_id=self._sandbox.id)
         return await self._sandbox.exec(
             ["/bin/bash", "-c", self._RUN, "psdk-shell", self._state, cmd],
             timeout=timeout, stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr,

@@ -124,6 +124,7 @@ class MemoryProvider(SandboxProvider):
         Capability.EXEC_STREAM, Capability.PROCESS_BACKGROUND, Capability.SHELL_PERSISTENT,
         Capability.PAUSE, Capability.SNAPSHOT_FILESYSTEM, Capability.VOLUMES,
         Capability.METRICS,
+        Capability.TEMPLATES,  # any name: it is recorded, and every sandbox is alike
     })
 
     def __init__(self, *, label: str = "default", token: str | None = None) -> None:

@@ -82,6 +82,27 @@ DEFAULT_MEMORY_MB = 2048
 AGENT_TIMEOUT = 15.0
 
 
+#: What needs bubblewrap: held by isolated instances only.
+_BWRAP = frozenset({Capability.VOLUMES, Capability.VOLUMES_SHARED, Capability.VOLUMES_READ_ONLY,
+                    Capability.TEMPLATES, Capability.TEMPLATES_BUILD})
+#: What the class declares and an instance holds only where its host and mode allow.
+_PER_INSTANCE = _BWRAP | {
+    Capability.RESOURCES_CPU, Capability.RESOURCES_MEMORY, Capability.RESOURCES_DISK,
+    Capability.LIMITS_MEMORY, Capability.LIMITS_PIDS, Capability.LIMITS_DISK,
+    Capability.SEAL_SYSCALLS, Capability.EXEC_CONTAINED, Capability.SEAL_HOST}
+_LOOPBACK = "local sandboxes have loopback only"
+_WHY_LACKING = {
+    **dict.fromkeys(_BWRAP, "volumes and templates need bubblewrap: this provider runs "
+                            "unisolated"),
+    **dict.fromkeys((Capability.NETWORK_INTERNET, Capability.NETWORK_ALLOW_OUT,
+                     Capability.NETWORK_DENY_OUT), _LOOPBACK),
+    **dict.fromkeys((Capability.RESOURCES_CPU, Capability.RESOURCES_MEMORY),
+                    "memory and CPU limits need writable cgroup v1 controllers"),
+    Capability.RESOURCES_DISK: "disk quotas need loop mounts (root) and an isolated sandbox; "
+                               "here sandboxes share the state directory's filesystem",
+}
+
+
 class UnisolatedWarning(RuntimeWarning):
     """A sandbox was created without isolation: its commands see the whole host."""
 
@@ -125,15 +146,17 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         self._cgroups = _launch.Cgroup.available()
         self._quota = not unisolated and _disk.available()
         self._separate = not unisolated and _users.separate_users()
-        held = set(type(self).capabilities) - {
-            Capability.LIMITS_MEMORY, Capability.LIMITS_PIDS, Capability.LIMITS_DISK,
-            Capability.SEAL_SYSCALLS, Capability.EXEC_CONTAINED, Capability.SEAL_HOST}
+        held = set(type(self).capabilities) - _PER_INSTANCE
         if unisolated and os.geteuid() == 0:
             held.discard(Capability.FILES_PERMISSIONS)  # root's file operations, unchecked
+        if not unisolated:  # bubblewrap mounts volumes and runs templates' images
+            held |= _BWRAP
+        if self._cgroups:
+            held |= {Capability.RESOURCES_CPU, Capability.RESOURCES_MEMORY}
         if self._cgroups and not unisolated:
             held |= {Capability.LIMITS_MEMORY, Capability.LIMITS_PIDS}
         if self._quota:
-            held.add(Capability.LIMITS_DISK)
+            held |= {Capability.LIMITS_DISK, Capability.RESOURCES_DISK}
         if not unisolated and _seccomp.supported():
             held.add(Capability.SEAL_SYSCALLS)  # only isolated sandboxes run under the filter
         if self._separate:
@@ -142,7 +165,7 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
             # The root and volumes are filesystems of their own (no home path in the
             # mount table), and the agent and init are out of the commands' reach.
             held.add(Capability.SEAL_HOST)
-        self._hold_only(held)
+        self._hold_only(held, why=_WHY_LACKING)
         self._ports = PortProxy(provider=self.name)
 
     agent_timeout: float = AGENT_TIMEOUT
@@ -239,10 +262,9 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
                     f"snapshot {spec.snapshot!r} was taken on template {snap['template']!r}, "
                     f"not {wanted!r}: give no template with it", provider=self.name)
             wanted = snap["template"]
-        if wanted != "default" and self._unisolated:
-            raise errors.UnsupportedCapability(
-                "templates", provider=self.name,
-                detail="sandboxes from a template need bubblewrap")
+        if wanted != "default":  # the spec's was checked already; this is its snapshot's
+            self.require(Capability.TEMPLATES, detail=f"snapshot {spec.snapshot!r} was "
+                                                      f"taken on template {wanted!r}")
         return wanted
 
     def _resources(self, spec: SandboxSpec, image: Mapping[str, Any]) -> Resources:
@@ -260,23 +282,8 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         return attrs.evolve(spec.resources, **defaults) if defaults else spec.resources
 
     def _check_create(self, spec: SandboxSpec) -> None:
-        if spec.network.allow_internet or spec.network.allow_out:
-            raise errors.UnsupportedCapability(
-                "network.policy", provider=self.name,
-                detail="local sandboxes have loopback only: allow_internet and allow_out "
-                       "are not available")
-        if spec.resources.disk_mb is not None and not self._quota:
-            raise errors.UnsupportedCapability(
-                "resources.disk_mb", provider=self.name,
-                detail="disk quotas need loop mounts (root) and an isolated sandbox; here "
-                       "sandboxes share the state directory's filesystem")
-        if (spec.resources.memory_mb or spec.resources.cpu) and not self._cgroups:
-            raise errors.UnsupportedCapability(
-                "resources", provider=self.name,
-                detail="memory and CPU limits need writable cgroup v1 controllers")
-        if spec.volumes and self._unisolated:
-            raise errors.UnsupportedCapability(
-                "volumes", provider=self.name, detail="volumes need bubblewrap")
+        """What the core cannot check (it checked the capabilities): that the spec's
+        volumes and snapshot exist."""
         for mount in spec.volumes:
             if read_meta(self._home.volume(mount.volume)) is None:
                 raise errors.VolumeNotFound(f"volume {mount.volume!r} does not exist",

@@ -145,8 +145,11 @@ async def test_network_policy_maps_to_block_all_and_allow_lists(
     async with provider.create(network=policy) as allowed:
         fields = await _daytona_fields(provider, allowed.id)
         assert (fields.network_block_all, fields.network_allow_list) == (False, "127.0.0.0/8")
-    with pytest.raises(UnsupportedCapability, match="deny_out"):
-        await provider.create(network=NetworkPolicy(allow_internet=True, deny_out=("1.2.3.4",)))
+    assert not provider.supports("network.deny_out")
+    with pytest.raises(UnsupportedCapability, match="deny_out") as caught:
+        await provider.create(network=NetworkPolicy(allow_internet=True,
+                                                    deny_out=("127.0.0.1/32",)))
+    assert caught.value.capability == "network.deny_out"
 
 
 async def test_metadata_hides_the_sdk_and_provider_labels(provider: DaytonaProvider) -> None:
@@ -186,11 +189,14 @@ async def test_unknown_daytona_extensions_are_refused(provider: DaytonaProvider)
 
 
 async def test_read_only_volume_mounts_are_refused(provider: DaytonaProvider) -> None:
+    """``volumes.read_only`` is not declared: a read-only mount is refused naming it."""
+    assert not provider.supports("volumes.read_only")
     volume = await provider.create_volume("psdk-daytona-ro")
     try:
-        with pytest.raises(UnsupportedCapability, match="read_only"):
+        with pytest.raises(UnsupportedCapability, match="read_only") as caught:
             await provider.create(volumes=[VolumeMount(volume=volume.name, path="/mnt/v",
                                                        read_only=True)])
+        assert caught.value.capability == "volumes.read_only"
     finally:
         await provider.delete_volume(volume.name)
 

@@ -127,13 +127,23 @@ async def test_an_engine_that_is_down_is_unavailable_with_a_clear_message(
 
 
 async def test_egress_lists_are_refused_not_ignored(provider: DockerProvider) -> None:
-    with pytest.raises(errors.UnsupportedCapability, match="allow_out"):
-        await provider.create(network=NetworkPolicy(allow_out=["127.0.0.1/32"]))
+    """Neither list is declared: each is refused naming its capability, with the reason."""
+    for policy, capability in ((NetworkPolicy(allow_out=["127.0.0.1/32"]), "network.allow_out"),
+                               (NetworkPolicy(allow_internet=True, deny_out=["127.0.0.1/32"]),
+                                "network.deny_out")):
+        assert not provider.supports(capability)
+        with pytest.raises(errors.UnsupportedCapability, match="per-destination") as caught:
+            await provider.create(network=policy)
+        assert caught.value.capability == capability
+    assert await provider.list() == []
 
 
 async def test_an_idle_timeout_is_refused_not_ignored(provider: DockerProvider) -> None:
-    with pytest.raises(errors.InvalidInput, match="idle"):
+    """``lifecycle.auto_kill`` is not declared: the error says what to use instead."""
+    assert not provider.supports("lifecycle.auto_kill")
+    with pytest.raises(errors.UnsupportedCapability, match="SandboxManager") as caught:
         await provider.create(lifecycle=Lifecycle(idle_timeout=60))
+    assert caught.value.capability == "lifecycle.auto_kill"
 
 
 async def test_foreign_containers_are_neither_listed_nor_found(

@@ -110,9 +110,12 @@ async def test_an_unreadable_file_is_permission_denied_at_once(
 
 async def test_create_refuses_resources_the_backend_sizes_by_template(
         provider: SandboxProvider) -> None:
-    """CPU and memory come with the template: asking for them is UnsupportedCapability."""
-    with pytest.raises(UnsupportedCapability):
+    """CPU and memory come with the template: ``resources.*`` is not declared, and asking
+    for them is UnsupportedCapability naming the one asked for."""
+    assert not provider.supports("resources.cpu")
+    with pytest.raises(UnsupportedCapability) as caught:
         await provider.create(resources=Resources(cpu=2))
+    assert caught.value.capability == "resources.cpu"
 
 
 async def test_idle_timeout_slides_with_use_then_ends_the_sandbox(

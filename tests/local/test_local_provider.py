@@ -251,6 +251,37 @@ async def test_unisolated_mode_warns_on_every_create(home: Path,
             await sandbox.kill()
 
 
+async def test_capabilities_are_per_instance_unisolated_or_isolated(home: Path) -> None:
+    """Volumes and templates need bubblewrap: the class declares them (as its entry point's
+    data does), an isolated instance holds them, an unisolated one does not, and the core
+    refuses them there, with the reason, before anything is made."""
+    from provider_sdk import registry
+
+    needs_bwrap = {Capability.VOLUMES, Capability.VOLUMES_SHARED, Capability.VOLUMES_READ_ONLY,
+                   Capability.TEMPLATES, Capability.TEMPLATES_BUILD}
+    isolated = LocalProvider(home=home)
+    unisolated = LocalProvider(home=home, unisolated=True)
+    assert needs_bwrap <= registry.declared_capabilities("local") == LocalProvider.capabilities
+    for capability in needs_bwrap:
+        assert (isolated.supports(capability), unisolated.supports(capability)) == (True, False)
+    for unbounded in (Capability.NETWORK_INTERNET, Capability.NETWORK_ALLOW_OUT):
+        assert not isolated.supports(unbounded)
+    await isolated.create_volume("shared")
+    try:
+        for spec, capability in (
+                ({"volumes": [VolumeMount(volume="shared", path="/mnt/v")]}, "volumes"),
+                ({"template": "psdk-anything"}, "templates")):
+            with pytest.raises(UnsupportedCapability, match="bubblewrap") as caught:
+                await unisolated.create(**spec)
+            assert caught.value.capability == capability
+        with pytest.raises(UnsupportedCapability, match="volumes"):
+            await unisolated.list_volumes()
+    finally:
+        await isolated.delete_volume("shared")
+    assert await isolated.list() == []
+    assert not list((home / "sandboxes").iterdir())
+
+
 async def test_kill_ends_every_process_and_removes_the_cgroups(provider: LocalProvider) -> None:
     """After kill, no process of the sandbox is left and its state is gone."""
     sandbox = await provider.create()

@@ -23,14 +23,26 @@ PROVIDER_CAPABILITIES: dict[str, frozenset[Capability]] = {"DaytonaProvider": fr
         Capability.SHELL_PERSISTENT,
         Capability.PAUSE,
         Capability.LIFECYCLE_AUTO_PAUSE,
+        Capability.LIFECYCLE_AUTO_KILL,
         Capability.SNAPSHOT_FILESYSTEM,
         Capability.VOLUMES,
         Capability.VOLUMES_SHARED,
         Capability.NETWORK_POLICY,
+        Capability.NETWORK_INTERNET,
+        Capability.NETWORK_ALLOW_OUT,
         Capability.LIST_METADATA,
+        # Sandboxes made from an image (extension daytona.image) only: one made from a
+        # Daytona snapshot has the snapshot's size, and asking for more is InvalidInput.
+        Capability.RESOURCES_CPU,
+        Capability.RESOURCES_MEMORY,
+        Capability.RESOURCES_DISK,
+        Capability.TEMPLATES,
         Capability.TEMPLATES_BUILD,
 })}
-"""What :class:`DaytonaProvider` declares."""
+"""What :class:`DaytonaProvider` declares. Not declared: ``volumes.read_only`` (Daytona's
+mounts have no read-only flag), ``network.deny_out`` (it has allow lists only),
+``shell.stdin`` and ``exec.stream`` (a session command takes no stdin and its output
+arrives when it ends)."""
 
 _LAZY = {"DaytonaProvider": "provider_sdk_daytona.provider"}
 

@@ -12,7 +12,6 @@ from typing import Any
 
 from daytona import Image, Resources
 
-from provider_sdk import errors
 from provider_sdk.models import (
     FileInfo,
     FileType,
@@ -39,11 +38,8 @@ def timestamp(value: str | None) -> dt.datetime | None:
 
 
 def network_fields(policy: NetworkPolicy) -> dict[str, Any]:
-    """The create fields for a network policy. Default: nothing gets out."""
-    if policy.deny_out:
-        raise errors.UnsupportedCapability(
-            "network.deny_out", provider=PROVIDER,
-            detail="Daytona has allow lists only (network_allow_list, domain_allow_list)")
+    """The create fields for a network policy. Default: nothing gets out. Daytona has
+    allow lists only (``network.deny_out`` is not declared)."""
     if policy.allow_internet:
         return {"network_block_all": False}
     cidrs: list[str] = []

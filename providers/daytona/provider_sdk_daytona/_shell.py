@@ -12,11 +12,10 @@ import anyio
 from daytona import SessionExecuteRequest
 
 from provider_sdk import errors, scripts
-from provider_sdk.capabilities import Capability
 from provider_sdk.limits import OutputBuffer
 from provider_sdk.models import ExecResult
 from provider_sdk.provider import OutputCallback
-from provider_sdk.sandbox import Shell
+from provider_sdk.sandbox import Sandbox, Shell
 from provider_sdk_daytona._exec import daemon_seconds
 
 if TYPE_CHECKING:
@@ -31,23 +30,26 @@ class DaytonaShell(Shell):
 
     ``exit N`` in a command ends that command with status ``N`` and keeps the session
     (the session shell has an ``exit`` function that returns instead). Output arrives
-    when the command ends (``exec.stream`` is not declared); there is no stdin.
+    when the command ends (``exec.stream`` is not declared), and commands take no stdin
+    (``shell.stdin`` is not declared): the core refuses both before a call gets here.
     """
 
     EXIT = 'exit() { return "${1:-$?}"; }; '
     """Prefixed to every command: ``exit`` returns from the command, the session lives."""
 
-    def __init__(self, provider: DaytonaProvider, sandbox_id: str, session_id: str) -> None:
+    def __init__(self, provider: DaytonaProvider, sandbox: Sandbox, session_id: str) -> None:
+        super().__init__(sandbox)
         self._provider = provider
-        self._sandbox_id = sandbox_id
+        self._sandbox_id = sandbox.id
         self._session = session_id
         self._closed = False
 
     @classmethod
-    async def open(cls, provider: DaytonaProvider, sandbox_id: str, *, cwd: str | None,
+    async def open(cls, provider: DaytonaProvider, sandbox: Sandbox, *, cwd: str | None,
                    env: Mapping[str, str]) -> DaytonaShell:
         """Create the session and set its starting directory and variables."""
-        shell = cls(provider, sandbox_id, f"psdk-shell-{secrets.token_hex(8)}")
+        sandbox_id = sandbox.id
+        shell = cls(provider, sandbox, f"psdk-shell-{secrets.token_hex(8)}")
         await provider._toolbox(sandbox_id,
                                 lambda s: s.process.create_session(shell._session))
         setup = scripts.export_script(env)
@@ -61,19 +63,11 @@ class DaytonaShell(Shell):
                                       sandbox_id=sandbox_id)
         return shell
 
-    async def run(self, cmd: str, *, timeout: float | None = None,
-                  stdin: bytes | str | None = None,
-                  on_stdout: OutputCallback | None = None,
-                  on_stderr: OutputCallback | None = None) -> ExecResult:
+    async def _run(self, cmd: str, *, timeout: float | None, stdin: bytes | str | None,
+                   on_stdout: OutputCallback | None,
+                   on_stderr: OutputCallback | None) -> ExecResult:
         """Run ``cmd`` in the session; its result once it ends."""
         where: dict[str, Any] = {"provider": self._provider.name, "sandbox_id": self._sandbox_id}
-        if not isinstance(cmd, str):
-            raise errors.InvalidInput("shell commands are strings", **where)
-        if stdin is not None:
-            raise errors.UnsupportedCapability("shell.stdin", detail="Daytona sessions take no "
-                                               "stdin for a synchronous command", **where)
-        if on_stdout is not None or on_stderr is not None:
-            raise errors.UnsupportedCapability(str(Capability.EXEC_STREAM), **where)
         if self._closed:
             raise errors.InvalidInput("the shell is closed", **where)
         request = SessionExecuteRequest(command=self.EXIT + cmd, run_async=False)

@@ -353,10 +353,7 @@ class DaytonaProvider(CommandsMixin, BackgroundMixin, FilesMixin, CallsMixin,
                                                **common)
 
     async def _mount(self, mount: Any) -> DaytonaVolumeMount:
-        if mount.read_only:
-            raise errors.UnsupportedCapability(
-                "volumes.read_only", provider=self.name,
-                detail="Daytona volumes have no read-only mounts")
+        # Daytona mounts have no read-only flag: volumes.read_only is not declared.
         volume = await self._get_volume(mount.volume)
         return DaytonaVolumeMount(volume_id=volume.id, mount_path=mount.path)
 
@@ -427,7 +424,7 @@ class DaytonaProvider(CommandsMixin, BackgroundMixin, FilesMixin, CallsMixin,
     # it is opened here rather than in a mixin.
     async def _open_shell(self, sandbox: Sandbox, *, cwd: str | None,
                           env: Mapping[str, str]) -> Shell:
-        return await DaytonaShell.open(self, sandbox.id, cwd=cwd, env=env)
+        return await DaytonaShell.open(self, sandbox, cwd=cwd, env=env)
 
     # --------------------------------------------------------------- snapshots
 

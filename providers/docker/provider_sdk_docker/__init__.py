@@ -15,8 +15,9 @@ from provider_sdk.lazy import lazy_exports
 if TYPE_CHECKING:
     from provider_sdk_docker.provider import DEFAULT_TEMPLATE, DockerProvider
 
-__all__ = ["BASE_CAPABILITIES", "DEFAULT_TEMPLATE", "HOST_CAPABILITIES",
-           "PROVIDER_CAPABILITIES", "QUOTA_CAPABILITIES", "DockerProvider"]
+__all__ = ["BASE_CAPABILITIES", "BOUNDED_CAPABILITIES", "DEFAULT_TEMPLATE",
+           "HOST_CAPABILITIES", "PROVIDER_CAPABILITIES", "QUOTA_CAPABILITIES",
+           "DockerProvider"]
 
 #: What every sandbox has, wherever the Engine runs.
 BASE_CAPABILITIES = frozenset({
@@ -24,14 +25,22 @@ BASE_CAPABILITIES = frozenset({
     Capability.EXEC_USER,
     Capability.PROCESS_BACKGROUND,
     Capability.SHELL_PERSISTENT,
+    Capability.SHELL_STDIN,
     Capability.PAUSE,
     Capability.PAUSE_MEMORY,
     Capability.SNAPSHOT_FILESYSTEM,
     Capability.VOLUMES,
     Capability.VOLUMES_SHARED,
+    Capability.VOLUMES_READ_ONLY,
+    # Internet on or off; the Engine has no per-destination egress rules (allow_out,
+    # deny_out), and a container no idle notion (lifecycle.auto_kill).
     Capability.NETWORK_POLICY,
+    Capability.NETWORK_INTERNET,
     Capability.LIST_METADATA,
     Capability.METRICS,
+    Capability.RESOURCES_CPU,
+    Capability.RESOURCES_MEMORY,
+    Capability.TEMPLATES,
     Capability.TEMPLATES_BUILD,
     Capability.PORTS_EXPOSE,
     Capability.LIMITS_PIDS,
@@ -42,7 +51,10 @@ BASE_CAPABILITIES = frozenset({
 #: What holds only where the provider controls the containers from the Engine's host.
 HOST_CAPABILITIES = frozenset({Capability.EXEC_CONTAINED, Capability.LIMITS_MEMORY})
 #: What holds only where the Engine's storage has quotas (overlay2 on XFS with pquota).
-QUOTA_CAPABILITIES = frozenset({Capability.LIMITS_DISK})
+QUOTA_CAPABILITIES = frozenset({Capability.LIMITS_DISK, Capability.RESOURCES_DISK})
+#: What holds where, without quotas, a sandbox's own directories are bounded instead
+#: (``bounded_dirs``).
+BOUNDED_CAPABILITIES = frozenset({Capability.RESOURCES_DISK})
 
 PROVIDER_CAPABILITIES: dict[str, frozenset[Capability]] = {
     "DockerProvider": BASE_CAPABILITIES | HOST_CAPABILITIES | QUOTA_CAPABILITIES}

@@ -38,7 +38,6 @@ from provider_sdk.capabilities import Capability
 from provider_sdk.config import env_setting, int_setting
 from provider_sdk.models import (
     Metrics,
-    NetworkPolicy,
     Resources,
     SandboxInfo,
     SandboxSpec,
@@ -51,6 +50,7 @@ from provider_sdk.provider import (
 )
 from provider_sdk_docker import (
     BASE_CAPABILITIES,
+    BOUNDED_CAPABILITIES,
     HOST_CAPABILITIES,
     PROVIDER_CAPABILITIES,
     QUOTA_CAPABILITIES,
@@ -101,6 +101,17 @@ _STATES = {
 LOG_CONFIG = {"type": "none", "config": {}}
 
 
+#: Why an instance lacks a capability, added to the error that refuses it.
+_WHY_LACKING = {
+    Capability.RESOURCES_DISK: "the Engine's storage has no quotas here, and no sandbox "
+                               "directories are bounded",
+    Capability.NETWORK_ALLOW_OUT: "Docker has no per-destination egress rules",
+    Capability.NETWORK_DENY_OUT: "Docker has no per-destination egress rules",
+    Capability.LIFECYCLE_AUTO_KILL: "a Docker container has no idle notion: use the "
+                                    "SandboxManager's idle handling instead",
+}
+
+
 class DockerProvider(ProcessesMixin, FilesMixin, SnapshotsMixin, TemplatesMixin, PortsMixin,
                      SandboxProvider):
     """Sandboxes as containers on a Docker Engine.
@@ -131,7 +142,8 @@ class DockerProvider(ProcessesMixin, FilesMixin, SnapshotsMixin, TemplatesMixin,
             mounted with project quotas (the Engine's ``storage_opt size``). Default:
             found out from the Engine's ``info`` and this host's mounts, with
             ``host_control``; otherwise ``False``.
-            Only then is ``limits.disk`` declared.
+            Only then is ``limits.disk`` declared; ``resources.disk`` is declared with
+            it, or with ``bounded_dirs``.
         bounded_dirs: without quotas, hold ``/tmp``, ``/home``, ``/root`` and the
             working directory to ``disk_mb`` instead: they live on a filesystem of the
             sandbox's own, made on the Engine's host (``PSDK_DOCKER_DISKS``, default
@@ -177,7 +189,9 @@ class DockerProvider(ProcessesMixin, FilesMixin, SnapshotsMixin, TemplatesMixin,
         # Per instance: what holds depends on where the Engine runs (the class lists all).
         self._hold_only(BASE_CAPABILITIES
                         | (HOST_CAPABILITIES if self.host_control else frozenset())
-                        | (QUOTA_CAPABILITIES if self.disk_quota else frozenset()))
+                        | (QUOTA_CAPABILITIES if self.disk_quota else frozenset())
+                        | (BOUNDED_CAPABILITIES if self._bounded else frozenset()),
+                        why=_WHY_LACKING)
         self._workdirs: dict[str, str] = {}
         self._owners: dict[str, tuple[int, int]] = {}
         self._controls: dict[str, HostControl | None] = {}
@@ -196,11 +210,7 @@ class DockerProvider(ProcessesMixin, FilesMixin, SnapshotsMixin, TemplatesMixin,
     # ---------------------------------------------------------------- lifecycle
 
     async def _create(self, spec: SandboxSpec) -> SandboxInfo:
-        network_mode = self._network_mode(spec.network)
-        if spec.lifecycle.idle_timeout is not None:
-            raise errors.InvalidInput(
-                "Lifecycle(idle_timeout=...): a Docker container has no idle notion; use "
-                "the SandboxManager's idle handling instead", provider=self.name)
+        network_mode = self.network if spec.network.allow_internet else "none"
         mounts = []
         for mount in spec.volumes:
             await self._get_volume(mount.volume)
@@ -292,13 +302,6 @@ class DockerProvider(ProcessesMixin, FilesMixin, SnapshotsMixin, TemplatesMixin,
             return disk_mb
         data = await self._engine.api("inspect_image", image, kind=kind, what=shown)
         return disk_mb + -(-int(data.get("Size") or 0) >> 20)
-
-    def _network_mode(self, policy: NetworkPolicy) -> str:
-        if policy.allow_out or policy.deny_out:
-            raise errors.UnsupportedCapability(
-                str(Capability.NETWORK_POLICY), provider=self.name,
-                detail="allow_out/deny_out: Docker has no per-destination egress rules")
-        return self.network if policy.allow_internet else "none"
 
     async def _info(self, sandbox_id: str) -> SandboxInfo:
         data = await self._inspect(sandbox_id)

@@ -294,12 +294,6 @@ class E2BProvider(ProcessesMixin, FilesMixin, ErrorsMixin, SandboxProvider):
             data["idle"] = renew
         return {PSDK_KEY: json.dumps(data, separators=(",", ":"))} if data else {}
 
-    def _check_create(self, spec: SandboxSpec) -> None:
-        if spec.resources != Resources():
-            raise errors.UnsupportedCapability(
-                "resources", provider=self.name,
-                detail=f"{self.name} sizes sandboxes by template")
-
     def _template_for(self, spec: SandboxSpec) -> str:
         if spec.snapshot is not None:
             return spec.snapshot
@@ -317,7 +311,6 @@ class E2BProvider(ProcessesMixin, FilesMixin, ErrorsMixin, SandboxProvider):
         return env
 
     async def _create(self, spec: SandboxSpec) -> SandboxInfo:
-        self._check_create(spec)
         timeout, renew = self._timeouts(spec.lifecycle)
         lifecycle = self._lifecycle(spec.lifecycle)
         allow_internet, network = self._network(spec.network)
