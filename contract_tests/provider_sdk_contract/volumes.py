@@ -1,4 +1,4 @@
-"""Contract: named volumes (``volumes``, ``volumes.shared``)."""
+"""Contract: named volumes (``volumes``, ``volumes.shared``, ``volumes.read_only``)."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ class VolumeContract(ContractBase):
         assert await reader.files.read_text(f"{_MOUNT}/one.txt") == "one"
         assert await reader.files.read_text(f"{_MOUNT}/two.txt") == "two"
 
-    @requires(Capability.VOLUMES)
+    @requires(Capability.VOLUMES_READ_ONLY)
     async def test_read_only_mount_is_readable(self, factory: Factory) -> None:
         """A read-only mount shows the volume's data."""
         volume = await factory.volume()
@@ -77,7 +77,7 @@ class VolumeContract(ContractBase):
             volumes=[VolumeMount(volume=volume.name, path=_MOUNT, read_only=True)])
         assert await reader.files.read_text(f"{_MOUNT}/seed.txt") == "seed"
 
-    @requires(Capability.VOLUMES)
+    @requires(Capability.VOLUMES_READ_ONLY)
     async def test_read_only_mount_refuses_file_writes(self, factory: Factory) -> None:
         """``files.write`` into a read-only mount raises PermissionDenied."""
         volume = await factory.volume()
@@ -86,7 +86,7 @@ class VolumeContract(ContractBase):
         with pytest.raises(PermissionDenied):
             await sandbox.files.write(f"{_MOUNT}/refused.txt", b"x")
 
-    @requires(Capability.VOLUMES)
+    @requires(Capability.VOLUMES_READ_ONLY)
     async def test_read_only_mount_refuses_command_writes(self, factory: Factory) -> None:
         """A command writing into a read-only mount fails with a non-zero exit."""
         volume = await factory.volume()
