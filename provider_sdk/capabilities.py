@@ -99,8 +99,17 @@ class Capability(str, enum.Enum):
     """``build_template()`` turns a :class:`~provider_sdk.models.TemplateSpec` into a template."""
     PORTS_EXPOSE = "ports.expose"
     """``sandbox.expose(port)`` reaches a server listening on that port inside the sandbox
-    through a URL that carries an access token; anything without the token is refused,
-    and ``unexpose(port)`` or killing the sandbox ends it."""
+    with an access token (in ``url``, or in the header ``ExposedPort.token_header``);
+    anything without the token is refused, WebSockets pass through, and killing the
+    sandbox ends it."""
+    PORTS_URL_TOKEN = "ports.url_token"
+    """The exposed ``url`` carries its token: it opens as it is, in a browser or with
+    curl, and so do the pages it leads to (E2B's and Cube's routes take the token in a
+    header only)."""
+    PORTS_REVOKE = "ports.revoke"
+    """``unexpose(port)`` ends the address and its token: exposing the port again gives a
+    new token, and the old one is refused (E2B and Cube route every port of a sandbox,
+    with one token, for the sandbox's life)."""
 
     # Containment: what holds against code that attacks the sandbox (docs/security.md).
     EXEC_CONTAINED = "exec.contained"
@@ -163,4 +172,6 @@ IMPLIES: dict[Capability, frozenset[Capability]] = {
     Capability.TEMPLATES_BUILD: frozenset({Capability.TEMPLATES}),
     Capability.LIMITS_MEMORY: frozenset({Capability.RESOURCES_MEMORY}),
     Capability.LIMITS_DISK: frozenset({Capability.RESOURCES_DISK}),
+    Capability.PORTS_URL_TOKEN: frozenset({Capability.PORTS_EXPOSE}),
+    Capability.PORTS_REVOKE: frozenset({Capability.PORTS_EXPOSE}),
 }

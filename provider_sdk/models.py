@@ -346,11 +346,12 @@ def _secret(value: str) -> Secret:
 class ExposedPort:
     """A port of a sandbox reachable from this machine (``ports.expose``).
 
-    ``url`` works as it is, in a browser or with curl: it carries the access token. The
-    same address without it, ``base_url``, takes the token in a header instead
-    (``X-Psdk-Token: <token>`` or ``Authorization: Bearer <token>``). Anything without
-    the token is refused before it reaches the sandbox. ``url`` and ``token`` never
-    appear in ``repr``.
+    Where the provider declares ``ports.url_token``, ``url`` works as it is, in a
+    browser or with curl: it carries the access token. Where ``token_header`` is set,
+    the address without it, ``base_url``, takes the token in that header instead (the
+    host-side proxy of local and docker also takes ``Authorization: Bearer <token>``).
+    Anything without the token is refused before it reaches the sandbox. ``url`` and
+    ``token`` never appear in ``repr``.
     """
 
     port: int
@@ -361,6 +362,10 @@ class ExposedPort:
     """The address without the token, for clients that send it in a header."""
     token: Secret = attrs.field(converter=_secret)
     """The access token (a :class:`~provider_sdk.config.Secret`: ``reveal()`` gives it)."""
+    token_header: str | None = None
+    """The request header in which ``base_url`` takes the token (``X-Psdk-Token`` on the
+    host-side proxy, ``e2b-traffic-access-token`` on E2B); ``None`` where the token works
+    only as part of ``url``."""
 
 
 @attrs.frozen(kw_only=True)

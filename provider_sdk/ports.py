@@ -107,7 +107,8 @@ class PortProxy:
         listener, address = ready
         base = f"http://{address[0]}:{address[1]}/"
         entry.exposed = ExposedPort(port=port, base_url=base, token=entry.token,
-                                    url=f"{base}?{TOKEN_PARAM}={entry.token}")
+                                    url=f"{base}?{TOKEN_PARAM}={entry.token}",
+                                    token_header="X-Psdk-Token")
         with self._lock:
             existing = self._entries.get((sandbox_id, port))
             if existing is None:

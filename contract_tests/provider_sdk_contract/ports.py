@@ -3,16 +3,28 @@
 A small HTTP server started in the sandbox (in python3, or in perl where the template
 has no python3) answers each request with the request head it received and logs its
 request line to a file; after a WebSocket upgrade it echoes every byte. The tests talk
-to the exposed URL over raw sockets on 127.0.0.1, so they see exactly what the proxy
-sends and what the server received.
+to the exposed URL over raw sockets, so they see exactly what the proxy sends and what
+the server received. A URL whose host is ``localhost``, a name under ``.localhost`` or a
+loopback address is reached on 127.0.0.1, with the URL's host in the ``Host`` header (so
+no name is ever resolved); any other host (a vendor's own service) is reached as named,
+over TLS for ``https``.
+
+Each test reaches the server the way the ``ExposedPort`` says: with ``token_header``
+set, ``base_url`` with the token in that header, else ``url`` as it is. What only some
+providers offer is a declared capability: ``ports.url_token`` (the URL carries the token)
+and ``ports.revoke`` (``unexpose`` ends the address and its token).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
+import ssl
+import urllib.parse
 from collections.abc import Mapping
 
 import anyio
+import anyio.abc
 import pytest
 
 from provider_sdk.capabilities import Capability
@@ -104,16 +116,37 @@ async def _start_server(sandbox: Sandbox, port: int = PORT) -> None:
     await events.aclose()  # type: ignore[attr-defined]
 
 
+def _address(url: str) -> tuple[str, int, bool, str]:
+    """Where to connect for ``url``: host, port, TLS, and the ``Host`` header to send."""
+    split = urllib.parse.urlsplit(url)
+    name = split.hostname or ""
+    tls = split.scheme == "https"
+    port = split.port or (443 if tls else 80)
+    try:
+        loopback = ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        loopback = name == "localhost" or name.endswith(".localhost")
+    return ("127.0.0.1" if loopback else name), port, tls, split.netloc
+
+
+async def _connect(url: str) -> anyio.abc.ByteStream:
+    host, port, tls, netloc = _address(url)
+    if tls:
+        return await anyio.connect_tcp(host, port, tls=True,
+                                       ssl_context=ssl.create_default_context(),
+                                       tls_hostname=netloc.rsplit(":", 1)[0])
+    return await anyio.connect_tcp(host, port)
+
+
 async def _request(url: str, headers: Mapping[str, str] | None = None, *,
                    method: str = "GET") -> tuple[int, dict[str, list[str]], bytes]:
     """One HTTP/1.1 request over a raw socket: status, headers (lower-cased names), body."""
-    parts = url.split("/", 3)
-    host, port = parts[2].split(":")
-    target = "/" + (parts[3] if len(parts) > 3 else "")
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}:{port}", "Connection: close",
+    split = urllib.parse.urlsplit(url)
+    target = (split.path or "/") + (f"?{split.query}" if split.query else "")
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {_address(url)[3]}", "Connection: close",
              *(f"{k}: {v}" for k, v in (headers or {}).items())]
     with anyio.fail_after(30):
-        async with await anyio.connect_tcp(host, int(port)) as stream:
+        async with await _connect(url) as stream:
             await stream.send(("\r\n".join(lines) + "\r\n\r\n").encode())
             answer = b""
             while len(answer) < 1 << 20:
@@ -130,13 +163,22 @@ async def _request(url: str, headers: Mapping[str, str] | None = None, *,
     return int(status_line.split(" ")[1]), found, body
 
 
-async def _answers(url: str) -> bool:
-    """Whether anything takes a connection at the URL's address."""
+def _credentials(exposed: ExposedPort) -> tuple[str, dict[str, str]]:
+    """The address and headers that reach the port: the token in its header where the
+    port names one, else the URL that carries it."""
+    if exposed.token_header is not None:
+        return exposed.base_url, {exposed.token_header: exposed.token.reveal()}
+    return exposed.url, {}
+
+
+async def _reaches(url: str, headers: Mapping[str, str] | None = None) -> bool:
+    """Whether a request gets the server's own answer (it answers every request 200 with
+    the request head); refused connections and the provider's refusals are ``False``."""
     try:
-        await _request(url)
+        status, _, body = await _request(url, headers)
     except OSError:
         return False
-    return True
+    return status == 200 and body.startswith(b"GET ")
 
 
 async def _logged(sandbox: Sandbox) -> list[str]:
@@ -146,13 +188,24 @@ async def _logged(sandbox: Sandbox) -> list[str]:
     return (await sandbox.files.read_text(LOG)).splitlines()
 
 
-def _with_path(exposed: ExposedPort, path_and_query: str) -> str:
-    """The exposed URL for another path, its token kept in the query."""
-    return f"{exposed.base_url}{path_and_query}&{exposed.url.split('?', 1)[1]}"
+def _with_path(url: str, path_and_query: str) -> str:
+    """``url`` for another path under it, its own query (a token) kept."""
+    split = urllib.parse.urlsplit(url)
+    path, _, query = path_and_query.partition("?")
+    joined = "&".join(q for q in (query, split.query) if q)
+    return urllib.parse.urlunsplit((split.scheme, split.netloc,
+                                    split.path.rstrip("/") + "/" + path, joined, ""))
+
+
+def _with_token(url: str, token: str, replacement: str) -> str:
+    """``url`` with its token replaced (wherever the provider puts it)."""
+    assert token in url, "a URL that carries its token names it"
+    return url.replace(token, replacement)
 
 
 class PortsContract(ContractBase):
-    """Exposed ports: reachable with the token only, gone after unexpose and kill."""
+    """Exposed ports: reachable with the token only, gone after kill (and, where
+    declared, after unexpose)."""
 
     async def _exposed(self, factory: Factory) -> tuple[Sandbox, ExposedPort]:
         sandbox = await factory.sandbox()
@@ -160,27 +213,31 @@ class PortsContract(ContractBase):
         return sandbox, await sandbox.expose(PORT)
 
     @requires(Capability.PORTS_EXPOSE, Capability.PROCESS_BACKGROUND)
-    async def test_url_reaches_the_server_in_the_sandbox(self, factory: Factory) -> None:
-        """The URL, as it is, gets the server's answer."""
+    async def test_token_reaches_the_server_in_the_sandbox(self, factory: Factory) -> None:
+        """With its token, the address gets the server's answer, on any path."""
         sandbox, exposed = await self._exposed(factory)
-        status, _, body = await _request(exposed.url)
+        url, headers = _credentials(exposed)
+        status, _, body = await _request(url, headers)
         assert status == 200, body
         assert body.startswith(b"GET / HTTP/1.1"), body
-        status, _, body = await _request(_with_path(exposed, "page?x=1"))
+        status, _, body = await _request(_with_path(url, "page?x=1"), headers)
         assert status == 200, body
         assert body.startswith(b"GET /page?x=1 HTTP/1.1"), body
         assert await _logged(sandbox) == ["GET / HTTP/1.1", "GET /page?x=1 HTTP/1.1"]
 
-    @requires(Capability.PORTS_EXPOSE, Capability.PROCESS_BACKGROUND)
-    async def test_token_in_a_header_is_accepted(self, factory: Factory) -> None:
-        """``base_url`` with the token in ``X-Psdk-Token`` or ``Authorization: Bearer``."""
-        _, exposed = await self._exposed(factory)
-        token = exposed.token.reveal()
-        for headers in ({"X-Psdk-Token": token}, {"Authorization": f"Bearer {token}"}):
-            status, _, body = await _request(exposed.base_url, headers)
-            assert status == 200, (headers.keys(), body)
+    @requires(Capability.PORTS_URL_TOKEN, Capability.PROCESS_BACKGROUND)
+    async def test_url_reaches_the_server_as_it_is(self, factory: Factory) -> None:
+        """The URL, as it is, gets the server's answer; so does another path under it."""
+        sandbox, exposed = await self._exposed(factory)
+        status, _, body = await _request(exposed.url)
+        assert status == 200, body
+        assert body.startswith(b"GET / HTTP/1.1"), body
+        status, _, body = await _request(_with_path(exposed.url, "page?x=1"))
+        assert status == 200, body
+        assert body.startswith(b"GET /page?x=1 HTTP/1.1"), body
+        assert await _logged(sandbox) == ["GET / HTTP/1.1", "GET /page?x=1 HTTP/1.1"]
 
-    @requires(Capability.PORTS_EXPOSE, Capability.PROCESS_BACKGROUND)
+    @requires(Capability.PORTS_URL_TOKEN, Capability.PROCESS_BACKGROUND)
     async def test_cookie_keeps_a_browser_working(self, factory: Factory) -> None:
         """The answer to a URL with the token sets an HttpOnly, SameSite=Strict cookie
         with which the next page loads without the token."""
@@ -198,76 +255,92 @@ class PortsContract(ContractBase):
 
     @requires(Capability.PORTS_EXPOSE, Capability.PROCESS_BACKGROUND)
     async def test_token_never_reaches_the_sandbox(self, factory: Factory) -> None:
-        """Query, header, bearer and cookie tokens are stripped; other cookies and
+        """The token is taken off what is forwarded; the request's other headers and
         query parameters are kept."""
+        _, exposed = await self._exposed(factory)
+        url, headers = _credentials(exposed)
+        _, _, body = await _request(_with_path(url, "q?keep=1"), {**headers, "X-App": "1"})
+        assert exposed.token.reveal().encode() not in body, body
+        assert b"GET /q?keep=1" in body, body
+        assert b"X-App: 1\r\n" in body + b"\r\n", body
+
+    @requires(Capability.PORTS_URL_TOKEN, Capability.PROCESS_BACKGROUND)
+    async def test_url_token_never_reaches_the_sandbox(self, factory: Factory) -> None:
+        """Nor does the token of the URL, nor of the cookie set by its answer; other
+        cookies and query parameters are kept."""
         _, exposed = await self._exposed(factory)
         token = exposed.token.reveal()
         _, headers, _ = await _request(exposed.url)
         cookie = headers["set-cookie"][0].split(";")[0]
-        seen = [
-            (await _request(_with_path(exposed, "q?keep=1")))[2],
-            (await _request(exposed.base_url, {"X-Psdk-Token": token}))[2],
-            (await _request(exposed.base_url, {"Authorization": f"Bearer {token}"}))[2],
-            (await _request(exposed.base_url, {"Cookie": f"app=1; {cookie}"}))[2],
-        ]
+        seen = [(await _request(_with_path(exposed.url, "q?keep=1")))[2],
+                (await _request(exposed.base_url, {"Cookie": f"app=1; {cookie}"}))[2]]
         for body in seen:
             assert token.encode() not in body, body
-        assert b"GET /q?keep=1 HTTP/1.1" in seen[0]
-        assert b"Cookie: app=1\r\n" in seen[3] + b"\r\n", seen[3]
+        assert b"GET /q?keep=1" in seen[0]
+        assert b"Cookie: app=1\r\n" in seen[1] + b"\r\n", seen[1]
 
     @requires(Capability.PORTS_EXPOSE, Capability.PROCESS_BACKGROUND)
     async def test_missing_or_wrong_token_is_refused(self, factory: Factory) -> None:
-        """No token, or a wrong one anywhere, is refused before the sandbox sees it."""
+        """No token, or a wrong one, is refused before the sandbox sees it."""
         sandbox, exposed = await self._exposed(factory)
         wrong = secrets.token_urlsafe(24)
-        attempts: list[tuple[str, dict[str, str]]] = [
-            (exposed.base_url, {}),
-            (f"{exposed.base_url}?psdk_token={wrong}", {}),
-            (exposed.base_url, {"X-Psdk-Token": wrong}),
-            (exposed.base_url, {"Authorization": f"Bearer {wrong}"}),
-            (exposed.base_url, {"Cookie": f"psdk_token={wrong}"}),
-            (f"{exposed.base_url}?psdk_token={exposed.token.reveal()[:-1]}", {}),
-        ]
+        attempts: list[tuple[str, dict[str, str]]] = [(exposed.base_url, {})]
+        if exposed.token_header is not None:
+            attempts += [(exposed.base_url, {exposed.token_header: wrong}),
+                         (exposed.base_url, {exposed.token_header: exposed.token.reveal()[:-1]})]
         for url, headers in attempts:
             status, _, _ = await _request(url, headers)
-            assert status in (401, 403), (url.replace(wrong, "WRONG"), headers.keys())
+            assert status in (401, 403), (status, headers.keys())
         assert await _logged(sandbox) == []
 
-    @requires(Capability.PORTS_EXPOSE, Capability.PROCESS_BACKGROUND)
-    async def test_url_stops_answering_after_unexpose(self, factory: Factory) -> None:
-        """After ``unexpose`` nothing listens at the address; exposing again gives a new
-        token, and the old one is refused."""
+    @requires(Capability.PORTS_URL_TOKEN, Capability.PROCESS_BACKGROUND)
+    async def test_url_with_a_wrong_token_is_refused(self, factory: Factory) -> None:
+        """The URL with another token in its place, or its own cut short, is refused."""
         sandbox, exposed = await self._exposed(factory)
-        assert (await _request(exposed.url))[0] == 200
+        token = exposed.token.reveal()
+        for replacement in (secrets.token_urlsafe(24), token[:-1]):
+            status, _, _ = await _request(_with_token(exposed.url, token, replacement))
+            assert status in (401, 403), status
+        assert await _logged(sandbox) == []
+
+    @requires(Capability.PORTS_REVOKE, Capability.PROCESS_BACKGROUND)
+    async def test_url_stops_answering_after_unexpose(self, factory: Factory) -> None:
+        """After ``unexpose`` the address reaches the server no more; exposing again gives
+        a new token, and the old one is refused."""
+        sandbox, exposed = await self._exposed(factory)
+        url, headers = _credentials(exposed)
+        assert await _reaches(url, headers)
         await sandbox.unexpose(PORT)
-        assert not await _answers(exposed.url)
+        assert not await _reaches(url, headers)
         again = await sandbox.expose(PORT)
         assert again.token != exposed.token
-        assert (await _request(again.url))[0] == 200
-        assert (await _request(again.base_url, {"X-Psdk-Token": exposed.token.reveal()}
-                               ))[0] in (401, 403)
+        assert await _reaches(*_credentials(again))
+        assert not await _reaches(url, headers)
 
     @requires(Capability.PORTS_EXPOSE, Capability.PROCESS_BACKGROUND)
     async def test_url_stops_answering_after_kill(self, factory: Factory) -> None:
         """Killing the sandbox ends its exposed ports."""
         sandbox, exposed = await self._exposed(factory)
-        assert (await _request(exposed.url))[0] == 200
+        url, headers = _credentials(exposed)
+        assert await _reaches(url, headers)
         await sandbox.kill()
-        assert not await _answers(exposed.url)
+        assert not await _reaches(url, headers)
 
     @requires(Capability.PORTS_EXPOSE, Capability.PROCESS_BACKGROUND)
     async def test_websocket_passes_through(self, factory: Factory) -> None:
         """A WebSocket upgrade reaches the server, and bytes flow both ways after it."""
         _, exposed = await self._exposed(factory)
-        host, port = exposed.base_url.split("/")[2].split(":")
-        request = (f"GET /ws HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
-                   "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
-                   "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-                   f"X-Psdk-Token: {exposed.token.reveal()}\r\n\r\n").encode()
+        url, headers = _credentials(exposed)
+        split = urllib.parse.urlsplit(_with_path(url, "ws"))
+        lines = [f"GET {split.path}{'?' + split.query if split.query else ''} HTTP/1.1",
+                 f"Host: {_address(url)[3]}", "Upgrade: websocket", "Connection: Upgrade",
+                 "Sec-WebSocket-Version: 13", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+                 *(f"{k}: {v}" for k, v in headers.items())]
+        request = ("\r\n".join(lines) + "\r\n\r\n").encode()
         frame = bytes([0x81, 0x85, 1, 2, 3, 4]) + bytes(
             b ^ (1, 2, 3, 4)[i % 4] for i, b in enumerate(b"hello"))
         with anyio.fail_after(30):
-            async with await anyio.connect_tcp(host, int(port)) as stream:
+            async with await _connect(url) as stream:
                 await stream.send(request)
                 answer = b""
                 while b"\r\n\r\n" not in answer:

@@ -1,8 +1,9 @@
 """``psdk expose ID PORT``: serve a port of a sandbox on 127.0.0.1 until interrupted.
 
-The URL printed on stdout carries the access token (``--json``: the port, the URL and
-the token on their own); anyone who can read it can open the port, so it goes to stdout
-only, never to stderr or the logs. Ctrl-C, SIGTERM or SIGHUP unexposes the port before
+The URL printed on stdout carries the access token where the provider declares
+``ports.url_token`` (``--json``: the port, the URLs, the token and the header it goes
+in, on their own); anyone who can read it can open the port, so it goes to stdout only,
+never to stderr or the logs. Ctrl-C, SIGTERM or SIGHUP unexposes the port before
 the process exits.
 """
 
@@ -14,6 +15,7 @@ import json
 
 import anyio
 
+from provider_sdk.capabilities import Capability
 from provider_sdk.cli.commands import provider_holding
 from provider_sdk.cli.console import Console
 from provider_sdk.errors import SandboxError
@@ -29,11 +31,18 @@ async def cmd_expose(args: argparse.Namespace, console: Console) -> int:
         try:
             if args.json:
                 console.out(json.dumps({"port": exposed.port, "url": exposed.url,
-                                        "token": exposed.token.reveal()}, indent=2))
+                                        "base_url": exposed.base_url,
+                                        "token": exposed.token.reveal(),
+                                        "token_header": exposed.token_header}, indent=2))
             else:
                 console.out(exposed.url)
+            how = ("token required" if provider.supports(Capability.PORTS_URL_TOKEN) else
+                   f"each request needs the token in the {exposed.token_header} header: "
+                   "--json shows it")
+            until = ("Ctrl-C stops it" if provider.supports(Capability.PORTS_REVOKE) else
+                     "it stays reachable until the sandbox ends")
             console.note(f"port {exposed.port} of {sandbox.id} is served on "
-                         f"{exposed.base_url} (token required); Ctrl-C stops it")
+                         f"{exposed.base_url} ({how}); {until}")
             await anyio.sleep_forever()
         finally:
             with anyio.CancelScope(shield=True), contextlib.suppress(SandboxError):

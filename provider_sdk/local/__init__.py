@@ -35,6 +35,8 @@ PROVIDER_CAPABILITIES: dict[str, frozenset[Capability]] = {"LocalProvider": froz
         Capability.LIST_METADATA,
         Capability.METRICS,
         Capability.PORTS_EXPOSE,
+        Capability.PORTS_URL_TOKEN,
+        Capability.PORTS_REVOKE,
         # Held per instance, where the host and the mode allow (see __init__).
         Capability.VOLUMES,
         Capability.VOLUMES_SHARED,

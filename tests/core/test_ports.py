@@ -204,3 +204,34 @@ def _accepts(url: str) -> bool:
     except OSError:
         return False
     return True
+
+
+async def test_bearer_and_query_tokens_are_accepted_and_stripped(
+        proxy: PortProxy, upstream: _Upstream) -> None:
+    """Beside its header, the proxy takes ``Authorization: Bearer`` and the query
+    parameter, and forwards neither."""
+    exposed = await proxy.expose("sb", 80, _opener(upstream))
+    assert exposed.token_header == "X-Psdk-Token"
+    token = exposed.token.reveal()
+    for target, extra in ((f"/b?keep=1&psdk_token={token}", ""),
+                          ("/c", f"Authorization: Bearer {token}\r\n")):
+        answer = await _send(exposed.base_url, (
+            f"GET {target} HTTP/1.1\r\nHost: x\r\n{extra}\r\n").encode())
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+    assert [h.split(b"\r\n")[0] for h in upstream.heads] == [b"GET /b?keep=1 HTTP/1.1",
+                                                             b"GET /c HTTP/1.1"]
+    assert all(token.encode() not in head for head in upstream.heads)
+
+
+async def test_wrong_tokens_in_every_form_are_refused(proxy: PortProxy,
+                                                      upstream: _Upstream) -> None:
+    """A wrong token in the query, the header, a bearer or the cookie is a 401."""
+    exposed = await proxy.expose("sb", 80, _opener(upstream))
+    wrong = "w" * 32
+    for target, extra in ((f"/?psdk_token={wrong}", ""), ("/", f"X-Psdk-Token: {wrong}\r\n"),
+                          ("/", f"Authorization: Bearer {wrong}\r\n"),
+                          ("/", f"Cookie: psdk_token={wrong}\r\n")):
+        answer = await _send(exposed.base_url, (
+            f"GET {target} HTTP/1.1\r\nHost: x\r\n{extra}\r\n").encode())
+        assert answer.startswith(b"HTTP/1.1 401"), (target, answer[:40])
+    assert upstream.heads == []

@@ -43,6 +43,8 @@ BASE_CAPABILITIES = frozenset({
     Capability.TEMPLATES,
     Capability.TEMPLATES_BUILD,
     Capability.PORTS_EXPOSE,
+    Capability.PORTS_URL_TOKEN,
+    Capability.PORTS_REVOKE,
     Capability.LIMITS_PIDS,
     # The Engine's default seccomp profile (no nested user namespaces without
     # CAP_SYS_ADMIN, which containers never get here).
