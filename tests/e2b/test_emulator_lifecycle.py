@@ -119,8 +119,7 @@ def test_data_plane_routes_by_host_header(e2b_emulator: RunningEmulator) -> None
         assert envd.status_code == 204
         closed = httpx.get(f"{e2b_emulator.url}/",
                            headers={"Host": f"8080-{sandbox.sandbox_id}.{domain}"})
-        assert closed.status_code == 502
-        assert "port is not open" in closed.json()["message"]
+        assert closed.status_code == 502  # nothing listens on 8080 in the sandbox
 
 
 def test_v1_create_route_is_served_too(e2b_emulator: RunningEmulator) -> None:

@@ -7,7 +7,9 @@ a body read whole stops at :data:`~provider_sdk.emulators.BODY_LIMIT`, and one t
 passes its limit is answered 413. A response body is bytes or
 an async iterator of chunks (sent chunked). While a streamed response is being sent, the
 connection is watched: when the client goes away the stream is cancelled, as a real
-server would notice the reset.
+server would notice the reset. A handler may answer :class:`Takeover` instead, to relay
+the connection's bytes itself (a reverse proxy's WebSockets); the server then sends
+nothing and closes the connection once the takeover returns.
 
 This module owns HTTP framing only; it knows nothing of sandboxes or vendors.
 """
@@ -18,7 +20,14 @@ import contextlib
 import json
 import logging
 import socket
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Mapping,
+    Sequence,
+)
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -31,7 +40,8 @@ import h11
 
 from provider_sdk.emulators import BODY_LIMIT, BodyTooLarge, decoded
 
-__all__ = ["Request", "Response", "Handler", "json_response", "serve", "too_large"]
+__all__ = ["Handler", "Request", "Response", "Served", "Takeover", "json_response", "serve",
+           "too_large"]
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +56,8 @@ class Request:
     """One HTTP request: method, path, query, headers (lower-case names) and a body."""
 
     def __init__(self, method: str, target: str, headers: Mapping[str, str],
-                 body: AsyncIterator[bytes]) -> None:
+                 body: AsyncIterator[bytes],
+                 raw_headers: Sequence[tuple[str, str]] = ()) -> None:
         self.method = method
         self.target = target
         split = urlsplit(target)
@@ -56,6 +67,8 @@ class Request:
         for key, value in parse_qsl(split.query, keep_blank_values=True):
             self.query.setdefault(key, value)
         self.headers = dict(headers)
+        self.raw_headers = list(raw_headers)
+        """The headers as they came: names as spelled, repeats kept, in order."""
         self.params: dict[str, str] = {}
         """Path parameters, filled in by the router."""
         self._body = body
@@ -111,7 +124,18 @@ class Response:
     body: bytes | AsyncIterable[bytes] = b""
 
 
+@attrs.frozen
+class Takeover:
+    """An answer that takes the connection over: ``relay`` gets the client's stream and
+    the bytes received past the request's head (the start of its body, or of what
+    follows an upgrade), unread by the handler, and answers the client itself."""
+
+    relay: Callable[[anyio.abc.ByteStream, bytes], Awaitable[None]]
+
+
 Handler = Callable[[Request], Awaitable[Response]]
+Served = Callable[[Request], Awaitable[Response | Takeover]]
+"""What :func:`serve` runs: a handler that may also take a connection over."""
 
 
 def json_response(status: int, data: Any, headers: Mapping[str, str] | None = None) -> Response:
@@ -198,7 +222,7 @@ async def _send_response(conn: _Connection, response: Response) -> None:
         raise anyio.EndOfStream  # the client left mid-stream
 
 
-async def _serve_connection(stream: anyio.abc.ByteStream, handler: Handler) -> None:
+async def _serve_connection(stream: anyio.abc.ByteStream, handler: Served) -> None:
     conn = _Connection(stream)
     async with stream:
         while True:
@@ -211,12 +235,14 @@ async def _serve_connection(stream: anyio.abc.ByteStream, handler: Handler) -> N
             if not isinstance(event, h11.Request):
                 return  # ConnectionClosed, or garbage
             headers: dict[str, str] = {}
-            for name, value in event.headers:
+            raw: list[tuple[str, str]] = []
+            for name, value in event.headers.raw_items():
                 key = name.decode("latin-1").lower()
                 text = value.decode("latin-1")
                 headers[key] = f"{headers[key]}, {text}" if key in headers else text
+                raw.append((name.decode("latin-1"), text))
             request = Request(event.method.decode(), event.target.decode("latin-1"), headers,
-                              conn.body())
+                              conn.body(), raw)
             try:
                 response = await handler(request)
             except BodyTooLarge as exc:
@@ -226,6 +252,10 @@ async def _serve_connection(stream: anyio.abc.ByteStream, handler: Handler) -> N
                               request.path)
                 response = json_response(500, {"code": 500,
                                                "message": "internal emulator error"})
+            if isinstance(response, Takeover):
+                rest = bytes(conn.h11.trailing_data[0]) + conn.stashed
+                await response.relay(stream, rest)
+                return
             try:
                 await _send_response(conn, response)
                 # Drain what the handler left unread, so the connection can be reused;
@@ -329,7 +359,7 @@ class _SocketStream(anyio.abc.ByteStream):
 
 
 @asynccontextmanager
-async def serve(handler: Handler, *, port: int = 0) -> AsyncIterator[int]:
+async def serve(handler: Served, *, port: int = 0) -> AsyncIterator[int]:
     """Serve ``handler`` on 127.0.0.1 (only) until the block exits; yield the port."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -44,6 +44,9 @@ class SandboxRecord:
     allow_internet: bool | None
     volume_mounts: list[dict[str, Any]]
     state: str = "running"
+    traffic_token: str | None = attrs.field(default=None, repr=False)
+    """With ``allowPublicTraffic: false``: the token every request to the sandbox's own
+    ports carries (``e2b-traffic-access-token``)."""
     unavailable_left: int = 0
     """Data-plane requests still to answer 504 (fault ``resume_504``)."""
     processes: dict[int, ProcessEntry] = attrs.Factory(dict)

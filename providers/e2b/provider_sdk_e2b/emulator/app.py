@@ -5,12 +5,15 @@ A request is for a sandbox's data plane when its ``Host`` is ``<port>-<id>.<doma
 sends to one sandbox URL), it is a ``/files`` request signed with the sandbox's access
 token (a signed URL made for that one sandbox URL), or, on Cube, its path is
 ``/sandbox/<id>/<port>/...`` (CubeProxy's path form); everything else is the control
-plane, or the admin API under ``/_emulator/``.
+plane, or the admin API under ``/_emulator/``. A port other than envd's and the code
+interpreter's is the server listening on it inside the sandbox (``_ports``).
 
 Every port of a sandbox is guarded as the vendor guards it: on E2B, envd's API and the
 code interpreter need the sandbox's ``X-Access-Token`` (``/files`` also takes a
 signature, ``/health`` nothing); on Cube, whose envd has no token, every data-plane
-request carries the API key, as CubeAPI asks once it has one.
+request carries the API key, as CubeAPI asks once it has one. A sandbox created with
+``allowPublicTraffic: false`` also needs its traffic access token on its own ports (on
+Cube, on envd's too).
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from provider_sdk import errors
 from provider_sdk.config import Secret, env_setting, open_provider
 from provider_sdk.emulators import BodyTooLarge, EmulatorOptions, Faults, RunningEmulator
 from provider_sdk_e2b.emulator import _http
-from provider_sdk_e2b.emulator._http import Request, Response, json_response
+from provider_sdk_e2b.emulator import _ports as ports
+from provider_sdk_e2b.emulator._http import Request, Response, Takeover, json_response
 from provider_sdk_e2b.emulator._records import SandboxRecord
 from provider_sdk_e2b.emulator._templates_e2b import UPLOAD_PREFIX
 from provider_sdk_e2b.emulator._world import FAULT_DEFAULTS, FAULTS, ApiError, World
@@ -82,7 +86,7 @@ class App:
         self.routes += [(method, _compile(pattern), handler)
                         for method, pattern, handler in self.control.routes()]
 
-    async def __call__(self, request: Request) -> Response:
+    async def __call__(self, request: Request) -> Response | Takeover:
         latency = self.world.faults.value("latency")
         if latency:
             self.world.faults.served("latency")
@@ -168,7 +172,8 @@ class App:
 
     # --------------------------------------------------------------- data plane
 
-    async def data_plane(self, request: Request, sandbox_id: str, port: int) -> Response:
+    async def data_plane(self, request: Request, sandbox_id: str,
+                         port: int) -> Response | Takeover:
         world = self.world
         record = world.sandboxes.get(sandbox_id)
         if record is not None and record.state in ("paused", "pausing") and record.auto_resume:
@@ -190,6 +195,9 @@ class App:
                                                   "(emulated fault resume_504)"})
         if denied := self._data_plane_denied(record, request, port):
             return denied
+        if (port != ENVD_PORT or self.flavor.traffic_token_on_envd) and (
+                denied := ports.traffic_denied(record, request)):
+            return denied
         if port == INTERPRETER_PORT:
             world.touch(record)
             if not self.envd.token_ok(record, request):
@@ -197,8 +205,8 @@ class App:
                                                                    "X-Access-Token"})
             return await self.interpreters.handle(record, request)
         if port != ENVD_PORT:
-            return json_response(502, {"sandboxId": sandbox_id, "port": port, "code": 502,
-                                       "message": "The sandbox is running but port is not open"})
+            world.touch(record)
+            return await ports.relay(record, port, request)
         world.touch(record)
         try:
             return await self.envd.handle(record, request)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import re
+import secrets
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -159,6 +160,14 @@ class ControlPlane:
             data["envdAccessToken"] = record.access_token
         return data
 
+    def created_json(self, record: SandboxRecord) -> dict[str, Any]:
+        """What create (and, where the flavor says so, connect) returns: the ``Sandbox``
+        model with the traffic access token of a sandbox with private traffic."""
+        data = self.sandbox_json(record)
+        if record.traffic_token is not None:
+            data["trafficAccessToken"] = record.traffic_token
+        return data
+
     def detail_json(self, record: SandboxRecord, *, listed: bool = False) -> dict[str, Any]:
         """``SandboxDetail`` (or ``ListedSandbox``), in the flavor's spelling."""
         resources = record.spec.resources
@@ -246,7 +255,7 @@ class ControlPlane:
             "pause_memory": pause_memory, "network": network,
             "allow_internet": allow_internet, "mounts": mounts}
         if key is None:
-            return json_response(201, self.sandbox_json(
+            return json_response(201, self.created_json(
                 await self._create(body, template_id, **options)))
         # A create retried with the same key gets the sandbox the first one made.
         async with self.world.idempotency_lock(key):
@@ -254,7 +263,7 @@ class ControlPlane:
             if record is None:
                 record = await self._create(body, template_id, **options)
                 self.world.idempotent[key] = record.id
-            return json_response(201, self.sandbox_json(record))
+            return json_response(201, self.created_json(record))
 
     async def _create(self, body: dict[str, Any], template_id: str, *, timeout: float | None,
                       auto_pause: bool, auto_resume: bool, pause_memory: bool,
@@ -282,6 +291,8 @@ class ControlPlane:
                                for m in mounts])
         except errors.TemplateNotFound:
             raise ApiError(404, f"template '{template_id}' not found") from None
+        if network.get("allowPublicTraffic", network.get("allow_public_traffic")) is False:
+            record.traffic_token = secrets.token_hex(16)
         return record
 
     def _template(self, template_id: str) -> tuple[str | None, str | None]:
@@ -404,7 +415,8 @@ class ControlPlane:
         timeout = self._timeout(value, default=None)
         resumed = await self.world.resume(record, timeout, memory=body.get("memory") is not False)
         status = self.flavor.connect_resumed_status if resumed else 200
-        return json_response(status, self.sandbox_json(record))
+        return json_response(status, self.created_json(record) if
+                             self.flavor.traffic_token_on_connect else self.sandbox_json(record))
 
     async def set_timeout(self, request: Request) -> Response:
         record = self._record(request)

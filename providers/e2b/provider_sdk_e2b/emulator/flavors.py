@@ -84,6 +84,11 @@ class Flavor:
     """A pause may drop memory (E2B's ``memory: false``); Cube's always keeps it."""
     envd_access_token: bool
     """Create returns an ``envdAccessToken`` that the data plane then requires."""
+    traffic_token_on_connect: bool
+    """Connect answers the ``trafficAccessToken`` too (Cube: only create does)."""
+    traffic_token_on_envd: bool
+    """envd's port also needs the traffic token (CubeProxy checks every port; E2B's
+    edge leaves envd, guarded by its access token, out)."""
     data_plane_api_key: bool
     """Every data-plane request but envd's ``/health`` carries the API key (``X-API-Key``
     or ``Authorization: Bearer``), as CubeAPI's auth middleware asks once it is given a
@@ -128,7 +133,10 @@ class Flavor:
 def _e2b_settings(flavor: Flavor, url: str, port: int) -> dict[str, str]:
     # E2B_SANDBOX_URL sends every sandbox's envd traffic to one address; the SDK adds
     # the E2b-Sandbox-Id header, by which the emulator routes, as E2B's edge does.
-    return {"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_DOMAIN": flavor.domain}
+    # The domain names the emulator's port, so the SDK's get_host(port),
+    # <port>-<id>.<domain>, is an address that reaches it (routed by Host, as E2B's edge).
+    return {"E2B_API_URL": url, "E2B_SANDBOX_URL": url,
+            "E2B_DOMAIN": f"{flavor.domain}:{port}"}
 
 
 def _cube_settings(flavor: Flavor, url: str, port: int) -> dict[str, str]:
@@ -153,6 +161,8 @@ E2B = Flavor(
     pausing_seconds=0.0,
     filesystem_pause=True,
     envd_access_token=True,
+    traffic_token_on_connect=True,
+    traffic_token_on_envd=False,
     data_plane_api_key=False,
     snake_case_info=False,
     killed_status=502,
@@ -182,6 +192,8 @@ CUBE = Flavor(
     pausing_seconds=0.3,
     filesystem_pause=False,
     envd_access_token=False,
+    traffic_token_on_connect=False,
+    traffic_token_on_envd=True,
     data_plane_api_key=True,
     snake_case_info=True,
     killed_status=410,
