@@ -44,13 +44,14 @@ _E2B = frozenset({
         Capability.METRICS,
         Capability.TEMPLATES,
         Capability.TEMPLATES_BUILD,
+        Capability.PORTS_EXPOSE,
 })
 
 PROVIDER_CAPABILITIES: dict[str, frozenset[Capability]] = {
     "E2BProvider": _E2B,
-    # Cube has no metrics endpoint; it has volumes (read-only mounts too), rollback and
-    # template builds.
-    "CubeProvider": (_E2B - {Capability.METRICS}) | {
+    # Cube has no metrics endpoint, nor private ports; it has volumes (read-only mounts
+    # too), rollback and template builds.
+    "CubeProvider": (_E2B - {Capability.METRICS, Capability.PORTS_EXPOSE}) | {
         Capability.VOLUMES, Capability.VOLUMES_SHARED, Capability.VOLUMES_READ_ONLY,
         Capability.SNAPSHOT_ROLLBACK, Capability.TEMPLATES_BUILD},
 }

@@ -50,5 +50,7 @@ class _Handle:
                                    retry_connect=False)
         self.workdir = workdir
         self.renew = renew
+        self.traffic_token: str | None = sandbox.traffic_access_token
+        """The sandbox's traffic access token, once known (create and connect tell it)."""
         self.renewed_at = time.monotonic()
 

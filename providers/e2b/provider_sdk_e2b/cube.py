@@ -87,6 +87,12 @@ class CubeProvider(E2BProvider):
         **E2BProvider._STATES, "pausing": SandboxState.PAUSING,
     }
     _metrics = SandboxProvider._metrics  # Cube has no metrics endpoint
+    # CubeProxy asks a sandbox with private traffic for its token on envd too, and Cube
+    # tells it at create only: a handle opened elsewhere could not reach envd. Cube's
+    # sandboxes keep public traffic, so their ports have no token to guard them.
+    PRIVATE_TRAFFIC: ClassVar[bool] = False
+    _expose = SandboxProvider._expose
+    _unexpose = SandboxProvider._unexpose
     template_support: ClassVar[TemplateSupport] = TemplateSupport(options={
         "start_cmd": "a Cube template starts envd, as its entrypoint; start the command "
                      "in the sandbox instead",

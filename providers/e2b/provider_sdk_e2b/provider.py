@@ -72,6 +72,7 @@ from provider_sdk.provider import SandboxProvider
 from provider_sdk_e2b import PROVIDER_CAPABILITIES, _e2b_templates, _shell
 from provider_sdk_e2b._errors import ErrorsMixin
 from provider_sdk_e2b._files import FilesMixin
+from provider_sdk_e2b._ports import PortsMixin
 from provider_sdk_e2b._processes import ProcessesMixin, _Proc
 from provider_sdk_e2b._remote import Remote as Remote
 from provider_sdk_e2b._remote import _Handle
@@ -101,7 +102,7 @@ def _release_sdk_transports() -> None:
 
 atexit.register(_release_sdk_transports)
 
-class E2BProvider(ProcessesMixin, FilesMixin, ErrorsMixin, SandboxProvider):
+class E2BProvider(ProcessesMixin, FilesMixin, PortsMixin, ErrorsMixin, SandboxProvider):
     """Sandboxes on E2B, through the ``e2b`` SDK (async API).
 
     Every option falls back to its setting in the environment (in brackets).
@@ -134,6 +135,9 @@ class E2BProvider(ProcessesMixin, FilesMixin, ErrorsMixin, SandboxProvider):
         "sandbox_url": "E2B_SANDBOX_URL", "ready_timeout": "PSDK_E2B_READY_TIMEOUT",
     }
     DEFAULT_TEMPLATE: ClassVar[str | None] = "base"
+    PRIVATE_TRAFFIC: ClassVar[bool] = True
+    """Sandboxes are made with ``allow_public_traffic: false``: their ports need the
+    traffic access token (``ports.expose``)."""
     _STATES: ClassVar[Mapping[str, SandboxState]] = {
         "running": SandboxState.RUNNING, "paused": SandboxState.PAUSED,
     }
@@ -225,7 +229,8 @@ class E2BProvider(ProcessesMixin, FilesMixin, ErrorsMixin, SandboxProvider):
             sandbox = AsyncSandbox(
                 sandbox_id=remote.id, sandbox_domain=remote.domain,
                 envd_version=Version(remote.envd_version or "0.1.0"),
-                envd_access_token=remote.access_token, traffic_access_token=None,
+                envd_access_token=remote.access_token,
+                traffic_access_token=sandbox.traffic_access_token if sandbox else None,
                 connection_config=self._config(extra_sandbox_headers=headers),
             )
         renew = psdk.get("idle")
@@ -286,6 +291,13 @@ class E2BProvider(ProcessesMixin, FilesMixin, ErrorsMixin, SandboxProvider):
             network["deny_out"] = list(policy.deny_out)
         return policy.allow_internet, network or None
 
+    def _create_network(self, policy: NetworkPolicy) -> tuple[bool, dict[str, Any] | None]:
+        """``_network`` at create, where the sandbox's ports are made private."""
+        allow_internet, network = self._network(policy)
+        if self.PRIVATE_TRAFFIC:
+            network = {**(network or {}), "allow_public_traffic": False}
+        return allow_internet, network
+
     def _psdk_metadata(self, spec: SandboxSpec, renew: int | None) -> dict[str, str]:
         data: dict[str, Any] = {}
         if spec.cwd is not None:
@@ -313,7 +325,7 @@ class E2BProvider(ProcessesMixin, FilesMixin, ErrorsMixin, SandboxProvider):
     async def _create(self, spec: SandboxSpec) -> SandboxInfo:
         timeout, renew = self._timeouts(spec.lifecycle)
         lifecycle = self._lifecycle(spec.lifecycle)
-        allow_internet, network = self._network(spec.network)
+        allow_internet, network = self._create_network(spec.network)
         metadata = {**spec.metadata, **self._psdk_metadata(spec, renew)}
         what = "snapshot" if spec.snapshot is not None else "template"
         with self._translate(what=what):
