@@ -1,14 +1,15 @@
 """A Daytona-compatible emulator: the control plane under ``/api`` and the toolbox under
-``/toolbox``, on 127.0.0.1 only, backed by a real neutral provider (``local`` by default).
+``/toolbox``, on 127.0.0.1 only (preview URLs on a listener of their own), backed by a
+real neutral provider (``local`` by default).
 
 The unmodified ``daytona`` SDK, sync and async, talks to it with
 ``DaytonaConfig(api_url="http://127.0.0.1:PORT/api", api_key=KEY)``. Every request must
 carry ``Authorization: Bearer KEY``, except a signed file URL, whose signature is checked
-instead (``_signed``), and a preview URL under ``/preview``, which takes the sandbox's
-access token or a signed token (``_preview``). Faults (see :data:`FAULTS`) are set with
-``--fault NAME=VALUE`` or, while it runs, ``POST /_emulator/faults`` with
-``{"NAME": VALUE}``; ``GET /_emulator/faults`` reports what was set and served.
-Sessions are a real long-lived shell in the sandbox (see ``_sessions``).
+instead (``_signed``); preview URLs are served by the preview proxy, which takes the
+sandbox's access token or a signed token (``_preview``, ``_preview_proxy``). Faults
+(see :data:`FAULTS`) are set with ``--fault NAME=VALUE`` or, while it runs, ``POST
+/_emulator/faults`` with ``{"NAME": VALUE}``; ``GET /_emulator/faults`` reports what
+was set and served. Sessions are a real long-lived shell in the sandbox (see ``_sessions``).
 
 What it does not do: pull images (a sandbox or snapshot made from an image name, or a
 sandbox made from an image definition, runs on the backend's default template, and the
@@ -45,6 +46,7 @@ from provider_sdk_daytona.emulator import _control as api
 from provider_sdk_daytona.emulator import _interpreter as interpreter
 from provider_sdk_daytona.emulator import _metrics as metrics
 from provider_sdk_daytona.emulator import _preview as preview
+from provider_sdk_daytona.emulator import _preview_proxy as preview_proxy
 from provider_sdk_daytona.emulator import _pty as pty
 from provider_sdk_daytona.emulator import _search as search
 from provider_sdk_daytona.emulator import _signed as signed
@@ -95,9 +97,6 @@ def routes() -> list[web.RouteDef]:
         web.get(_SANDBOX + "/ports/{port}/signed-preview-url", preview.signed_preview_url),
         web.post(_SANDBOX + "/ports/{port}/signed-preview-url/{token}/expire",
                  preview.expire_signed_preview_url),
-        # preview URLs: a server in the sandbox
-        web.route("*", "/preview/{label}", preview.forward),
-        web.route("*", "/preview/{label}/{tail:.*}", preview.forward),
         # control plane: volumes
         web.post("/api/volumes", api.create_volume),
         web.get("/api/volumes", api.list_volumes),
@@ -183,6 +182,7 @@ async def daytona_emulator(options: EmulatorOptions) -> AsyncIterator[RunningEmu
         runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         reaper: asyncio.Task[None] | None = None
         await runner.setup()
+        stack = contextlib.AsyncExitStack()
         try:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -190,6 +190,7 @@ async def daytona_emulator(options: EmulatorOptions) -> AsyncIterator[RunningEmu
             await web.SockSite(runner, sock).start()
             port = sock.getsockname()[1]
             ctx.base_url = f"http://127.0.0.1:{port}"
+            ctx.preview_url = await stack.enter_async_context(preview_proxy.serve(ctx))
             reaper = asyncio.create_task(api.reap(ctx))
             yield RunningEmulator(
                 name="daytona", url=ctx.base_url,
@@ -201,6 +202,7 @@ async def daytona_emulator(options: EmulatorOptions) -> AsyncIterator[RunningEmu
                 reaper.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await reaper
+            await stack.aclose()
             await runner.cleanup()
             await _clean_backend(ctx.store)
 

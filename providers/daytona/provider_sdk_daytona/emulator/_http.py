@@ -54,6 +54,8 @@ class Context:
     faults: Faults
     api_key: Secret
     base_url: str = ""
+    preview_url: str = ""
+    """The preview proxy's base URL (``_preview_proxy``)."""
     tasks: set[asyncio.Task[None]] = attrs.field(factory=set)
 
     @property
@@ -142,13 +144,10 @@ SIGNED_ROUTE = re.compile(r"/toolbox/[^/]+/files/(download|upload-v2)")
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Refuse a request without ``Authorization: Bearer <the emulator's key>``, unless
-    it is a signed file URL (``_signed`` checks its signature) or a preview URL
-    (``_preview`` checks its token)."""
+    it is a signed file URL (``_signed`` checks its signature)."""
     ctx = context(request)
     if "signature" in request.query and SIGNED_ROUTE.fullmatch(request.path):
         return await handler(request)  # a signed file URL: its handler checks it
-    if request.path.startswith("/preview/"):
-        return await handler(request)  # preview URLs check their own tokens
     given = request.headers.get("Authorization", "")
     expected = f"Bearer {ctx.api_key.reveal()}"
     if not hmac.compare_digest(given.encode(), expected.encode()):

@@ -5,47 +5,31 @@ Daytona's API answers ``GET /sandbox/{id}/ports/{port}/preview-url`` with
 ``.../signed-preview-url`` with ``https://{port}-{token}.{proxy domain}``, a token that
 stands for the sandbox on that port until it expires (60 s unless asked otherwise, 1 s
 to 24 h) or ``.../signed-preview-url/{token}/expire`` revokes it. Here there is no DNS
-for such names, so the label goes in the path: ``{base}/preview/{port}-{sandboxId}`` and
-``{base}/preview/{port}-{token}``; whatever follows is the path the server sees.
+for such names, so the label goes in the path of the emulator's preview proxy
+(``_preview_proxy``, a listener of its own): ``{proxy}/preview/{port}-{sandboxId}`` and
+``{proxy}/preview/{port}-{token}``; whatever follows is the path the server sees.
 
 As Daytona's proxy, a request by sandbox id must carry the access token
 (``X-Daytona-Preview-Token`` header or ``DAYTONA_SANDBOX_AUTH_KEY`` query parameter) or
 the API key (``Authorization: Bearer``), which are taken off before it is forwarded;
 without one it is a 401 (Daytona's proxy sends a browser to its login page instead). A
-signed token is refused once expired or revoked.
-
-Forwarding: the request, with ``Connection: close``, goes into the sandbox through the
-backend's ``exec`` (a ``bash`` relay to ``127.0.0.1:PORT`` on the sandbox's own
-loopback: nothing leaves the machine), and the answer comes back the same way. Bodies
-are bounded both ways (16 MiB); there are no WebSockets, nor streaming: the answer is
-sent once the server has closed the connection. Nothing listening is a 502.
+signed token is refused once expired or revoked (:func:`target`).
 """
 
 from __future__ import annotations
 
-import http.client
-import io
 import secrets
 import string
 import time
-import urllib.parse
+from collections.abc import Mapping
 
 from aiohttp import web
-from multidict import CIMultiDict
 
-from provider_sdk.emulators import BODY_LIMIT
-from provider_sdk.errors import CommandTimeout, SandboxError
-from provider_sdk_daytona.emulator._http import HttpError, context, json_response
+from provider_sdk_daytona.emulator._http import Context, HttpError, context, json_response
 from provider_sdk_daytona.emulator._store import SandboxRecord, Store
 
 TOKEN_HEADER = "X-Daytona-Preview-Token"
 TOKEN_QUERY = "DAYTONA_SANDBOX_AUTH_KEY"
-_RELAY_TIMEOUT = 60.0
-# Connects on the sandbox's loopback, copies the request in, then the answer out.
-_RELAY = 'exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 97; cat >&3; cat <&3'
-_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer",
-                  "transfer-encoding", "upgrade", "host", "content-length",
-                  "authorization", TOKEN_HEADER.lower()})
 _ALPHABET = string.ascii_lowercase + string.digits
 
 
@@ -65,7 +49,7 @@ def _record(request: web.Request) -> SandboxRecord:
 
 
 def _url(request: web.Request, port: int, label: str) -> str:
-    return f"{context(request).base_url}/preview/{port}-{label}"
+    return f"{context(request).preview_url}/preview/{port}-{label}"
 
 
 async def preview_url(request: web.Request) -> web.Response:
@@ -110,12 +94,17 @@ def _forget_expired(store: Store) -> None:
             del store.signed_previews[key]
 
 
-def _target(request: web.Request) -> tuple[SandboxRecord, int]:
-    """The sandbox and port a preview request is for, once its credentials are checked."""
-    store = context(request).store
-    label = request.match_info["label"]
+def target(ctx: Context, label: str, headers: Mapping[str, str],
+           query: Mapping[str, str]) -> tuple[SandboxRecord, int]:
+    """The sandbox and port a preview request is for, once its credentials are checked
+    (``headers`` by lower-case name).
+
+    Raises:
+        HttpError: 400 for a malformed label, 401 for missing or wrong credentials.
+    """
+    store = ctx.store
     raw_port, _, key = label.partition("-")
-    if not raw_port.isdigit() or not key:
+    if not raw_port.isdigit() or not key or not 1 <= int(raw_port) <= 65535:
         raise HttpError(400, "sandbox ID or signed token is required")
     port = int(raw_port)
     record = store.sandboxes.get(key)
@@ -126,9 +115,8 @@ def _target(request: web.Request) -> tuple[SandboxRecord, int]:
         if record is None:
             raise HttpError(401, "authentication failed: Invalid or expired token")
         return record, port
-    ctx = context(request)
-    given = (request.headers.get(TOKEN_HEADER) or request.query.get(TOKEN_QUERY)
-             or request.headers.get("Authorization", "").removeprefix("Bearer ").strip())
+    given = (headers.get(TOKEN_HEADER.lower()) or query.get(TOKEN_QUERY)
+             or headers.get("authorization", "").removeprefix("Bearer ").strip())
     if not given:
         raise HttpError(401, "missing authentication: provide a preview access token (via "
                              "header, query parameter, or cookie) or use an API key or JWT")
@@ -136,58 +124,3 @@ def _target(request: web.Request) -> tuple[SandboxRecord, int]:
             or secrets.compare_digest(given.encode(), ctx.api_key.reveal().encode())):
         raise HttpError(401, "authentication failed: the preview token or API key is invalid")
     return record, port
-
-
-def _raw_request(request: web.Request, port: int, body: bytes) -> bytes:
-    query = [(k, v) for k, v in request.query.items() if k != TOKEN_QUERY]
-    target = "/" + urllib.parse.quote(request.match_info.get("tail", ""), safe="/%:@!$&'()*+,;=")
-    if query:
-        target += "?" + urllib.parse.urlencode(query)
-    lines = [f"{request.method} {target} HTTP/1.1", f"Host: 127.0.0.1:{port}"]
-    lines += [f"{k}: {v}" for k, v in request.headers.items() if k.lower() not in _HOP]
-    lines += [f"Content-Length: {len(body)}", "Connection: close", "", ""]
-    return "\r\n".join(lines).encode("latin-1", "replace") + body
-
-
-class _Answer(io.BytesIO):
-    """What ``http.client`` reads a response from: the relay's output."""
-
-    def makefile(self, *_args: object, **_kwargs: object) -> _Answer:
-        return self
-
-
-async def forward(request: web.Request) -> web.Response:
-    """``* /preview/{port}-{sandboxIdOrToken}/{path}``: the server's answer."""
-    record, port = _target(request)
-    if record.handle is None or record.state != "started":
-        raise HttpError(502, f"sandbox {record.id} is {record.state}, not started")
-    body = await request.content.read(BODY_LIMIT + 1)
-    if len(body) > BODY_LIMIT:
-        raise HttpError(413, f"the request body is larger than {BODY_LIMIT} bytes")
-    try:
-        result = await record.handle.exec(["bash", "-c", _RELAY, "relay", str(port)],
-                                          stdin=_raw_request(request, port, body),
-                                          timeout=_RELAY_TIMEOUT, output_limit=BODY_LIMIT)
-    except CommandTimeout:
-        raise HttpError(504, f"the server on port {port} did not answer in time") from None
-    except SandboxError as exc:
-        raise HttpError(502, exc.message) from exc
-    if result.stdout_truncated:
-        raise HttpError(502, f"the answer of the server on port {port} is larger than "
-                             f"{BODY_LIMIT} bytes")
-    if result.exit_code == 127:
-        raise HttpError(502, "the sandbox has no bash to reach its port through")
-    if result.exit_code == 97 or not result.stdout_bytes:
-        raise HttpError(502, f"nothing is listening on port {port} in the sandbox")
-    answer = http.client.HTTPResponse(_Answer(result.stdout_bytes))  # type: ignore[arg-type]
-    try:
-        answer.begin()
-        content = answer.read()
-    except (http.client.HTTPException, ValueError) as exc:
-        raise HttpError(502, f"the server on port {port} answered badly: {exc}") from exc
-    headers: CIMultiDict[str] = CIMultiDict()
-    for key, value in answer.getheaders():
-        if key.lower() not in _HOP:
-            headers.add(key, value)
-    return web.Response(status=answer.status, reason=answer.reason, headers=headers,
-                        body=content)

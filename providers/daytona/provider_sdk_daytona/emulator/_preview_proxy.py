@@ -1,0 +1,118 @@
+"""The preview proxy: a listener of its own on 127.0.0.1, as Daytona's proxy is a
+service of its own, serving the preview URLs the API hands out (``_preview``).
+
+Each connection's first request head is read (at most 32 KiB, within 15 s); its path
+must be ``/preview/{port}-{sandboxIdOrToken}[/...]`` and its credentials good (the
+sandbox's access token, the API key, or a signed token still valid: see ``_preview``),
+else it is answered (400, 401, 404, 502) and closed before anything reaches the
+sandbox. What follows the label is the path the server sees; the credentials are taken
+off. Then :mod:`provider_sdk.port_relay` relays the connection to the port through the
+backend (``ports.expose``: the sandbox keeps loopback only) until either side ends, which
+carries bodies, streamed answers and WebSockets. The backend's proxy answers each
+request with ``Connection: close``, so every request is checked on a connection of its
+own. Nothing listening on the port is a 502.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import urllib.parse
+from collections.abc import AsyncIterator
+
+import anyio
+import anyio.abc
+
+from provider_sdk import port_relay
+from provider_sdk.errors import SandboxError
+from provider_sdk_daytona.emulator._http import Context, HttpError
+from provider_sdk_daytona.emulator._preview import TOKEN_HEADER, TOKEN_QUERY, target
+
+__all__ = ["serve"]
+
+_MAX_HEAD = 32 * 1024
+_HEAD_SECONDS = 15.0
+_PREFIX = "/preview/"
+_REASONS = {400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 408: "Request Timeout",
+            431: "Request Header Fields Too Large", 502: "Bad Gateway"}
+
+
+@contextlib.asynccontextmanager
+async def serve(ctx: Context) -> AsyncIterator[str]:
+    """Serve previews on 127.0.0.1 until the block exits; yield the proxy's base URL."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, lambda client: _handle(ctx, client))
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            tg.cancel_scope.cancel()
+
+
+async def _handle(ctx: Context, client: anyio.abc.SocketStream) -> None:
+    async with client:
+        try:
+            await _proxy(ctx, client)
+        except HttpError as error:
+            await _answer(client, error.status, error.message)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream,
+                OSError):
+            pass  # the client went away
+
+
+async def _proxy(ctx: Context, client: anyio.abc.SocketStream) -> None:
+    head, rest = await _read_head(client)
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise HttpError(400, "malformed request line")
+    method, raw_target = parts[0], parts[1]
+    headers: list[tuple[str, str]] = []
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            raise HttpError(400, "malformed header")
+        headers.append((name, value.strip()))
+    split = urllib.parse.urlsplit(raw_target)
+    if not split.path.startswith(_PREFIX):
+        raise HttpError(404, f"no preview at {split.path}; preview URLs are "
+                             "/preview/{port}-{sandboxIdOrToken}")
+    label, _, tail = split.path[len(_PREFIX):].partition("/")
+    query = urllib.parse.parse_qsl(split.query, keep_blank_values=True)
+    named = {name.lower(): value for name, value in headers}
+    record, port = target(ctx, label, named, dict(query))
+    if record.handle is None or record.state != "started":
+        raise HttpError(502, f"sandbox {record.id} is {record.state}, not started")
+    try:
+        exposed = await port_relay.backend_port(record.handle, port)
+    except SandboxError as exc:
+        raise HttpError(502, exc.message) from exc
+    kept = [(k, v) for k, v in query if k != TOKEN_QUERY]
+    forwarded = "/" + tail + (f"?{urllib.parse.urlencode(kept)}" if kept else "")
+    dropped = {"authorization", TOKEN_HEADER.lower()}
+    await port_relay.relay(client, exposed, method=method, target=forwarded, rest=rest,
+                           headers=[(k, v) for k, v in headers if k.lower() not in dropped])
+
+
+async def _read_head(client: anyio.abc.SocketStream) -> tuple[bytes, bytes]:
+    data = b""
+    with anyio.move_on_after(_HEAD_SECONDS):
+        while b"\r\n\r\n" not in data:
+            if len(data) > _MAX_HEAD:
+                raise HttpError(431, "the request head is too large")
+            data += await client.receive()
+        head, _, rest = data.partition(b"\r\n\r\n")
+        return head, rest
+    raise HttpError(408, "no complete request head in time")
+
+
+async def _answer(client: anyio.abc.SocketStream, status: int, message: str) -> None:
+    """An error answer in the API's envelope (never naming a token)."""
+    body = json.dumps({"statusCode": status, "message": message,
+                       "error": _REASONS.get(status, "Error")}).encode()
+    head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
+            "Content-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        await client.send(head + body)
