@@ -235,3 +235,26 @@ async def test_wrong_tokens_in_every_form_are_refused(proxy: PortProxy,
             f"GET {target} HTTP/1.1\r\nHost: x\r\n{extra}\r\n").encode())
         assert answer.startswith(b"HTTP/1.1 401"), (target, answer[:40])
     assert upstream.heads == []
+
+
+async def test_cookie_keeps_a_browser_working(proxy: PortProxy, upstream: _Upstream) -> None:
+    """The answer to a request with the token in its query sets an HttpOnly,
+    SameSite=Strict cookie, with which the next page loads without the token; the
+    cookie is stripped and the application's own cookies are kept."""
+    exposed = await proxy.expose("sb", 80, _opener(upstream))
+    token = exposed.token.reveal()
+    first = await _send(exposed.base_url, f"GET /?psdk_token={token} HTTP/1.1\r\n"
+                                          "Host: x\r\n\r\n".encode())
+    head = first.partition(b"\r\n\r\n")[0].decode()
+    (cookie,) = [line.split(":", 1)[1].strip() for line in head.split("\r\n")
+                 if line.lower().startswith("set-cookie:")]
+    attributes = [a.strip().lower() for a in cookie.split(";")]
+    assert "httponly" in attributes, cookie
+    assert "samesite=strict" in attributes, cookie
+    answer = await _send(exposed.base_url, (f"GET /next HTTP/1.1\r\nHost: x\r\n"
+                                            f"Cookie: app=1; {cookie.split(';')[0]}\r\n"
+                                            "\r\n").encode())
+    assert answer.startswith(b"HTTP/1.1 200"), answer
+    assert upstream.heads[-1].startswith(b"GET /next HTTP/1.1")
+    assert b"Cookie: app=1\r\n" in upstream.heads[-1]
+    assert all(token.encode() not in head for head in upstream.heads)

@@ -38,6 +38,9 @@ PROVIDER_CAPABILITIES: dict[str, frozenset[Capability]] = {"DaytonaProvider": fr
         Capability.RESOURCES_DISK,
         Capability.TEMPLATES,
         Capability.TEMPLATES_BUILD,
+        Capability.PORTS_EXPOSE,
+        Capability.PORTS_URL_TOKEN,
+        Capability.PORTS_REVOKE,
 })}
 """What :class:`DaytonaProvider` declares. Not declared: ``volumes.read_only`` (Daytona's
 mounts have no read-only flag), ``network.deny_out`` (it has allow lists only),

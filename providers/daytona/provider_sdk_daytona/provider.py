@@ -68,8 +68,8 @@ from provider_sdk import errors
 from provider_sdk.capabilities import Capability
 from provider_sdk.config import Secret, env_setting
 from provider_sdk.dockerfile import TemplateSupport
-from provider_sdk.models import Resources as NeutralResources
 from provider_sdk.models import (
+    ExposedPort,
     SandboxInfo,
     SandboxSpec,
     SandboxState,
@@ -78,6 +78,7 @@ from provider_sdk.models import (
     TemplateSpec,
     Volume,
 )
+from provider_sdk.models import Resources as NeutralResources
 from provider_sdk.provider import SandboxProvider
 from provider_sdk.sandbox import Shell
 from provider_sdk_daytona import PROVIDER_CAPABILITIES
@@ -88,6 +89,7 @@ from provider_sdk_daytona._calls import CallsMixin
 from provider_sdk_daytona._commands import CommandsMixin
 from provider_sdk_daytona._errors import code_of, neutral, status_of
 from provider_sdk_daytona._files import FilesMixin
+from provider_sdk_daytona._ports import PortsMixin
 from provider_sdk_daytona._shell import DaytonaShell
 
 if TYPE_CHECKING:
@@ -124,7 +126,7 @@ def _state_name(sandbox: AsyncSandbox) -> str:
     return str(getattr(state, "value", state) or "unknown")
 
 
-class DaytonaProvider(CommandsMixin, BackgroundMixin, FilesMixin, CallsMixin,
+class DaytonaProvider(CommandsMixin, BackgroundMixin, FilesMixin, PortsMixin, CallsMixin,
                       SandboxProvider):
     """Sandboxes on Daytona (or anything that speaks its API, like ``psdk emulate daytona``).
 
@@ -180,6 +182,8 @@ class DaytonaProvider(CommandsMixin, BackgroundMixin, FilesMixin, CallsMixin,
         """Files that finished commands left in each sandbox, removed in batches."""
         self._processes: dict[tuple[str, int], tuple[str, str]] = {}
         """(sandbox, pid) -> (token, session command id) of background processes."""
+        self._exposed: dict[tuple[str, int], tuple[ExposedPort, float]] = {}
+        """(sandbox, port) -> the signed preview URL exposed, and when it expires."""
 
     def __repr__(self) -> str:
         return f"<DaytonaProvider api_url={self._api_url!r} target={self._target!r}>"
@@ -370,6 +374,7 @@ class DaytonaProvider(CommandsMixin, BackgroundMixin, FilesMixin, CallsMixin,
         return found
 
     async def _kill(self, sandbox_id: str) -> None:
+        self._forget_ports(sandbox_id)
         self._workdirs.pop(sandbox_id, None)
         self._litter.pop(sandbox_id, None)
         try:
