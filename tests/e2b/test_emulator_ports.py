@@ -87,3 +87,19 @@ def test_cube_tells_the_token_at_create_only_and_checks_it_on_envd_too(
         assert again.traffic_access_token is None
     finally:
         sandbox.kill()
+
+
+def test_cube_routes_a_port_by_host_and_by_path(cube_emulator: RunningEmulator) -> None:
+    """CubeProxy's two forms reach the server; the path form's prefix is taken off."""
+    sandbox = CubeSandbox.create()
+    try:
+        sandbox.commands.run(f"({_SERVER}) > /dev/null 2>&1 &")
+        key = {"X-API-Key": cube_emulator.api_key.reveal()}
+        host = sandbox.get_host(_PORT)
+        _serving(cube_emulator, host, key)
+        assert _get(cube_emulator, host, headers=key).text == "inside\n"
+        by_path = httpx.get(f"{cube_emulator.url}/sandbox/{sandbox.sandbox_id}/{_PORT}"
+                            "/index.html", headers=key, timeout=30)
+        assert (by_path.status_code, by_path.text) == (200, "inside\n")
+    finally:
+        sandbox.kill()
