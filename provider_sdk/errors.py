@@ -44,7 +44,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from provider_sdk.models import ExecResult
+    from provider_sdk.results import ExecResult
 
 __all__ = [
     "AuthenticationError",
