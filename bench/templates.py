@@ -37,6 +37,7 @@ from provider_sdk.emulators import EmulatorOptions, RunningEmulator
 from provider_sdk.local import LocalProvider
 from provider_sdk.models import TemplateSpec
 from provider_sdk.provider import SandboxProvider
+from provider_sdk.templates import from_dockerfile
 
 CONTEXT_FILES = 300
 FILE_BYTES = 16 << 10
@@ -54,7 +55,7 @@ def new_spec(root: Path, *, copies: bool) -> TemplateSpec:
     dockerfile = root / "Dockerfile"
     copy = "COPY data /opt/data\n" if copies else ""
     dockerfile.write_text(f"FROM {DEFAULT_TEMPLATE}\n{copy}RUN echo {marker} > /opt/marker\n")
-    return TemplateSpec.from_dockerfile(dockerfile, name=f"psdk-bench-{marker}")
+    return from_dockerfile(dockerfile, name=f"psdk-bench-{marker}")
 
 
 async def measure(provider: SandboxProvider, root: Path, rounds: int) -> tuple[float, float]:

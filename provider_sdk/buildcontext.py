@@ -21,7 +21,7 @@ from typing import IO, TYPE_CHECKING
 
 import attrs
 
-from provider_sdk.dockerfile import Dockerfile
+from provider_sdk.dockerfile import Dockerfile, parse
 from provider_sdk.errors import TemplateBuildError
 
 if TYPE_CHECKING:
@@ -168,7 +168,7 @@ def content_hash(spec: TemplateSpec) -> str:
     for value in (spec.dockerfile, spec.cpu, spec.memory_mb, spec.start_cmd, spec.ready_cmd):
         digest.update(repr(value).encode() + b"\0")
     context = Path(spec.context) if spec.context is not None else None
-    for path, relative in used_files(spec.parsed(), context):
+    for path, relative in used_files(parse(spec.dockerfile), context):
         info = path.lstat()
         digest.update(relative.encode("utf-8", "surrogateescape") + b"\0")
         digest.update(f"{stat.S_IMODE(info.st_mode) | stat.S_IFMT(info.st_mode):o}\0".encode())

@@ -151,7 +151,7 @@ HOOKS: dict[Capability, tuple[str, ...]] = {
     Capability.VOLUMES: ("_create_volume", "_get_volume", "_list_volumes", "_delete_volume"),
     Capability.NETWORK_UPDATE: ("_update_network",),
     Capability.METRICS: ("_metrics",),
-    Capability.TEMPLATES_BUILD: ("_build_template", "_list_templates", "_delete_template"),
+    Capability.TEMPLATES_BUILD: ("_template_builder",),
     Capability.PORTS_EXPOSE: ("_expose", "_unexpose"),
 }
 

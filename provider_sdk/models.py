@@ -8,22 +8,16 @@ themselves when constructed: a malformed field raises
 
 from __future__ import annotations
 
-import builtins
 import datetime as dt
 import enum
-import os
 import re
 import types
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any, Literal
 
 import attrs
 
-from provider_sdk.buildcontext import content_hash, used_files
-from provider_sdk.dockerfile import Dockerfile, Problem, TemplateSupport, problems
-from provider_sdk.dockerfile import parse as parse_dockerfile
-from provider_sdk.errors import InvalidInput, TemplateBuildError
+from provider_sdk.errors import InvalidInput
 from provider_sdk.labels import check_labels
 from provider_sdk.results import ExecResult
 from provider_sdk.secret import Secret
@@ -344,9 +338,11 @@ class Metrics:
 
 @attrs.frozen(kw_only=True)
 class TemplateSpec:
-    """How to build a template: a Dockerfile and its context.
+    """How to build a template: a Dockerfile and its context, as plain data.
 
-    Make one with :meth:`from_dockerfile`, which reads and checks the file; building
+    Make one with :func:`provider_sdk.templates.from_dockerfile`, which reads and
+    checks the file; what is derived from a spec (its parsed Dockerfile, content hash,
+    problems for a builder) is in :mod:`provider_sdk.templates`. Building
     (:meth:`~provider_sdk.provider.SandboxProvider.build_template`) refuses, before
     anything runs, what the target cannot do.
     """
@@ -362,66 +358,11 @@ class TemplateSpec:
     """Command started when a sandbox starts from the template."""
     ready_cmd: str | None = None
     """Command that exits 0 once the started command is ready."""
-    _parsed: Any = attrs.field(default=None, init=False, eq=False, repr=False)
 
     @name.validator
     def _check_name(self, _attribute: attrs.Attribute[str], value: str) -> None:
         if not _TEMPLATE_NAME.match(value):
             raise InvalidInput(f"name: {value!r} must be lowercase letters, digits, '.', '_', '-'")
-
-    @classmethod
-    def from_dockerfile(cls, path: str | os.PathLike[str], *,
-                        context: str | os.PathLike[str] | None = None,
-                        name: str | None = None, cpu: float | None = None,
-                        memory_mb: int | None = None, start_cmd: str | None = None,
-                        ready_cmd: str | None = None) -> TemplateSpec:
-        """Read, parse and check a Dockerfile.
-
-        Args:
-            path: the Dockerfile, or a directory holding one named ``Dockerfile``.
-            context: the build context (default: the Dockerfile's directory);
-                ``.dockerignore`` in it is honoured.
-            name: the template's name (default: the directory's name, made valid).
-
-        Raises:
-            TemplateBuildError: step ``parse`` for a file that cannot be read or parsed,
-                or the failing instruction (``COPY (line 4)``) for a source missing
-                from the context.
-        """
-        file = Path(path)
-        if file.is_dir():
-            file = file / "Dockerfile"
-        try:
-            text = file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise TemplateBuildError(f"cannot read the Dockerfile {str(file)!r}: {exc}",
-                                     step="parse") from exc
-        root = Path(context) if context is not None else file.resolve().parent
-        if name is None:
-            name = re.sub(r"[^a-z0-9._-]+", "-", root.resolve().name.lower()).strip("-._")
-            name = name[:128] or "template"
-        spec = cls(name=name, dockerfile=text, context=str(root), cpu=cpu,
-                   memory_mb=memory_mb, start_cmd=start_cmd, ready_cmd=ready_cmd)
-        used_files(spec.parsed(), root)  # a COPY source missing from the context fails here
-        return spec
-
-    def parsed(self) -> Dockerfile:
-        """The parsed Dockerfile (parsed once); ``TemplateBuildError`` (step ``parse``)
-        if it does not parse."""
-        if self._parsed is None:
-            object.__setattr__(self, "_parsed", parse_dockerfile(self.dockerfile))
-        return self._parsed  # type: ignore[no-any-return]
-
-    def content_hash(self) -> str:
-        """SHA-256 over the Dockerfile, the options and the context files it uses: an
-        unchanged spec has an unchanged hash, and is not rebuilt."""
-        return content_hash(self)
-
-    def problems(self, support: TemplateSupport) -> builtins.list[Problem]:
-        """What a builder with ``support`` cannot do with this spec, with line numbers."""
-        return problems(self.parsed(), support, {
-            "cpu": self.cpu, "memory_mb": self.memory_mb, "start_cmd": self.start_cmd,
-            "ready_cmd": self.ready_cmd})
 
 
 @attrs.frozen(kw_only=True)

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
+import anyio
 import attrs
 
 from provider_sdk.capabilities import IMPLIES, Capability
@@ -46,6 +47,7 @@ from provider_sdk.models import (
     TemplateSpec,
     Volume,
 )
+from provider_sdk.templates import TemplateBuilder, content_hash, problems
 
 if TYPE_CHECKING:
     from provider_sdk.sandbox import Sandbox, SandboxCreation, Shell
@@ -304,7 +306,10 @@ class SandboxProvider(abc.ABC):
 
         What this provider's builder cannot do (:meth:`check_template`) is refused first,
         as one :class:`~provider_sdk.errors.TemplateBuildError` (step ``check``) that
-        lists every problem with its line. ``on_progress`` receives build log lines.
+        lists every problem with its line. Then the spec's content hash
+        (:func:`~provider_sdk.templates.content_hash`) is computed, once: a template the
+        builder already has with that hash is returned as it is, without a build and
+        without progress. ``on_progress`` receives build log lines.
         """
         self.require(Capability.TEMPLATES_BUILD)
         found = self.check_template(spec)
@@ -313,27 +318,32 @@ class SandboxProvider(abc.ABC):
                 f"the {self.name} builder cannot build {spec.name!r}: "
                 + "; ".join(str(p) for p in found), step="check",
                 log_tail="\n".join(str(p) for p in found), provider=self.name)
-        async with span("template.build", self.name):
-            return await self._build_template(spec, force=force, on_progress=on_progress)
+        async with span("template.build", self.name) as extra:
+            builder = self._template_builder()
+            digest = await anyio.to_thread.run_sync(content_hash, spec)
+            if not force and (built := await builder.find(spec, digest)) is not None:
+                extra["cached"] = True
+                return built
+            return await builder.build(spec, digest, force=force, on_progress=on_progress)
 
     def check_template(self, spec: TemplateSpec) -> builtins.list[Problem]:
         """What this provider's template builder cannot do with ``spec``, with Dockerfile
         line numbers; empty when it can build it. Raises ``TemplateBuildError`` (step
         ``parse``) for a Dockerfile that does not parse."""
         self.require(Capability.TEMPLATES_BUILD)
-        return spec.problems(self.template_support)
+        return problems(spec, self.template_support)
 
     async def list_templates(self) -> builtins.list[Template]:
         """Templates this provider built or knows."""
         self.require(Capability.TEMPLATES_BUILD)
         async with span("template.list", self.name):
-            return await self._list_templates()
+            return await self._template_builder().list()
 
     async def delete_template(self, template_id: str) -> None:
         """Delete a template; ``TemplateNotFound`` if unknown."""
         self.require(Capability.TEMPLATES_BUILD)
         async with span("template.delete", self.name):
-            await self._delete_template(template_id)
+            await self._template_builder().delete(template_id)
 
     async def aclose(self) -> None:
         """Release client resources (connections, threads). Safe to call twice."""
@@ -502,17 +512,10 @@ class SandboxProvider(abc.ABC):
         """Stop serving the port; nothing to do if it is not exposed. (``ports.expose``)"""
         raise self._unsupported(Capability.PORTS_EXPOSE, sandbox_id)
 
-    async def _build_template(self, spec: TemplateSpec, *, force: bool,
-                              on_progress: Callable[[str], None] | None) -> Template:
-        """Build a template. (``templates.build``)"""
-        raise self._unsupported(Capability.TEMPLATES_BUILD, None)
-
-    async def _list_templates(self) -> builtins.list[Template]:
-        """List templates. (``templates.build``)"""
-        raise self._unsupported(Capability.TEMPLATES_BUILD, None)
-
-    async def _delete_template(self, template_id: str) -> None:
-        """Delete a template. (``templates.build``)"""
+    def _template_builder(self) -> TemplateBuilder:
+        """This provider's template builder (the same object each time, or a cheap new
+        one): :meth:`build_template`, :meth:`list_templates` and
+        :meth:`delete_template` go through it. (``templates.build``)"""
         raise self._unsupported(Capability.TEMPLATES_BUILD, None)
 
     # ------------------------------------------------------------------- helpers

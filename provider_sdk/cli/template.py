@@ -19,7 +19,8 @@ import anyio
 from provider_sdk import config
 from provider_sdk.capabilities import Capability
 from provider_sdk.cli.console import CliError, Console, dump_json, table, to_json
-from provider_sdk.models import Template, TemplateSpec
+from provider_sdk.models import Template
+from provider_sdk.templates import from_dockerfile
 
 __all__ = ["cmd_template"]
 
@@ -33,7 +34,7 @@ async def cmd_template(args: argparse.Namespace, console: Console) -> int:
         provider.require(Capability.TEMPLATES_BUILD)
         if args.action == "build":
             spec = await anyio.to_thread.run_sync(functools.partial(
-                TemplateSpec.from_dockerfile, args.path, context=args.context, name=args.name,
+                from_dockerfile, args.path, context=args.context, name=args.name,
                 cpu=args.cpu, memory_mb=args.memory_mb, start_cmd=args.start_cmd,
                 ready_cmd=args.ready_cmd))
             problems = provider.check_template(spec)

@@ -1,19 +1,22 @@
-"""Templates of ``LocalProvider``: built with Docker Engine, exported into the home,
-listed and deleted.
+"""Templates of ``LocalProvider``: filesystems exported into the home, listed and deleted.
 
-Only building needs Docker (through ``DockerProvider``) and the distribution
-``sandbox-provider-sdk-templates``; a built template is a directory the sandboxes made from it
-use as their overlay's lower layer (see ``_templates``), so it is not deleted while one
-of them, or a snapshot of one, exists.
+:class:`LocalTemplates` is the provider's template builder. It builds nothing itself:
+a :class:`~provider_sdk.templates.RootfsSource`, found through the entry-point group
+``provider_sdk.rootfs`` (the distribution ``sandbox-provider-sdk-templates`` registers
+one that builds with Docker Engine), writes the spec's filesystem into a staging
+directory, which is checked, prepared and moved into place. A built template is a
+directory the sandboxes made from it use as their overlay's lower layer (see
+``_templates``), so it is not deleted while one of them, or a snapshot of one, exists.
 """
 
 from __future__ import annotations
 
-import contextlib
+import builtins
 import datetime as dt
 import secrets
 import shutil
-from collections.abc import Callable
+from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
@@ -24,101 +27,111 @@ from provider_sdk.local import _templates
 from provider_sdk.local._home import Home, now, read_meta, write_meta
 from provider_sdk.local._trees import remove_tree
 from provider_sdk.models import Template, TemplateSpec
+from provider_sdk.templates import ROOTFS_GROUP, ImageConfig, Progress, RootfsSource, parsed
 
-__all__ = ["TemplateBuildsMixin"]
+__all__ = ["LocalTemplates", "TemplateBuildsMixin", "rootfs_source"]
+
+_DISTRIBUTION = "sandbox-provider-sdk-templates"
 
 
-class TemplateBuildsMixin:
-    """The template hooks of ``LocalProvider``, and the template records it reads."""
+def rootfs_source(provider: str) -> RootfsSource:
+    """The installed root filesystem source (the first by name in ``provider_sdk.rootfs``);
+    ``ConfigError`` naming the distribution to install when there is none."""
+    found = sorted(entry_points(group=ROOTFS_GROUP), key=lambda e: e.name)
+    if not found:
+        raise errors.ConfigError(
+            "templates for the local provider are built with Docker Engine: install the "
+            f"distribution {_DISTRIBUTION}: " + install_hint(_DISTRIBUTION), provider=provider)
+    try:
+        factory = found[0].load()
+    except ImportError as exc:
+        raise errors.ConfigError(
+            "templates for the local provider are built with Docker Engine: install the "
+            f"distribution {_DISTRIBUTION} (missing module: {exc.name}): "
+            + install_hint(_DISTRIBUTION), provider=provider) from exc
+    source: RootfsSource = factory()
+    return source
 
-    name: ClassVar[str]
-    _home: Home
 
-    def _template_meta(self, template_id: str) -> dict[str, Any]:
+class LocalTemplates:
+    """The local provider's template builder (a :class:`~provider_sdk.templates.TemplateBuilder`).
+
+    Args:
+        home: the provider's home.
+        provider: the provider's name, for errors and templates.
+    """
+
+    def __init__(self, home: Home, provider: str) -> None:
+        self._home = home
+        self._provider = provider
+
+    def meta(self, template_id: str) -> dict[str, Any]:
+        """A built template's record; ``TemplateNotFound`` naming the others if unknown."""
         meta = (read_meta(self._home.template(template_id))
                 if _templates.TEMPLATE_ID.match(template_id) else None)
         if meta is None:
             known = ", ".join(["default", *self._home.ids("templates")])
             raise errors.TemplateNotFound(
                 f"template {template_id!r} does not exist; this home has: {known}",
-                provider=self.name)
+                provider=self._provider)
         return meta
 
-    async def _build_template(self, spec: TemplateSpec, *, force: bool,
-                              on_progress: Callable[[str], None] | None) -> Template:
-        try:
-            from provider_sdk_docker import DockerProvider
-            from provider_sdk_templates import rootfs
-        except ImportError as exc:
-            raise errors.ConfigError(
-                "templates for the local provider are built with Docker Engine: install the "
-                f"distribution sandbox-provider-sdk-templates (missing module: {exc.name}): "
-                + install_hint("sandbox-provider-sdk-templates"),
-                provider=self.name) from exc
-        digest = await anyio.to_thread.run_sync(spec.content_hash)
-        template_id = _templates.template_id(spec.name, digest)
-        meta = read_meta(self._home.template(template_id))
-        if meta is not None and not force:
-            return self._to_template(meta)
-        if meta is not None:
-            await anyio.to_thread.run_sync(self._check_unused, template_id)
-        # Docker's errors are this provider's: the caller asked the local provider.
-        with errors.on_behalf_of(self.name):
-            docker = DockerProvider()
-            try:
-                before = {(t.name, t.content_hash) for t in await docker.list_templates()}
-                image = await docker.build_template(spec, force=force, on_progress=on_progress)
-                try:
-                    if on_progress is not None:
-                        on_progress(f"exporting the filesystem of {image.id} as local "
-                                    f"template {template_id}")
-                    meta = await anyio.to_thread.run_sync(
-                        lambda: self._export(rootfs.export_image, image.id, spec, digest,
-                                             force))
-                finally:
-                    if (spec.name, digest) not in before:  # made for this build: not kept
-                        with contextlib.suppress(errors.SandboxError):
-                            await docker.delete_template(image.id)
-            finally:
-                await docker.aclose()
-        return self._to_template(meta)
+    async def find(self, spec: TemplateSpec, digest: str) -> Template | None:
+        path = self._home.template(_templates.template_id(spec.name, digest))
+        meta = await anyio.to_thread.run_sync(read_meta, path)
+        return self.to_template(meta) if meta is not None else None
 
-    def _export(self, export: Callable[..., Any], image: str, spec: TemplateSpec, digest: str,
-                force: bool) -> dict[str, Any]:
-        """Export ``image`` beside the templates, then move it into place."""
-        name = spec.name
-        template_id = _templates.template_id(name, digest)
+    async def build(self, spec: TemplateSpec, digest: str, *, force: bool,
+                    on_progress: Progress | None) -> Template:
+        source = rootfs_source(self._provider)
+        template_id = _templates.template_id(spec.name, digest)
+        if read_meta(self._home.template(template_id)) is not None:
+            await anyio.to_thread.run_sync(self._check_unused, template_id)
         templates = self._home.path / "templates"
         staging = templates / f".{template_id}-{secrets.token_hex(4)}"
         staging.mkdir(mode=0o700)
         try:
-            config = export(image, staging / "root", provider=self.name)
-            if _templates.user_uid(staging / "root", config.user) not in (0, 1000):
-                users = [i.line for i in spec.parsed().instructions if i.keyword == "USER"]
-                raise errors.TemplateBuildError(
-                    f"the image's USER is {config.user!r}, which is not uid 0 or 1000 in its "
-                    "/etc/passwd: local sandboxes always run as uid 1000",
-                    step=f"USER (line {users[-1]})" if users else "USER", provider=self.name)
-            _templates.prepare_root(staging / "root")
-            meta = {"id": template_id, "name": name, "content_hash": digest,
-                    "created_at": now().isoformat(), "image": image,
-                    "env": dict(config.env), "workdir": config.workdir, "user": config.user,
-                    "cpu": spec.cpu, "memory_mb": spec.memory_mb,
-                    "start_cmd": spec.start_cmd, "ready_cmd": spec.ready_cmd}
-            write_meta(staging, meta)
-            target = self._home.template(template_id)
-            with self._home.lock(templates):
-                if read_meta(target) is not None:
-                    if not force:  # another build of the same spec finished first
-                        shutil.rmtree(staging)
-                        return read_meta(target) or meta
-                    self._check_unused(template_id)
-                    remove_tree(target)
-                staging.rename(target)
-            return meta
+            try:
+                config = await source.export(spec, digest, staging / "root", force=force,
+                                             on_progress=on_progress, provider=self._provider)
+            finally:
+                await source.aclose()
+            meta = await anyio.to_thread.run_sync(
+                lambda: self._place(staging, spec, digest, config, force))
         except BaseException:
-            remove_tree(staging)
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(remove_tree, staging)
             raise
+        return self.to_template(meta)
+
+    def _place(self, staging: Path, spec: TemplateSpec, digest: str, config: ImageConfig,
+               force: bool) -> dict[str, Any]:
+        """Check and prepare an exported filesystem in ``staging``, then move it into
+        place (removed by the caller if this fails)."""
+        template_id = _templates.template_id(spec.name, digest)
+        if _templates.user_uid(staging / "root", config.user) not in (0, 1000):
+            users = [i.line for i in parsed(spec).instructions if i.keyword == "USER"]
+            raise errors.TemplateBuildError(
+                f"the image's USER is {config.user!r}, which is not uid 0 or 1000 in its "
+                "/etc/passwd: local sandboxes always run as uid 1000",
+                step=f"USER (line {users[-1]})" if users else "USER", provider=self._provider)
+        _templates.prepare_root(staging / "root")
+        meta = {"id": template_id, "name": spec.name, "content_hash": digest,
+                "created_at": now().isoformat(), "image": config.image or "",
+                "env": dict(config.env), "workdir": config.workdir, "user": config.user,
+                "cpu": spec.cpu, "memory_mb": spec.memory_mb,
+                "start_cmd": spec.start_cmd, "ready_cmd": spec.ready_cmd}
+        write_meta(staging, meta)
+        target = self._home.template(template_id)
+        with self._home.lock(self._home.path / "templates"):
+            if read_meta(target) is not None:
+                if not force:  # another build of the same spec finished first
+                    shutil.rmtree(staging)
+                    return read_meta(target) or meta
+                self._check_unused(template_id)
+                remove_tree(target)
+            staging.rename(target)
+        return meta
 
     def _check_unused(self, template_id: str) -> None:
         """Conflict while a sandbox or snapshot of this home is made from the template
@@ -131,14 +144,14 @@ class TemplateBuildsMixin:
             users = [f"sandbox {s}" for s in sandboxes] + [f"snapshot {s}" for s in snapshots]
             raise errors.Conflict(
                 f"template {template_id!r} is in use by {', '.join(users)}: kill those "
-                "sandboxes and delete those snapshots first", provider=self.name)
+                "sandboxes and delete those snapshots first", provider=self._provider)
 
-    async def _list_templates(self) -> list[Template]:
+    async def list(self) -> builtins.list[Template]:
         metas = [read_meta(self._home.template(t)) for t in self._home.ids("templates")]
-        return [self._to_template(m) for m in metas if m is not None]
+        return [self.to_template(m) for m in metas if m is not None]
 
-    async def _delete_template(self, template_id: str) -> None:
-        self._template_meta(template_id)  # TemplateNotFound
+    async def delete(self, template_id: str) -> None:
+        self.meta(template_id)  # TemplateNotFound
         templates = self._home.path / "templates"
 
         def delete() -> None:
@@ -148,8 +161,9 @@ class TemplateBuildsMixin:
 
         await anyio.to_thread.run_sync(delete)
 
-    def _to_template(self, meta: dict[str, Any]) -> Template:
-        return Template(id=meta["id"], name=meta["name"], provider=self.name,
+    def to_template(self, meta: dict[str, Any]) -> Template:
+        """A template record as a neutral :class:`~provider_sdk.models.Template`."""
+        return Template(id=meta["id"], name=meta["name"], provider=self._provider,
                         content_hash=meta["content_hash"],
                         created_at=dt.datetime.fromisoformat(meta["created_at"]),
                         extra={"path": str(self._home.template(meta["id"]) / "root"),
@@ -157,3 +171,16 @@ class TemplateBuildsMixin:
                                "workdir": meta["workdir"], "user": meta["user"],
                                "start_cmd": meta.get("start_cmd"),
                                "ready_cmd": meta.get("ready_cmd")})
+
+
+class TemplateBuildsMixin:
+    """The template hook of ``LocalProvider``, and the template records it reads."""
+
+    name: ClassVar[str]
+    _home: Home
+
+    def _template_builder(self) -> LocalTemplates:
+        return LocalTemplates(self._home, self.name)
+
+    def _template_meta(self, template_id: str) -> dict[str, Any]:
+        return self._template_builder().meta(template_id)

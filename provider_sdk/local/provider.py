@@ -12,8 +12,9 @@ many seconds without requests or running background processes.
 
 Templates (``templates.build``) are images built with Docker Engine and exported into
 the home; a sandbox made from one runs on an overlay of that filesystem (see
-``_templates``). Only building needs Docker (and the distribution
-``sandbox-provider-sdk-templates``); listing, deleting and creating from a built template do not.
+``_templates``). Only building a new spec needs Docker, through the root filesystem
+source that the distribution ``sandbox-provider-sdk-templates`` registers (this package
+never imports it); listing, deleting and creating from a built template do not.
 
 This module holds the class, its lifecycle and the state it reads from the home; its
 other hooks are in mixins: ``_startup`` (a sandbox's root and launch), ``_calls`` (exec,
@@ -59,6 +60,7 @@ from provider_sdk.models import (
 )
 from provider_sdk.ports import PortProxy
 from provider_sdk.provider import SandboxProvider
+from provider_sdk.templates import parsed
 
 __all__ = ["BrokenRecordWarning", "LocalProvider", "UnisolatedWarning"]
 
@@ -525,7 +527,7 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         declared :attr:`template_support`, a ``USER`` naming a uid other than 0 or 1000
         (a user name is checked against the image's ``/etc/passwd`` at build time)."""
         found = super().check_template(spec)
-        for instruction in spec.parsed().instructions:
+        for instruction in parsed(spec).instructions:
             if instruction.keyword == "USER" and instruction.args:
                 uid = instruction.args[0].partition(":")[0]
                 if uid.isdigit() and int(uid) not in (0, 1000):

@@ -15,6 +15,7 @@ import attrs
 
 from provider_sdk.errors import TemplateNotFound
 from provider_sdk.models import TemplateSpec
+from provider_sdk.templates import from_dockerfile
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -70,5 +71,4 @@ def spec(template: str, /, **options: Any) -> TemplateSpec:
     settings: dict[str, Any] = {
         "name": template, "cpu": chosen.cpu, "memory_mb": chosen.memory_mb,
         "start_cmd": chosen.start_cmd, "ready_cmd": chosen.ready_cmd, **options}
-    return TemplateSpec.from_dockerfile(chosen.path / "Dockerfile", context=chosen.path,
-                                        **settings)
+    return from_dockerfile(chosen.path / "Dockerfile", context=chosen.path, **settings)

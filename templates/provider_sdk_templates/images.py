@@ -18,8 +18,7 @@ from typing import Any
 
 import anyio
 import attrs
-from provider_sdk_docker import DockerProvider
-from provider_sdk_docker._engine import Engine
+from provider_sdk_docker import DockerProvider, Engine
 
 from provider_sdk import errors
 from provider_sdk.config import Secret, env_setting
@@ -98,7 +97,7 @@ class ImageBuilder:
 
     def __init__(self, docker: DockerProvider | None = None) -> None:
         self._docker = docker or DockerProvider()
-        self._engine: Engine = self._docker._engine
+        self._engine: Engine = self._docker.engine
 
     async def build(self, spec: TemplateSpec, *, force: bool = False,
                     on_progress: Progress | None = None) -> Template:

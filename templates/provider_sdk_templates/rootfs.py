@@ -1,7 +1,10 @@
 """An image's filesystem, exported from Docker Engine into a directory.
 
 For template builders that run sandboxes on a plain directory tree (the local
-provider): :func:`export_image` creates a container from the image with networking off,
+provider): :class:`DockerRootfs` is the :class:`~provider_sdk.templates.RootfsSource`
+this distribution registers (entry-point group ``provider_sdk.rootfs``, name
+``docker``): it builds a spec with the Docker provider, then :func:`export_image`
+creates a container from the image with networking off,
 never starts it, streams the Engine's ``export`` archive through :func:`extract`, and
 removes the container. :func:`extract` trusts nothing in the archive: no entry lands
 outside the target directory (no ``..``, no absolute names, no writing through a
@@ -13,6 +16,7 @@ This module never builds an image and never talks to a sandbox backend.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -21,29 +25,64 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-import attrs
+import anyio
 import docker
 import docker.errors
 import requests.exceptions
+from provider_sdk_docker import DockerProvider
 
 from provider_sdk import errors
+from provider_sdk.models import TemplateSpec
+from provider_sdk.templates import ImageConfig, Progress
 
-__all__ = ["ImageConfig", "export_image", "extract"]
+__all__ = ["DockerRootfs", "ImageConfig", "export_image", "extract"]
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 _COPY_CHUNK = 1 << 20
 
 
-@attrs.frozen(kw_only=True)
-class ImageConfig:
-    """What an image's configuration says about how its processes run."""
+class DockerRootfs:
+    """Root filesystems built with Docker Engine (a
+    :class:`~provider_sdk.templates.RootfsSource`).
 
-    env: Mapping[str, str] = attrs.field(factory=dict)
-    """``ENV``: the image's environment."""
-    workdir: str | None = None
-    """``WORKDIR``; ``None`` when unset."""
-    user: str | None = None
-    """``USER``; ``None`` when unset."""
+    The spec is built into an image by the Docker provider (the same checks, cache and
+    errors); an image made for this export alone is removed afterwards.
+
+    Args:
+        docker: the Docker provider that builds (default: one from ``DOCKER_HOST``,
+            made on first use and closed by :meth:`aclose`).
+    """
+
+    def __init__(self, docker: DockerProvider | None = None) -> None:
+        self._docker = docker
+        self._owned = docker is None
+
+    async def export(self, spec: TemplateSpec, digest: str, dest: Path, *, force: bool,
+                     on_progress: Progress | None, provider: str) -> ImageConfig:
+        """Build ``spec`` into an image and extract its filesystem into ``dest``; errors
+        are ``provider``'s, as the caller asked that one."""
+        with errors.on_behalf_of(provider):
+            if self._docker is None:
+                self._docker = DockerProvider()
+            docker = self._docker
+            before = {(t.name, t.content_hash) for t in await docker.list_templates()}
+            image = await docker.build_template(spec, force=force, on_progress=on_progress)
+            try:
+                if on_progress is not None:
+                    on_progress(f"exporting the filesystem of {image.id}")
+                return await anyio.to_thread.run_sync(
+                    lambda: export_image(image.id, dest, provider=provider))
+            finally:
+                if (spec.name, digest) not in before:  # made for this export: not kept
+                    with anyio.CancelScope(shield=True), \
+                            contextlib.suppress(errors.SandboxError):
+                        await docker.delete_template(image.id)
+
+    async def aclose(self) -> None:
+        """Close the Docker provider this source made."""
+        if self._owned and self._docker is not None:
+            await self._docker.aclose()
+            self._docker = None
 
 
 def export_image(image: str, dest: Path, *, base_url: str | None = None,
@@ -84,17 +123,17 @@ def export_image(image: str, dest: Path, *, base_url: str | None = None,
                                         step="export", log_tail=str(exc), **where) from exc
     finally:
         client.close()
-    return _to_config(config)
+    return _to_config(config, image)
 
 
-def _to_config(config: Mapping[str, Any]) -> ImageConfig:
+def _to_config(config: Mapping[str, Any], image: str) -> ImageConfig:
     env = {}
     for item in config.get("Env") or ():
         name, _, value = str(item).partition("=")
         if name:
             env[name] = value
     return ImageConfig(env=env, workdir=config.get("WorkingDir") or None,
-                       user=config.get("User") or None)
+                       user=config.get("User") or None, image=image)
 
 
 class _Chunks:

@@ -1,5 +1,5 @@
 """Dockerfiles: parsing with line numbers, what builders refuse, the build context and
-its content hash, ``TemplateSpec.from_dockerfile``."""
+its content hash, ``provider_sdk.templates.from_dockerfile``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from provider_sdk.buildcontext import DockerIgnore, context_files
 from provider_sdk.dockerfile import TemplateSupport, parse
 from provider_sdk.errors import TemplateBuildError
 from provider_sdk.models import TemplateSpec
+from provider_sdk.templates import content_hash, from_dockerfile, parsed, problems
 
 
 def test_instructions_keep_their_first_line_and_join_continuations() -> None:
@@ -75,7 +76,7 @@ def test_problems_list_every_unsupported_thing_with_its_line() -> None:
         "FROM a AS one\nRUN --mount=type=cache,target=/c make\nFROM b\n"
         "COPY --from=one /x /x\nCOPY local /y\nADD https://example.invalid/f /z\n"
         "RUN <<EOF\ntrue\nEOF\nCMD [\"x\"]\n"), start_cmd="serve")
-    found = [str(p) for p in spec.problems(support)]
+    found = [str(p) for p in problems(spec, support)]
     assert found == [
         "line 3: FROM: multi-stage builds are not supported",
         "line 2: RUN: flags --mount=type=cache,target=/c need BuildKit, which this builder "
@@ -90,7 +91,7 @@ def test_problems_list_every_unsupported_thing_with_its_line() -> None:
 
 def test_a_full_builder_has_no_problem_with_a_plain_dockerfile() -> None:
     spec = TemplateSpec(name="t", dockerfile="FROM a\nRUN true\nCMD [\"x\"]\n")
-    assert spec.problems(TemplateSupport()) == []
+    assert problems(spec, TemplateSupport()) == []
 
 
 @pytest.mark.parametrize(("rules", "path", "excluded"), [
@@ -131,18 +132,18 @@ def project(tmp_path: Path) -> Path:
 
 def test_from_dockerfile_reads_the_file_and_takes_its_directory_as_context(
         project: Path) -> None:
-    spec = TemplateSpec.from_dockerfile(project, name="svc", cpu=2, memory_mb=512)
+    spec = from_dockerfile(project, name="svc", cpu=2, memory_mb=512)
     assert spec.context == str(project)
     assert spec.dockerfile.startswith("FROM base")
     assert (spec.name, spec.cpu, spec.memory_mb) == ("svc", 2, 512)
-    assert [i.keyword for i in spec.parsed().instructions] == ["FROM", "COPY", "RUN"]
+    assert [i.keyword for i in parsed(spec).instructions] == ["FROM", "COPY", "RUN"]
 
 
 def test_from_dockerfile_names_the_template_after_its_directory(tmp_path: Path) -> None:
     folder = tmp_path / "My Service_2"
     folder.mkdir()
     (folder / "Dockerfile").write_text("FROM base\n")
-    assert TemplateSpec.from_dockerfile(folder / "Dockerfile").name == "my-service_2"
+    assert from_dockerfile(folder / "Dockerfile").name == "my-service_2"
 
 
 def test_context_files_leave_out_what_dockerignore_excludes(project: Path) -> None:
@@ -152,29 +153,29 @@ def test_context_files_leave_out_what_dockerignore_excludes(project: Path) -> No
 
 
 def test_hash_changes_with_a_file_the_build_copies(project: Path) -> None:
-    before = TemplateSpec.from_dockerfile(project).content_hash()
-    assert TemplateSpec.from_dockerfile(project).content_hash() == before
+    before = content_hash(from_dockerfile(project))
+    assert content_hash(from_dockerfile(project)) == before
     (project / "app" / "main.py").write_text("print('changed')\n")
-    assert TemplateSpec.from_dockerfile(project).content_hash() != before
+    assert content_hash(from_dockerfile(project)) != before
 
 
 def test_hash_ignores_files_the_build_does_not_read(project: Path) -> None:
-    before = TemplateSpec.from_dockerfile(project).content_hash()
+    before = content_hash(from_dockerfile(project))
     (project / "README.md").write_text("other docs\n")
     (project / "app" / "debug.log").write_text("more noise\n")
-    assert TemplateSpec.from_dockerfile(project).content_hash() == before
+    assert content_hash(from_dockerfile(project)) == before
 
 
 def test_hash_covers_the_options(project: Path) -> None:
-    plain = TemplateSpec.from_dockerfile(project).content_hash()
-    assert TemplateSpec.from_dockerfile(project, cpu=2).content_hash() != plain
-    assert TemplateSpec.from_dockerfile(project, start_cmd="serve").content_hash() != plain
+    plain = content_hash(from_dockerfile(project))
+    assert content_hash(from_dockerfile(project, cpu=2)) != plain
+    assert content_hash(from_dockerfile(project, start_cmd="serve")) != plain
 
 
 def test_a_copy_source_missing_from_the_context_names_its_line(project: Path) -> None:
     (project / "Dockerfile").write_text("FROM base\nRUN true\nCOPY nowhere /x\n")
     with pytest.raises(TemplateBuildError) as caught:
-        TemplateSpec.from_dockerfile(project)
+        from_dockerfile(project)
     assert caught.value.step == "COPY (line 3)"
     assert "'nowhere'" in str(caught.value)
 
@@ -182,18 +183,18 @@ def test_a_copy_source_missing_from_the_context_names_its_line(project: Path) ->
 def test_a_copy_source_excluded_by_dockerignore_is_missing(project: Path) -> None:
     (project / "Dockerfile").write_text("FROM base\nCOPY app/debug.log /x\n")
     with pytest.raises(TemplateBuildError, match=r"dockerignore"):
-        TemplateSpec.from_dockerfile(project)
+        from_dockerfile(project)
 
 
 def test_a_copy_source_outside_the_context_is_refused(project: Path) -> None:
     (project / "Dockerfile").write_text("FROM base\nCOPY ../secret /x\n")
     with pytest.raises(TemplateBuildError, match=r"outside the build context"):
-        TemplateSpec.from_dockerfile(project)
+        from_dockerfile(project)
 
 
 def test_an_unreadable_dockerfile_is_a_parse_error(tmp_path: Path) -> None:
     with pytest.raises(TemplateBuildError) as caught:
-        TemplateSpec.from_dockerfile(tmp_path / "missing" / "Dockerfile")
+        from_dockerfile(tmp_path / "missing" / "Dockerfile")
     assert caught.value.step == "parse"
     assert "cannot read" in str(caught.value)
 
@@ -201,4 +202,4 @@ def test_an_unreadable_dockerfile_is_a_parse_error(tmp_path: Path) -> None:
 def test_a_broken_dockerfile_fails_in_from_dockerfile(tmp_path: Path) -> None:
     (tmp_path / "Dockerfile").write_text("FROM base\nRUNN true\n")
     with pytest.raises(TemplateBuildError, match=r"line 2: unknown instruction 'RUNN'"):
-        TemplateSpec.from_dockerfile(tmp_path)
+        from_dockerfile(tmp_path)

@@ -25,6 +25,7 @@ from provider_sdk.emulators import EmulatorOptions, RunningEmulator
 from provider_sdk.errors import TemplateBuildError, TemplateNotFound
 from provider_sdk.models import SandboxSpec, TemplateSpec
 from provider_sdk.provider import SandboxProvider
+from provider_sdk.templates import content_hash, from_dockerfile
 
 pytestmark = pytest.mark.anyio
 
@@ -55,7 +56,7 @@ def _marker(prefix: str) -> str:
 
 def _spec(tmp_path: Path, body: str, *, name: str | None = None) -> TemplateSpec:
     (tmp_path / "Dockerfile").write_text(f"FROM {BASE}\n{body}")
-    return TemplateSpec.from_dockerfile(tmp_path, name=name or _marker("psdk-e2b"))
+    return from_dockerfile(tmp_path, name=name or _marker("psdk-e2b"))
 
 
 async def test_dockerfile_with_run_and_copy_becomes_a_template(
@@ -67,7 +68,7 @@ async def test_dockerfile_with_run_and_copy_becomes_a_template(
     spec = _spec(tmp_path, f"RUN echo {marker} > /psdk-marker\nCOPY hello.txt /opt/hello.txt\n")
     progress: list[str] = []
     template = await provider.build_template(spec, on_progress=progress.append)
-    assert template.content_hash == spec.content_hash()
+    assert template.content_hash == content_hash(spec)
     assert any("Uploaded 'hello.txt'" in line for line in progress), progress
     assert any(marker in line for line in progress), "the RUN step's log was not forwarded"
     async with provider.create(SandboxSpec(template=template.id)) as sandbox:
@@ -98,7 +99,7 @@ async def test_changed_context_file_is_a_new_build(provider: SandboxProvider,
     spec = _spec(tmp_path, "COPY data.txt /opt/data.txt\n", name=_marker("psdk-ctx"))
     first = await provider.build_template(spec)
     (tmp_path / "data.txt").write_text("two\n")
-    changed = TemplateSpec.from_dockerfile(tmp_path, name=spec.name)
+    changed = from_dockerfile(tmp_path, name=spec.name)
     second = await provider.build_template(changed)
     assert second.id != first.id
     async with provider.create(SandboxSpec(template=second.id)) as sandbox:

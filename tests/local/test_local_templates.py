@@ -11,6 +11,7 @@ import io
 import json
 import os
 import re
+import secrets
 import stat
 import sys
 import tarfile
@@ -365,11 +366,15 @@ async def test_an_image_user_other_than_uid_1000_fails_the_build(
 async def test_build_without_the_templates_distribution_is_a_config_error(
         provider: LocalProvider, monkeypatch: pytest.MonkeyPatch) -> None:
     """Building needs Docker Engine through sandbox-provider-sdk-templates; the error
-    says so, and how to install it."""
-    monkeypatch.setitem(sys.modules, "provider_sdk_templates", None)
+    says so, and how to install it (a spec built before is found without it)."""
+    for module in ["provider_sdk_templates", *(m for m in sys.modules
+                                               if m.startswith("provider_sdk_templates."))]:
+        monkeypatch.setitem(sys.modules, module, None)
+    spec = TemplateSpec(name="x", dockerfile=f"FROM {BASE}\nRUN echo {secrets.token_hex(8)}\n")
     with pytest.raises(ConfigError,
                        match=re.escape(install_hint("sandbox-provider-sdk-templates"))):
-        await provider.build_template(TemplateSpec(name="x", dockerfile=f"FROM {BASE}\n"))
+        await provider.build_template(spec)
+    assert await provider.list_templates() == []
 
 
 async def test_unknown_or_malformed_template_is_not_found(provider: LocalProvider) -> None:

@@ -26,6 +26,7 @@ from provider_sdk_e2b.emulator import run_in_thread
 from provider_sdk.emulators import EmulatorOptions, RunningEmulator
 from provider_sdk.errors import TemplateBuildError, TemplateNotFound
 from provider_sdk.models import SandboxSpec, TemplateSpec
+from provider_sdk.templates import content_hash, from_dockerfile
 
 pytestmark = pytest.mark.anyio
 
@@ -75,7 +76,7 @@ def project(tmp_path: Path, body: str) -> Path:
 
 def spec_for(tmp_path: Path, body: str) -> TemplateSpec:
     folder = project(tmp_path, body)
-    return TemplateSpec.from_dockerfile(folder, name=f"psdk-cube-{secrets.token_hex(4)}")
+    return from_dockerfile(folder, name=f"psdk-cube-{secrets.token_hex(4)}")
 
 
 async def test_a_dockerfile_becomes_a_cube_template_that_sandboxes_run(
@@ -83,13 +84,13 @@ async def test_a_dockerfile_becomes_a_cube_template_that_sandboxes_run(
     marker = secrets.token_hex(8)
     folder = project(tmp_path, f"COPY note.txt /opt/note.txt\nRUN echo {marker} > /opt/marker\n")
     (folder / "note.txt").write_text("copied from the context\n")
-    spec = TemplateSpec.from_dockerfile(folder, name=f"psdk-cube-{secrets.token_hex(4)}")
+    spec = from_dockerfile(folder, name=f"psdk-cube-{secrets.token_hex(4)}")
     progress: list[str] = []
     template = await cube.build_template(spec, on_progress=progress.append)
     try:
         assert template.id.startswith("tpl-")
         assert template.extra["alias"] == spec.name
-        assert template.content_hash == spec.content_hash()
+        assert template.content_hash == content_hash(spec)
         assert any(line.startswith("Step ") for line in progress), "no image build reported"
         assert any(line.startswith("cube: ready 100%") for line in progress)
         assert any(re.search(r": Pushing \d+/\d+ bytes$", line) for line in progress), \
@@ -155,7 +156,7 @@ async def test_an_image_without_envd_and_none_configured_fails_at_envd(
 
 def test_a_dockerfile_that_does_not_parse_fails_at_parse(tmp_path: Path) -> None:
     with pytest.raises(TemplateBuildError) as caught:
-        TemplateSpec.from_dockerfile(project(tmp_path, "RUN true\nRUNN false\n"))
+        from_dockerfile(project(tmp_path, "RUN true\nRUNN false\n"))
     assert caught.value.step == "parse"
     assert "line 3: unknown instruction 'RUNN'" in str(caught.value)
 
@@ -167,7 +168,7 @@ async def test_a_from_image_that_does_not_exist_fails_at_from(cube: CubeProvider
     (folder / "Dockerfile").write_text("# no such image here, and nothing is pulled\n"
                                        "FROM psdk-no-such-image:404\nRUN true\n")
     with pytest.raises(TemplateBuildError) as caught:
-        await cube.build_template(TemplateSpec.from_dockerfile(folder, name="psdk-nobase"))
+        await cube.build_template(from_dockerfile(folder, name="psdk-nobase"))
     assert caught.value.step == "FROM (line 2)"
     assert "'psdk-no-such-image:404' is not in the Docker Engine" in str(caught.value)
 
@@ -225,7 +226,7 @@ async def test_without_a_registry_the_build_says_what_to_set(cube_settings: None
 async def test_start_cmd_is_refused_before_anything_is_built(cube: CubeProvider,
                                                              tmp_path: Path) -> None:
     folder = project(tmp_path, "RUN true\n")
-    spec = TemplateSpec.from_dockerfile(folder, name="psdk-startcmd", start_cmd="serve")
+    spec = from_dockerfile(folder, name="psdk-startcmd", start_cmd="serve")
     assert [p.what for p in cube.check_template(spec)] == ["start_cmd"]
     with pytest.raises(TemplateBuildError) as caught:
         await cube.build_template(spec)

@@ -20,8 +20,9 @@ from engines import require_bwrap, require_docker, require_registry
 from provider_sdk_docker import DEFAULT_TEMPLATE
 
 from provider_sdk import emulators
-from provider_sdk.models import SandboxSpec, TemplateSpec
+from provider_sdk.models import SandboxSpec
 from provider_sdk.provider import SandboxProvider
+from provider_sdk.templates import from_dockerfile
 
 pytestmark = pytest.mark.anyio
 
@@ -98,7 +99,7 @@ async def test_the_same_dockerfile_builds_and_runs_on_every_target(
         f"FROM {DEFAULT_TEMPLATE}\n"
         "# what every target must honour: a RUN step's files\n"
         f"RUN mkdir -p /opt/psdk && echo {marker} > /opt/psdk/marker\n")
-    spec = TemplateSpec.from_dockerfile(folder, name=f"psdk-every-{name}-{marker[:6]}")
+    spec = from_dockerfile(folder, name=f"psdk-every-{name}-{marker[:6]}")
     async with target(name, emulator_pool, tmp_path, monkeypatch) as provider:
         assert provider.check_template(spec) == []
         template = await provider.build_template(spec)

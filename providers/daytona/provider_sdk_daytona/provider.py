@@ -43,9 +43,8 @@ import builtins
 import contextlib
 import math
 import posixpath
-import re
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
@@ -54,13 +53,11 @@ from daytona import (
     AsyncSandbox,
     CreateSandboxFromImageParams,
     CreateSandboxFromSnapshotParams,
-    CreateSnapshotParams,
     DaytonaConfig,
     DaytonaConflictError,
     DaytonaError,
     Image,
     ListSandboxesQuery,
-    Resources,
 )
 from daytona import VolumeMount as DaytonaVolumeMount
 
@@ -74,8 +71,6 @@ from provider_sdk.models import (
     SandboxSpec,
     SandboxState,
     Snapshot,
-    Template,
-    TemplateSpec,
     Volume,
 )
 from provider_sdk.models import Resources as NeutralResources
@@ -91,6 +86,7 @@ from provider_sdk_daytona._errors import code_of, neutral, status_of
 from provider_sdk_daytona._files import FilesMixin
 from provider_sdk_daytona._ports import PortsMixin
 from provider_sdk_daytona._shell import DaytonaShell
+from provider_sdk_daytona._templates import DaytonaTemplates
 
 if TYPE_CHECKING:
     from provider_sdk.sandbox import Sandbox
@@ -468,49 +464,9 @@ class DaytonaProvider(CommandsMixin, BackgroundMixin, FilesMixin, PortsMixin, Ca
 
     # --------------------------------------------------------------- templates
 
-    async def _build_template(self, spec: TemplateSpec, *, force: bool,
-                              on_progress: Callable[[str], None] | None) -> Template:
-        where: dict[str, Any] = {"provider": self.name}
-        digest = await anyio.to_thread.run_sync(spec.content_hash)
-        name = f"{spec.name}-{digest[:12]}"
-        try:
-            with self._translate(not_found=errors.TemplateNotFound):
-                existing = await self.client.snapshot.get(name)
-        except errors.TemplateNotFound:
-            existing = None
-        if existing is not None and not force and convert.state_of(existing) == "active":
-            return convert.to_template(spec.name, digest, existing)
-        with self._translate(not_found=errors.TemplateNotFound):
-            if existing is not None:
-                await self.client.snapshot.delete(existing)
-            image = convert.image_from_dockerfile(spec.dockerfile)
-            resources = None
-            if spec.cpu or spec.memory_mb:
-                resources = Resources(cpu=math.ceil(spec.cpu) if spec.cpu else None,
-                                      memory=math.ceil(spec.memory_mb / 1024)
-                                      if spec.memory_mb else None)
-            try:
-                made = await self.client.snapshot.create(
-                    CreateSnapshotParams(name=name, image=image, resources=resources),
-                    on_logs=on_progress, timeout=self._create_timeout)
-            except DaytonaError as exc:
-                if status_of(exc) is None and "Failed to create snapshot" in str(exc):
-                    # The builder's log names the steps it ran; the last is the one that
-                    # failed.
-                    steps = re.findall(r"Step \d+/\d+ : [^\n]*", str(exc))
-                    raise errors.TemplateBuildError(
-                        str(exc), step=steps[-1].strip() if steps else "build",
-                        log_tail=str(exc)[-2000:], **where) from exc
-                raise
-        return convert.to_template(spec.name, digest, made)
-
-    async def _list_templates(self) -> builtins.list[Template]:
-        return [convert.to_template(s.name, None, s) for s in await self._daytona_snapshots(None)
-                if not s.source_sandbox_id]
-
-    async def _delete_template(self, template_id: str) -> None:
-        with self._translate(not_found=errors.TemplateNotFound):
-            await self.client.snapshot.delete(template_id)
+    def _template_builder(self) -> DaytonaTemplates:
+        return DaytonaTemplates(client=self.client, snapshots=self._daytona_snapshots,
+                                timeout=self._create_timeout, provider=self.name)
 
     # ----------------------------------------------------------------- volumes
 

@@ -13,11 +13,12 @@ from provider_sdk.capabilities import Capability
 from provider_sdk.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from provider_sdk_docker._engine import Engine
     from provider_sdk_docker.provider import DEFAULT_TEMPLATE, DockerProvider
 
 __all__ = ["BASE_CAPABILITIES", "BOUNDED_CAPABILITIES", "DEFAULT_TEMPLATE",
            "HOST_CAPABILITIES", "PROVIDER_CAPABILITIES", "QUOTA_CAPABILITIES",
-           "DockerProvider"]
+           "DockerProvider", "Engine"]
 
 #: What every sandbox has, wherever the Engine runs.
 BASE_CAPABILITIES = frozenset({
@@ -63,6 +64,7 @@ PROVIDER_CAPABILITIES: dict[str, frozenset[Capability]] = {
 """What :class:`DockerProvider` declares; an instance may hold fewer (see its docs)."""
 
 _LAZY = {name: "provider_sdk_docker.provider" for name in ("DEFAULT_TEMPLATE", "DockerProvider")}
+_LAZY["Engine"] = "provider_sdk_docker._engine"  # public: DockerProvider.engine
 
 
 __getattr__ = lazy_exports(__name__, _LAZY)

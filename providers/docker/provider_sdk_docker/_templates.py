@@ -1,10 +1,12 @@
 """Templates on a Docker Engine: images built with the classic builder, networking off,
-tagged by the content hash of the Dockerfile and its context; nothing is pulled."""
+tagged by the content hash of the Dockerfile and its context; nothing is pulled.
+
+:class:`DockerTemplates` is ``DockerProvider``'s template builder (a
+:class:`~provider_sdk.templates.TemplateBuilder`)."""
 
 from __future__ import annotations
 
 import builtins
-import contextlib
 import datetime as dt
 import tempfile
 from collections.abc import Callable, Mapping
@@ -15,27 +17,41 @@ import anyio
 from provider_sdk import errors
 from provider_sdk.buildcontext import write_context
 from provider_sdk.models import Template, TemplateSpec
+from provider_sdk.templates import parsed
 from provider_sdk_docker._engine import Engine
 from provider_sdk_docker._files import parse_time
 from provider_sdk_docker._labels import LABEL_TEMPLATE_HASH, LABEL_TEMPLATE_NAME, TEMPLATE_PREFIX
 
-__all__ = ["TemplatesMixin"]
+__all__ = ["DockerTemplates", "TemplatesMixin"]
 
 
-class TemplatesMixin:
-    """The template hooks of ``DockerProvider``."""
+def _tag(spec: TemplateSpec, digest: str) -> str:
+    return f"{TEMPLATE_PREFIX}{spec.name}:{digest[:12]}"
 
-    name: ClassVar[str]
-    _engine: Engine
 
-    async def _build_template(self, spec: TemplateSpec, *, force: bool,
-                              on_progress: Callable[[str], None] | None) -> Template:
-        digest = await anyio.to_thread.run_sync(spec.content_hash)
-        tag = f"{TEMPLATE_PREFIX}{spec.name}:{digest[:12]}"
-        if not force:
-            with contextlib.suppress(errors.TemplateNotFound):
-                return self._to_template(await self._engine.api(
-                    "inspect_image", tag, kind="image", what=tag))
+class DockerTemplates:
+    """Builds, lists and deletes template images in one Engine.
+
+    Args:
+        engine: the provider's Engine.
+        provider: the provider's name, for errors and templates.
+    """
+
+    def __init__(self, engine: Engine, provider: str) -> None:
+        self._engine = engine
+        self.name = provider
+
+    async def find(self, spec: TemplateSpec, digest: str) -> Template | None:
+        tag = _tag(spec, digest)
+        try:
+            return self._to_template(await self._engine.api("inspect_image", tag, kind="image",
+                                                            what=tag))
+        except errors.TemplateNotFound:
+            return None
+
+    async def build(self, spec: TemplateSpec, digest: str, *, force: bool,
+                    on_progress: Callable[[str], None] | None) -> Template:
+        tag = _tag(spec, digest)
         await self._check_base_images(spec)
         with tempfile.TemporaryFile() as context:
             await anyio.to_thread.run_sync(write_context, spec, context)
@@ -66,7 +82,7 @@ class TemplatesMixin:
     async def _check_base_images(self, spec: TemplateSpec) -> None:
         """Every ``FROM`` image must be in the Engine: nothing is pulled, so a missing one
         fails here, naming its line, before the build starts."""
-        for instruction, image in spec.parsed().base_images():
+        for instruction, image in parsed(spec).base_images():
             if image.lower() == "scratch":
                 continue
             try:
@@ -77,7 +93,7 @@ class TemplatesMixin:
                     "pulled: build, load or pull it first",
                     step=f"FROM (line {instruction.line})", provider=self.name) from None
 
-    async def _list_templates(self) -> builtins.list[Template]:
+    async def list(self) -> builtins.list[Template]:
         images = await self._engine.api("images", filters={"label": LABEL_TEMPLATE_HASH})
         found = []
         for image in images:
@@ -87,7 +103,7 @@ class TemplatesMixin:
                                                     "Config": {"Labels": image["Labels"]}}))
         return sorted(found, key=lambda t: t.id)
 
-    async def _delete_template(self, template_id: str) -> None:
+    async def delete(self, template_id: str) -> None:
         try:
             data = await self._engine.api("inspect_image", template_id, kind="image",
                                           what=template_id)
@@ -110,3 +126,13 @@ class TemplatesMixin:
             created_at=parse_time(created) if isinstance(created, str) else
             dt.datetime.fromtimestamp(created, dt.timezone.utc) if created else None,
             extra={"image_id": data["Id"]})
+
+
+class TemplatesMixin:
+    """The template hook of ``DockerProvider``."""
+
+    name: ClassVar[str]
+    _engine: Engine
+
+    def _template_builder(self) -> DockerTemplates:
+        return DockerTemplates(self._engine, self.name)

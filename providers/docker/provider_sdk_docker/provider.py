@@ -202,6 +202,13 @@ class DockerProvider(ProcessesMixin, FilesMixin, SnapshotsMixin, TemplatesMixin,
     def __repr__(self) -> str:
         return f"<DockerProvider {self._engine.base_url!r} template={self.template!r}>"
 
+    @property
+    def engine(self) -> Engine:
+        """The Engine this provider talks to: its calls run in worker threads and raise
+        the neutral errors. For tools built on this provider (the templates
+        distribution's image builder); closed by :meth:`aclose`."""
+        return self._engine
+
     async def aclose(self) -> None:
         """Stop serving every exposed port and close the Engine client's connections."""
         await self._ports.aclose()

@@ -14,15 +14,18 @@ E2B's envd, pulled from a registry the cluster reads. So the steps are:
    ``FAILED``, each phase and progress reported;
 5. ``alias``: the template's name points at the new template (moved from an older one).
 
-A spec whose image is already a ready template in Cube (same content hash) is not
-rebuilt. Each step's failure is a ``TemplateBuildError`` carrying that step's name and
-the log tail. Registry credentials never appear in messages.
+:meth:`CubeTemplates.find` is what ``build_template`` asks first: a spec whose image is
+already a ready template in Cube (same content hash) is not rebuilt. Each step's
+failure is a ``TemplateBuildError`` carrying that step's name and the log tail.
+Registry credentials never appear in messages.
 """
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 import re
+import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,7 +63,8 @@ def alias_for(name: str) -> str:
 
 @attrs.define
 class CubeTemplates:
-    """Builds, lists and deletes Cube templates for one :class:`CubeProvider`.
+    """Builds, lists and deletes Cube templates for one :class:`CubeProvider` (a
+    :class:`~provider_sdk.templates.TemplateBuilder`).
 
     Args:
         call: the provider's raw control-plane request function.
@@ -93,20 +97,25 @@ class CubeTemplates:
                 "PSDK_REGISTRY_PASSWORD if it needs them", provider=self.provider)
         return registry
 
-    async def build(self, spec: TemplateSpec, *, force: bool,
+    async def find(self, spec: TemplateSpec, digest: str) -> Template | None:
+        """The ready template made from this spec's image, its alias pointed at it."""
+        registry = self._registry()  # ConfigError: what building here needs
+        alias = alias_for(spec.name)
+        reference = f"{registry.host}/{_REPOSITORY}/{alias}:{digest}"
+        existing = await self._find(reference)
+        if existing is None or _status(existing) != "ready":
+            return None
+        return await self._finish(existing, spec, alias, digest, reference)
+
+    async def build(self, spec: TemplateSpec, digest: str, *, force: bool,
                     on_progress: Progress | None) -> Template:
         """Build ``spec`` into a ready Cube template (see the module docstring)."""
         registry = self._registry()
         from provider_sdk_templates import ENVD_PATH, ImageBuilder
 
-        digest = await anyio.to_thread.run_sync(spec.content_hash)
         alias = alias_for(spec.name)
         repository = f"{_REPOSITORY}/{alias}"
         reference = f"{registry.host}/{repository}:{digest}"
-        if not force:
-            existing = await self._find(reference)
-            if existing is not None and _status(existing) == "ready":
-                return await self._finish(existing, spec, alias, digest, reference)
         builder = ImageBuilder()
         try:
             image = (await builder.build(spec, force=force, on_progress=on_progress)).id
@@ -214,10 +223,14 @@ class CubeTemplates:
         found.sort(key=lambda t: str(_pick(t, "createdAt", "created_at") or ""))
         return found[-1] if found else None
 
-    async def list(self) -> list[Template]:
+    async def list(self) -> builtins.list[Template]:
         """Ready templates made from images (not snapshots)."""
         return [self.to_template(t) for t in await self.call("GET", "/templates") or []
                 if _status(t) == "ready"]
+
+    async def delete(self, template_id: str) -> None:
+        """Delete a template (``TemplateNotFound`` if unknown)."""
+        await self.call("DELETE", f"/templates/{urllib.parse.quote(template_id, safe='')}")
 
     def to_template(self, data: Mapping[str, Any], *, name: str | None = None,
                     digest: str | None = None, image: str | None = None) -> Template:

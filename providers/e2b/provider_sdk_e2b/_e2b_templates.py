@@ -3,26 +3,30 @@
 A spec's Dockerfile becomes ``AsyncTemplate.from_dockerfile`` with the spec's context as
 the file context (so ``COPY`` uploads what it names, honouring ``.dockerignore``), named
 ``<name>-<first 12 hex digits of the content hash>``: an unchanged spec names a template
-that exists, and is not rebuilt. The build is started in the background and its status
-polled here, so the failing step (E2B reports its index) can be named with the
-Dockerfile instruction and line it came from. What the SDK's conversion cannot do is
-declared in :data:`TEMPLATE_SUPPORT` and refused before any request.
+that exists (:meth:`E2BTemplates.find`), and is not rebuilt. The build is started in
+the background and its status polled here, so the failing step (E2B reports its index)
+can be named with the Dockerfile instruction and line it came from. What the SDK's
+conversion cannot do is declared in :data:`TEMPLATE_SUPPORT` and refused before any
+request.
 
 This module owns the build flow only; errors the SDK raises outside a build go through
-the provider's one translation (``E2BProvider._translate``).
+the provider's one translation, which it hands this builder (``translate``).
 """
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 import json
 import re
 import tempfile
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from e2b import AsyncTemplate
+import attrs
+from e2b import AsyncTemplate, ConnectionConfig
 from e2b import exceptions as e2bx
 from e2b.api import encode_path_param, handle_api_exception
 from e2b.api.client.api.templates import delete_templates_template_id, get_templates
@@ -35,13 +39,12 @@ from e2b_dockerfile_utils import DockerfileSyntaxError
 from provider_sdk import errors
 from provider_sdk.dockerfile import TemplateSupport
 from provider_sdk.models import Template, TemplateSpec
+from provider_sdk.templates import parsed
 
 if TYPE_CHECKING:
     from e2b.api.client.models import Template as E2BTemplate
 
-    from provider_sdk_e2b.provider import E2BProvider
-
-__all__ = ["TEMPLATE_SUPPORT", "build", "delete", "list_all"]
+__all__ = ["TEMPLATE_SUPPORT", "E2BTemplates", "build", "delete", "find", "list_all"]
 
 TEMPLATE_SUPPORT = TemplateSupport(
     multi_stage=False,
@@ -71,18 +74,55 @@ def alias_for(spec: TemplateSpec, digest: str) -> str:
     return f"{spec.name.replace('.', '-')}-{digest[:12]}"
 
 
-async def build(provider: E2BProvider, spec: TemplateSpec, *, force: bool,
-                on_progress: Callable[[str], None] | None) -> Template:
-    """Build ``spec`` on E2B unless a template of the same content exists (or ``force``)."""
-    digest = await anyio.to_thread.run_sync(spec.content_hash)
+@attrs.frozen
+class E2BTemplates:
+    """E2B's template builder (a :class:`~provider_sdk.templates.TemplateBuilder`), with
+    what it needs of its provider.
+
+    Args:
+        provider: the provider's name, for errors and templates.
+        params: the SDK's connection options (``ApiParams``).
+        translate: the provider's one error translation, for templates.
+    """
+
+    provider: str
+    params: Callable[[], dict[str, Any]]
+    translate: Callable[[], AbstractContextManager[None]]
+
+    def config(self) -> ConnectionConfig:
+        """The SDK's connection configuration."""
+        return ConnectionConfig(**self.params())
+
+    async def find(self, spec: TemplateSpec, digest: str) -> Template | None:
+        return await find(self, spec, digest)
+
+    async def build(self, spec: TemplateSpec, digest: str, *, force: bool,
+                    on_progress: Callable[[str], None] | None) -> Template:
+        return await build(self, spec, digest, force=force, on_progress=on_progress)
+
+    async def list(self) -> builtins.list[Template]:
+        return await list_all(self)
+
+    async def delete(self, template_id: str) -> None:
+        await delete(self, template_id)
+
+
+async def find(api: E2BTemplates, spec: TemplateSpec, digest: str) -> Template | None:
+    """The ready template built from a spec with content hash ``digest``, if any."""
     alias = alias_for(spec, digest)
-    params = provider._params()
-    if not force:
-        with provider._translate(what="template"):
-            exists = await AsyncTemplate.exists(alias, **params)
-            found = await _find(provider, alias) if exists else None
-        if found is not None and found.build_status.value == "ready":
-            return _to_template(provider, found, name=spec.name, digest=digest)
+    with api.translate():
+        exists = await AsyncTemplate.exists(alias, **api.params())
+        found = await _find(api, alias) if exists else None
+    if found is None or found.build_status.value != "ready":
+        return None
+    return _to_template(api, found, name=spec.name, digest=digest)
+
+
+async def build(api: E2BTemplates, spec: TemplateSpec, digest: str, *, force: bool,
+                on_progress: Callable[[str], None] | None) -> Template:
+    """Build ``spec`` (content hash ``digest``) on E2B; ``force`` skips E2B's layer cache."""
+    alias = alias_for(spec, digest)
+    params = api.params()
     log: list[str] = []
 
     def progress(entry: LogEntry) -> None:
@@ -95,23 +135,23 @@ async def build(provider: E2BProvider, spec: TemplateSpec, *, force: bool,
     with tempfile.TemporaryDirectory(prefix="psdk-e2b-context-") as empty:
         template, steps = await anyio.to_thread.run_sync(_convert, spec, spec.context or empty)
         try:
-            with provider._translate(what="template"):
+            with api.translate():
                 info = await AsyncTemplate.build_in_background(
                     template, alias, cpu_count=_cpus(spec.cpu), memory_mb=spec.memory_mb,
                     skip_cache=force, on_build_logs=progress, **params)
-                status = await _wait(provider, info, progress)
+                status = await _wait(api, info, progress)
         except e2bx.BuildException as exc:  # also FileUploadException
             raise errors.TemplateBuildError(
                 f"building {spec.name!r} failed: {exc}", step="upload",
-                log_tail="\n".join(log[-_TAIL:]), provider=provider.name) from exc
+                log_tail="\n".join(log[-_TAIL:]), provider=api.provider) from exc
     if status.status != TemplateBuildStatus.READY:
         reason = status.reason
         step = _step_name(spec, steps, reason.step if reason else None)
         message = reason.message if reason else "the build failed"
         raise errors.TemplateBuildError(
             f"building {spec.name!r} failed at {step}: {message.strip()}", step=step,
-            log_tail="\n".join(log[-_TAIL:]), provider=provider.name)
-    return Template(id=info.template_id, name=spec.name, provider=provider.name,
+            log_tail="\n".join(log[-_TAIL:]), provider=api.provider)
+    return Template(id=info.template_id, name=spec.name, provider=api.provider,
                     content_hash=digest, created_at=dt.datetime.now(dt.timezone.utc),
                     extra={"alias": alias, "build_id": info.build_id})
 
@@ -141,14 +181,14 @@ def _convert(spec: TemplateSpec, context: str) -> tuple[Any, list[dict[str, Any]
     return template, steps
 
 
-async def _wait(provider: E2BProvider, info: Any,
+async def _wait(api: E2BTemplates, info: Any,
                 progress: Callable[[LogEntry], None]) -> Any:
     """Poll the build until it ends and its log is drained; the final status."""
     offset = 0
     final = None
     while True:
         status = await AsyncTemplate.get_build_status(info, logs_offset=offset,
-                                                      **provider._params())
+                                                      **api.params())
         offset += len(status.log_entries)
         for entry in status.log_entries:
             progress(entry)
@@ -168,12 +208,12 @@ def _step_name(spec: TemplateSpec, steps: list[dict[str, Any]], step: str | None
     if step == "finalize":
         return "start_cmd"
     if step is None or not step.isdigit() or not 0 < int(step) <= len(steps):
-        first = spec.parsed().stages()
+        first = parsed(spec).stages()
         return f"FROM (line {first[0].line})" if first else "FROM"
     sent = steps[int(step) - 1]
     kind, args = str(sent.get("type")), [str(a) for a in sent.get("args") or ()]
     text = f"{kind} {' '.join(args[:2]) if kind == 'COPY' else args[0] if args else ''}"
-    for instruction in spec.parsed().instructions:
+    for instruction in parsed(spec).instructions:
         same = instruction.body == args[0] if kind == "RUN" and args else \
             kind == "COPY" and bool(args) and args[0] in instruction.args[:-1]
         if instruction.keyword in (kind, "ADD" if kind == "COPY" else kind) and same:
@@ -185,47 +225,47 @@ def _cpus(cpu: float | None) -> int | None:
     return None if cpu is None else max(1, -int(-cpu // 1))
 
 
-async def _find(provider: E2BProvider, alias: str) -> E2BTemplate | None:
-    for template in await _templates(provider):
+async def _find(api: E2BTemplates, alias: str) -> E2BTemplate | None:
+    for template in await _templates(api):
         names = [*template.names, *template.aliases]
         if alias in names or any(n.endswith("/" + alias) for n in names):
             return template
     return None
 
 
-async def _templates(provider: E2BProvider) -> list[E2BTemplate]:
-    response = await get_templates.asyncio_detailed(client=get_api_client(provider._config()))
+async def _templates(api: E2BTemplates) -> list[E2BTemplate]:
+    response = await get_templates.asyncio_detailed(client=get_api_client(api.config()))
     if response.status_code >= 300 or not isinstance(response.parsed, list):
         raise handle_api_exception(response)
     return response.parsed
 
 
-def _to_template(provider: E2BProvider, data: E2BTemplate, *, name: str | None = None,
+def _to_template(api: E2BTemplates, data: E2BTemplate, *, name: str | None = None,
                  digest: str | None = None) -> Template:
     alias = next(iter([*data.names, *data.aliases]), "").rpartition("/")[2]
     match = _SUFFIX.match(alias)
     return Template(
         id=data.template_id, name=name or (match.group(1) if match else alias),
-        provider=provider.name, content_hash=digest, created_at=data.created_at,
+        provider=api.provider, content_hash=digest, created_at=data.created_at,
         extra={"alias": alias, "build_id": data.build_id,
                "build_status": data.build_status.value,
                **({"hash_prefix": match.group(2)} if match else {})})
 
 
-async def list_all(provider: E2BProvider) -> list[Template]:
+async def list_all(api: E2BTemplates) -> list[Template]:
     """Every template of the team (E2B's ``GET /templates``)."""
-    with provider._translate(what="template"):
-        found = await _templates(provider)
-    return sorted((_to_template(provider, t) for t in found), key=lambda t: t.id)
+    with api.translate():
+        found = await _templates(api)
+    return sorted((_to_template(api, t) for t in found), key=lambda t: t.id)
 
 
-async def delete(provider: E2BProvider, template_id: str) -> None:
+async def delete(api: E2BTemplates, template_id: str) -> None:
     """Delete a template by id (or name); ``TemplateNotFound`` if there is none."""
-    with provider._translate(what="template"):
+    with api.translate():
         response = await delete_templates_template_id.asyncio_detailed(
-            encode_path_param(template_id), client=get_api_client(provider._config()))
+            encode_path_param(template_id), client=get_api_client(api.config()))
         if response.status_code == 404:
             raise errors.TemplateNotFound(f"no template {template_id!r}",
-                                          provider=provider.name)
+                                          provider=api.provider)
         if response.status_code >= 300:
             raise handle_api_exception(response)

@@ -31,7 +31,7 @@ import re
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import anyio
@@ -48,8 +48,6 @@ from provider_sdk.models import (
     SandboxInfo,
     SandboxSpec,
     SandboxState,
-    Template,
-    TemplateSpec,
     Volume,
 )
 from provider_sdk.provider import SandboxProvider
@@ -221,15 +219,8 @@ class CubeProvider(E2BProvider):
         with self._translate(what="template"):
             return await self._call(method, path, json=json)
 
-    async def _build_template(self, spec: TemplateSpec, *, force: bool,
-                              on_progress: Callable[[str], None] | None) -> Template:
-        return await self._templates.build(spec, force=force, on_progress=on_progress)
-
-    async def _list_templates(self) -> list[Template]:
-        return await self._templates.list()
-
-    async def _delete_template(self, template_id: str) -> None:
-        await self._template_call("DELETE", f"/templates/{_quote(template_id)}")
+    def _template_builder(self) -> CubeTemplates:
+        return self._templates
 
     # ------------------------------------------------------------ extras
 

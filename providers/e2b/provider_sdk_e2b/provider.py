@@ -35,7 +35,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any, ClassVar
 
 import anyio
@@ -65,10 +65,9 @@ from provider_sdk.models import (
     SandboxSpec,
     SandboxState,
     Snapshot,
-    Template,
-    TemplateSpec,
 )
 from provider_sdk.provider import SandboxProvider
+from provider_sdk.templates import TemplateBuilder
 from provider_sdk_e2b import PROVIDER_CAPABILITIES, _e2b_templates, _shell
 from provider_sdk_e2b._errors import ErrorsMixin
 from provider_sdk_e2b._files import FilesMixin
@@ -478,15 +477,10 @@ class E2BProvider(ProcessesMixin, FilesMixin, PortsMixin, ErrorsMixin, SandboxPr
 
     # ------------------------------------------------------------ templates
 
-    async def _build_template(self, spec: TemplateSpec, *, force: bool,
-                              on_progress: Callable[[str], None] | None) -> Template:
-        return await _e2b_templates.build(self, spec, force=force, on_progress=on_progress)
-
-    async def _list_templates(self) -> list[Template]:
-        return await _e2b_templates.list_all(self)
-
-    async def _delete_template(self, template_id: str) -> None:
-        await _e2b_templates.delete(self, template_id)
+    def _template_builder(self) -> TemplateBuilder:
+        return _e2b_templates.E2BTemplates(
+            provider=self.name, params=self._params,
+            translate=lambda: self._translate(what="template"))
 
     # ------------------------------------------------------------ network, metrics
 
