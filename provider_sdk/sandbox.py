@@ -373,7 +373,7 @@ class Shell(abc.ABC):
     """A persistent shell session: working directory and exported variables carry over
     from one :meth:`run` to the next. ``async with`` closes it.
 
-    A provider's shell implements the hooks :meth:`_run` and :meth:`aclose`; :meth:`run`
+    A provider's shell implements the hooks ``_run`` and :meth:`aclose`; :meth:`run`
     checks each call against the provider's capabilities first.
     """
 
