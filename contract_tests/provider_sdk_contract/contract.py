@@ -10,13 +10,17 @@ from provider_sdk_contract.hostile_escapes import HostileEscapeContract
 from provider_sdk_contract.hostile_limits import HostileLimitContract
 from provider_sdk_contract.hostile_output import HostileOutputContract
 from provider_sdk_contract.hostile_seal import HostileSealContract
+from provider_sdk_contract.idle import IdleContract
 from provider_sdk_contract.isolation import IsolationContract
 from provider_sdk_contract.lifecycle import LifecycleContract
+from provider_sdk_contract.listing import ListingContract
 from provider_sdk_contract.metrics import MetricsContract
 from provider_sdk_contract.network import NetworkContract
+from provider_sdk_contract.network_update import NetworkUpdateContract
 from provider_sdk_contract.pause import PauseContract
 from provider_sdk_contract.ports import PortsContract
 from provider_sdk_contract.processes import ProcessContract
+from provider_sdk_contract.rollback import RollbackContract
 from provider_sdk_contract.scale import ScaleContract
 from provider_sdk_contract.shell import ShellContract
 from provider_sdk_contract.snapshots import SnapshotContract
@@ -42,14 +46,18 @@ class ProviderContract(
     MetricsContract,
     IsolationContract,
     PortsContract,
+    NetworkUpdateContract,
     NetworkContract,
     VolumeContract,
+    RollbackContract,
     SnapshotContract,
+    IdleContract,
     PauseContract,
     ShellContract,
     ProcessContract,
     UserContract,
     ExecContract,
+    ListingContract,
     LifecycleContract,
     FilesContract,
 ):

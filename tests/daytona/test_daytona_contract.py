@@ -3,11 +3,13 @@ against the emulator."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from daytona_emulator_fixtures import provider_options
+from daytona_emulator_fixtures import admin, provider_options
 from provider_sdk_contract import ProviderContract
+from provider_sdk_contract.idle import IDLE_SECONDS
 
 
 class TestDaytonaContract(ProviderContract):
@@ -15,3 +17,12 @@ class TestDaytonaContract(ProviderContract):
 
     def provider_options(self, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         return provider_options()
+
+    @pytest.fixture(autouse=True)
+    def _short_minutes(self) -> Iterator[None]:
+        """Daytona's auto-stop counts whole minutes: the emulator's last a few seconds
+        here, so an idle sandbox is paused within the idle tests' window."""
+        before = admin()["set"]["minute_seconds"]
+        admin({"minute_seconds": IDLE_SECONDS})
+        yield
+        admin({"minute_seconds": before})
