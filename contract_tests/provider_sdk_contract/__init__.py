@@ -16,6 +16,10 @@ and in a test module::
 
         known_failures = {"test_some_name": "why, with a link"}
 
+The suite runs on asyncio; ``async_backend = "trio"`` in a test class runs it on trio
+(``EventLoopContract`` holds the sections that lean on the event loop, where the whole
+suite twice would cost too much).
+
 Tests needing a capability the provider does not declare are skipped, with a reason, at
 collection; ``known_failures`` are strict expected failures; a key naming no test is a
 usage error. Every sandbox is tagged ``{"psdk-contract": <run id>}`` and killed after its
@@ -32,7 +36,8 @@ This package owns the suite and its plugin; it must not know any backend.
 """
 
 from provider_sdk_contract.base import TAG_KEY, ContractBase, Factory
-from provider_sdk_contract.contract import ProviderContract
+from provider_sdk_contract.contract import EventLoopContract, ProviderContract
 from provider_sdk_contract.markers import lacks, requires
 
-__all__ = ["TAG_KEY", "ContractBase", "Factory", "ProviderContract", "lacks", "requires"]
+__all__ = ["TAG_KEY", "ContractBase", "EventLoopContract", "Factory", "ProviderContract", "lacks",
+           "requires"]

@@ -133,6 +133,9 @@ class ContractBase:
     ``other_user``
         for ``exec.user``: a user other than root that the default template has
         (default ``nobody``).
+    ``async_backend``
+        the event loop the tests run on: ``"asyncio"`` (the default) or ``"trio"``,
+        for a provider whose vendor SDK runs on trio too.
 
     Override :meth:`provider_options` for constructor options, and :meth:`sandbox_spec`
     to add fields (a template) to every sandbox the suite creates.
@@ -146,6 +149,8 @@ class ContractBase:
     """The ``FROM`` image of the templates the suite builds (``templates.build``)."""
     other_user: ClassVar[str] = "nobody"
     """A user besides root in the default template (``exec.user``)."""
+    async_backend: ClassVar[str] = "asyncio"
+    """The event loop the tests run on (anyio's backend name: asyncio or trio)."""
 
     def provider_options(self, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         """Options for ``open_provider``; called once per test class.
@@ -162,8 +167,8 @@ class ContractBase:
 
     @pytest.fixture(scope="class")
     def anyio_backend(self) -> str:
-        """The suite runs on asyncio."""
-        return "asyncio"
+        """The event loop of this class's tests: :attr:`async_backend`."""
+        return self.async_backend
 
     @pytest.fixture(scope="class")
     def provider_opts(self, tmp_path_factory: pytest.TempPathFactory,

@@ -1,4 +1,6 @@
-"""``ProviderContract``: the whole suite in one class a provider's tests subclass."""
+"""``ProviderContract``: the whole suite in one class a provider's tests subclass;
+``EventLoopContract``: the sections that lean on the event loop, for a run on a second
+loop."""
 
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from provider_sdk_contract.unsupported import UnsupportedContract
 from provider_sdk_contract.users import UserContract
 from provider_sdk_contract.volumes import VolumeContract
 
-__all__ = ["ProviderContract"]
+__all__ = ["EventLoopContract", "ProviderContract"]
 
 
 class ProviderContract(
@@ -63,5 +65,21 @@ class ProviderContract(
 ):
     """Every contract test. Subclass it as ``Test<Provider>Contract`` and set
     ``provider_name`` (and ``known_failures``, ``provider_options()`` as needed)."""
+
+    pytestmark = pytest.mark.anyio
+
+
+class EventLoopContract(
+    HostileEscapeContract,
+    HostileOutputContract,
+    PortsContract,
+    ShellContract,
+    ProcessContract,
+    ExecContract,
+):
+    """The sections whose tests lean on the event loop most: timeouts and cancellation,
+    streamed output and stdin, output floods, background processes, sessions, port
+    proxies. For a second run on another loop (``async_backend = "trio"``) where the
+    whole suite would cost too much; subclass it as :class:`ProviderContract`."""
 
     pytestmark = pytest.mark.anyio

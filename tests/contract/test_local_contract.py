@@ -21,3 +21,9 @@ class TestLocalContract(ProviderContract):
 
     def provider_options(self, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         return {"home": str(tmp_path_factory.mktemp("psdk-local"))}
+
+
+class TestLocalContractOnTrio(TestLocalContract):
+    """The whole suite again, on trio: the local provider is anyio throughout."""
+
+    async_backend = "trio"
