@@ -1,5 +1,6 @@
-"""Developer sessions: ``nox -s demo``, ``nox -s tests``, ``nox -s contract-local``,
-``nox -s lint``, ``nox -s typecheck``, ``nox -s docs``, ``nox -s bench``."""
+"""Developer sessions: ``nox -s demo``, ``nox -s tests``, ``nox -s contract-<provider>``
+(``local``, ``docker``, ``e2b``, ``cube``, ``daytona``), ``nox -s lint``,
+``nox -s typecheck``, ``nox -s docs``, ``nox -s bench``."""
 
 from __future__ import annotations
 
@@ -41,11 +42,29 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", "-n", "2", *session.posargs)
 
 
-@nox.session(name="contract-local")
-def contract_local(session: nox.Session) -> None:
-    """The contract suite against the local provider, through ``psdk contract``."""
-    install(session, "test")
-    session.run("psdk", "contract", "--provider", "local", "--", *session.posargs)
+# The contract suite against one provider each, through ``psdk contract``: local and
+# docker against this machine (bubblewrap, Docker Engine), the others against their
+# emulator on 127.0.0.1, started by ``--emulator`` and backed by the local provider.
+CONTRACT_RUNS = {"local": (), "docker": (), "e2b": ("--emulator",), "cube": ("--emulator",),
+                 "daytona": ("--emulator",)}
+
+
+def contract_session(provider: str, *options: str) -> None:
+    """Define the session ``contract-<provider>``; pytest's arguments follow ``--``."""
+
+    def run(session: nox.Session) -> None:
+        install(session, "test")
+        session.run("psdk", "contract", "--provider", provider, *options, "--",
+                    *session.posargs)
+
+    where = "its emulator" if options else "this machine"
+    run.__doc__ = f"The contract suite against the {provider} provider, on {where}."
+    run.__name__ = f"contract_{provider}"
+    nox.session(name=f"contract-{provider}")(run)
+
+
+for _provider, _options in CONTRACT_RUNS.items():
+    contract_session(_provider, *_options)
 
 
 @nox.session
