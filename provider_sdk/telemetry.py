@@ -23,7 +23,11 @@ Metrics, from the meter ``provider_sdk``:
   operation and outcome;
 - ``psdk.sandboxes.created`` and ``psdk.sandboxes.killed`` (counters), by provider;
 - ``psdk.manager.acquisitions`` (counter): ``SandboxManager.acquire`` calls by the level
-  of the lookup that answered (``cache``, ``store``, ``list``, ``create``, ...).
+  of the lookup that answered (``cache``, ``store``, ``list``, ``pool``, ``create``,
+  ...);
+- ``psdk.pool.claims`` (counter): claims on a :class:`~provider_sdk.manager.WarmPool`,
+  by pool (``psdk.pool``) and ``psdk.pool.outcome``: ``hit`` (a free member was handed
+  out) or ``miss`` (none was at hand).
 
 With ``propagate=True``, commands started by ``exec`` and ``start`` get the trace
 context of their span as ``TRACEPARENT`` (and ``TRACESTATE``) in their environment, as
@@ -66,6 +70,9 @@ class _Telemetry:
         self.acquisitions = meter.create_counter(
             "psdk.manager.acquisitions",
             description="SandboxManager.acquire calls, by the lookup level that answered")
+        self.pool_claims = meter.create_counter(
+            "psdk.pool.claims",
+            description="WarmPool claims, by whether a free member was at hand")
         self.propagate = propagate
 
     @contextmanager
@@ -98,6 +105,10 @@ class _Telemetry:
             self.killed.add(1, provider)
         elif op == "manager.acquire":
             self.acquisitions.add(1, {**provider, "psdk.level": str(fields.get("level"))})
+        elif op == "pool.claim":
+            self.pool_claims.add(1, {**provider, "psdk.pool": str(fields.get("pool")),
+                                     "psdk.pool.outcome": "hit" if fields.get("hit")
+                                     else "miss"})
 
     def trace_context(self) -> dict[str, str]:
         """The current span's context as environment variables, when propagating."""

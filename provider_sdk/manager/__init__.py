@@ -16,12 +16,14 @@ default: processes on one machine), :class:`RedisStore` and :class:`PostgresStor
 (several application replicas; optional extras ``redis`` and ``postgres``, whose drivers
 are imported only when such a store connects). Managers tag the sandboxes they make with
 the label :data:`OWNER_LABEL`, and touch no other. :func:`reap` kills tagged sandboxes
-that no binding holds (``psdk reap``). The blocking twin is in
+that no binding holds (``psdk reap``). A :class:`WarmPool` keeps sandboxes ready for
+new owners (or for anyone, on its own). The blocking twin is in
 :mod:`provider_sdk.manager.sync`.
 """
 
 from provider_sdk.manager.handle import ManagedSandbox
 from provider_sdk.manager.manager import OWNER_LABEL, SandboxManager, SnapshotPolicy, owner_claim
+from provider_sdk.manager.pool import POOL_LABEL, ClaimedSandbox, WarmPool
 from provider_sdk.manager.postgres_store import PostgresStore
 from provider_sdk.manager.reaper import reap
 from provider_sdk.manager.redis_store import RedisStore
@@ -36,8 +38,10 @@ from provider_sdk.manager.store import (
 
 __all__ = [
     "OWNER_LABEL",
+    "POOL_LABEL",
     "Binding",
     "BindingStore",
+    "ClaimedSandbox",
     "ManagedSandbox",
     "MemoryStore",
     "PostgresStore",
@@ -45,6 +49,7 @@ __all__ = [
     "SQLiteStore",
     "SandboxManager",
     "SnapshotPolicy",
+    "WarmPool",
     "default_store_path",
     "open_store",
     "owner_claim",

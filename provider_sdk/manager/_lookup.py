@@ -36,6 +36,7 @@ from provider_sdk.errors import (
 from provider_sdk.events import span
 from provider_sdk.manager._claims import owner_claim
 from provider_sdk.manager.handle import ManagedSandbox
+from provider_sdk.manager.pool import WarmPool
 from provider_sdk.manager.store import Binding, BindingStore
 from provider_sdk.models import SandboxInfo, SandboxSpec, SandboxState
 from provider_sdk.provider import SandboxProvider
@@ -70,6 +71,7 @@ class LookupMixin:
     store: BindingStore
     owner_key: str
     spec: SandboxSpec
+    pool: WarmPool | None
     health_timeout: float
     replace_unhealthy: bool
     claim_ttl: float
@@ -247,7 +249,7 @@ class LookupMixin:
 
     async def _create(self, owner: str, broken: Binding | None) -> tuple[Sandbox, str]:
         """Level 4: a new sandbox tagged with the owner, from its newest usable snapshot
-        when it had one."""
+        when it had one, else a free member of the pool when there is one."""
         spec = attrs.evolve(self.spec, metadata={**self.spec.metadata, self.owner_key: owner})
         for snapshot_id in reversed(broken.snapshots if broken is not None else ()):
             async with span("manager.create", self.provider.name, owner=owner,
@@ -260,6 +262,10 @@ class LookupMixin:
                     continue
                 ev["sandbox_id"] = sandbox.id
             return sandbox, "snapshot"
+        if self.pool is not None:
+            pooled = await self.pool.take()
+            if pooled is not None:
+                return pooled, "pool"
         async with span("manager.create", self.provider.name, owner=owner) as ev:
             sandbox = await self.provider.create(spec)
             ev["sandbox_id"] = sandbox.id

@@ -9,8 +9,10 @@
 3. ``list``: ``provider.list(metadata={owner_key: owner})``: a sandbox a manager made
    whose binding was lost (a store wiped, a crash between create and bind) is reused,
    the binding healed, and any extra sandboxes of the owner killed in the background.
-4. ``create`` (or ``snapshot``): a new sandbox tagged with the owner, started from the
-   owner's latest snapshot when the bound one vanished or broke.
+4. ``pool``, ``create`` (or ``snapshot``): a member of the manager's
+   :class:`~provider_sdk.manager.WarmPool` when it has one free, else a new sandbox
+   tagged with the owner, started from the owner's latest snapshot when the bound one
+   vanished or broke.
 
 The tag is a label of the manager's own, :data:`OWNER_LABEL` (``psdk.manager.owner``),
 not the ``owner`` label people put on sandboxes they make by hand: the manager adopts,
@@ -55,6 +57,7 @@ from provider_sdk.manager._housekeeping import HousekeepingMixin
 from provider_sdk.manager._lookup import LookupMixin
 from provider_sdk.manager._policies import PoliciesMixin, SnapshotPolicy
 from provider_sdk.manager.handle import ManagedSandbox
+from provider_sdk.manager.pool import WarmPool
 from provider_sdk.manager.store import Binding, BindingStore, default_store_path
 from provider_sdk.models import Lifecycle, SandboxInfo, SandboxSpec, Snapshot
 from provider_sdk.provider import SandboxProvider
@@ -102,6 +105,11 @@ class SandboxManager(CacheMixin, LookupMixin, PoliciesMixin, HousekeepingMixin):
         sweep_interval: seconds between background sweeps (idle pause, snapshots);
             default: a quarter of the shortest of ``idle_pause`` and
             ``snapshots.every``, at most 30.
+        pool: a :class:`~provider_sdk.manager.WarmPool` of the same provider that a new
+            owner's sandbox is taken from (level ``pool``) while it has free members;
+            give it the manager's store. The caller runs it (``async with``). A
+            pooled sandbox is not tagged with its owner (labels are fixed at
+            creation): its binding is what binds it.
     """
 
     def __init__(
@@ -119,6 +127,7 @@ class SandboxManager(CacheMixin, LookupMixin, PoliciesMixin, HousekeepingMixin):
         replace_unhealthy: bool = True,
         claim_ttl: float = 300.0,
         sweep_interval: float | None = None,
+        pool: WarmPool | None = None,
     ) -> None:
         if not isinstance(owner_key, str) or not owner_key:
             raise InvalidInput(f"owner_key must be a non-empty string, got {owner_key!r}")
@@ -137,6 +146,10 @@ class SandboxManager(CacheMixin, LookupMixin, PoliciesMixin, HousekeepingMixin):
                                "tags each sandbox with its owner")
         if snapshots is not None:
             provider.require(Capability.SNAPSHOT_FILESYSTEM, detail="SnapshotPolicy")
+        if pool is not None and pool.provider.name != provider.name:
+            raise InvalidInput(f"pool: its provider is {pool.provider.name!r}, the "
+                               f"manager's {provider.name!r}")
+        self.pool = pool
         self._sweep_idle = False
         if idle_pause is not None:
             if provider.supports(Capability.LIFECYCLE_AUTO_PAUSE):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from engines import missing
 from local_fixtures import home, provider
-from psdk_fixtures import unconfigured_structlog
+from psdk_fixtures import memory, unconfigured_structlog
 
 from provider_sdk.errors import SandboxError
 from provider_sdk.manager import (
@@ -27,7 +27,8 @@ from provider_sdk.manager import (
     SQLiteStore,
 )
 
-__all__ = ["home", "provider", "unconfigured_structlog"]  # structlog unconfigured at start
+# structlog unconfigured at start; ``memory`` registers the in-memory test provider.
+__all__ = ["home", "memory", "provider", "unconfigured_structlog"]
 
 REDIS_URL = "PSDK_TEST_REDIS_URL"
 POSTGRES_DSN = "PSDK_TEST_POSTGRES_DSN"

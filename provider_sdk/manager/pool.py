@@ -1,0 +1,475 @@
+"""``WarmPool``: sandboxes made ahead of time, handed out at once.
+
+A pool keeps ``size`` ready sandboxes (*members*) for one :class:`SandboxSpec`: running,
+or paused where the provider keeps memory across a pause (``pause.memory``). ``claim``
+hands one out; the pool's background task makes a new one in its place, replaces
+members that died or grew older than ``max_age``, and drains members made for another
+spec or an earlier build of the template. ::
+
+    async with WarmPool(provider, SandboxSpec(template="python"), size=4) as pool:
+        sandbox = await pool.claim(env={"USER_ID": "alice"})
+        await sandbox.exec("python -V")
+
+Several pools, in other tasks, processes or application replicas, form one pool when
+they share a ``name``, a provider and a binding store (and agree on the spec):
+
+- members carry the labels :data:`POOL_LABEL` (the pool's name), :data:`SPEC_LABEL`
+  (a fingerprint of the spec and its template) and :data:`EXPIRES_LABEL` (when it is
+  too old to hand out);
+- a member is handed out by taking its claim in the store (:func:`taken_claim`), which
+  exactly one caller wins; that claim stays, so the member is never handed out again;
+- members are made only while holding the pool's refill claim (:func:`refill_claim`),
+  and the refiller counts the free members first, so the pool keeps at most ``size``
+  however many replicas run it (a refiller that dies mid-round can leave extras; the
+  next round kills them);
+- a running pool holds its :func:`alive_claim`; the reaper
+  (:func:`~provider_sdk.manager.reap`) kills free members of a pool nobody runs once
+  they are past ``max_age``, and never a member that was handed out.
+
+Labels are fixed when a sandbox is made (no backend the interface covers can change
+them all afterwards), so a claim gives the caller's identity through what can change:
+the environment of the handle it returns (and, through a
+:class:`~provider_sdk.manager.SandboxManager`, the owner's binding and environment).
+Put labels every member should carry in the pool's spec.
+
+This module owns the pool; it must not know any provider or store by name, and it does
+not bind owners (the manager does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import anyio
+import anyio.abc
+import attrs
+
+from provider_sdk.capabilities import Capability
+from provider_sdk.errors import InvalidInput, SandboxError
+from provider_sdk.events import span
+from provider_sdk.labels import check_labels
+from provider_sdk.manager.store import BindingStore, MemoryStore
+from provider_sdk.models import SandboxInfo, SandboxSpec, SandboxState, _env_map
+from provider_sdk.provider import Command, SandboxProvider
+from provider_sdk.sandbox import Sandbox, Shell
+
+__all__ = ["EXPIRES_LABEL", "POOL_LABEL", "SPEC_LABEL", "ClaimedSandbox", "WarmPool",
+           "alive_claim", "refill_claim", "taken_claim"]
+
+POOL_LABEL = "psdk.pool"
+"""The label each member carries, holding its pool's name."""
+SPEC_LABEL = "psdk.pool.spec"
+"""The label holding the fingerprint of the spec (and template build) a member was made
+for; a pool drains members whose fingerprint is not its own."""
+EXPIRES_LABEL = "psdk.pool.expires"
+"""The label holding the Unix time after which a member is too old to hand out."""
+
+TAKEN_TTL = 365 * 24 * 3600.0
+"""Seconds the store remembers that a member was handed out."""
+
+_LIVE = frozenset({SandboxState.STARTING, SandboxState.RUNNING, SandboxState.PAUSING,
+                   SandboxState.PAUSED})
+
+
+def taken_claim(sandbox_id: str) -> str:
+    """The claim that hands out (or kills) the pool member ``sandbox_id``."""
+    return f"pool-taken:{sandbox_id}"
+
+
+def refill_claim(name: str) -> str:
+    """The claim a pool holds while it makes members for the pool ``name``."""
+    return f"pool-refill:{name}"
+
+
+def alive_claim(name: str) -> str:
+    """The claim that says some process runs the pool ``name``."""
+    return f"pool-alive:{name}"
+
+
+class ClaimedSandbox(Sandbox):
+    """A sandbox handed out by a :class:`WarmPool`, with the environment the claim gave
+    it applied under every command's own ``env``. It is the caller's: ``async with``
+    kills it, as for any sandbox the caller made."""
+
+    def __init__(self, provider: SandboxProvider, info: SandboxInfo, *,
+                 env: Mapping[str, str]) -> None:
+        super().__init__(provider, info)
+        self._env = dict(env)
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        """The environment the claim gave (a copy)."""
+        return dict(self._env)
+
+    def _command(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None,
+                 cwd: str | None, user: str | None, timeout: float | None,
+                 stdin: bytes | str | None, output_limit: int | None) -> Command:
+        merged = {**self._env, **(env or {})} if self._env else env
+        return super()._command(cmd, env=merged, cwd=cwd, user=user, timeout=timeout,
+                                stdin=stdin, output_limit=output_limit)
+
+    async def shell(self, *, cwd: str | None = None,
+                    env: Mapping[str, str] | None = None) -> Shell:
+        """Open a persistent shell that starts with the claim's environment."""
+        return await super().shell(cwd=cwd, env={**self._env, **(env or {})})
+
+
+class WarmPool:
+    """Keeps ``size`` ready sandboxes for ``spec`` and hands them out at once.
+
+    Use it with ``async with``: that runs the background task that fills the pool.
+    Leaving the block stops it and leaves the free members for the next run (or another
+    replica); :meth:`drain` kills them.
+
+    Args:
+        provider: the provider that runs the members.
+        spec: how members are made; it must not set the pool's labels.
+        size: how many free members to keep, at most, across every replica.
+        store: where claims live; share one (SQLite, Redis, PostgreSQL) between
+            processes and replicas that run the same pool. Default: this process's
+            memory.
+        name: the pool's name; pools that share it, the provider and the store are one.
+        max_age: seconds after which a member is no longer handed out, but replaced.
+        paused: keep members paused (needs ``pause.memory``, so what the template
+            started keeps running once resumed); ``claim`` resumes one.
+        interval: seconds between the background rounds that check and refill the
+            pool (a claim starts one at once).
+        starting: how many members the pool makes at once.
+        claim_ttl: seconds the refill claim lasts if its holder dies holding it.
+    """
+
+    def __init__(self, provider: SandboxProvider, spec: SandboxSpec | None = None, *,
+                 size: int, store: BindingStore | None = None, name: str = "default",
+                 max_age: float = 3600.0, paused: bool = False, interval: float = 5.0,
+                 starting: int = 2, claim_ttl: float = 120.0) -> None:
+        for field, count in (("size", size), ("starting", starting)):
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise InvalidInput(f"{field} must be an integer >= 1, got {count!r}")
+        for field, value in (("max_age", max_age), ("interval", interval),
+                             ("claim_ttl", claim_ttl)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not 0 < value < float("inf"):
+                raise InvalidInput(f"{field} must be a positive number, got {value!r}")
+        check_labels({POOL_LABEL: name}, field="name", internal=provider.internal_labels,
+                     provider=provider.name)
+        if not name:
+            raise InvalidInput("name must be a non-empty string")
+        if paused:
+            provider.require(Capability.PAUSE_MEMORY, detail="WarmPool(paused=True)")
+        self.provider = provider
+        self.store: BindingStore = store if store is not None else MemoryStore()
+        self.name = name
+        self.size = size
+        self.max_age = float(max_age)
+        self.paused = paused
+        self.interval = float(interval)
+        self.claim_ttl = float(claim_ttl)
+        self._token = secrets.token_hex(8)
+        self._free: dict[str, float] = {}  # member id -> expiry, oldest first
+        self._taken: set[str] = set()  # members seen handed out (that never changes)
+        self._limiter = anyio.CapacityLimiter(starting)
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._wake: anyio.Event | None = None
+        self._round_done: anyio.Event | None = None  # made in the event loop, on start
+        self.spec = self._checked(spec or SandboxSpec())
+
+    def __repr__(self) -> str:
+        return (f"<WarmPool {self.name!r} provider={self.provider.name!r} size={self.size} "
+                f"free={len(self._free)}>")
+
+    # ------------------------------------------------------------- lifetime
+
+    async def __aenter__(self) -> WarmPool:
+        if self._tg is not None:
+            raise RuntimeError("this WarmPool is already running")
+        self._wake = anyio.Event()
+        self._round_done = anyio.Event()
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        tg.start_soon(self._maintain)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Stop the background task (members being made are killed); free members
+        stay."""
+        tg, self._tg = self._tg, None
+        if tg is None:
+            return
+        tg.cancel_scope.cancel()
+        await tg.__aexit__(None, None, None)
+        self._wake = None
+        with anyio.CancelScope(shield=True), contextlib.suppress(SandboxError):
+            await self.store.release(alive_claim(self.name), self._token)
+
+    @property
+    def running(self) -> bool:
+        """Whether the background task runs."""
+        return self._tg is not None
+
+    async def wait_filled(self, timeout: float | None = None) -> None:
+        """Wait until this process knows of ``size`` free members.
+
+        Raises:
+            RuntimeError: the pool is not running.
+            TimeoutError: not within ``timeout`` seconds.
+        """
+        with anyio.fail_after(timeout):
+            while len(self._free) < self.size:
+                if self._tg is None or self._round_done is None:
+                    raise RuntimeError("the WarmPool is not running")
+                await self._round_done.wait()
+
+    # --------------------------------------------------------------- claims
+
+    async def claim(self, *, env: Mapping[str, str] | None = None) -> ClaimedSandbox:
+        """A sandbox for the caller: a free member if there is one (a *hit*), else a
+        new one made now (a *miss*). ``env`` applies under every command's own.
+
+        Raises:
+            InvalidInput: a name in ``env`` is not a variable name, or a value holds NUL.
+        """
+        checked = _env_map(env)
+        sandbox = await self.take()
+        if sandbox is None:
+            sandbox = await self.provider.create(self.spec)
+        return ClaimedSandbox(self.provider, sandbox.info, env=checked)
+
+    async def take(self) -> Sandbox | None:
+        """Hand out a free member (running), or ``None`` when there is none at hand.
+
+        Exactly one caller, in any process sharing the store, gets a given member. Each
+        call counts as a hit or a miss in the ``psdk.pool.claims`` metric.
+        """
+        async with span("pool.claim", self.provider.name, pool=self.name) as ev:
+            sandbox = await self._take()
+            ev["hit"] = sandbox is not None
+            if sandbox is not None:
+                ev["sandbox_id"] = sandbox.id
+        return sandbox
+
+    async def _take(self) -> Sandbox | None:
+        while self._free:
+            sandbox_id = next(iter(self._free))
+            expires = self._free.pop(sandbox_id)
+            if sandbox_id in self._taken or expires <= time.time():
+                continue  # the next round replaces it
+            if not await self.store.claim(taken_claim(sandbox_id), secrets.token_hex(8),
+                                          TAKEN_TTL):
+                self._taken.add(sandbox_id)
+                continue
+            self._taken.add(sandbox_id)
+            self._refill_soon()
+            try:
+                sandbox = await self.provider.connect(sandbox_id, resume=True)
+            except SandboxError:
+                await self._kill_quietly(sandbox_id)
+                continue
+            if sandbox.info.state != SandboxState.RUNNING:
+                await self._kill_quietly(sandbox_id)
+                continue
+            return sandbox
+        self._refill_soon()
+        return None
+
+    @property
+    def free(self) -> int:
+        """How many free members this process knows of now."""
+        return len(self._free)
+
+    # ----------------------------------------------------------- the others
+
+    async def set_spec(self, spec: SandboxSpec) -> None:
+        """Make members for ``spec`` from now on; the next round drains the others."""
+        self.spec = self._checked(spec)
+        self._free.clear()
+        self._refill_soon()
+
+    async def drain(self) -> int:
+        """Kill every free member of the pool (in any replica's view); returns how many."""
+        self._free.clear()
+        killed = 0
+        for info in await self.provider.list(metadata={POOL_LABEL: self.name}):
+            if info.id not in self._taken and await self._kill_free(info.id):
+                killed += 1
+        return killed
+
+    async def check(self) -> None:
+        """One round of the background task, now: drain members of another spec or
+        template build, replace dead and expired ones, kill extras, and refill."""
+        async with span("pool.refill", self.provider.name, pool=self.name) as ev:
+            await self.store.claim(alive_claim(self.name), self._token,
+                                   max(3 * self.interval, self.claim_ttl))
+            fingerprint = await self._fingerprint()
+            killed = await self._survey(fingerprint)
+            ev.update(made=0)
+            if len(self._free) < self.size and await self.store.claim(
+                    refill_claim(self.name), self._token, self.claim_ttl):
+                try:
+                    # Count again under the claim: another replica may have just refilled.
+                    killed += await self._survey(fingerprint)
+                    ev["made"] = await self._make(self.size - len(self._free), fingerprint)
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self.store.release(refill_claim(self.name), self._token)
+            ev.update(free=len(self._free), killed=killed)
+
+    # -------------------------------------------------------------- internals
+
+    def _checked(self, spec: SandboxSpec) -> SandboxSpec:
+        for label in (POOL_LABEL, SPEC_LABEL, EXPIRES_LABEL):
+            if label in spec.metadata:
+                raise InvalidInput(f"spec.metadata must not set {label!r}: the pool "
+                                   "tags its members with it", provider=self.provider.name)
+        check_labels({**spec.metadata, POOL_LABEL: self.name, SPEC_LABEL: "0" * 16,
+                      EXPIRES_LABEL: "0" * 12}, internal=self.provider.internal_labels,
+                     provider=self.provider.name)
+        return spec
+
+    async def _survey(self, fingerprint: str) -> int:
+        """List the members, kill the free ones that are dead, of another fingerprint,
+        expired or beyond ``size``, and remember the rest; returns how many it killed."""
+        now = time.time()
+        members = await self.provider.list(metadata={POOL_LABEL: self.name})
+        self._taken &= {i.id for i in members}
+        free: list[SandboxInfo] = []
+        doomed: list[str] = []
+        for info in members:
+            if info.id in self._taken:
+                continue
+            if await self.store.claimed(taken_claim(info.id)):
+                self._taken.add(info.id)
+                continue
+            if (info.state not in _LIVE or info.metadata.get(SPEC_LABEL) != fingerprint
+                    or _expiry(info) <= now):
+                doomed.append(info.id)
+            else:
+                free.append(info)
+        free.sort(key=lambda i: (_created(i), i.id))
+        doomed += [i.id for i in free[self.size:]]
+        killed = 0
+        for sandbox_id in doomed:
+            killed += await self._kill_free(sandbox_id)
+        self._free = {i.id: _expiry(i) for i in free[:self.size] if i.id not in self._taken}
+        return killed
+
+    def _refill_soon(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _maintain(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                await self.check()
+            done, self._round_done = self._round_done, anyio.Event()
+            if done is not None:
+                done.set()
+            assert self._wake is not None
+            with anyio.move_on_after(self.interval):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+
+    async def _make(self, count: int, fingerprint: str) -> int:
+        """Make ``count`` members, at most ``starting`` at once; returns how many."""
+        made = 0
+
+        async def one() -> None:
+            nonlocal made
+            async with self._limiter:
+                expires = time.time() + self.max_age
+                spec = attrs.evolve(self.spec, metadata={
+                    **self.spec.metadata, POOL_LABEL: self.name, SPEC_LABEL: fingerprint,
+                    EXPIRES_LABEL: str(int(expires))})
+                try:
+                    sandbox = await self.provider.create(spec)
+                except SandboxError:
+                    return
+                try:
+                    if self.paused:
+                        await sandbox.pause()
+                    await self.store.claim(refill_claim(self.name), self._token,
+                                           self.claim_ttl)
+                except BaseException:
+                    with anyio.CancelScope(shield=True):
+                        await self._kill_quietly(sandbox.id)
+                    raise
+                self._free[sandbox.id] = expires
+                made += 1
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for _ in range(count):
+                    tg.start_soon(one)
+        except SandboxError:
+            pass
+        return made
+
+    async def _kill_free(self, sandbox_id: str) -> bool:
+        """Kill a free member, unless someone takes it first; whether it did."""
+        self._free.pop(sandbox_id, None)
+        token = secrets.token_hex(8)
+        if not await self.store.claim(taken_claim(sandbox_id), token, self.claim_ttl):
+            self._taken.add(sandbox_id)
+            return False
+        try:
+            await self._kill_quietly(sandbox_id)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.store.release(taken_claim(sandbox_id), token)
+        return True
+
+    async def _kill_quietly(self, sandbox_id: str) -> None:
+        with contextlib.suppress(SandboxError):
+            await self.provider.kill(sandbox_id)
+
+    async def _fingerprint(self) -> str:
+        """The spec's fingerprint, with the id and content of the template it names
+        where the provider lists templates, so a rebuilt template drains the pool."""
+        template: Any = None
+        if self.spec.template is not None and self.provider.supports(
+                Capability.TEMPLATES_BUILD):
+            with contextlib.suppress(SandboxError):
+                found = [t for t in await self.provider.list_templates()
+                         if self.spec.template in (t.id, t.name)]
+                if found:
+                    newest = max(found, key=lambda t: (t.created_at is not None,
+                                                       t.created_at, t.id))
+                    template = [newest.id, newest.content_hash]
+        return fingerprint(self.spec, template)
+
+
+def fingerprint(spec: SandboxSpec, template: Any = None) -> str:
+    """A short digest of everything in ``spec`` (values of its environment included,
+    which the digest does not reveal) and of ``template``."""
+    text = json.dumps([_plain(spec), template], sort_keys=True, default=repr,
+                      separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _plain(value: Any) -> Any:
+    if attrs.has(type(value)):
+        return {f.name: _plain(getattr(value, f.name)) for f in attrs.fields(type(value))}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return repr(value)
+
+
+def _expiry(info: SandboxInfo) -> float:
+    try:
+        return float(info.metadata.get(EXPIRES_LABEL, "inf"))
+    except ValueError:
+        return 0.0
+
+
+def _created(info: SandboxInfo) -> float:
+    return info.created_at.timestamp() if info.created_at is not None else float("inf")

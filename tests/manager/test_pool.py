@@ -1,0 +1,252 @@
+"""Warm pools on the in-memory test provider, where rounds are fast: many claims at once
+hand out each member once and the pool refills; dead, expired and extra members are
+replaced or killed; a new spec or template build drains the old members; the reaper
+spares running pools and handed-out members; hits and misses are counted."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import attrs
+import pytest
+from memory_provider import MemoryProvider, Store
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from provider_sdk import telemetry
+from provider_sdk.errors import InvalidInput, UnsupportedCapability
+from provider_sdk.manager import (
+    POOL_LABEL,
+    MemoryStore,
+    SandboxManager,
+    WarmPool,
+    reap,
+)
+from provider_sdk.manager.pool import EXPIRES_LABEL, SPEC_LABEL
+from provider_sdk.models import SandboxInfo, SandboxSpec, SandboxState
+
+pytestmark = pytest.mark.anyio
+
+FAST = 0.05  # seconds between rounds
+BOUND = 10.0  # seconds any wait may take on a loaded machine
+
+
+def _members(memory: Store, name: str = "default") -> list[SandboxInfo]:
+    return [b.info for b in memory.boxes.values() if b.info.metadata.get(POOL_LABEL) == name]
+
+
+async def _until(condition: Any) -> None:
+    with anyio.fail_after(BOUND):
+        while not condition():  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+
+
+async def test_concurrent_claims_hand_out_each_member_once_and_the_pool_refills(
+        memory: Store) -> None:
+    async with WarmPool(MemoryProvider(), size=5, interval=FAST) as pool:
+        await pool.wait_filled(BOUND)
+        ready = {i.id for i in _members(memory)}
+        got: list[str] = []
+
+        async def claim() -> None:
+            got.append((await pool.claim()).id)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(12):
+                tg.start_soon(claim)
+        assert len(got) == len(set(got)) == 12
+        assert ready <= set(got)  # every free member went to one caller: 5 hits, 7 misses
+        await pool.wait_filled(BOUND)
+        free = set(pool._free)
+        assert len(free) == 5
+        assert not free & set(got)
+
+
+async def test_claim_gives_the_callers_environment(memory: Store) -> None:
+    async with WarmPool(MemoryProvider(), SandboxSpec(env={"BASE": "b"}), size=1,
+                        interval=FAST) as pool:
+        await pool.wait_filled(BOUND)
+        sandbox = await pool.claim(env={"USER_ID": "alice", "BASE": "mine"})
+        result = await sandbox.exec('echo "$USER_ID $BASE"')
+        assert result.stdout == "alice mine\n"
+        assert dict(sandbox.env) == {"USER_ID": "alice", "BASE": "mine"}
+        assert (await sandbox.exec("echo $USER_ID", env={"USER_ID": "bob"})).stdout == "bob\n"
+
+
+async def test_a_dead_member_is_replaced(memory: Store) -> None:
+    async with WarmPool(MemoryProvider(), size=2, interval=FAST) as pool:
+        await pool.wait_filled(BOUND)
+        dead = _members(memory)[0].id
+        box = memory.boxes[dead]
+        box.info = attrs.evolve(box.info, state=SandboxState.ERROR)
+        await _until(lambda: dead not in memory.boxes and len(_members(memory)) == 2)
+        await pool.wait_filled(BOUND)
+        assert dead not in pool._free
+
+
+async def test_a_member_killed_behind_the_pools_back_is_not_handed_out(memory: Store) -> None:
+    provider = MemoryProvider()
+    async with WarmPool(provider, size=1, interval=60) as pool:
+        await pool.wait_filled(BOUND)
+        (member,) = pool._free
+        await provider.kill(member)
+        sandbox = await pool.claim()
+        assert sandbox.id != member
+        assert (await sandbox.exec("echo ok")).stdout == "ok\n"
+
+
+async def test_a_new_spec_drains_the_old_members(memory: Store) -> None:
+    async with WarmPool(MemoryProvider(), SandboxSpec(metadata={"v": "1"}), size=3,
+                        interval=FAST) as pool:
+        await pool.wait_filled(BOUND)
+        old = {i.id for i in _members(memory)}
+        await pool.set_spec(SandboxSpec(metadata={"v": "2"}))
+        await _until(lambda: not old & set(memory.boxes)
+                     and len(_members(memory)) == 3)
+        assert {i.metadata["v"] for i in _members(memory)} == {"2"}
+        sandbox = await pool.claim()
+        assert sandbox.metadata["v"] == "2"
+
+
+async def test_another_replicas_spec_is_drained_too(memory: Store) -> None:
+    store = MemoryStore()
+    async with WarmPool(MemoryProvider(), SandboxSpec(env={"A": "1"}), size=2, store=store,
+                        interval=60) as old:
+        await old.wait_filled(BOUND)
+    stale = {i.id for i in _members(memory)}
+    async with WarmPool(MemoryProvider(), SandboxSpec(env={"A": "2"}), size=2, store=store,
+                        interval=60) as new:
+        await new.wait_filled(BOUND)
+        assert not stale & set(memory.boxes)
+        assert len(_members(memory)) == 2
+
+
+async def test_a_member_past_max_age_is_replaced(memory: Store) -> None:
+    async with WarmPool(MemoryProvider(), size=2, max_age=0.5, interval=FAST) as pool:
+        await pool.wait_filled(BOUND)
+        first = {i.id for i in _members(memory)}
+        await _until(lambda: not first & set(memory.boxes) and len(_members(memory)) == 2)
+        for info in _members(memory):
+            assert float(info.metadata[EXPIRES_LABEL]) > time.time() - 1
+
+
+async def test_the_pool_never_keeps_more_than_its_size(memory: Store) -> None:
+    store = MemoryStore()
+    pools = [WarmPool(MemoryProvider(), size=3, store=store, interval=FAST)
+             for _ in range(4)]
+    seen = 0
+    async with pools[0], pools[1], pools[2], pools[3]:
+        with anyio.move_on_after(1.0):
+            while True:
+                seen = max(seen, len(_members(memory)))
+                await anyio.sleep(0.005)
+    assert seen == 3
+
+
+async def test_extra_members_are_killed(memory: Store) -> None:
+    provider = MemoryProvider()
+    async with WarmPool(provider, size=4, interval=60) as pool:
+        await pool.wait_filled(BOUND)
+    async with WarmPool(provider, size=2, interval=60) as smaller:
+        await smaller.wait_filled(BOUND)
+        assert len(_members(memory)) == 2
+
+
+async def test_drain_kills_free_members_only(memory: Store) -> None:
+    async with WarmPool(MemoryProvider(), size=3, interval=60) as pool:
+        await pool.wait_filled(BOUND)
+        claimed = await pool.claim()
+        assert await pool.drain() == 2
+        assert {i.id for i in _members(memory)} == {claimed.id}
+
+
+async def test_the_pools_labels_are_refused_in_its_spec(memory: Store) -> None:
+    with pytest.raises(InvalidInput, match=r"psdk\.pool"):
+        WarmPool(MemoryProvider(), SandboxSpec(metadata={SPEC_LABEL: "x"}), size=1)
+    with pytest.raises(InvalidInput, match="size"):
+        WarmPool(MemoryProvider(), size=0)
+    with pytest.raises(UnsupportedCapability):
+        WarmPool(MemoryProvider(), size=1, paused=True)  # no pause.memory
+
+
+async def test_the_manager_takes_a_new_owners_sandbox_from_the_pool(memory: Store) -> None:
+    provider, store = MemoryProvider(), MemoryStore()
+    async with WarmPool(provider, size=2, store=store, interval=FAST) as pool, \
+            SandboxManager(provider, store, pool=pool) as manager:
+        await pool.wait_filled(BOUND)
+        members = set(pool._free)
+        alice = await manager.acquire("alice")
+        assert alice.id in members
+        await alice.set_env(TOKEN="t-alice")
+        assert (await alice.exec("echo $TOKEN")).stdout == "t-alice\n"
+        binding = await manager.binding("alice")
+        assert binding is not None
+        assert binding.sandbox_id == alice.id
+        manager.forget("alice")
+        assert (await manager.acquire("alice")).id == alice.id  # the store binds it
+        await manager.release("alice")
+        assert alice.id not in memory.boxes
+
+
+async def test_reap_spares_running_pools_and_handed_out_members(memory: Store) -> None:
+    provider, store = MemoryProvider(), MemoryStore()
+    async with WarmPool(provider, size=2, store=store, max_age=0.2, interval=60) as pool:
+        await pool.wait_filled(BOUND)
+        claimed = await pool.claim()
+        await anyio.sleep(0.3)
+        assert await reap(provider, store) == []  # the pool runs: its rounds replace them
+    free = {i.id for i in _members(memory)} - {claimed.id}
+    assert free
+    reaped = {i.id for i in await reap(provider, store)}
+    assert reaped == free
+    assert {i.id for i in _members(memory)} == {claimed.id}
+
+
+async def test_reap_spares_free_members_younger_than_max_age(memory: Store) -> None:
+    provider, store = MemoryProvider(), MemoryStore()
+    async with WarmPool(provider, size=2, store=store, interval=60) as pool:
+        await pool.wait_filled(BOUND)
+    assert await reap(provider, store) == []
+    assert len(_members(memory)) == 2
+
+
+@pytest.fixture
+def reader() -> Iterator[InMemoryMetricReader]:
+    reader = InMemoryMetricReader()
+    telemetry.enable(meter_provider=MeterProvider(metric_readers=[reader]))
+    try:
+        yield reader
+    finally:
+        telemetry.disable()
+
+
+def _points(reader: InMemoryMetricReader, metric: str) -> dict[tuple[Any, ...], Any]:
+    data = reader.get_metrics_data()
+    found = {}
+    for resource in data.resource_metrics if data else []:
+        for scope in resource.scope_metrics:
+            for m in scope.metrics:
+                if m.name == metric:
+                    for point in m.data.data_points:
+                        found[tuple(sorted((point.attributes or {}).items()))] = point.value
+    return found
+
+
+async def test_hits_and_misses_are_counted(memory: Store,
+                                           reader: InMemoryMetricReader) -> None:
+    provider, store = MemoryProvider(), MemoryStore()
+    async with WarmPool(provider, size=1, store=store, name="web", interval=60) as pool, \
+            SandboxManager(provider, store, pool=pool) as manager:
+        await pool.wait_filled(BOUND)
+        await manager.acquire("alice")  # the member: a hit
+        await manager.acquire("bob")  # none left: a miss, then a create
+    claims = _points(reader, "psdk.pool.claims")
+    base = (("psdk.pool", "web"), ("psdk.provider", "memory"))
+    assert claims == {(*base[:1], ("psdk.pool.outcome", "hit"), base[1]): 1,
+                      (*base[:1], ("psdk.pool.outcome", "miss"), base[1]): 1}
+    levels = {dict(k)["psdk.level"]: v for k, v in
+              _points(reader, "psdk.manager.acquisitions").items()}
+    assert levels == {"pool": 1, "create": 1}
