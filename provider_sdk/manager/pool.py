@@ -73,6 +73,8 @@ EXPIRES_LABEL = "psdk.pool.expires"
 TAKEN_TTL = 365 * 24 * 3600.0
 """Seconds the store remembers that a member was handed out."""
 
+_SETTLE = 0.2  # seconds a round waits after a claim wakes it
+
 _LIVE = frozenset({SandboxState.STARTING, SandboxState.RUNNING, SandboxState.PAUSING,
                    SandboxState.PAUSED})
 
@@ -142,12 +144,19 @@ class WarmPool:
             pool (a claim starts one at once).
         starting: how many members the pool makes at once.
         claim_ttl: seconds the refill claim lasts if its holder dies holding it.
+        check_on_claim: ask the provider for a member's state before handing it out
+            (a round trip). Off, a member the last round saw running is handed out at
+            once; one that died since (within ``interval``) then fails its first call
+            with :class:`~provider_sdk.errors.SandboxNotFound` or
+            :class:`~provider_sdk.errors.SandboxNotRunning`. Paused members are always
+            resumed through the provider.
     """
 
     def __init__(self, provider: SandboxProvider, spec: SandboxSpec | None = None, *,
                  size: int, store: BindingStore | None = None, name: str = "default",
                  max_age: float = 3600.0, paused: bool = False, interval: float = 5.0,
-                 starting: int = 2, claim_ttl: float = 120.0) -> None:
+                 starting: int = 2, claim_ttl: float = 120.0,
+                 check_on_claim: bool = True) -> None:
         for field, count in (("size", size), ("starting", starting)):
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
                 raise InvalidInput(f"{field} must be an integer >= 1, got {count!r}")
@@ -170,8 +179,9 @@ class WarmPool:
         self.paused = paused
         self.interval = float(interval)
         self.claim_ttl = float(claim_ttl)
+        self.check_on_claim = bool(check_on_claim)
         self._token = secrets.token_hex(8)
-        self._free: dict[str, float] = {}  # member id -> expiry, oldest first
+        self._free: dict[str, SandboxInfo] = {}  # as last seen, oldest first
         self._taken: set[str] = set()  # members seen handed out (that never changes)
         self._limiter = anyio.CapacityLimiter(starting)
         self._tg: anyio.abc.TaskGroup | None = None
@@ -257,8 +267,8 @@ class WarmPool:
     async def _take(self) -> Sandbox | None:
         while self._free:
             sandbox_id = next(iter(self._free))
-            expires = self._free.pop(sandbox_id)
-            if sandbox_id in self._taken or expires <= time.time():
+            info = self._free.pop(sandbox_id)
+            if sandbox_id in self._taken or _expiry(info) <= time.time():
                 continue  # the next round replaces it
             if not await self.store.claim(taken_claim(sandbox_id), secrets.token_hex(8),
                                           TAKEN_TTL):
@@ -266,6 +276,9 @@ class WarmPool:
                 continue
             self._taken.add(sandbox_id)
             self._refill_soon()
+            if info.state == SandboxState.RUNNING and not self.check_on_claim:
+                # Seen running by the last round: no round trip before the caller's own.
+                return Sandbox(self.provider, info)
             try:
                 sandbox = await self.provider.connect(sandbox_id, resume=True)
             except SandboxError:
@@ -328,7 +341,7 @@ class WarmPool:
                 raise InvalidInput(f"spec.metadata must not set {label!r}: the pool "
                                    "tags its members with it", provider=self.provider.name)
         check_labels({**spec.metadata, POOL_LABEL: self.name, SPEC_LABEL: "0" * 16,
-                      EXPIRES_LABEL: "0" * 12}, internal=self.provider.internal_labels,
+                      EXPIRES_LABEL: "0" * 16}, internal=self.provider.internal_labels,
                      provider=self.provider.name)
         return spec
 
@@ -356,7 +369,7 @@ class WarmPool:
         killed = 0
         for sandbox_id in doomed:
             killed += await self._kill_free(sandbox_id)
-        self._free = {i.id: _expiry(i) for i in free[:self.size] if i.id not in self._taken}
+        self._free = {i.id: i for i in free[:self.size] if i.id not in self._taken}
         return killed
 
     def _refill_soon(self) -> None:
@@ -373,6 +386,9 @@ class WarmPool:
             assert self._wake is not None
             with anyio.move_on_after(self.interval):
                 await self._wake.wait()
+                # Let the claimer's first calls go before the refill's create, and
+                # gather a burst of claims into one round.
+                await anyio.sleep(_SETTLE)
             self._wake = anyio.Event()
 
     async def _make(self, count: int, fingerprint: str) -> int:
@@ -385,12 +401,16 @@ class WarmPool:
                 expires = time.time() + self.max_age
                 spec = attrs.evolve(self.spec, metadata={
                     **self.spec.metadata, POOL_LABEL: self.name, SPEC_LABEL: fingerprint,
-                    EXPIRES_LABEL: str(int(expires))})
+                    EXPIRES_LABEL: f"{expires:.3f}"})
                 try:
                     sandbox = await self.provider.create(spec)
                 except SandboxError:
                     return
                 try:
+                    # A first command warms what the provider sets up on first use (a
+                    # connection, a login shell's files); what it says does not matter.
+                    with contextlib.suppress(SandboxError):
+                        await sandbox.exec(["true"], timeout=30)
                     if self.paused:
                         await sandbox.pause()
                     await self.store.claim(refill_claim(self.name), self._token,
@@ -399,7 +419,7 @@ class WarmPool:
                     with anyio.CancelScope(shield=True):
                         await self._kill_quietly(sandbox.id)
                     raise
-                self._free[sandbox.id] = expires
+                self._free[sandbox.id] = sandbox.info
                 made += 1
 
         try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import attrs
@@ -17,6 +17,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from provider_sdk import telemetry
+from provider_sdk.capabilities import Capability
 from provider_sdk.errors import InvalidInput, UnsupportedCapability
 from provider_sdk.manager import (
     POOL_LABEL,
@@ -26,7 +27,7 @@ from provider_sdk.manager import (
     reap,
 )
 from provider_sdk.manager.pool import EXPIRES_LABEL, SPEC_LABEL
-from provider_sdk.models import SandboxInfo, SandboxSpec, SandboxState
+from provider_sdk.models import SandboxInfo, SandboxSpec, SandboxState, Template
 
 pytestmark = pytest.mark.anyio
 
@@ -198,6 +199,7 @@ async def test_reap_spares_running_pools_and_handed_out_members(memory: Store) -
         claimed = await pool.claim()
         await anyio.sleep(0.3)
         assert await reap(provider, store) == []  # the pool runs: its rounds replace them
+    await anyio.sleep(0.3)  # the members made after the claim are past max_age too
     free = {i.id for i in _members(memory)} - {claimed.id}
     assert free
     reaped = {i.id for i in await reap(provider, store)}
@@ -250,3 +252,42 @@ async def test_hits_and_misses_are_counted(memory: Store,
     levels = {dict(k)["psdk.level"]: v for k, v in
               _points(reader, "psdk.manager.acquisitions").items()}
     assert levels == {"pool": 1, "create": 1}
+
+
+class _Builds:
+    """A template builder whose list the test rebuilds (only ``list`` is asked)."""
+
+    built: ClassVar[list[Template]] = []
+
+    async def list(self) -> list[Template]:
+        return list(self.built)
+
+
+class _Templated(MemoryProvider):
+    """The in-memory provider with a template list."""
+
+    capabilities = MemoryProvider.capabilities | {Capability.TEMPLATES_BUILD}
+
+    def _template_builder(self) -> Any:
+        return _Builds()
+
+
+async def test_a_rebuilt_template_drains_the_old_members(memory: Store) -> None:
+    _Builds.built = [Template(id="tpl-1", name="python", provider="memory",
+                              content_hash="aaa")]
+    async with WarmPool(_Templated(), SandboxSpec(template="python"), size=2,
+                        interval=FAST) as pool:
+        await pool.wait_filled(BOUND)
+        old = {i.id for i in _members(memory)}
+        _Builds.built = [Template(id="tpl-1", name="python", provider="memory",
+                                  content_hash="bbb")]
+        await _until(lambda: not old & set(memory.boxes) and len(_members(memory)) == 2)
+
+
+async def test_without_the_check_a_member_is_handed_out_as_last_seen(memory: Store) -> None:
+    async with WarmPool(MemoryProvider(), size=3, interval=60, check_on_claim=False) as pool:
+        await pool.wait_filled(BOUND)
+        members = set(pool._free)
+        got = [await pool.claim() for _ in range(3)]
+        assert {s.id for s in got} == members
+        assert [(await s.exec("echo ok")).stdout for s in got] == ["ok\n"] * 3
