@@ -208,8 +208,9 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
     p.add_argument("--fault", metavar="NAME=VALUE", type=_key_value, action="append",
                    default=[], help="inject a fault (repeatable; see the emulator's docs)")
 
-    p = add("reap", "kill owner-tagged sandboxes that no manager binding holds, and "
-                    "remove broken records")
+    p = add("reap", "kill owner-tagged sandboxes that no manager binding holds, free "
+                    "members of warm pools nobody runs once past their age, and remove "
+                    "broken records")
     p.add_argument("--store", metavar="URL",
                    help="the binding store: sqlite:///PATH, redis://..., postgresql://... "
                         "(default: $PSDK_MANAGER_STORE, then the default SQLite file)")

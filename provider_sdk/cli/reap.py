@@ -1,4 +1,5 @@
-"""``psdk reap``: kill owner-tagged sandboxes that no binding holds, and remove broken
+"""``psdk reap``: kill owner-tagged sandboxes that no binding holds (and free members of
+warm pools nobody runs, past their age), and remove broken
 records (state a provider could not read: corrupt, or left half created)."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import datetime as dt
 
 from provider_sdk.cli.commands import broken_reason, provider_from
 from provider_sdk.cli.console import MAX_LABEL_VALUE, CliError, Console, cell, dump_json
-from provider_sdk.manager import MemoryStore, open_store, reap
+from provider_sdk.manager import POOL_LABEL, MemoryStore, open_store, reap
 from provider_sdk.models import SandboxInfo
 from provider_sdk.provider import SandboxProvider
 
@@ -31,8 +32,10 @@ async def cmd_reap(args: argparse.Namespace, console: Console) -> int:
         console.out(dump_json([*victims, *broken]))
         return 0
     for info in victims:
-        console.out(f"{cell(info.id)}  {cell(args.owner_key, MAX_LABEL_VALUE)}="
-                    f"{cell(info.metadata.get(args.owner_key, ''), MAX_LABEL_VALUE)}")
+        # A warm pool's member carries its pool's label instead of an owner's.
+        key = args.owner_key if args.owner_key in info.metadata else POOL_LABEL
+        console.out(f"{cell(info.id)}  {cell(key, MAX_LABEL_VALUE)}="
+                    f"{cell(info.metadata.get(key, ''), MAX_LABEL_VALUE)}")
     for info in broken:
         console.out(f"{cell(info.id)}  broken: {cell(broken_reason(info))}")
     verb = "would kill" if args.dry_run else "killed"

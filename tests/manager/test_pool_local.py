@@ -1,16 +1,19 @@
 """Warm pools on the local provider (real bubblewrap): a claimed member runs commands
 with the caller's environment, paused members come back running, a member whose
-processes died is replaced, and a manager binds a new owner to a pooled sandbox
-through a SQLite store."""
+processes died is replaced, a manager binds a new owner to a pooled sandbox through a
+SQLite store, and ``psdk reap`` kills the free members of a pool nobody runs."""
 
 from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import anyio
+import anyio.to_thread
 import pytest
 
+from provider_sdk.cli import main
 from provider_sdk.local import LocalProvider, _launch
 from provider_sdk.local._home import read_meta
 from provider_sdk.manager import POOL_LABEL, SandboxManager, SQLiteStore, WarmPool
@@ -78,3 +81,25 @@ async def test_a_manager_binds_a_new_owner_to_a_pooled_sandbox(
         assert binding.sandbox_id == member
         await pool.wait_filled(BOUND)  # refilled behind the claim
         assert member not in pool._free
+
+
+async def test_psdk_reap_kills_free_members_of_a_pool_nobody_runs(
+        provider: LocalProvider, db_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("PSDK_HOME", str(provider.home))
+    async with SQLiteStore(db_path) as store:
+        async with WarmPool(provider, size=2, store=store, max_age=1) as pool:
+            await pool.wait_filled(BOUND)
+            (kept, member) = pool._free
+            claimed = await pool.take()
+            assert claimed is not None
+            assert claimed.id == kept
+        # Free: every member but the one taken (and a refill may have added one).
+        free = set(await _members(provider)) - {kept}
+        assert member in free
+        await anyio.sleep(1.1)  # past max_age
+    argv = ["reap", "--provider", "local", "--store", f"sqlite://{db_path}"]
+    assert await anyio.to_thread.run_sync(main, argv) == 0  # psdk runs its own loop
+    out = capsys.readouterr().out
+    assert sorted(out.splitlines()) == sorted(f"{i}  {POOL_LABEL}=default" for i in free)
+    assert set(await _members(provider)) == {kept}
