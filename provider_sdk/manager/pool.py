@@ -207,8 +207,8 @@ class WarmPool:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        """Stop the background task (members being made are killed); free members
-        stay."""
+        """Stop the background task (after the members being made are ready); free
+        members stay."""
         tg, self._tg = self._tg, None
         if tg is None:
             return
@@ -392,43 +392,49 @@ class WarmPool:
             self._wake = anyio.Event()
 
     async def _make(self, count: int, fingerprint: str) -> int:
-        """Make ``count`` members, at most ``starting`` at once; returns how many."""
+        """Make ``count`` members, at most ``starting`` at once; returns how many.
+
+        Making one is shielded from cancellation: a pool that stops waits for the
+        members being made, which stay as free members, instead of leaving half-made
+        sandboxes behind."""
         made = 0
 
         async def one() -> None:
             nonlocal made
             async with self._limiter:
-                expires = time.time() + self.max_age
-                spec = attrs.evolve(self.spec, metadata={
-                    **self.spec.metadata, POOL_LABEL: self.name, SPEC_LABEL: fingerprint,
-                    EXPIRES_LABEL: f"{expires:.3f}"})
-                try:
-                    sandbox = await self.provider.create(spec)
-                except SandboxError:
-                    return
-                try:
-                    # A first command warms what the provider sets up on first use (a
-                    # connection, a login shell's files); what it says does not matter.
-                    with contextlib.suppress(SandboxError):
-                        await sandbox.exec(["true"], timeout=30)
-                    if self.paused:
-                        await sandbox.pause()
+                with anyio.CancelScope(shield=True):
+                    info = await self._make_one(fingerprint)
+                if info is not None:
+                    self._free[info.id] = info
+                    made += 1
                     await self.store.claim(refill_claim(self.name), self._token,
                                            self.claim_ttl)
-                except BaseException:
-                    with anyio.CancelScope(shield=True):
-                        await self._kill_quietly(sandbox.id)
-                    raise
-                self._free[sandbox.id] = sandbox.info
-                made += 1
 
-        try:
-            async with anyio.create_task_group() as tg:
-                for _ in range(count):
-                    tg.start_soon(one)
-        except SandboxError:
-            pass
+        async with anyio.create_task_group() as tg:
+            for _ in range(count):
+                tg.start_soon(one)
         return made
+
+    async def _make_one(self, fingerprint: str) -> SandboxInfo | None:
+        expires = time.time() + self.max_age
+        spec = attrs.evolve(self.spec, metadata={
+            **self.spec.metadata, POOL_LABEL: self.name, SPEC_LABEL: fingerprint,
+            EXPIRES_LABEL: f"{expires:.3f}"})
+        try:
+            sandbox = await self.provider.create(spec)
+        except SandboxError:
+            return None
+        try:
+            # A first command warms what the provider sets up on first use (a
+            # connection, a login shell's files); what it says does not matter.
+            with contextlib.suppress(SandboxError):
+                await sandbox.exec(["true"], timeout=30)
+            if self.paused:
+                await sandbox.pause()
+        except SandboxError:
+            await self._kill_quietly(sandbox.id)
+            return None
+        return sandbox.info
 
     async def _kill_free(self, sandbox_id: str) -> bool:
         """Kill a free member, unless someone takes it first; whether it did."""
