@@ -1,12 +1,16 @@
 """Warm pools on the local provider (real bubblewrap): a claimed member runs commands
 with the caller's environment, paused members come back running, a member whose
 processes died is replaced, a manager binds a new owner to a pooled sandbox through a
-SQLite store, and ``psdk reap`` kills the free members of a pool nobody runs."""
+SQLite store, two processes racing for the same members each get distinct ones, and
+``psdk reap`` kills the free members of a pool nobody runs."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import anyio
@@ -22,6 +26,7 @@ from provider_sdk.models import SandboxSpec, SandboxState
 pytestmark = pytest.mark.anyio
 
 BOUND = 60.0
+WORKER = Path(__file__).with_name("pool_worker.py")
 
 
 async def _members(provider: LocalProvider) -> dict[str, SandboxState]:
@@ -103,3 +108,37 @@ async def test_psdk_reap_kills_free_members_of_a_pool_nobody_runs(
     out = capsys.readouterr().out
     assert sorted(out.splitlines()) == sorted(f"{i}  {POOL_LABEL}=default" for i in free)
     assert set(await _members(provider)) == {kept}
+
+
+async def test_two_processes_never_hand_out_the_same_member(
+        provider: LocalProvider, db_path: Path) -> None:
+    def start() -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, str(WORKER), str(provider.home), str(db_path), "3"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    procs = [await anyio.to_thread.run_sync(start) for _ in range(2)]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            line = await anyio.to_thread.run_sync(proc.stdout.readline)
+            assert line == "ready\n", proc.communicate()[1]
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        outcomes = []
+        for proc in procs:
+            out, err = await anyio.to_thread.run_sync(lambda p=proc: p.communicate(timeout=120))
+            assert proc.returncode == 0, err
+            outcomes.append(json.loads(out))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    first, second = outcomes
+    assert first["free"] == second["free"], outcomes  # they raced for the same members
+    assert len(first["free"]) == 2
+    claimed = first["claimed"] + second["claimed"]
+    assert len(claimed) == len(set(claimed)), outcomes  # none went to both processes
+    assert set(first["free"]) <= set(claimed), outcomes
