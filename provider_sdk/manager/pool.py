@@ -141,7 +141,7 @@ class WarmPool:
         paused: keep members paused (needs ``pause.memory``, so what the template
             started keeps running once resumed); ``claim`` resumes one.
         interval: seconds between the background rounds that check and refill the
-            pool (a claim starts one at once).
+            pool (a claim starts one shortly after).
         starting: how many members the pool makes at once.
         claim_ttl: seconds the refill claim lasts if its holder dies holding it.
         check_on_claim: ask the provider for a member's state before handing it out
