@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import anyio
@@ -92,6 +93,7 @@ async def test_psdk_reap_kills_free_members_of_a_pool_nobody_runs(
         provider: LocalProvider, db_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("PSDK_HOME", str(provider.home))
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # psdk sets it
     async with SQLiteStore(db_path) as store:
         async with WarmPool(provider, size=2, store=store, max_age=1) as pool:
             await pool.wait_filled(BOUND)

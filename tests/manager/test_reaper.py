@@ -4,6 +4,7 @@ the untagged, the claimed and the young; ``psdk reap`` does the same from a shel
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import anyio
@@ -77,6 +78,7 @@ async def test_psdk_reap_kills_unbound_sandboxes_and_says_how_many(
         provider: LocalProvider, db_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("PSDK_HOME", str(provider.home))
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # psdk sets it
     async with SQLiteStore(db_path) as store:
         bound = await SandboxManager(provider, store).acquire("alice")
     orphan = await provider.create(metadata={OWNER_LABEL: "bob"})
@@ -103,11 +105,14 @@ async def test_psdk_reap_kills_unbound_sandboxes_and_says_how_many(
 
 @pytest.mark.parametrize("text", ["", "soon", "1h30", "-5m", "1.5.5"])
 def test_psdk_reap_refuses_a_malformed_duration(
-        text: str, capsys: pytest.CaptureFixture[str]) -> None:
+        text: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # psdk sets it
     assert main(["reap", f"--older-than={text}", "--store", "sqlite:///nonexistent/x"]) == 2
     assert "expected a duration" in capsys.readouterr().err
 
 
-def test_psdk_reap_refuses_a_memory_store(capsys: pytest.CaptureFixture[str]) -> None:
+def test_psdk_reap_refuses_a_memory_store(capsys: pytest.CaptureFixture[str],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # psdk sets it
     assert main(["reap", "--store", "memory:"]) == 2
     assert "every owner-tagged sandbox would be killed" in capsys.readouterr().err
