@@ -22,133 +22,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import contextlib
 import datetime as dt
 import json
 import struct
-from typing import Any
 
-import attrs
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from provider_sdk.errors import SandboxError
-from provider_sdk.provider import ProcessExit, ProcessOutput
-from provider_sdk.sandbox import Process
 from provider_sdk_daytona.emulator._http import HttpError, json_response
+from provider_sdk_daytona.emulator._pty_session import RELAY, PtySession, exited, frame
 from provider_sdk_daytona.emulator._store import SandboxRecord
 from provider_sdk_daytona.emulator._toolbox import running
 
 EXIT_CONTROL = "X-Daytona-Pty-Exit-Control"
 _ENVS = "X-Daytona-Pty-Envs~"
-
-# Frames on the relay's stdin: a kind byte ("d" data, "r" resize), a 4-byte length, the
-# payload (for "r": cols and rows, 2 bytes each).
-_RELAY = r'''
-import fcntl, os, pty, select, struct, sys, termios
-cols, rows = int(sys.argv[1]), int(sys.argv[2])
-pid, fd = pty.fork()
-if pid == 0:
-    os.environ["TERM"] = "xterm-256color"
-    os.execvp("bash", ["bash", "-i"])
-def size(c, r):
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", r, c, 0, 0))
-size(cols, rows)
-pending, reading = b"", True
-while True:
-    ready = select.select([fd, 0] if reading else [fd], [], [])[0]
-    if fd in ready:
-        try:
-            data = os.read(fd, 65536)
-        except OSError:
-            data = b""
-        if not data:
-            break
-        os.write(1, data)
-    if 0 in ready:
-        chunk = os.read(0, 65536)
-        if not chunk:
-            reading = False
-        pending += chunk
-        while len(pending) >= 5:
-            kind, length = pending[:1], struct.unpack(">I", pending[1:5])[0]
-            if len(pending) < 5 + length:
-                break
-            payload, pending = pending[5:5 + length], pending[5 + length:]
-            if kind == b"d":
-                os.write(fd, payload)
-            elif kind == b"r":
-                size(*struct.unpack(">HH", payload))
-code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-os._exit(128 - code if code < 0 else code)
-'''
-
-
-def _frame(kind: bytes, payload: bytes) -> bytes:
-    return kind + struct.pack(">I", len(payload)) + payload
-
-
-@attrs.define(kw_only=True, eq=False)
-class PtySession:
-    """One terminal: its description, its relay, and the clients attached."""
-
-    id: str
-    cwd: str
-    envs: dict[str, str]
-    cols: int
-    rows: int
-    created_at: str
-    process: Process
-    exit_code: int | None = None
-    clients: dict[web.WebSocketResponse, bool] = attrs.field(factory=dict)
-    """Attached clients, each with whether it asked for exit control messages."""
-    reader: asyncio.Task[None] | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "cwd": self.cwd, "envs": dict(self.envs), "cols": self.cols,
-                "rows": self.rows, "createdAt": self.created_at,
-                "active": self.exit_code is None, "lazyStart": False}
-
-    async def follow(self) -> None:
-        """Send the terminal's output to every attached client; at its end, its exit."""
-        code = -1
-        with contextlib.suppress(SandboxError):
-            async for event in self.process.events():
-                if isinstance(event, ProcessOutput) and event.stream == "stdout":
-                    for ws in list(self.clients):
-                        with contextlib.suppress(ConnectionError, RuntimeError):
-                            await ws.send_bytes(event.data)
-                elif isinstance(event, ProcessExit):
-                    code = event.exit_code
-        self.exit_code = code if code >= 0 else 128 - code
-        for ws, control in list(self.clients.items()):
-            await _exited(ws, self.exit_code, control=control)
-        self.clients.clear()
-
-    async def close(self) -> None:
-        """Kill the terminal; attached clients are told it exited."""
-        with contextlib.suppress(SandboxError):
-            await self.process.kill()
-        if self.reader is not None:
-            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(self.reader, 5.0)  # (cancelled past that)
-
-
-async def _exited(ws: web.WebSocketResponse, code: int, *, control: bool) -> None:
-    reason = None if code == 0 else ("Ctrl+C" if code == 130 else "SIGKILL" if code == 137
-                                     else "SIGTERM" if code == 143
-                                     else f"signal {code - 128}" if code > 128
-                                     else "non-zero exit")
-    data: dict[str, Any] = {"exitCode": code}
-    if reason is not None:
-        data["exitReason"] = reason
-    with contextlib.suppress(ConnectionError, RuntimeError):
-        if control:
-            await ws.send_str(json.dumps({"type": "control", "status": "exited", **data}))
-            await ws.close(code=WSCloseCode.OK)
-        else:
-            await ws.close(code=WSCloseCode.OK if code == 0 else WSCloseCode.INTERNAL_ERROR,
-                           message=json.dumps(data).encode())
-
 
 async def close_ptys(record: SandboxRecord) -> None:
     """End every terminal of a sandbox (it is stopping)."""
@@ -196,7 +83,7 @@ async def _attach(request: web.Request, session: PtySession) -> web.WebSocketRes
     await ws.prepare(request)
     await ws.send_str(json.dumps({"type": "control", "status": "connected"}))
     if session.exit_code is not None:
-        await _exited(ws, session.exit_code, control=control)
+        await exited(ws, session.exit_code, control=control)
         return ws
     session.clients[ws] = control
     try:
@@ -205,7 +92,7 @@ async def _attach(request: web.Request, session: PtySession) -> web.WebSocketRes
                 data = message.data if isinstance(message.data, bytes) else \
                     message.data.encode()
                 try:
-                    await session.process.write_stdin(_frame(b"d", data))
+                    await session.process.write_stdin(frame(b"d", data))
                 except SandboxError:
                     await ws.close(code=WSCloseCode.INTERNAL_ERROR,
                                    message=b"PTY session unavailable")
@@ -227,7 +114,7 @@ async def create_connect(request: web.Request) -> web.StreamResponse:
     cwd = request.query.get("cwd") or record.workdir
     envs = _envs(request)
     try:
-        argv, env = record.spawn(["python3", "-c", _RELAY, str(cols), str(rows)], envs)
+        argv, env = record.spawn(["python3", "-c", RELAY, str(cols), str(rows)], envs)
         process = await handle.start(argv, cwd=cwd, env=env)
     except SandboxError as exc:
         raise HttpError(500, f"failed to start PTY session: {exc.message}") from exc
@@ -268,7 +155,7 @@ async def resize_pty(request: web.Request) -> web.Response:
     if session.exit_code is not None:
         raise HttpError(410, f"PTY session {session.id} has exited", "SESSION_ENDED")
     try:
-        await session.process.write_stdin(_frame(b"r", struct.pack(">HH", cols, rows)))
+        await session.process.write_stdin(frame(b"r", struct.pack(">HH", cols, rows)))
     except SandboxError as exc:
         raise HttpError(500, exc.message) from exc
     session.cols, session.rows = cols, rows

@@ -19,13 +19,15 @@ import asyncio
 import contextlib
 import secrets
 from collections.abc import Callable
+from typing import Any
+
+import attrs
 
 from provider_sdk.capabilities import Capability
 from provider_sdk.errors import FileNotFound, SandboxError
 from provider_sdk.limits import DEFAULT_OUTPUT_LIMIT
 from provider_sdk.provider import ProcessExit, ProcessOutput
 from provider_sdk.sandbox import Process, Sandbox, Shell
-from provider_sdk_daytona.emulator._store import CommandRecord
 
 LOG_LIMIT = DEFAULT_OUTPUT_LIMIT
 """Bytes of each of a command's streams (stdout, stderr) a session keeps."""
@@ -54,6 +56,25 @@ _INPUT_TIMEOUT = 30.0
 _INPUT = ('[ -p "$1/input" ] || exit 3; t="$1/input.$$"; cat > "$t" || exit 3; '
           'if [ "$2" = echo ]; then cat "$t" >> "$1/stdout"; fi; '
           'cat "$t" > "$1/input"; s=$?; rm -f "$t"; exit $s')
+
+
+@attrs.define(kw_only=True)
+class CommandRecord:
+    """One command run in a session; ``exit_code`` is ``None`` while it runs."""
+
+    id: str
+    command: str
+    run_async: bool = False
+    """Its stdin stays open for input (``runAsync``); a synchronous one reads nothing."""
+    suppress_input_echo: bool = False
+    exit_code: int | None = None
+    stdout: bytearray = attrs.field(factory=bytearray)
+    stderr: bytearray = attrs.field(factory=bytearray)
+    output: bytearray = attrs.field(factory=bytearray)
+    done: asyncio.Event = attrs.field(factory=asyncio.Event)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "command": self.command, "exitCode": self.exit_code}
 
 
 async def _head(handle: Sandbox, path: str, limit: int) -> bytes:

@@ -1,17 +1,20 @@
 """The emulator's state: Daytona's records (sandboxes, volumes, snapshots, sessions) and
 the JSON the SDK's generated models read for each.
 
+A sandbox's sessions, interpreter contexts and PTY sessions are kept here as the
+modules that run them (``_sessions``, ``_interpreter_context``, ``_pty_session``) define
+them; those import nothing of this one.
+
 Records hold only what Daytona's API knows; the sandboxes themselves live in the neutral
 backend provider, named by ``backend_id``. Nothing here talks HTTP.
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import secrets
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
@@ -19,11 +22,9 @@ from provider_sdk.config import Secret
 from provider_sdk.emulator_usage import UsageMeter
 from provider_sdk.provider import SandboxProvider
 from provider_sdk.sandbox import Sandbox
-
-if TYPE_CHECKING:
-    from provider_sdk_daytona.emulator._interpreter import InterpreterContext
-    from provider_sdk_daytona.emulator._pty import PtySession
-    from provider_sdk_daytona.emulator._sessions import SessionShell
+from provider_sdk_daytona.emulator._interpreter_context import InterpreterContext
+from provider_sdk_daytona.emulator._pty_session import PtySession
+from provider_sdk_daytona.emulator._sessions import CommandRecord, SessionShell
 
 ORGANIZATION = "00000000-0000-4000-8000-00000000e1e1"
 """The one organisation every record belongs to."""
@@ -48,25 +49,6 @@ def now() -> str:
 def new_id() -> str:
     """A fresh UUID, Daytona's id format."""
     return str(uuid.uuid4())
-
-
-@attrs.define(kw_only=True)
-class CommandRecord:
-    """One command run in a session; ``exit_code`` is ``None`` while it runs."""
-
-    id: str
-    command: str
-    run_async: bool = False
-    """Its stdin stays open for input (``runAsync``); a synchronous one reads nothing."""
-    suppress_input_echo: bool = False
-    exit_code: int | None = None
-    stdout: bytearray = attrs.field(factory=bytearray)
-    stderr: bytearray = attrs.field(factory=bytearray)
-    output: bytearray = attrs.field(factory=bytearray)
-    done: asyncio.Event = attrs.field(factory=asyncio.Event)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "command": self.command, "exitCode": self.exit_code}
 
 
 @attrs.define(kw_only=True)

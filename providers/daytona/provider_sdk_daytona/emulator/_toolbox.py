@@ -41,14 +41,8 @@ from provider_sdk.limits import DEFAULT_OUTPUT_LIMIT, OutputBuffer
 from provider_sdk.models import FileInfo, FileType
 from provider_sdk.sandbox import Sandbox
 from provider_sdk_daytona.emulator._http import HttpError, context, json_response
-from provider_sdk_daytona.emulator._sessions import SESSION_DRIVER, open_shell
-from provider_sdk_daytona.emulator._store import (
-    USER,
-    CommandRecord,
-    SandboxRecord,
-    SessionRecord,
-    new_id,
-)
+from provider_sdk_daytona.emulator._sessions import SESSION_DRIVER, CommandRecord, open_shell
+from provider_sdk_daytona.emulator._store import USER, SandboxRecord, SessionRecord, new_id
 
 OUTPUT_LIMIT = DEFAULT_OUTPUT_LIMIT
 """Bytes of each output stream of a command the emulator keeps and answers with."""
