@@ -154,6 +154,16 @@ class Faults:
         """Record that fault ``name`` was injected once."""
         self._served[name] += 1
 
+    def take(self, name: str) -> bool:
+        """Whether to inject the counted fault ``name`` now; if so, one count is used
+        up and the injection recorded."""
+        left = self.count(name)
+        if left <= 0:
+            return False
+        self._values[name] = float(left - 1)
+        self.served(name)
+        return True
+
     def report(self) -> dict[str, dict[str, float]]:
         """``{"set": {name: value}, "served": {name: times}}`` for every known fault."""
         return {"set": dict(self._values),

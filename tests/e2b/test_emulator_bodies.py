@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 import anyio
 import httpx
 import pytest
-from provider_sdk_e2b.emulator._multipart import MultipartError, boundary_of, parts
 
+from provider_sdk.emulator_kit.multipart import MultipartError, boundary_of, parts
 from provider_sdk.emulators import BodyTooLarge, decoded
 from provider_sdk.errors import InvalidInput, QuotaExceeded
 

@@ -15,8 +15,8 @@ import anyio.from_thread
 import httpx
 import pytest
 from e2b import Sandbox
-from provider_sdk_e2b.emulator._http import Request, Response, serve
 
+from provider_sdk.emulator_kit.http import Request, Response, serve
 from provider_sdk.emulators import RunningEmulator
 
 

@@ -15,10 +15,10 @@ from typing import Any
 import anyio
 
 from provider_sdk import errors
+from provider_sdk.emulator_kit.http import Request
 from provider_sdk.models import FileInfo, FileType
 from provider_sdk_e2b.emulator._connect import RpcError, rpc_error
 from provider_sdk_e2b.emulator._envd_entries import entries_json, resolve, walk
-from provider_sdk_e2b.emulator._http import Request
 from provider_sdk_e2b.emulator._records import SandboxRecord
 
 __all__ = ["FilesystemService"]

@@ -19,6 +19,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from provider_sdk import errors
+from provider_sdk.emulator_kit.http import Request, Response
 from provider_sdk.models import FileType
 from provider_sdk_e2b.emulator._connect import (
     EnvelopeReader,
@@ -27,7 +28,6 @@ from provider_sdk_e2b.emulator._connect import (
     envelope,
     rpc_error,
 )
-from provider_sdk_e2b.emulator._http import Request, Response
 from provider_sdk_e2b.emulator._process_entry import ProcessEntry
 from provider_sdk_e2b.emulator._records import SandboxRecord
 from provider_sdk_e2b.emulator._world import World

@@ -23,7 +23,7 @@ import hmac
 import anyio.abc
 
 from provider_sdk import errors, port_relay
-from provider_sdk_e2b.emulator._http import Request, Response, Takeover, json_response
+from provider_sdk.emulator_kit.http import Request, Response, Takeover, json_response
 from provider_sdk_e2b.emulator._records import SandboxRecord
 
 __all__ = ["TRAFFIC_HEADERS", "relay", "traffic_denied"]

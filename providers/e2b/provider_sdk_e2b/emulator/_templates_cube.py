@@ -42,7 +42,7 @@ import attrs
 import httpx
 
 from provider_sdk.config import Secret, env_setting
-from provider_sdk_e2b.emulator._http import Handler, Request, Response, json_response
+from provider_sdk.emulator_kit.http import Handler, Request, Response, json_response
 from provider_sdk_e2b.emulator._records import TemplateRecord
 from provider_sdk_e2b.emulator._world import ApiError, World, iso, json_body, now
 from provider_sdk_e2b.emulator.flavors import ENVD_PORT

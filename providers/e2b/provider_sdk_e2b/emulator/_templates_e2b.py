@@ -36,9 +36,9 @@ import attrs
 
 from provider_sdk.capabilities import Capability
 from provider_sdk.config import env_setting
+from provider_sdk.emulator_kit.http import Request, Response, json_response
 from provider_sdk.errors import SandboxError, TemplateBuildError
 from provider_sdk.models import TemplateSpec
-from provider_sdk_e2b.emulator._http import Request, Response, json_response
 from provider_sdk_e2b.emulator._records import TemplateRecord
 from provider_sdk_e2b.emulator._world import ApiError, World, iso, json_body, now
 from provider_sdk_e2b.emulator.flavors import ENVD_VERSION

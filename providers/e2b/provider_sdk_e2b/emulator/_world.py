@@ -25,10 +25,10 @@ import attrs
 
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
+from provider_sdk.emulator_kit.http import Request
 from provider_sdk.emulators import Faults
 from provider_sdk.models import SandboxSpec, SandboxState, VolumeMount
 from provider_sdk.provider import SandboxProvider
-from provider_sdk_e2b.emulator._http import Request
 from provider_sdk_e2b.emulator._process_entry import ProcessEntry
 from provider_sdk_e2b.emulator._records import SandboxRecord, SnapshotRecord, TemplateRecord
 from provider_sdk_e2b.emulator._world_processes import SCRIPT, ProcessesMixin, end_event

@@ -18,21 +18,21 @@ Cube, on envd's too).
 
 from __future__ import annotations
 
-import hmac
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
 
 import anyio
 
 from provider_sdk import errors
 from provider_sdk.config import Secret, env_setting, open_provider
+from provider_sdk.emulator_kit import http as _http
+from provider_sdk.emulator_kit import service
+from provider_sdk.emulator_kit.http import Request, Response, Takeover, json_response
+from provider_sdk.emulator_kit.routing import Router
 from provider_sdk.emulators import BodyTooLarge, EmulatorOptions, Faults, RunningEmulator
-from provider_sdk_e2b.emulator import _http
 from provider_sdk_e2b.emulator import _ports as ports
-from provider_sdk_e2b.emulator._http import Request, Response, Takeover, json_response
 from provider_sdk_e2b.emulator._records import SandboxRecord
 from provider_sdk_e2b.emulator._templates_e2b import UPLOAD_PREFIX
 from provider_sdk_e2b.emulator._world import FAULT_DEFAULTS, FAULTS, ApiError, World
@@ -47,10 +47,6 @@ log = logging.getLogger(__name__)
 
 _HOST = re.compile(r"^(\d+)-([a-z0-9]+)\.")
 _PATH = re.compile(r"^/sandbox/([a-z0-9]+)/(\d+)(/.*)?$")
-
-
-def _compile(pattern: str) -> re.Pattern[str]:
-    return re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern) + "$")
 
 
 def _api_error(exc: errors.SandboxError) -> ApiError:
@@ -81,20 +77,17 @@ class App:
         self.interpreters = Interpreters()
         # The routes left out come first: a served pattern (DELETE /templates/{id})
         # must not take a path the service gives to another feature (/templates/tags).
-        self.routes = [(method, _compile(pattern), self._not_served(feature))
-                       for method, pattern, feature in self.flavor.not_served]
-        self.routes += [(method, _compile(pattern), handler)
-                        for method, pattern, handler in self.control.routes()]
+        self.router = Router((method, pattern, self._not_served(feature))
+                             for method, pattern, feature in self.flavor.not_served)
+        for method, pattern, handler in self.control.routes():
+            self.router.add(method, pattern, handler)
 
     async def __call__(self, request: Request) -> Response | Takeover:
-        latency = self.world.faults.value("latency")
-        if latency:
-            self.world.faults.served("latency")
-            await anyio.sleep(latency)
+        await service.inject_latency(self.world.faults)
         target = self._sandbox_target(request)
         if target is not None:
             return await self.data_plane(request, *target)
-        if request.path.startswith("/_emulator/"):
+        if request.path.startswith(service.ADMIN_PREFIX):
             return await self.admin(request)
         return await self.control_plane(request)
 
@@ -120,31 +113,24 @@ class App:
         return None
 
     def _key_ok(self, request: Request) -> bool:
-        given = request.headers.get("x-api-key", "")
-        auth = request.headers.get("authorization", "")
-        if auth.lower().startswith("bearer "):
-            given = auth[7:].strip()
-        return bool(given) and hmac.compare_digest(given.encode(),
-                                                   self.api_key.reveal().encode())
+        given = service.presented_key(request, header="x-api-key")
+        return service.key_matches(given, self.api_key)
 
     # ------------------------------------------------------------ control plane
 
     async def control_plane(self, request: Request) -> Response:
-        matched = [(method, handler, m) for method, pattern, handler in self.routes
-                   if (m := pattern.match(request.path))]
-        if not matched:
+        found = self.router.resolve(request.method, request.path)
+        if found.handler is None:
+            if found.allowed:
+                return Response(405, (("allow", ", ".join(found.allowed)),))
             return self.unknown_route()
-        chosen = next(((h, m) for method, h, m in matched if method == request.method), None)
-        if chosen is None:
-            allowed = ", ".join(sorted({method for method, _h, _m in matched}))
-            return Response(405, (("allow", allowed),))
-        handler, match = chosen
         if request.path != "/health" and not request.path.startswith(UPLOAD_PREFIX) \
                 and not self._key_ok(request):
             return json_response(401, {"code": 401, "message": "invalid or missing API key: "
                                        f"send it in the X-API-Key header "
                                        f"({self.flavor.api_key_setting})"})
-        request.params = match.groupdict()
+        handler = found.handler
+        request.params = found.params
         try:
             try:
                 return await handler(request)
@@ -230,24 +216,13 @@ class App:
     async def admin(self, request: Request) -> Response:
         if not self._key_ok(request):
             return json_response(401, {"code": 401, "message": "invalid or missing API key"})
-        if request.path != "/_emulator/faults":
-            return json_response(404, {"code": 404, "message": f"no route {request.path}; "
-                                       "the admin API is /_emulator/faults"})
-        if request.method in ("POST", "PUT"):
-            try:
-                body: Any = await request.json()
-            except ValueError as exc:
-                return json_response(400, {"code": 400, "message": f"not JSON: {exc}"})
-            if not isinstance(body, dict):
-                return json_response(400, {"code": 400, "message": "send {name: value}"})
-            try:
-                for name, value in body.items():
-                    self.world.set_fault(name, value)
-            except errors.ConfigError as exc:
-                return json_response(400, {"code": 400, "message": str(exc)})
-        elif request.method != "GET":
-            return Response(405, (("allow", "GET, POST, PUT"),))
-        return json_response(200, {**self.world.faults.report(), "known": FAULTS})
+        return await service.admin(request, self.world.faults, _error,
+                                   set_fault=self.world.set_fault)
+
+
+def _error(_request: Request, status: int, message: str) -> Response:
+    """The emulator's own error answer (the admin API's)."""
+    return json_response(status, {"code": status, "message": message})
 
 
 @asynccontextmanager

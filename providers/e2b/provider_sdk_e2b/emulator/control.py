@@ -18,8 +18,8 @@ from urllib.parse import unquote
 
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
+from provider_sdk.emulator_kit.http import Request, Response, json_response
 from provider_sdk.models import Resources, SandboxSpec, VolumeMount
-from provider_sdk_e2b.emulator._http import Request, Response, json_response
 from provider_sdk_e2b.emulator._records import SandboxRecord
 from provider_sdk_e2b.emulator._templates_cube import CubeTemplates
 from provider_sdk_e2b.emulator._templates_e2b import TemplateBuilds

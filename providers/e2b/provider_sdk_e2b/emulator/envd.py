@@ -24,10 +24,11 @@ from typing import Any
 from urllib.parse import quote
 
 from provider_sdk import errors
+from provider_sdk.emulator_kit import multipart
+from provider_sdk.emulator_kit.http import Request, Response, json_response, too_large
 from provider_sdk.emulators import BodyTooLarge
 from provider_sdk.models import FileType
 from provider_sdk.sandbox import Sandbox
-from provider_sdk_e2b.emulator import _multipart
 from provider_sdk_e2b.emulator._connect import (
     STATUS,
     EnvelopeReader,
@@ -39,7 +40,6 @@ from provider_sdk_e2b.emulator._connect import (
 from provider_sdk_e2b.emulator._envd_entries import set_metadata
 from provider_sdk_e2b.emulator._envd_filesystem import FilesystemService
 from provider_sdk_e2b.emulator._envd_process import ProcessService
-from provider_sdk_e2b.emulator._http import Request, Response, json_response, too_large
 from provider_sdk_e2b.emulator._records import SandboxRecord
 from provider_sdk_e2b.emulator._world import World
 
@@ -287,8 +287,8 @@ class Envd(ProcessService, FilesystemService):
         try:
             if content_type.startswith("multipart/form-data"):
                 try:
-                    boundary = _multipart.boundary_of(content_type)
-                    async for part in _multipart.parts(request.stream(), boundary):
+                    boundary = multipart.boundary_of(content_type)
+                    async for part in multipart.parts(request.stream(), boundary):
                         if part.name != "file":
                             continue
                         # ?path names the file when one is sent (the SDK sends it only
@@ -299,7 +299,7 @@ class Envd(ProcessService, FilesystemService):
                                                        "a file part has no filename"})
                         await _write_as_root(record.sandbox, target, part.chunks())
                         written.append(target)
-                except _multipart.MultipartError as exc:
+                except multipart.MultipartError as exc:
                     return json_response(400, {"code": 400, "message": str(exc)})
                 if not written:
                     return json_response(400, {"code": 400, "message": "no file part"})

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from provider_sdk.emulator_kernel import Kernel, KernelDied, KernelOutputTooLarge
-from provider_sdk_e2b.emulator._http import Request, Response, json_response
+from provider_sdk.emulator_kit.http import Request, Response, json_response
 from provider_sdk_e2b.emulator._records import SandboxRecord
 
 __all__ = ["INTERPRETER_PORT", "Interpreters"]

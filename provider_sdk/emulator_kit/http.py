@@ -1,4 +1,4 @@
-"""A small HTTP/1.1 server on anyio and h11, enough for the emulator.
+"""A small HTTP/1.1 server on anyio and h11, enough for an emulator.
 
 One task per connection; requests on a connection are served one after another
 (keep-alive, no pipelining). Request bodies are read lazily, their ``Content-Encoding``
@@ -11,12 +11,17 @@ server would notice the reset. A handler may answer :class:`Takeover` instead, t
 the connection's bytes itself (a reverse proxy's WebSockets); the server then sends
 nothing and closes the connection once the takeover returns.
 
+A handler may take a request over as a WebSocket (:meth:`Request.websocket`): the
+handshake is answered here, the frames are :mod:`provider_sdk.emulator_kit.websocket`'s,
+and the connection ends with the socket.
+
 This module owns HTTP framing only; it knows nothing of sandboxes or vendors.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import socket
@@ -28,7 +33,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -38,9 +43,11 @@ import anyio.lowlevel
 import attrs
 import h11
 
+from provider_sdk.emulator_kit.websocket import WebSocket, accept_key, open_websocket
 from provider_sdk.emulators import BODY_LIMIT, BodyTooLarge, decoded
 
-__all__ = ["Handler", "Request", "Response", "Served", "Takeover", "json_response", "serve",
+__all__ = ["Handler", "NotAWebSocket", "Request", "Response", "Served", "Takeover",
+           "json_response", "serve",
            "too_large"]
 
 log = logging.getLogger(__name__)
@@ -52,12 +59,20 @@ _DRAIN_LIMIT = 16 << 20
 _DRAIN_SECONDS = 10.0
 
 
+class NotAWebSocket(ValueError):
+    """:meth:`Request.websocket` on a request that is not a WebSocket handshake."""
+
+
+Upgrade = Callable[[str | None], AbstractAsyncContextManager[WebSocket]]
+
+
 class Request:
     """One HTTP request: method, path, query, headers (lower-case names) and a body."""
 
     def __init__(self, method: str, target: str, headers: Mapping[str, str],
                  body: AsyncIterator[bytes],
-                 raw_headers: Sequence[tuple[str, str]] = ()) -> None:
+                 raw_headers: Sequence[tuple[str, str]] = (),
+                 upgrade: Upgrade | None = None) -> None:
         self.method = method
         self.target = target
         split = urlsplit(target)
@@ -71,19 +86,60 @@ class Request:
         """The headers as they came: names as spelled, repeats kept, in order."""
         self.params: dict[str, str] = {}
         """Path parameters, filled in by the router."""
+        self.state: dict[str, Any] = {}
+        """What the emulator keeps on the request for its handlers (its context, say)."""
         self._body = body
         self._consumed = False
+        self._upgrade = upgrade
+        self.upgraded = False
+        """Whether a handler took the connection over as a WebSocket."""
 
     def __repr__(self) -> str:
         return f"<Request {self.method} {self.path}>"
 
-    def stream(self, limit: int | None = None) -> AsyncIterator[bytes]:
+    def query_all(self, name: str) -> list[str]:
+        """Every value the query gives ``name``, in order."""
+        return [value for key, value in parse_qsl(self.query_string, keep_blank_values=True)
+                if key == name]
+
+    @property
+    def has_body(self) -> bool:
+        """Whether the request says it carries a body (a length above 0, or chunks)."""
+        length = self.headers.get("content-length", "0").strip()
+        return "transfer-encoding" in self.headers or (length.isdigit() and int(length) > 0)
+
+    def offered_protocols(self) -> list[str]:
+        """The WebSocket subprotocols the client offers, in its order."""
+        offered = self.headers.get("sec-websocket-protocol", "")
+        return [p.strip() for p in offered.split(",") if p.strip()]
+
+    def websocket(self, protocol: str | None = None) -> AbstractAsyncContextManager[
+            WebSocket]:
+        """Take the request over as a WebSocket, agreeing on ``protocol`` (one the
+        client offered, or ``None``); the socket is closed when the block exits, and
+        the connection with it. Whatever the handler returns then is not sent.
+
+        Raises:
+            NotAWebSocket: (on enter) the request is no WebSocket handshake; nothing
+                was sent, so the handler may still answer it.
+        """
+        if self._upgrade is None or self.method != "GET" \
+                or "websocket" not in self.headers.get("upgrade", "").lower() \
+                or not self.headers.get("sec-websocket-key") \
+                or self.headers.get("sec-websocket-version", "").strip() != "13":
+            raise NotAWebSocket("expected a WebSocket handshake (GET with Upgrade: "
+                                "websocket and Sec-WebSocket-Version: 13)")
+        self.upgraded = True
+        return self._upgrade(protocol)
+
+    def stream(self, limit: int | None = None, *, raw: bool = False) -> AsyncIterator[bytes]:
         """The body's chunks as they arrive, decoded (read once).
 
         Args:
             limit: the most bytes to accept, counted after decoding; ``None`` for no
                 limit on a plain body (a compressed one is held to
                 :data:`~provider_sdk.emulators.INFLATE_LIMIT`).
+            raw: leave the ``Content-Encoding`` alone (a body to pass on as it came).
 
         Raises:
             BodyTooLarge: (while iterating) the body passes its limit.
@@ -92,16 +148,17 @@ class Request:
         if self._consumed:
             raise RuntimeError("the request body was already read")
         self._consumed = True
-        return decoded(self._body, self.headers.get("content-encoding"), limit=limit)
+        encoding = None if raw else self.headers.get("content-encoding")
+        return decoded(self._body, encoding, limit=limit)
 
-    async def read(self, limit: int = BODY_LIMIT) -> bytes:
-        """The whole body, decoded; at most ``limit`` bytes are held.
+    async def read(self, limit: int = BODY_LIMIT, *, raw: bool = False) -> bytes:
+        """The whole body, decoded (unless ``raw``); at most ``limit`` bytes are held.
 
         Raises:
             BodyTooLarge: the body passes ``limit``.
             InvalidInput: an unknown encoding or a corrupt compressed body.
         """
-        return b"".join([chunk async for chunk in self.stream(limit)])
+        return b"".join([chunk async for chunk in self.stream(limit, raw=raw)])
 
     async def json(self) -> Any:
         """The body parsed as JSON (an empty body is ``{}``), read to
@@ -117,11 +174,13 @@ class Request:
 
 @attrs.frozen
 class Response:
-    """A response; ``body`` bytes are sent with a length, an iterator chunked."""
+    """A response; ``body`` bytes are sent with a length, an iterator chunked.
+    ``reason`` is the status line's phrase (h11 leaves it empty when not given)."""
 
     status: int
     headers: tuple[tuple[str, str], ...] = ()
     body: bytes | AsyncIterable[bytes] = b""
+    reason: str = ""
 
 
 @attrs.frozen
@@ -197,12 +256,14 @@ async def _send_response(conn: _Connection, response: Response) -> None:
     headers = [(k.encode(), v.encode()) for k, v in response.headers]
     if isinstance(response.body, bytes):
         headers.append((b"content-length", str(len(response.body)).encode()))
-        await conn.send(h11.Response(status_code=response.status, headers=headers))
+        await conn.send(h11.Response(status_code=response.status, headers=headers,
+                                     reason=response.reason.encode("latin-1", "replace")))
         if response.body:
             await conn.send(h11.Data(data=response.body))
         await conn.send(h11.EndOfMessage())
         return
-    await conn.send(h11.Response(status_code=response.status, headers=headers))
+    await conn.send(h11.Response(status_code=response.status, headers=headers,
+                                 reason=response.reason.encode("latin-1", "replace")))
     chunks = response.body
     async with anyio.create_task_group() as tg:
         if conn.h11.their_state is h11.DONE:
@@ -242,16 +303,22 @@ async def _serve_connection(stream: anyio.abc.ByteStream, handler: Served) -> No
                 headers[key] = f"{headers[key]}, {text}" if key in headers else text
                 raw.append((name.decode("latin-1"), text))
             request = Request(event.method.decode(), event.target.decode("latin-1"), headers,
-                              conn.body(), raw)
+                              conn.body(), raw, functools.partial(
+                                  _upgrade, conn, headers.get("sec-websocket-key", "")))
             try:
                 response = await handler(request)
             except BodyTooLarge as exc:
                 response = too_large(exc)
             except Exception:
+                if request.upgraded:
+                    log.debug("emulator: a WebSocket handler failed", exc_info=True)
+                    return
                 log.exception("emulator: unhandled error serving %s %s", request.method,
                               request.path)
                 response = json_response(500, {"code": 500,
                                                "message": "internal emulator error"})
+            if request.upgraded:
+                return  # the socket is closed: so is the connection
             if isinstance(response, Takeover):
                 rest = bytes(conn.h11.trailing_data[0]) + conn.stashed
                 await response.relay(stream, rest)
@@ -279,6 +346,26 @@ async def _serve_connection(stream: anyio.abc.ByteStream, handler: Served) -> No
                 conn.h11.start_next_cycle()
             except h11.LocalProtocolError:
                 return
+
+
+@asynccontextmanager
+async def _upgrade(conn: _Connection, key: str, protocol: str | None) -> AsyncIterator[
+        WebSocket]:
+    """Answer the handshake (101) and hand the connection to a WebSocket."""
+    while conn.h11.their_state is h11.SEND_BODY:  # a handshake has no body: skip it
+        event = await conn.next_event()
+        if isinstance(event, h11.ConnectionClosed):
+            raise anyio.EndOfStream
+    headers = [(b"upgrade", b"websocket"), (b"connection", b"Upgrade"),
+               (b"sec-websocket-accept", accept_key(key).encode())]
+    if protocol is not None:
+        headers.append((b"sec-websocket-protocol", protocol.encode("latin-1")))
+    await conn.send(h11.InformationalResponse(status_code=101, headers=headers,
+                                              reason=b"Switching Protocols"))
+    initial = conn.stashed + conn.h11.trailing_data[0]
+    conn.stashed = b""
+    async with open_websocket(conn.stream, initial, protocol) as ws:
+        yield ws
 
 
 def too_large(exc: BodyTooLarge) -> Response:

@@ -1,0 +1,264 @@
+"""The emulator kit on its own: routing, WebSockets on the HTTP server, the key check
+and the admin API that every emulator shares."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import socket
+import struct
+from collections.abc import AsyncIterator
+
+import anyio
+import httpx
+import pytest
+from httpx_ws import aconnect_ws
+
+from provider_sdk.config import Secret
+from provider_sdk.emulator_kit import service
+from provider_sdk.emulator_kit.http import NotAWebSocket, Request, Response, json_response, serve
+from provider_sdk.emulator_kit.routing import Router
+from provider_sdk.emulator_kit.websocket import MessageType, accept_key
+from provider_sdk.emulators import Faults
+
+pytestmark = pytest.mark.anyio
+
+
+async def _ok(request: Request) -> Response:
+    return json_response(200, {"params": request.params})
+
+
+# ------------------------------------------------------------------------ routing
+
+
+def test_the_first_row_whose_method_and_pattern_match_serves() -> None:
+    async def other(request: Request) -> Response:
+        return Response(204)
+
+    router = Router([("GET", "/a/tags", other), ("GET", "/a/{id}", _ok), ("*", "/a/{id}", other)])
+    assert router.resolve("GET", "/a/tags").handler is other
+    found = router.resolve("GET", "/a/x1")
+    assert (found.handler, found.params) == (_ok, {"id": "x1"})
+    assert router.resolve("DELETE", "/a/x1").handler is other
+
+
+def test_a_path_no_method_serves_names_the_allowed_methods_and_no_match_names_none() -> None:
+    router = Router([("GET", "/a/{id}", _ok), ("POST", "/a/{id}", _ok)])
+    found = router.resolve("PUT", "/a/1")
+    assert found.handler is None
+    assert found.allowed == ("GET", "POST")
+    assert router.resolve("GET", "/b").allowed == ()
+    assert router.resolve("GET", "/a/1/2").handler is None  # {id} is one segment
+
+
+def test_a_parameter_with_an_expression_takes_slashes_and_is_decoded() -> None:
+    router = Router([("GET", "/s/{name:.+}/activate", _ok),
+                     ("POST", "/x/{which:stop|delete}/{n}", _ok)])
+    assert router.resolve("GET", "/s/org/image%3A1/activate").params == {"name": "org/image:1"}
+    assert router.resolve("GET", "/s/org%2Fimage/activate").params == {"name": "org/image"}
+    assert router.resolve("POST", "/x/stop/5").params == {"which": "stop", "n": "5"}
+    assert router.resolve("POST", "/x/start/5").handler is None
+
+
+def test_a_static_part_is_matched_literally() -> None:
+    router = Router([("GET", "/v1.0/files", _ok)])
+    assert router.resolve("GET", "/v1.0/files").handler is _ok
+    assert router.resolve("GET", "/v1x0/files").handler is None
+
+
+# ------------------------------------------------------------------ faults, admin
+
+
+def test_a_counted_fault_is_taken_until_it_runs_out() -> None:
+    faults = Faults({"boom": "the next N calls fail"}, {"boom": "2"})
+    assert [faults.take("boom") for _ in range(3)] == [True, True, False]
+    assert faults.report() == {"set": {"boom": 0.0}, "served": {"boom": 2.0}}
+
+
+def _request(method: str, path: str, headers: dict[str, str] | None = None,
+             body: bytes = b"") -> Request:
+    async def chunks() -> AsyncIterator[bytes]:
+        if body:
+            yield body
+
+    return Request(method, path, headers or {}, chunks())
+
+
+def test_the_key_is_taken_from_a_bearer_token_or_the_named_header() -> None:
+    key = Secret("k-1")
+    bearer = _request("GET", "/", {"authorization": "Bearer k-1"})
+    header = _request("GET", "/", {"x-api-key": "k-1"})
+    assert service.key_matches(service.presented_key(bearer), key)
+    assert service.key_matches(service.presented_key(header, header="X-API-Key"), key)
+    assert not service.key_matches(service.presented_key(header), key)  # not asked for
+    assert not service.key_matches("", Secret(""))
+
+
+def _error(request: Request, status: int, message: str) -> Response:
+    return json_response(status, {"status": status, "message": message})
+
+
+async def test_the_admin_api_reports_and_sets_faults() -> None:
+    faults = Faults({"latency": "seconds", "boom": "count"})
+    answer = await service.admin(_request("POST", "/_emulator/faults",
+                                          body=b'{"boom": 3}'), faults, _error)
+    assert answer.status == 200
+    assert faults.count("boom") == 3
+    assert isinstance(answer.body, bytes)
+    report = json.loads(answer.body)
+    assert report["set"]["boom"] == 3
+    assert report["known"]["latency"] == "seconds"
+    refused = await service.admin(_request("POST", "/_emulator/faults",
+                                           body=b'{"nope": 1}'), faults, _error)
+    assert refused.status == 400
+    assert isinstance(refused.body, bytes)
+    assert "unknown fault 'nope'" in json.loads(refused.body)["message"]
+    elsewhere = await service.admin(_request("GET", "/_emulator/other"), faults, _error)
+    assert elsewhere.status == 404
+    assert (await service.admin(_request("DELETE", "/_emulator/faults"), faults,
+                                _error)).status == 405
+
+
+async def test_latency_waits_as_long_as_the_fault_says_and_counts_it() -> None:
+    faults = Faults({"latency": "seconds"}, {"latency": "0.2"})
+    started = anyio.current_time()
+    await service.inject_latency(faults)
+    assert anyio.current_time() - started >= 0.2
+    assert faults.report()["served"]["latency"] == 1
+
+
+# --------------------------------------------------------------------- WebSockets
+
+
+async def _echo(request: Request) -> Response:
+    """Echo until the client closes; ``busy`` first sleeps a second without reading."""
+    if request.path == "/plain":
+        return Response(200, body=b"plain")
+    try:
+        socket_cm = request.websocket("chat" if "chat" in request.offered_protocols()
+                                      else None)
+    except NotAWebSocket as exc:
+        return Response(400, body=str(exc).encode())
+    async with socket_cm as ws:
+        if request.path == "/busy":
+            await anyio.sleep(1.0)
+        if request.path == "/bye":
+            await ws.send_text("bye")
+            await ws.close(4008, "timed out")
+            return Response(500)  # not sent: the connection was taken over
+        async for message in ws:
+            if message.type is MessageType.TEXT:
+                assert isinstance(message.data, str)
+                await ws.send_text(message.data.upper())
+            else:
+                assert isinstance(message.data, bytes)
+                await ws.send_bytes(message.data[::-1])
+    return Response(500)
+
+
+async def test_a_websocket_client_talks_to_a_handler_and_agrees_a_protocol() -> None:
+    async with serve(_echo) as port, httpx.AsyncClient() as client:
+        async with aconnect_ws(f"http://127.0.0.1:{port}/ws", client,
+                               subprotocols=["other", "chat"]) as ws:
+            assert ws.subprotocol == "chat"
+            await ws.send_text("hello")
+            assert await ws.receive_text() == "HELLO"
+            await ws.send_bytes(b"abc" * 50_000)  # a 64-bit length
+            assert await ws.receive_bytes() == b"cba" * 50_000
+        plain = await client.get(f"http://127.0.0.1:{port}/plain")
+        assert plain.text == "plain"  # the server still serves plain requests
+
+
+async def test_a_request_that_is_no_handshake_is_left_to_the_handler() -> None:
+    async with serve(_echo) as port, httpx.AsyncClient() as client:
+        answer = await client.get(f"http://127.0.0.1:{port}/ws")
+    assert answer.status_code == 400
+    assert b"WebSocket handshake" in answer.content
+
+
+def test_the_accept_key_is_the_one_rfc_6455_gives_for_its_example() -> None:
+    assert accept_key("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+
+
+def _handshake(port: int, path: str) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                 f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                 "Sec-WebSocket-Version: 13\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(1)
+    assert head.startswith(b"HTTP/1.1 101"), head
+    assert f"sec-websocket-accept: {accept_key(key)}".encode().lower() in head.lower()
+    return sock
+
+
+def _frame(opcode: int, payload: bytes, *, fin: bool = True, masked: bool = True) -> bytes:
+    mask = os.urandom(4) if masked else b""
+    body = bytes(b ^ mask[i % 4] for i, b in enumerate(payload)) if masked else payload
+    return struct.pack(">BB", (0x80 if fin else 0) | opcode,
+                       (0x80 if masked else 0) | len(payload)) + mask + body
+
+
+def _read_frame(sock: socket.socket) -> tuple[int, bytes]:
+    def exactly(n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            assert chunk, "the connection closed"
+            data += chunk
+        return data
+
+    first, size = exactly(2)
+    if size == 126:
+        size = struct.unpack(">H", exactly(2))[0]
+    return first & 0x0F, exactly(size)
+
+
+def _raw_session(port: int, path: str, frames: list[bytes]) -> list[tuple[int, bytes]]:
+    with _handshake(port, path) as sock:
+        for frame in frames:
+            sock.sendall(frame)
+        got = [_read_frame(sock)]
+        while got[-1][0] != 0x8:
+            got.append(_read_frame(sock))
+        with contextlib.suppress(OSError):  # the close is answered, if still open
+            sock.sendall(_frame(0x8, got[-1][1][:2]))
+        return got
+
+
+async def test_fragments_are_joined_and_pings_answered_while_the_handler_is_busy() -> None:
+    def session(port: int) -> list[tuple[int, bytes]]:
+        with _handshake(port, "/busy") as sock:
+            sock.sendall(_frame(0x9, b"p1") + _frame(0x1, b"he", fin=False)
+                         + _frame(0x0, b"llo"))
+            started = anyio.from_thread.run_sync(anyio.current_time)
+            got = [_read_frame(sock)]
+            pong_after = anyio.from_thread.run_sync(anyio.current_time) - started
+            got.append(_read_frame(sock))
+            sock.sendall(_frame(0x8, struct.pack(">H", 1000)))
+            got.append(_read_frame(sock))
+        assert pong_after < 0.9, "the pong waited for the handler"
+        return got
+
+    async with serve(_echo) as port:
+        got = await anyio.to_thread.run_sync(session, port)
+    # The pong comes while the handler sleeps; the echo once it reads.
+    assert got == [(0xA, b"p1"), (0x1, b"HELLO"), (0x8, struct.pack(">H", 1000))]
+
+
+async def test_an_unmasked_client_frame_is_a_protocol_error() -> None:
+    async with serve(_echo) as port:
+        got = await anyio.to_thread.run_sync(_raw_session, port, "/ws",
+                                             [_frame(0x1, b"x", masked=False)])
+    assert got[-1][0] == 0x8
+    assert got[-1][1][:2] == struct.pack(">H", 1002)
+
+
+async def test_the_handler_s_close_code_and_reason_reach_the_client() -> None:
+    async with serve(_echo) as port:
+        got = await anyio.to_thread.run_sync(_raw_session, port, "/bye", [])
+    assert got == [(0x1, b"bye"), (0x8, struct.pack(">H", 4008) + b"timed out")]
