@@ -23,6 +23,8 @@ from daytona_emulator_fixtures import running
 from engines import require_bwrap
 from provider_sdk_daytona.emulator import _sessions, _toolbox
 
+from provider_sdk import emulators
+
 KEY = "daytona-file-key-0123456789"
 PEAK_LIMIT = 256 << 20  # the emulator peaks well under 100 MiB here
 
@@ -154,7 +156,7 @@ def test_a_gzip_bomb_is_refused_with_memory_bounded(service: tuple[str, int]) ->
 
 def test_a_compressed_bulk_upload_is_refused_past_the_inflate_limit(
         sync_client: Daytona, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_toolbox, "INFLATE_LIMIT", 1 << 20)
+    monkeypatch.setattr(emulators, "INFLATE_LIMIT", 1 << 20)  # (the kit reads it)
     boundary = "psdk-boundary"
     body = _gzip_of(f"--{boundary}\r\nContent-Disposition: form-data; name=\"files[0].path\""
                     f"\r\n\r\n/tmp/inflated\r\n--{boundary}\r\nContent-Disposition: form-data;"

@@ -31,15 +31,15 @@ sandbox part by part, a compressed one refused (413) once it inflates past
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 
-from aiohttp import web
+import anyio
 
 from provider_sdk.config import Secret, env_setting, open_provider
-from provider_sdk.emulators import BODY_LIMIT, EmulatorOptions, Faults, RunningEmulator
+from provider_sdk.emulator_kit import http
+from provider_sdk.emulator_kit.routing import Router
+from provider_sdk.emulators import EmulatorOptions, Faults, RunningEmulator
 from provider_sdk.errors import SandboxError
 from provider_sdk_daytona.emulator import _coderun as coderun
 from provider_sdk_daytona.emulator import _control as api
@@ -52,16 +52,7 @@ from provider_sdk_daytona.emulator import _search as search
 from provider_sdk_daytona.emulator import _signed as signed
 from provider_sdk_daytona.emulator import _toolbox as toolbox
 from provider_sdk_daytona.emulator import _unsupported as unsupported
-from provider_sdk_daytona.emulator._http import (
-    CONTEXT,
-    FAULTS,
-    Context,
-    auth_middleware,
-    errors_middleware,
-    faults_middleware,
-    get_faults,
-    set_faults,
-)
+from provider_sdk_daytona.emulator._http import FAULTS, Context, Handler, front_door
 from provider_sdk_daytona.emulator._store import Store
 
 __all__ = ["FAULTS", "daytona_emulator", "routes"]
@@ -70,92 +61,89 @@ _SANDBOX = "/api/sandbox/{sandbox}"
 _TOOLBOX = "/toolbox/{sandbox}"
 
 
-def routes() -> list[web.RouteDef]:
+def routes() -> list[tuple[str, str, Handler]]:
     """The routing table: one handler per route, after what is not served (see
     ``_unsupported``)."""
     return [
         *unsupported.routes(),
         # control plane: sandboxes
-        web.post("/api/sandbox", api.create_sandbox),
-        web.get("/api/sandbox", api.list_sandboxes),
-        web.get(_SANDBOX, api.get_sandbox),
-        web.delete(_SANDBOX, api.delete_sandbox),
-        web.post(f"{_SANDBOX}/start", api.start_sandbox),
-        web.post(f"{_SANDBOX}/stop", api.stop_sandbox),
-        web.post(f"{_SANDBOX}/archive", api.archive_sandbox),
-        web.post(f"{_SANDBOX}/recover", api.recover_sandbox),
-        web.put(f"{_SANDBOX}/labels", api.replace_labels),
-        web.post(_SANDBOX + "/{which:autostop|autoarchive|autodelete}/{minutes}",
-                 api.set_interval),
-        web.get(f"{_SANDBOX}/toolbox-proxy-url", api.toolbox_proxy_url),
-        web.post(f"{_SANDBOX}/snapshot", api.snapshot_sandbox),
-        web.get(f"{_SANDBOX}/telemetry/metrics", metrics.telemetry_metrics),
-        web.get("/api/config", metrics.config),
-        web.get(f"{_SANDBOX}/signing-key", signed.signing_key),
-        web.post(f"{_SANDBOX}/signing-key/rotate", signed.rotate_signing_key),
-        web.get(_SANDBOX + "/ports/{port}/preview-url", preview.preview_url),
-        web.get(_SANDBOX + "/ports/{port}/signed-preview-url", preview.signed_preview_url),
-        web.post(_SANDBOX + "/ports/{port}/signed-preview-url/{token}/expire",
-                 preview.expire_signed_preview_url),
+        ("POST", "/api/sandbox", api.create_sandbox),
+        ("GET", "/api/sandbox", api.list_sandboxes),
+        ("GET", _SANDBOX, api.get_sandbox),
+        ("DELETE", _SANDBOX, api.delete_sandbox),
+        ("POST", f"{_SANDBOX}/start", api.start_sandbox),
+        ("POST", f"{_SANDBOX}/stop", api.stop_sandbox),
+        ("POST", f"{_SANDBOX}/archive", api.archive_sandbox),
+        ("POST", f"{_SANDBOX}/recover", api.recover_sandbox),
+        ("PUT", f"{_SANDBOX}/labels", api.replace_labels),
+        ("POST", _SANDBOX + "/{which:autostop|autoarchive|autodelete}/{minutes}",
+         api.set_interval),
+        ("GET", f"{_SANDBOX}/toolbox-proxy-url", api.toolbox_proxy_url),
+        ("POST", f"{_SANDBOX}/snapshot", api.snapshot_sandbox),
+        ("GET", f"{_SANDBOX}/telemetry/metrics", metrics.telemetry_metrics),
+        ("GET", "/api/config", metrics.config),
+        ("GET", f"{_SANDBOX}/signing-key", signed.signing_key),
+        ("POST", f"{_SANDBOX}/signing-key/rotate", signed.rotate_signing_key),
+        ("GET", _SANDBOX + "/ports/{port}/preview-url", preview.preview_url),
+        ("GET", _SANDBOX + "/ports/{port}/signed-preview-url", preview.signed_preview_url),
+        ("POST", _SANDBOX + "/ports/{port}/signed-preview-url/{token}/expire",
+         preview.expire_signed_preview_url),
         # control plane: volumes
-        web.post("/api/volumes", api.create_volume),
-        web.get("/api/volumes", api.list_volumes),
-        web.get("/api/volumes/by-name/{volume}", api.get_volume),
-        web.get("/api/volumes/{volume}", api.get_volume),
-        web.delete("/api/volumes/{volume}", api.delete_volume),
+        ("POST", "/api/volumes", api.create_volume),
+        ("GET", "/api/volumes", api.list_volumes),
+        ("GET", "/api/volumes/by-name/{volume}", api.get_volume),
+        ("GET", "/api/volumes/{volume}", api.get_volume),
+        ("DELETE", "/api/volumes/{volume}", api.delete_volume),
         # control plane: snapshots
-        web.post("/api/snapshots", api.create_snapshot),
-        web.get("/api/snapshots", api.list_snapshots),
+        ("POST", "/api/snapshots", api.create_snapshot),
+        ("GET", "/api/snapshots", api.list_snapshots),
         # (a name may hold slashes: the default snapshot's is an image name)
-        web.get("/api/snapshots/{snapshot:.+}", api.get_snapshot),
-        web.delete("/api/snapshots/{snapshot:.+}", api.delete_snapshot),
-        web.post("/api/snapshots/{snapshot:.+}/activate", api.activate_snapshot),
+        ("GET", "/api/snapshots/{snapshot:.+}", api.get_snapshot),
+        ("DELETE", "/api/snapshots/{snapshot:.+}", api.delete_snapshot),
+        ("POST", "/api/snapshots/{snapshot:.+}/activate", api.activate_snapshot),
         # toolbox: info, process, sessions
-        web.get(f"{_TOOLBOX}/work-dir", toolbox.work_dir),
-        web.get(f"{_TOOLBOX}/user-home-dir", toolbox.home_dir),
-        web.post(f"{_TOOLBOX}/process/execute", toolbox.execute),
-        web.post(f"{_TOOLBOX}/process/code-run", coderun.code_run),
-        web.post(f"{_TOOLBOX}/env", toolbox.update_env),
-        web.get(f"{_TOOLBOX}/system/metrics", metrics.system_metrics),
-        web.post(f"{_TOOLBOX}/process/interpreter/context", interpreter.create_context),
-        web.get(f"{_TOOLBOX}/process/interpreter/context", interpreter.list_contexts),
-        web.delete(_TOOLBOX + "/process/interpreter/context/{context}",
-                   interpreter.delete_context),
-        web.get(f"{_TOOLBOX}/process/interpreter/execute", interpreter.execute),
-        web.get(f"{_TOOLBOX}/process/pty/create-connect", pty.create_connect),
-        web.get(f"{_TOOLBOX}/process/pty", pty.list_ptys),
-        web.get(_TOOLBOX + "/process/pty/{pty}", pty.get_pty),
-        web.delete(_TOOLBOX + "/process/pty/{pty}", pty.delete_pty),
-        web.get(_TOOLBOX + "/process/pty/{pty}/connect", pty.connect),
-        web.post(_TOOLBOX + "/process/pty/{pty}/resize", pty.resize_pty),
-        web.post(f"{_TOOLBOX}/process/session", toolbox.create_session),
-        web.get(f"{_TOOLBOX}/process/session", toolbox.list_sessions),
-        web.get(_TOOLBOX + "/process/session/{session}", toolbox.get_session),
-        web.delete(_TOOLBOX + "/process/session/{session}", toolbox.delete_session),
-        web.post(_TOOLBOX + "/process/session/{session}/exec", toolbox.session_exec),
-        web.get(_TOOLBOX + "/process/session/{session}/command/{command}",
-                toolbox.get_command),
-        web.get(_TOOLBOX + "/process/session/{session}/command/{command}/logs",
-                toolbox.command_logs),
-        web.post(_TOOLBOX + "/process/session/{session}/command/{command}/input",
-                 toolbox.command_input),
+        ("GET", f"{_TOOLBOX}/work-dir", toolbox.work_dir),
+        ("GET", f"{_TOOLBOX}/user-home-dir", toolbox.home_dir),
+        ("POST", f"{_TOOLBOX}/process/execute", toolbox.execute),
+        ("POST", f"{_TOOLBOX}/process/code-run", coderun.code_run),
+        ("POST", f"{_TOOLBOX}/env", toolbox.update_env),
+        ("GET", f"{_TOOLBOX}/system/metrics", metrics.system_metrics),
+        ("POST", f"{_TOOLBOX}/process/interpreter/context", interpreter.create_context),
+        ("GET", f"{_TOOLBOX}/process/interpreter/context", interpreter.list_contexts),
+        ("DELETE", _TOOLBOX + "/process/interpreter/context/{context}",
+         interpreter.delete_context),
+        ("GET", f"{_TOOLBOX}/process/interpreter/execute", interpreter.execute),
+        ("GET", f"{_TOOLBOX}/process/pty/create-connect", pty.create_connect),
+        ("GET", f"{_TOOLBOX}/process/pty", pty.list_ptys),
+        ("GET", _TOOLBOX + "/process/pty/{pty}", pty.get_pty),
+        ("DELETE", _TOOLBOX + "/process/pty/{pty}", pty.delete_pty),
+        ("GET", _TOOLBOX + "/process/pty/{pty}/connect", pty.connect),
+        ("POST", _TOOLBOX + "/process/pty/{pty}/resize", pty.resize_pty),
+        ("POST", f"{_TOOLBOX}/process/session", toolbox.create_session),
+        ("GET", f"{_TOOLBOX}/process/session", toolbox.list_sessions),
+        ("GET", _TOOLBOX + "/process/session/{session}", toolbox.get_session),
+        ("DELETE", _TOOLBOX + "/process/session/{session}", toolbox.delete_session),
+        ("POST", _TOOLBOX + "/process/session/{session}/exec", toolbox.session_exec),
+        ("GET", _TOOLBOX + "/process/session/{session}/command/{command}",
+         toolbox.get_command),
+        ("GET", _TOOLBOX + "/process/session/{session}/command/{command}/logs",
+         toolbox.command_logs),
+        ("POST", _TOOLBOX + "/process/session/{session}/command/{command}/input",
+         toolbox.command_input),
         # toolbox: files
-        web.get(f"{_TOOLBOX}/files", toolbox.list_files),
-        web.delete(f"{_TOOLBOX}/files", toolbox.delete_file),
-        web.get(f"{_TOOLBOX}/files/info", toolbox.file_info),
-        web.post(f"{_TOOLBOX}/files/folder", toolbox.create_folder),
-        web.post(f"{_TOOLBOX}/files/move", toolbox.move_file),
-        web.post(f"{_TOOLBOX}/files/permissions", toolbox.set_permissions),
-        web.get(f"{_TOOLBOX}/files/find", search.find_in_files),
-        web.get(f"{_TOOLBOX}/files/search", search.search_files),
-        web.post(f"{_TOOLBOX}/files/replace", search.replace_in_files),
-        web.post(f"{_TOOLBOX}/files/bulk-upload", toolbox.bulk_upload),
-        web.post(f"{_TOOLBOX}/files/bulk-download", toolbox.bulk_download),
-        web.get(f"{_TOOLBOX}/files/download", signed.download_file),
-        web.post(f"{_TOOLBOX}/files/upload-v2", signed.upload_file),
-        # the emulator's own admin endpoint
-        web.get("/_emulator/faults", get_faults),
-        web.post("/_emulator/faults", set_faults),
+        ("GET", f"{_TOOLBOX}/files", toolbox.list_files),
+        ("DELETE", f"{_TOOLBOX}/files", toolbox.delete_file),
+        ("GET", f"{_TOOLBOX}/files/info", toolbox.file_info),
+        ("POST", f"{_TOOLBOX}/files/folder", toolbox.create_folder),
+        ("POST", f"{_TOOLBOX}/files/move", toolbox.move_file),
+        ("POST", f"{_TOOLBOX}/files/permissions", toolbox.set_permissions),
+        ("GET", f"{_TOOLBOX}/files/find", search.find_in_files),
+        ("GET", f"{_TOOLBOX}/files/search", search.search_files),
+        ("POST", f"{_TOOLBOX}/files/replace", search.replace_in_files),
+        ("POST", f"{_TOOLBOX}/files/bulk-upload", toolbox.bulk_upload),
+        ("POST", f"{_TOOLBOX}/files/bulk-download", toolbox.bulk_download),
+        ("GET", f"{_TOOLBOX}/files/download", signed.download_file),
+        ("POST", f"{_TOOLBOX}/files/upload-v2", signed.upload_file),
     ]
 
 
@@ -175,36 +163,22 @@ async def daytona_emulator(options: EmulatorOptions) -> AsyncIterator[RunningEmu
     faults = Faults(FAULTS, options.faults)
     async with open_provider(options.backend) as backend:
         ctx = Context(store=Store(backend=backend), faults=faults, api_key=key)
-        app = web.Application(middlewares=[errors_middleware, auth_middleware,
-                                           faults_middleware], client_max_size=BODY_LIMIT)
-        app[CONTEXT] = ctx
-        app.add_routes(routes())
-        runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-        reaper: asyncio.Task[None] | None = None
-        await runner.setup()
-        stack = contextlib.AsyncExitStack()
         try:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(("127.0.0.1", options.port))  # loopback only, always
-            await web.SockSite(runner, sock).start()
-            port = sock.getsockname()[1]
-            ctx.base_url = f"http://127.0.0.1:{port}"
-            ctx.preview_url = await stack.enter_async_context(preview_proxy.serve(ctx))
-            reaper = asyncio.create_task(api.reap(ctx))
-            yield RunningEmulator(
-                name="daytona", url=ctx.base_url,
-                settings={"DAYTONA_API_URL": f"{ctx.base_url}/api",  # type: ignore[arg-type]
-                          "DAYTONA_TARGET": "local"},
-                api_key_settings=("DAYTONA_API_KEY",), api_key=ctx.api_key)
+            async with anyio.create_task_group() as tg, \
+                    http.serve(front_door(ctx, Router(routes())), port=options.port) as port, \
+                    preview_proxy.serve(ctx) as preview_url:
+                ctx.base_url = f"http://127.0.0.1:{port}"  # loopback only, always
+                ctx.preview_url = preview_url
+                tg.start_soon(api.reap, ctx)
+                yield RunningEmulator(
+                    name="daytona", url=ctx.base_url,
+                    settings={"DAYTONA_API_URL": f"{ctx.base_url}/api",  # type: ignore[arg-type]
+                              "DAYTONA_TARGET": "local"},
+                    api_key_settings=("DAYTONA_API_KEY",), api_key=ctx.api_key)
+                tg.cancel_scope.cancel()
         finally:
-            if reaper is not None:
-                reaper.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reaper
-            await stack.aclose()
-            await runner.cleanup()
-            await _clean_backend(ctx.store)
+            with anyio.CancelScope(shield=True):
+                await _clean_backend(ctx.store)
 
 
 async def _clean_backend(store: Store) -> None:

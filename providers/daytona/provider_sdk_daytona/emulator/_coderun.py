@@ -17,8 +17,7 @@ import json
 import re
 from typing import Any
 
-from aiohttp import web
-
+from provider_sdk.emulator_kit.http import Request, Response
 from provider_sdk_daytona.emulator._http import HttpError, json_response
 from provider_sdk_daytona.emulator._toolbox import run_merged, running
 
@@ -58,7 +57,7 @@ def parse_artifacts(output: str) -> tuple[str, dict[str, Any] | None]:
     return "\n".join(kept), ({"charts": charts} if charts else None)
 
 
-async def code_run(request: web.Request) -> web.Response:
+async def code_run(request: Request) -> Response:
     """``POST /process/code-run``: 200 with the exit code whatever the program did; 400
     for a language the daemon has no runtime for or a bad environment name; 408 when
     the timeout ends it."""

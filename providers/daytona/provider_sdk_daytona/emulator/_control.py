@@ -14,9 +14,8 @@ import contextlib
 import json
 from typing import Any
 
-from aiohttp import web
-
 from provider_sdk.capabilities import Capability
+from provider_sdk.emulator_kit.http import Request, Response
 from provider_sdk.errors import Conflict, NotFound, SandboxError, TemplateBuildError
 from provider_sdk.models import SandboxSpec, TemplateSpec, VolumeMount
 from provider_sdk_daytona.emulator._http import (
@@ -55,7 +54,7 @@ _PROVISION = (f'mkdir -p "{_BIN}" && if ! command -v python >/dev/null 2>&1 && '
               f'p=$(command -v python3); then ln -sf "$p" "{_BIN}/python"; fi; ')
 
 
-def _dto(request: web.Request, record: SandboxRecord, *, listing: bool = False) -> dict[str, Any]:
+def _dto(request: Request, record: SandboxRecord, *, listing: bool = False) -> dict[str, Any]:
     ctx = context(request)
     state = record.state
     if state == "started" and asyncio.get_running_loop().time() < record.started_at:
@@ -63,16 +62,16 @@ def _dto(request: web.Request, record: SandboxRecord, *, listing: bool = False) 
     return record.to_json(ctx.toolbox_url, state=state, listing=listing)
 
 
-def _sandbox(request: web.Request) -> SandboxRecord:
-    key = request.match_info["sandbox"]
+def _sandbox(request: Request) -> SandboxRecord:
+    key = request.params["sandbox"]
     record = context(request).store.sandbox(key)
     if record is None:
         raise HttpError(404, f"Sandbox with ID or name {key} not found")
     return record
 
 
-async def _body(request: web.Request) -> dict[str, Any]:
-    if not request.can_read_body:
+async def _body(request: Request) -> dict[str, Any]:
+    if not request.has_body:
         return {}
     try:
         body = await request.json()
@@ -94,7 +93,7 @@ def _int(body: dict[str, Any], key: str, default: int) -> int:
 
 # ---------------------------------------------------------------- backend helpers
 
-async def boot(request: web.Request, record: SandboxRecord) -> None:
+async def boot(request: Request, record: SandboxRecord) -> None:
     """Start the backend sandbox serving ``record`` (from its files if it was stopped)."""
     ctx = context(request)
     store = ctx.store
@@ -196,7 +195,7 @@ async def reap(ctx: Context) -> None:
 
 # ---------------------------------------------------------------------- sandboxes
 
-async def create_sandbox(request: web.Request) -> web.Response:
+async def create_sandbox(request: Request) -> Response:
     """``POST /sandbox``."""
     state_change(request)
     store = context(request).store
@@ -258,12 +257,12 @@ def _build_info(given: Any, stamp: str) -> dict[str, Any] | None:
             "updatedAt": stamp, "snapshotRef": f"emulated-{new_id()}"}
 
 
-async def get_sandbox(request: web.Request) -> web.Response:
+async def get_sandbox(request: Request) -> Response:
     """``GET /sandbox/{sandbox}``."""
     return json_response(_dto(request, _sandbox(request)))
 
 
-async def list_sandboxes(request: web.Request) -> web.Response:
+async def list_sandboxes(request: Request) -> Response:
     """``GET /sandbox``: filtered by labels (a JSON object) and states, cursor-paginated."""
     store = context(request).store
     query = request.query
@@ -275,7 +274,7 @@ async def list_sandboxes(request: web.Request) -> web.Response:
         raise HttpError(400, "labels must be a JSON object; limit and cursor integers") from None
     if not isinstance(labels, dict) or limit < 1:
         raise HttpError(400, "labels must be a JSON object and limit positive")
-    states = set(query.getall("states", []))
+    states = set(request.query_all("states"))
     found = [r for r in store.sandboxes.values()
              if all(r.labels.get(k) == v for k, v in labels.items())
              and (not states or _dto(request, r)["state"] in states)
@@ -286,7 +285,7 @@ async def list_sandboxes(request: web.Request) -> web.Response:
                           "nextCursor": str(start + limit) if more else None})
 
 
-async def delete_sandbox(request: web.Request) -> web.Response:
+async def delete_sandbox(request: Request) -> Response:
     """``DELETE /sandbox/{sandbox}``: the sandbox is destroyed before the answer."""
     state_change(request)
     record = _sandbox(request)
@@ -295,7 +294,7 @@ async def delete_sandbox(request: web.Request) -> web.Response:
     return json_response(_dto(request, record))
 
 
-async def start_sandbox(request: web.Request) -> web.Response:
+async def start_sandbox(request: Request) -> Response:
     """``POST /sandbox/{sandbox}/start``: from stopped or archived."""
     state_change(request)
     record = _sandbox(request)
@@ -313,7 +312,7 @@ async def start_sandbox(request: web.Request) -> web.Response:
     return json_response(_dto(request, record))
 
 
-async def stop_sandbox(request: web.Request) -> web.Response:
+async def stop_sandbox(request: Request) -> Response:
     """``POST /sandbox/{sandbox}/stop``: files kept, processes ended; an ephemeral
     sandbox (auto-delete 0) is destroyed."""
     state_change(request)
@@ -329,7 +328,7 @@ async def stop_sandbox(request: web.Request) -> web.Response:
     return json_response(_dto(request, record))
 
 
-async def archive_sandbox(request: web.Request) -> web.Response:
+async def archive_sandbox(request: Request) -> Response:
     """``POST /sandbox/{sandbox}/archive``: only a stopped sandbox."""
     state_change(request)
     record = _sandbox(request)
@@ -341,14 +340,14 @@ async def archive_sandbox(request: web.Request) -> web.Response:
     return json_response(_dto(request, record))
 
 
-async def recover_sandbox(request: web.Request) -> web.Response:
+async def recover_sandbox(request: Request) -> Response:
     """``POST /sandbox/{sandbox}/recover``: sandboxes here never enter an error state."""
     state_change(request)
     record = _sandbox(request)
     raise HttpError(400, f"Sandbox is {record.state}, not in a recoverable error state")
 
 
-async def replace_labels(request: web.Request) -> web.Response:
+async def replace_labels(request: Request) -> Response:
     """``PUT /sandbox/{sandbox}/labels``: the labels are replaced whole."""
     record = _sandbox(request)
     labels = (await _body(request)).get("labels")
@@ -359,26 +358,26 @@ async def replace_labels(request: web.Request) -> web.Response:
     return json_response({"labels": record.labels})
 
 
-async def set_interval(request: web.Request) -> web.Response:
+async def set_interval(request: Request) -> Response:
     """``POST /sandbox/{sandbox}/{autostop|autoarchive|autodelete}/{minutes}``."""
     record = _sandbox(request)
     try:
-        minutes = int(request.match_info["minutes"])
+        minutes = int(request.params["minutes"])
     except ValueError:
         raise HttpError(400, "the interval must be an integer") from None
     field = {"autostop": "auto_stop_interval", "autoarchive": "auto_archive_interval",
-             "autodelete": "auto_delete_interval"}[request.match_info["which"]]
+             "autodelete": "auto_delete_interval"}[request.params["which"]]
     setattr(record, field, minutes)
     return json_response(_dto(request, record))
 
 
-async def toolbox_proxy_url(request: web.Request) -> web.Response:
+async def toolbox_proxy_url(request: Request) -> Response:
     """``GET /sandbox/{sandbox}/toolbox-proxy-url``."""
     _sandbox(request)
     return json_response({"url": context(request).toolbox_url})
 
 
-async def snapshot_sandbox(request: web.Request) -> web.Response:
+async def snapshot_sandbox(request: Request) -> Response:
     """``POST /sandbox/{sandbox}/snapshot``: a reusable snapshot of its files."""
     state_change(request)
     store = context(request).store
@@ -403,15 +402,15 @@ async def snapshot_sandbox(request: web.Request) -> web.Response:
 
 # ------------------------------------------------------------------------ volumes
 
-def _volume(request: web.Request) -> VolumeRecord:
-    key = request.match_info["volume"]
+def _volume(request: Request) -> VolumeRecord:
+    key = request.params["volume"]
     volume = context(request).store.volume(key)
     if volume is None:
         raise HttpError(404, f"Volume {key} not found")
     return volume
 
 
-async def create_volume(request: web.Request) -> web.Response:
+async def create_volume(request: Request) -> Response:
     """``POST /volumes``."""
     store = context(request).store
     name = (await _body(request)).get("name")
@@ -426,17 +425,17 @@ async def create_volume(request: web.Request) -> web.Response:
     return json_response(volume.to_json())
 
 
-async def list_volumes(request: web.Request) -> web.Response:
+async def list_volumes(request: Request) -> Response:
     """``GET /volumes``."""
     return json_response([v.to_json() for v in context(request).store.volumes.values()])
 
 
-async def get_volume(request: web.Request) -> web.Response:
+async def get_volume(request: Request) -> Response:
     """``GET /volumes/{volume}`` and ``GET /volumes/by-name/{volume}``."""
     return json_response(_volume(request).to_json())
 
 
-async def delete_volume(request: web.Request) -> web.Response:
+async def delete_volume(request: Request) -> Response:
     """``DELETE /volumes/{volume}``: 409 while a started sandbox mounts it."""
     store = context(request).store
     volume = _volume(request)
@@ -451,20 +450,20 @@ async def delete_volume(request: web.Request) -> web.Response:
     except NotFound:
         pass
     del store.volumes[volume.id]
-    return web.Response(status=200)
+    return Response(200)
 
 
 # ---------------------------------------------------------------------- snapshots
 
-def _snapshot(request: web.Request) -> SnapshotRecord:
-    key = request.match_info["snapshot"]
+def _snapshot(request: Request) -> SnapshotRecord:
+    key = request.params["snapshot"]
     snapshot = context(request).store.snapshot(key)
     if snapshot is None:
         raise HttpError(404, f"Snapshot {key} not found")
     return snapshot
 
 
-async def create_snapshot(request: web.Request) -> web.Response:
+async def create_snapshot(request: Request) -> Response:
     """``POST /snapshots``: from an image name or a Dockerfile. A Dockerfile is built,
     before the answer, by a backend that builds templates (``docker``); on another the
     build fails, saying why. An image name is not pulled: sandboxes created from it run
@@ -504,7 +503,7 @@ async def create_snapshot(request: web.Request) -> web.Response:
     return json_response(snapshot.to_json())
 
 
-async def list_snapshots(request: web.Request) -> web.Response:
+async def list_snapshots(request: Request) -> Response:
     """``GET /snapshots``: page-numbered, optionally by source sandbox or name."""
     store = context(request).store
     try:
@@ -522,12 +521,12 @@ async def list_snapshots(request: web.Request) -> web.Response:
                           "page": page, "totalPages": max(-(-len(found) // limit), 1)})
 
 
-async def get_snapshot(request: web.Request) -> web.Response:
+async def get_snapshot(request: Request) -> Response:
     """``GET /snapshots/{snapshot}`` (id or name)."""
     return json_response(_snapshot(request).to_json())
 
 
-async def delete_snapshot(request: web.Request) -> web.Response:
+async def delete_snapshot(request: Request) -> Response:
     """``DELETE /snapshots/{snapshot}``."""
     store = context(request).store
     snapshot = _snapshot(request)
@@ -540,9 +539,9 @@ async def delete_snapshot(request: web.Request) -> web.Response:
         with contextlib.suppress(NotFound):
             await store.backend.delete_template(snapshot.backend_template)
     del store.snapshots[snapshot.id]
-    return web.Response(status=200)
+    return Response(200)
 
 
-async def activate_snapshot(request: web.Request) -> web.Response:
+async def activate_snapshot(request: Request) -> Response:
     """``POST /snapshots/{snapshot}/activate``: snapshots here are always active."""
     return json_response(_snapshot(request).to_json())

@@ -1,25 +1,28 @@
-"""The emulator's HTTP plumbing: error envelopes, the bearer-token check, fault injection
-and the admin endpoint. Handlers raise :class:`HttpError`; one middleware writes it in the
-envelope of the plane that raised it (the API's, or the toolbox daemon's with a ``code``).
+"""The emulator's front door, on the core's emulator kit: the bearer-token check, fault
+injection, the admin API, routing, and error envelopes. Handlers raise
+:class:`HttpError`; the front door writes it in the envelope of the plane that raised it
+(the API's, or the toolbox daemon's with a ``code``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import hmac
 import re
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import attrs
-from aiohttp import web
 
 from provider_sdk.config import Secret
-from provider_sdk.emulators import Faults
-from provider_sdk.errors import ConfigError
+from provider_sdk.emulator_kit import service
+from provider_sdk.emulator_kit.http import NotAWebSocket, Request, Response
+from provider_sdk.emulator_kit.http import json_response as _json
+from provider_sdk.emulator_kit.routing import Router
+from provider_sdk.emulator_kit.websocket import WebSocket
+from provider_sdk.emulators import BodyTooLarge, Faults
 from provider_sdk_daytona.emulator._store import Store, now
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Handler = Callable[[Request], Awaitable[Response]]
 
 #: The faults this emulator injects (``--fault NAME=VALUE``, or the admin endpoint).
 FAULTS = {
@@ -56,7 +59,6 @@ class Context:
     base_url: str = ""
     preview_url: str = ""
     """The preview proxy's base URL (``_preview_proxy``)."""
-    tasks: set[asyncio.Task[None]] = attrs.field(factory=set)
 
     @property
     def toolbox_url(self) -> str:
@@ -65,29 +67,39 @@ class Context:
 
     def take(self, fault: str) -> bool:
         """Whether to inject a counted fault now (and count it down if so)."""
-        left = self.faults.count(fault)
-        if left <= 0:
-            return False
-        self.faults.set(fault, left - 1)
-        self.faults.served(fault)
-        return True
+        return self.faults.take(fault)
 
 
-CONTEXT = web.AppKey("context", Context)
-"""Where the application keeps the emulator's :class:`Context`."""
-
-
-def context(request: web.Request) -> Context:
+def context(request: Request) -> Context:
     """The emulator's context, from any handler."""
-    return request.app[CONTEXT]
+    ctx = request.state["context"]
+    assert isinstance(ctx, Context)
+    return ctx
 
 
-def json_response(data: Any, status: int = 200) -> web.Response:
+def json_response(data: Any, status: int = 200) -> Response:
     """A JSON answer."""
-    return web.json_response(data, status=status)
+    return _json(status, data)
 
 
-def _envelope(request: web.Request, error: HttpError) -> dict[str, Any]:
+UPGRADED = Response(101)
+"""What a handler returns once it served its request as a WebSocket (nothing is sent)."""
+
+
+def websocket(request: Request, protocol: str | None = None) -> AbstractAsyncContextManager[
+        WebSocket]:
+    """Take the request over as a WebSocket (see the kit's ``Request.websocket``).
+
+    Raises:
+        HttpError: 400, the request is no WebSocket handshake.
+    """
+    try:
+        return request.websocket(protocol)
+    except NotAWebSocket as exc:
+        raise HttpError(400, str(exc), "BAD_REQUEST") from None
+
+
+def _envelope(request: Request, error: HttpError) -> dict[str, Any]:
     body: dict[str, Any] = {"statusCode": error.status, "message": error.message,
                             "path": request.path, "timestamp": now()}
     if request.path.startswith("/toolbox/"):
@@ -105,101 +117,81 @@ _REASONS = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not
             429: "Too Many Requests", 500: "Internal Server Error", 502: "Bad Gateway"}
 
 
-@web.middleware
-async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Turn :class:`HttpError` into the plane's error envelope."""
-    try:
-        return await handler(request)
-    except HttpError as error:
-        headers = {"Retry-After": "1"} if error.status == 429 else None
-        return web.json_response(_envelope(request, error), status=error.status,
-                                 headers=headers)
-    except (web.HTTPNotFound, web.HTTPMethodNotAllowed):  # no such route
-        return unknown_route(request)
-    except web.HTTPException as exc:  # aiohttp's own
-        if exc.status < 400:
-            raise
-        plain = HttpError(exc.status, f"{exc.reason}: {request.method} {request.path}")
-        return web.json_response(_envelope(request, plain), status=exc.status)
+def error_response(request: Request, error: HttpError) -> Response:
+    """The plane's error envelope for ``error``."""
+    headers = {"Retry-After": "1"} if error.status == 429 else None
+    return _json(error.status, _envelope(request, error), headers)
 
 
-def unknown_route(request: web.Request, feature: str | None = None) -> web.Response:
+def unknown_route(request: Request, feature: str | None = None) -> Response:
     """Daytona's answer to a route it does not know (whatever the method): the API's
     404 ``Cannot METHOD PATH``, or the toolbox daemon's plain ``404 page not found``.
     ``feature``, when given, is named after it: what the route belongs to, which this
     emulator does not serve."""
     why = f" ({feature}: not served by this emulator)" if feature else ""
     if request.path.startswith("/toolbox/"):
-        return web.Response(status=404, text=f"404 page not found{why}")
-    return web.json_response({"path": str(request.rel_url), "timestamp": now(),
-                              "statusCode": 404, "error": "Not Found",
-                              "message": f"Cannot {request.method} {request.rel_url}{why}"},
-                             status=404)
+        return Response(404, (("content-type", "text/plain; charset=utf-8"),),
+                        f"404 page not found{why}".encode())
+    return json_response({"path": request.target, "timestamp": now(), "statusCode": 404,
+                          "error": "Not Found",
+                          "message": f"Cannot {request.method} {request.target}{why}"},
+                         status=404)
 
 
 SIGNED_ROUTE = re.compile(r"/toolbox/[^/]+/files/(download|upload-v2)")
 """The toolbox routes on which a signed URL's signature stands in for the API key."""
 
 
-@web.middleware
-async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+def _check_key(request: Request, ctx: Context) -> None:
     """Refuse a request without ``Authorization: Bearer <the emulator's key>``, unless
     it is a signed file URL (``_signed`` checks its signature)."""
-    ctx = context(request)
     if "signature" in request.query and SIGNED_ROUTE.fullmatch(request.path):
-        return await handler(request)  # a signed file URL: its handler checks it
-    given = request.headers.get("Authorization", "")
-    expected = f"Bearer {ctx.api_key.reveal()}"
-    if not hmac.compare_digest(given.encode(), expected.encode()):
+        return  # a signed file URL: its handler checks it
+    given = request.headers.get("authorization", "")
+    if not (given.startswith("Bearer ") and service.key_matches(given[7:], ctx.api_key)):
         what = "missing" if not given else "invalid"
         raise HttpError(401, f"Unauthorized: {what} API key (send Authorization: Bearer "
                              "<DAYTONA_API_KEY>)")
-    return await handler(request)
 
 
-@web.middleware
-async def faults_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Inject latency and 429s; the admin endpoint is exempt."""
-    ctx = context(request)
-    if request.path.startswith("/_emulator/"):
-        return await handler(request)
-    delay = ctx.faults.value("latency")
-    if delay > 0:
-        ctx.faults.served("latency")
-        await asyncio.sleep(delay)
-    if request.path.startswith("/api/") and ctx.take("rate_limit_429"):
-        raise HttpError(429, "ThrottlerException: Too Many Requests")
-    return await handler(request)
+def _admin_error(request: Request, status: int, message: str) -> Response:
+    return error_response(request, HttpError(status, message))
 
 
-def state_change(request: web.Request) -> None:
+def front_door(ctx: Context, router: Router) -> Handler:
+    """The handler the server runs for every request: the key, then faults (latency
+    and 429s; the admin API is exempt), then the route; errors in their envelope."""
+
+    async def handle(request: Request) -> Response:
+        request.state["context"] = ctx
+        try:
+            _check_key(request, ctx)
+            if request.path.startswith(service.ADMIN_PREFIX):
+                return await service.admin(request, ctx.faults, _admin_error)
+            await service.inject_latency(ctx.faults)
+            if request.path.startswith("/api/") and ctx.take("rate_limit_429"):
+                raise HttpError(429, "ThrottlerException: Too Many Requests")
+            found = router.resolve(request.method, request.path)
+            if found.handler is None:
+                return unknown_route(request)
+            request.params = found.params
+            return await found.handler(request)
+        except HttpError as error:
+            return error_response(request, error)
+        except BodyTooLarge as exc:
+            return error_response(request, HttpError(413, exc.message, "REQUEST_TOO_LARGE"))
+
+    return handle
+
+
+def state_change(request: Request) -> None:
     """Answer 502, changing nothing, while fault ``transition_502`` has counts left."""
     if context(request).take("transition_502"):
         raise HttpError(502, "Bad Gateway: failed to reach the runner")
 
 
-def state_changed(request: web.Request) -> None:
+def state_changed(request: Request) -> None:
     """After a state change took effect: answer 502 anyway while fault
     ``transition_502_after`` has counts left (the client cannot tell it worked)."""
     if context(request).take("transition_502_after"):
         raise HttpError(502, "Bad Gateway: the runner did not answer in time")
-
-
-async def get_faults(request: web.Request) -> web.Response:
-    """``GET /_emulator/faults``: what is set and what was served."""
-    ctx = context(request)
-    return json_response({**ctx.faults.report(), "known": ctx.faults.known})
-
-
-async def set_faults(request: web.Request) -> web.Response:
-    """``POST /_emulator/faults`` with ``{name: value}``: change faults while running."""
-    ctx = context(request)
-    body = await request.json()
-    if not isinstance(body, dict):
-        raise HttpError(400, "expected a JSON object of fault names to values")
-    try:
-        for name, value in body.items():
-            ctx.faults.set(name, value)
-    except ConfigError as exc:
-        raise HttpError(400, str(exc)) from None
-    return json_response({**ctx.faults.report(), "known": ctx.faults.known})

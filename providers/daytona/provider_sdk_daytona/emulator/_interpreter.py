@@ -28,12 +28,22 @@ import datetime as dt
 import json
 from typing import Any
 
-from aiohttp import WSCloseCode, WSMsgType, web
+import anyio
 
 from provider_sdk.emulator_kernel import Kernel, KernelDied, KernelOutputTooLarge
+from provider_sdk.emulator_kit.http import Request, Response
+from provider_sdk.emulator_kit.websocket import (
+    CLOSE_GOING_AWAY,
+    CLOSE_INTERNAL_ERROR,
+    CLOSE_OK,
+    CLOSE_POLICY_VIOLATION,
+    CLOSE_PROTOCOL_ERROR,
+    MessageType,
+    WebSocket,
+)
 from provider_sdk.errors import SandboxError
 from provider_sdk.sandbox import Sandbox
-from provider_sdk_daytona.emulator._http import HttpError, json_response
+from provider_sdk_daytona.emulator._http import UPGRADED, HttpError, json_response, websocket
 from provider_sdk_daytona.emulator._interpreter_context import InterpreterContext
 from provider_sdk_daytona.emulator._store import SandboxRecord, new_id
 from provider_sdk_daytona.emulator._toolbox import running
@@ -58,10 +68,10 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat()
 
 
-async def create_context(request: web.Request) -> web.Response:
+async def create_context(request: Request) -> Response:
     """``POST /process/interpreter/context`` with ``{cwd?, language?}``."""
     record, handle = running(request)
-    body = await request.json() if request.can_read_body else {}
+    body = await request.json() if request.has_body else {}
     if not isinstance(body, dict):
         raise HttpError(400, "invalid request payload", "BAD_REQUEST")
     language = body.get("language") or "python"
@@ -80,17 +90,17 @@ async def create_context(request: web.Request) -> web.Response:
     return json_response(ctx.to_json())
 
 
-async def list_contexts(request: web.Request) -> web.Response:
+async def list_contexts(request: Request) -> Response:
     """``GET /process/interpreter/context``: every context but the default one."""
     record, _handle = running(request)
     return json_response({"contexts": [c.to_json() for c in record.interpreters.values()
                                        if c.id != DEFAULT]})
 
 
-async def delete_context(request: web.Request) -> web.Response:
+async def delete_context(request: Request) -> Response:
     """``DELETE /process/interpreter/context/{id}``."""
     record, _handle = running(request)
-    key = request.match_info["context"]
+    key = request.params["context"]
     if key == DEFAULT:
         raise HttpError(400, "cannot delete default context", "BAD_REQUEST")
     ctx = record.interpreters.pop(key, None)
@@ -100,32 +110,32 @@ async def delete_context(request: web.Request) -> web.Response:
     return json_response({"message": "Context deleted successfully"})
 
 
-async def _refuse(ws: web.WebSocketResponse, code: int, reason: str) -> web.WebSocketResponse:
-    await ws.close(code=code, message=reason.encode())
-    return ws
-
-
-async def execute(request: web.Request) -> web.StreamResponse:
+async def execute(request: Request) -> Response:
     """``GET /process/interpreter/execute``: the WebSocket described above."""
     record, handle = running(request)
-    ws = web.WebSocketResponse()
-    await ws.prepare(request)
-    try:
-        first = await ws.receive(timeout=_FIRST_MESSAGE_TIMEOUT)
-    except asyncio.TimeoutError:
-        return await _refuse(ws, WSCloseCode.PROTOCOL_ERROR, "failed to read first message")
-    if first.type not in (WSMsgType.TEXT, WSMsgType.BINARY):
-        return await _refuse(ws, WSCloseCode.PROTOCOL_ERROR, "failed to read first message")
+    async with websocket(request) as ws:
+        refusal = await _serve(ws, record, handle)
+        if refusal is not None:
+            await ws.close(*refusal)
+    return UPGRADED
+
+
+async def _serve(ws: WebSocket, record: SandboxRecord, handle: Sandbox) -> tuple[int, str] | None:
+    """Run the execution the client asks for; the close code (and reason) to end with."""
+    first = None
+    with anyio.move_on_after(_FIRST_MESSAGE_TIMEOUT):
+        first = await ws.receive()
+    if first is None or first.type is MessageType.CLOSE:
+        return CLOSE_PROTOCOL_ERROR, "failed to read first message"
     try:
         body = json.loads(first.data)
     except ValueError:
-        return await _refuse(ws, WSCloseCode.PROTOCOL_ERROR, "invalid JSON payload")
+        return CLOSE_PROTOCOL_ERROR, "invalid JSON payload"
     if not isinstance(body, dict) or not body.get("code"):
-        return await _refuse(ws, WSCloseCode.POLICY_VIOLATION, "code is required")
+        return CLOSE_POLICY_VIOLATION, "code is required"
     timeout = body.get("timeout")
     if timeout is not None and (not isinstance(timeout, int) or timeout < 0):
-        return await _refuse(ws, WSCloseCode.POLICY_VIOLATION,
-                             "timeout must be greater than or equal to 0")
+        return CLOSE_POLICY_VIOLATION, "timeout must be greater than or equal to 0"
     envs = body.get("envs") or {}
     key = body.get("contextId")
     if key is None:
@@ -136,22 +146,20 @@ async def execute(request: web.Request) -> web.StreamResponse:
     else:
         ctx = record.interpreters.get(key)
         if ctx is None:
-            return await _refuse(ws, WSCloseCode.POLICY_VIOLATION, f"context not found: {key}")
+            return CLOSE_POLICY_VIOLATION, f"context not found: {key}"
     limit = _DEFAULT_TIMEOUT if timeout is None else (float(timeout) or None)
     async with ctx.lock:
         try:
             kernel = await ctx.worker(record.spawn, handle)
         except SandboxError as exc:
-            return await _refuse(ws, WSCloseCode.INTERNAL_ERROR,
-                                 f"failed to get default context: {exc.message}")
+            return CLOSE_INTERNAL_ERROR, f"failed to get default context: {exc.message}"
         async with kernel.lock:
             code = await _run(ws, handle, ctx, kernel,
                               {"code": body["code"], "envs": envs}, limit)
-    await ws.close(code=code)
-    return ws
+    return code, ""
 
 
-async def _run(ws: web.WebSocketResponse, handle: Sandbox, ctx: InterpreterContext,
+async def _run(ws: WebSocket, handle: Sandbox, ctx: InterpreterContext,
                kernel: Kernel, request: dict[str, Any], limit: float | None) -> int:
     """Stream one execution's chunks to ``ws``; the close code to end with."""
     chunks = kernel.execute(request)
@@ -179,18 +187,18 @@ async def _run(ws: web.WebSocketResponse, handle: Sandbox, ctx: InterpreterConte
             try:
                 chunk = finished.result()
             except StopAsyncIteration:
-                return _TIMEOUT_CLOSE if interrupted else WSCloseCode.OK
+                return _TIMEOUT_CLOSE if interrupted else CLOSE_OK
             if chunk.get("type") == "control" and chunk.get("text") == "interrupted":
                 interrupted = True
             await _send(ws, chunk)
     except (KernelDied, KernelOutputTooLarge):
         await ctx.close()  # the next execution starts a new worker
-        return WSCloseCode.GOING_AWAY
+        return CLOSE_GOING_AWAY
     finally:
         if pending is not None:
             pending.cancel()
 
 
-async def _send(ws: web.WebSocketResponse, chunk: dict[str, Any]) -> None:
+async def _send(ws: WebSocket, chunk: dict[str, Any]) -> None:
     if not ws.closed:
-        await ws.send_str(json.dumps({f: str(chunk.get(f) or "") for f in _FIELDS}))
+        await ws.send_text(json.dumps({f: str(chunk.get(f) or "") for f in _FIELDS}))

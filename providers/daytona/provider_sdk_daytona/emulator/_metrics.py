@@ -14,9 +14,8 @@ import datetime as dt
 import math
 from typing import Any
 
-from aiohttp import web
-
 from provider_sdk.capabilities import Capability
+from provider_sdk.emulator_kit.http import Request, Response
 from provider_sdk.errors import SandboxError
 from provider_sdk_daytona.emulator._http import HttpError, context, json_response
 from provider_sdk_daytona.emulator._store import DEFAULT_SNAPSHOT, SandboxRecord
@@ -48,14 +47,14 @@ async def _sample(record: SandboxRecord) -> dict[str, Any]:
         raise HttpError(500, exc.message, "INTERNAL_ERROR") from exc
 
 
-async def system_metrics(request: web.Request) -> web.Response:
+async def system_metrics(request: Request) -> Response:
     """``GET /system/metrics``: the sandbox's use now (``SystemMetrics``)."""
     record, _handle = running(request)
     sample = await _sample(record)
     return json_response({**sample, "diskFree": max(sample["diskTotal"] - sample["diskUsed"], 0)})
 
 
-async def config(request: web.Request) -> web.Response:
+async def config(request: Request) -> Response:
     """``GET /api/config``: the service's configuration (``DaytonaConfiguration``); no
     analytics API, so telemetry comes from the API itself."""
     base = context(request).base_url
@@ -69,7 +68,7 @@ async def config(request: web.Request) -> web.Response:
         "environment": "emulator", "analyticsApiUrl": None})
 
 
-def _moment(request: web.Request, name: str, default: dt.datetime) -> float:
+def _moment(request: Request, name: str, default: dt.datetime) -> float:
     raw = request.query.get(name)
     if not raw:
         return default.timestamp()
@@ -82,12 +81,12 @@ def _moment(request: web.Request, name: str, default: dt.datetime) -> float:
     return moment.timestamp()
 
 
-async def telemetry_metrics(request: web.Request) -> web.Response:
+async def telemetry_metrics(request: Request) -> Response:
     """``GET /api/sandbox/{id}/telemetry/metrics?from=&to=&metricNames=``: one series per
     metric asked for (all of them by default), its points the samples in the range. A
     started sandbox is read first."""
     store = context(request).store
-    key = request.match_info["sandbox"]
+    key = request.params["sandbox"]
     record = store.sandboxes.get(key) or store.sandbox(key)
     if record is None:
         raise HttpError(404, f"Sandbox with ID {key} not found")
@@ -98,7 +97,7 @@ async def telemetry_metrics(request: web.Request) -> web.Response:
     last = _moment(request, "to", now)
     if first > last:
         raise HttpError(400, "from must be before to")
-    names = request.query.getall("metricNames", []) or list(METRICS)
+    names = request.query_all("metricNames") or list(METRICS)
     samples = record.usage.between(math.floor(first), last)  # samples hold whole seconds
     return json_response({"series": [
         {"metricName": name, "dataPoints": [{"timestamp": s["timestamp"], "value": s[field]}

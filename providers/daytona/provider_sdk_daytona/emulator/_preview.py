@@ -23,8 +23,7 @@ import string
 import time
 from collections.abc import Mapping
 
-from aiohttp import web
-
+from provider_sdk.emulator_kit.http import Request, Response
 from provider_sdk_daytona.emulator._http import Context, HttpError, context, json_response
 from provider_sdk_daytona.emulator._store import SandboxRecord, Store
 
@@ -33,33 +32,33 @@ TOKEN_QUERY = "DAYTONA_SANDBOX_AUTH_KEY"
 _ALPHABET = string.ascii_lowercase + string.digits
 
 
-def _port(request: web.Request) -> int:
-    raw = request.match_info["port"]
+def _port(request: Request) -> int:
+    raw = request.params["port"]
     if not raw.isdigit() or not 1 <= int(raw) <= 65535:
         raise HttpError(400, "Invalid port")
     return int(raw)
 
 
-def _record(request: web.Request) -> SandboxRecord:
-    key = request.match_info["sandbox"]
+def _record(request: Request) -> SandboxRecord:
+    key = request.params["sandbox"]
     record = context(request).store.sandbox(key)
     if record is None:
         raise HttpError(404, f"Sandbox with ID or name {key} not found")
     return record
 
 
-def _url(request: web.Request, port: int, label: str) -> str:
+def _url(request: Request, port: int, label: str) -> str:
     return f"{context(request).preview_url}/preview/{port}-{label}"
 
 
-async def preview_url(request: web.Request) -> web.Response:
+async def preview_url(request: Request) -> Response:
     """``GET /sandbox/{id}/ports/{port}/preview-url``: the URL and the access token."""
     port, record = _port(request), _record(request)
     return json_response({"sandboxId": record.id, "url": _url(request, port, record.id),
                           "token": record.preview_token.reveal()})
 
 
-async def signed_preview_url(request: web.Request) -> web.Response:
+async def signed_preview_url(request: Request) -> Response:
     """``GET .../signed-preview-url?expiresInSeconds=``: a URL that holds its token."""
     port, record = _port(request), _record(request)
     raw = request.query.get("expiresInSeconds") or "60"
@@ -77,14 +76,14 @@ async def signed_preview_url(request: web.Request) -> web.Response:
                           "url": _url(request, port, token)})
 
 
-async def expire_signed_preview_url(request: web.Request) -> web.Response:
+async def expire_signed_preview_url(request: Request) -> Response:
     """``POST .../signed-preview-url/{token}/expire``: the token works no more."""
     port, record = _port(request), _record(request)
     previews = context(request).store.signed_previews
-    key = (port, request.match_info["token"])
+    key = (port, request.params["token"])
     if key in previews and previews[key][0] == record.id:
         del previews[key]
-    return web.Response(status=200)
+    return Response(200)
 
 
 def _forget_expired(store: Store) -> None:

@@ -26,10 +26,10 @@ import datetime as dt
 import json
 import struct
 
-from aiohttp import WSCloseCode, WSMsgType, web
-
+from provider_sdk.emulator_kit.http import Request, Response
+from provider_sdk.emulator_kit.websocket import CLOSE_INTERNAL_ERROR
 from provider_sdk.errors import SandboxError
-from provider_sdk_daytona.emulator._http import HttpError, json_response
+from provider_sdk_daytona.emulator._http import UPGRADED, HttpError, json_response, websocket
 from provider_sdk_daytona.emulator._pty_session import RELAY, PtySession, exited, frame
 from provider_sdk_daytona.emulator._store import SandboxRecord
 from provider_sdk_daytona.emulator._toolbox import running
@@ -44,8 +44,8 @@ async def close_ptys(record: SandboxRecord) -> None:
     record.ptys.clear()
 
 
-def _session(request: web.Request, record: SandboxRecord) -> PtySession:
-    key = request.match_info["pty"]
+def _session(request: Request, record: SandboxRecord) -> PtySession:
+    key = request.params["pty"]
     session = record.ptys.get(key)
     if session is None:
         raise HttpError(404, f"PTY session {key} not found", "NOT_FOUND")
@@ -60,8 +60,8 @@ def _size(value: str | None, default: int) -> int:
     return int(value)
 
 
-def _envs(request: web.Request) -> dict[str, str]:
-    for offered in request.headers.get("Sec-WebSocket-Protocol", "").split(","):
+def _envs(request: Request) -> dict[str, str]:
+    for offered in request.headers.get("sec-websocket-protocol", "").split(","):
         offered = offered.strip()
         if offered.startswith(_ENVS):
             raw = offered[len(_ENVS):]
@@ -76,33 +76,29 @@ def _envs(request: web.Request) -> dict[str, str]:
     return {}
 
 
-async def _attach(request: web.Request, session: PtySession) -> web.WebSocketResponse:
-    offered = [p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",")]
-    control = EXIT_CONTROL in offered
-    ws = web.WebSocketResponse(protocols=[EXIT_CONTROL] if control else ())
-    await ws.prepare(request)
-    await ws.send_str(json.dumps({"type": "control", "status": "connected"}))
-    if session.exit_code is not None:
-        await exited(ws, session.exit_code, control=control)
-        return ws
-    session.clients[ws] = control
-    try:
-        async for message in ws:
-            if message.type in (WSMsgType.BINARY, WSMsgType.TEXT):
+async def _attach(request: Request, session: PtySession) -> Response:
+    control = EXIT_CONTROL in request.offered_protocols()
+    async with websocket(request, EXIT_CONTROL if control else None) as ws:
+        await ws.send_text(json.dumps({"type": "control", "status": "connected"}))
+        if session.exit_code is not None:
+            await exited(ws, session.exit_code, control=control)
+            return UPGRADED
+        session.clients[ws] = control
+        try:
+            async for message in ws:
                 data = message.data if isinstance(message.data, bytes) else \
                     message.data.encode()
                 try:
                     await session.process.write_stdin(frame(b"d", data))
                 except SandboxError:
-                    await ws.close(code=WSCloseCode.INTERNAL_ERROR,
-                                   message=b"PTY session unavailable")
+                    await ws.close(CLOSE_INTERNAL_ERROR, "PTY session unavailable")
                     break
-    finally:
-        session.clients.pop(ws, None)
-    return ws
+        finally:
+            session.clients.pop(ws, None)
+    return UPGRADED
 
 
-async def create_connect(request: web.Request) -> web.StreamResponse:
+async def create_connect(request: Request) -> Response:
     """``GET /process/pty/create-connect?id=&cols=&rows=&cwd=`` (WebSocket)."""
     record, handle = running(request)
     key = request.query.get("id", "")
@@ -125,25 +121,25 @@ async def create_connect(request: web.Request) -> web.StreamResponse:
     return await _attach(request, session)
 
 
-async def connect(request: web.Request) -> web.StreamResponse:
+async def connect(request: Request) -> Response:
     """``GET /process/pty/{id}/connect`` (WebSocket)."""
     record, _handle = running(request)
     return await _attach(request, _session(request, record))
 
 
-async def list_ptys(request: web.Request) -> web.Response:
+async def list_ptys(request: Request) -> Response:
     """``GET /process/pty``."""
     record, _handle = running(request)
     return json_response({"sessions": [s.to_json() for s in record.ptys.values()]})
 
 
-async def get_pty(request: web.Request) -> web.Response:
+async def get_pty(request: Request) -> Response:
     """``GET /process/pty/{id}``."""
     record, _handle = running(request)
     return json_response(_session(request, record).to_json())
 
 
-async def resize_pty(request: web.Request) -> web.Response:
+async def resize_pty(request: Request) -> Response:
     """``POST /process/pty/{id}/resize`` with ``{cols, rows}``."""
     record, _handle = running(request)
     session = _session(request, record)
@@ -162,7 +158,7 @@ async def resize_pty(request: web.Request) -> web.Response:
     return json_response(session.to_json())
 
 
-async def delete_pty(request: web.Request) -> web.Response:
+async def delete_pty(request: Request) -> Response:
     """``DELETE /process/pty/{id}``: the terminal is killed."""
     record, _handle = running(request)
     session = _session(request, record)

@@ -16,8 +16,8 @@ import struct
 from typing import Any
 
 import attrs
-from aiohttp import WSCloseCode, web
 
+from provider_sdk.emulator_kit.websocket import CLOSE_INTERNAL_ERROR, CLOSE_OK, WebSocket
 from provider_sdk.errors import SandboxError
 from provider_sdk.provider import ProcessExit, ProcessOutput
 from provider_sdk.sandbox import Process
@@ -80,7 +80,7 @@ class PtySession:
     created_at: str
     process: Process
     exit_code: int | None = None
-    clients: dict[web.WebSocketResponse, bool] = attrs.field(factory=dict)
+    clients: dict[WebSocket, bool] = attrs.field(factory=dict)
     """Attached clients, each with whether it asked for exit control messages."""
     reader: asyncio.Task[None] | None = None
 
@@ -114,7 +114,7 @@ class PtySession:
                 await asyncio.wait_for(self.reader, 5.0)  # (cancelled past that)
 
 
-async def exited(ws: web.WebSocketResponse, code: int, *, control: bool) -> None:
+async def exited(ws: WebSocket, code: int, *, control: bool) -> None:
     reason = None if code == 0 else ("Ctrl+C" if code == 130 else "SIGKILL" if code == 137
                                      else "SIGTERM" if code == 143
                                      else f"signal {code - 128}" if code > 128
@@ -124,8 +124,8 @@ async def exited(ws: web.WebSocketResponse, code: int, *, control: bool) -> None
         data["exitReason"] = reason
     with contextlib.suppress(ConnectionError, RuntimeError):
         if control:
-            await ws.send_str(json.dumps({"type": "control", "status": "exited", **data}))
-            await ws.close(code=WSCloseCode.OK)
+            await ws.send_text(json.dumps({"type": "control", "status": "exited", **data}))
+            await ws.close(code=CLOSE_OK)
         else:
-            await ws.close(code=WSCloseCode.OK if code == 0 else WSCloseCode.INTERNAL_ERROR,
-                           message=json.dumps(data).encode())
+            await ws.close(code=CLOSE_OK if code == 0 else CLOSE_INTERNAL_ERROR,
+                           reason=json.dumps(data).encode())

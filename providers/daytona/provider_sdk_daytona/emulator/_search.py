@@ -19,8 +19,7 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-from aiohttp import web
-
+from provider_sdk.emulator_kit.http import Request, Response
 from provider_sdk.errors import FileNotFound, PermissionDenied, SandboxError
 from provider_sdk.models import FileInfo, FileType
 from provider_sdk.sandbox import Sandbox
@@ -113,12 +112,12 @@ async def _matching_lines(handle: Sandbox, path: str,
             await aclose()
 
 
-async def find_in_files(request: web.Request) -> web.Response:
+async def find_in_files(request: Request) -> Response:
     """``GET /files/find?path=&pattern=``: ``[{file, line, content}]``."""
     record, handle = running(request)
     path, pattern = request.query.get("path", ""), request.query.get("pattern", "")
     if not path or not pattern:
-        return web.Response(status=400)
+        return Response(400)
     matches: list[dict[str, Any]] = []
     async for shown, info in _walk(handle, record.workdir, path):
         if info.type != FileType.FILE:
@@ -192,13 +191,13 @@ def glob_regex(pattern: str) -> re.Pattern[str] | None:
     return re.compile("".join(out), re.DOTALL)
 
 
-async def search_files(request: web.Request) -> web.Response:
+async def search_files(request: Request) -> Response:
     """``GET /files/search?path=&pattern=``: ``{files}``, each entry whose name the glob
     matches, the root included."""
     record, handle = running(request)
     path, pattern = request.query.get("path", ""), request.query.get("pattern", "")
     if not path or not pattern:
-        return web.Response(status=400)
+        return Response(400)
     glob = glob_regex(pattern)
     files: list[str] = []
     async for shown, _info in _walk(handle, record.workdir, path):
@@ -248,22 +247,22 @@ async def _replace_one(handle: Sandbox, workdir: str, path: str, pattern: str,
     return {"file": path, "success": True}
 
 
-async def replace_in_files(request: web.Request) -> web.Response:
+async def replace_in_files(request: Request) -> Response:
     """``POST /files/replace`` with ``{files, pattern, newValue}``: each file's result."""
     record, handle = running(request)
     try:
         body = json.loads(await request.read())
     except ValueError:
-        return web.Response(status=400)
+        return Response(400)
     if not isinstance(body, dict):
-        return web.Response(status=400)  # what Go cannot unmarshal: a bare 400
+        return Response(400)  # what Go cannot unmarshal: a bare 400
     files = body.get("files") or []
     pattern = body.get("pattern")
     new_value = body.get("newValue")
     if (not isinstance(files, list) or not all(isinstance(f, str) for f in files)
             or not isinstance(pattern, (str, type(None)))
             or not isinstance(new_value, (str, type(None)))):
-        return web.Response(status=400)
+        return Response(400)
     results = [await _replace_one(handle, record.workdir, path, pattern or "",
                                   new_value or "") for path in files]
     return json_response(results)

@@ -21,10 +21,10 @@ import secrets
 import time
 from collections.abc import AsyncIterator
 
-from aiohttp import BodyPartReader, web
-
 from provider_sdk.config import Secret
-from provider_sdk.emulators import INFLATE_LIMIT
+from provider_sdk.emulator_kit import multipart
+from provider_sdk.emulator_kit.http import Request, Response
+from provider_sdk.emulators import BodyTooLarge
 from provider_sdk.errors import SandboxError
 from provider_sdk_daytona.emulator._http import HttpError, context, json_response
 from provider_sdk_daytona.emulator._store import SandboxRecord
@@ -38,7 +38,7 @@ def signature(key: Secret, method: str, path: str, expires: int) -> str:
     return "v1_" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
-def _check(request: web.Request, record: SandboxRecord) -> None:
+def _check(request: Request, record: SandboxRecord) -> None:
     """Refuse a signed request whose signature, under the sandbox's key now, does not
     match, or whose time has passed. A request without one was let in by its API key."""
     given = request.query.get("signature")
@@ -57,20 +57,20 @@ def _check(request: web.Request, record: SandboxRecord) -> None:
         raise HttpError(401, "invalid signed URL: it has expired", "UNAUTHORIZED")
 
 
-def _record(request: web.Request) -> SandboxRecord:
-    key = request.match_info["sandbox"]
+def _record(request: Request) -> SandboxRecord:
+    key = request.params["sandbox"]
     record = context(request).store.sandbox(key)
     if record is None:
         raise HttpError(404, f"Sandbox with ID {key} not found")
     return record
 
 
-async def signing_key(request: web.Request) -> web.Response:
+async def signing_key(request: Request) -> Response:
     """``GET /api/sandbox/{id}/signing-key``: the key, a JSON string."""
     return json_response(_record(request).signing_key.reveal())
 
 
-async def rotate_signing_key(request: web.Request) -> web.Response:
+async def rotate_signing_key(request: Request) -> Response:
     """``POST /api/sandbox/{id}/signing-key/rotate``: a new key; every URL signed with
     the old one is refused from now on."""
     record = _record(request)
@@ -78,78 +78,69 @@ async def rotate_signing_key(request: web.Request) -> web.Response:
     return json_response(record.signing_key.reveal())
 
 
-def _path(request: web.Request) -> str:
+def _path(request: Request) -> str:
     path = request.query.get("path")
     if not path:
         raise HttpError(400, "query parameter path is required", "INVALID_FILE_PATH")
     return path
 
 
-async def download_file(request: web.Request) -> web.StreamResponse:
+async def download_file(request: Request) -> Response:
     """``GET /files/download?path=``: the file's bytes, streamed."""
     record, handle = running(request)
     _check(request, record)
     path = _path(request)
     stream = handle.files.stream(path)
-    try:
-        try:
-            first = await anext(stream, b"")  # errors surface before the answer starts
-            size = await file_size(handle, path)
-        except SandboxError as exc:
-            raise file_error(exc) from exc
-        name = posixpath.basename(path.rstrip("/")) or "file"
-        response = web.StreamResponse(headers={
-            "Content-Type": "application/octet-stream", "Content-Length": str(size),
-            "Content-Disposition": f'attachment; filename="{name}"'})
-        await response.prepare(request)
-        await response.write(first)
-        async for chunk in stream:
-            await response.write(chunk)
-        await response.write_eof()
-        return response
-    finally:
+
+    async def close() -> None:
         aclose = getattr(stream, "aclose", None)
         if aclose is not None:
             with contextlib.suppress(SandboxError):
                 await aclose()
 
+    try:
+        first = await anext(stream, b"")  # errors surface before the answer starts
+        size = await file_size(handle, path)
+    except SandboxError as exc:
+        await close()
+        raise file_error(exc) from exc
+    name = posixpath.basename(path.rstrip("/")) or "file"
 
-async def upload_file(request: web.Request) -> web.Response:
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            yield first
+            async for chunk in stream:
+                yield chunk
+        finally:
+            await close()
+
+    return Response(200, (("content-type", "application/octet-stream"),
+                          ("content-length", str(size)),
+                          ("content-disposition", f'attachment; filename="{name}"')), body())
+
+
+async def upload_file(request: Request) -> Response:
     """``POST /files/upload-v2?path=``: the multipart field ``file``, or the raw body,
     streamed to ``path`` (parents made, an existing file replaced)."""
     record, handle = running(request)
     _check(request, record)
     path = _path(request)
+    content_type = request.headers.get("content-type", "")
     try:
-        if request.content_type.startswith("multipart/"):
-            reader = await request.multipart()
-            while (part := await reader.next()) is not None:
-                if isinstance(part, BodyPartReader) and part.name == "file":
-                    await handle.files.write(path, _bounded(request, _part_chunks(part)))
+        if content_type.startswith("multipart/"):
+            async for part in multipart.parts(request.stream(),
+                                              multipart.boundary_of(content_type)):
+                if part.name == "file":
+                    await handle.files.write(path, part.chunks())
                     break
             else:
                 raise HttpError(400, "the form has no field named file", "BAD_REQUEST")
         else:
-            await handle.files.write(
-                path, _bounded(request, aiter(request.content.iter_chunked(1 << 20))))
+            await handle.files.write(path, request.stream())
+    except BodyTooLarge:
+        raise
+    except multipart.MultipartError as exc:
+        raise HttpError(400, f"malformed multipart body: {exc}", "BAD_REQUEST") from None
     except SandboxError as exc:
         raise file_error(exc) from exc
     return json_response({"name": posixpath.basename(path), "path": path, "type": "file"})
-
-
-async def _bounded(request: web.Request,
-                   chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """``chunks``, refused (413) past the inflate limit when the body was compressed."""
-    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
-    total = 0
-    async for chunk in chunks:
-        total += len(chunk)
-        if encoding not in ("", "identity") and total > INFLATE_LIMIT:
-            raise HttpError(413, f"the request body is larger than {INFLATE_LIMIT} bytes "
-                                 "once decompressed", "REQUEST_TOO_LARGE")
-        yield chunk
-
-
-async def _part_chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
-    while chunk := await part.read_chunk(1 << 20):
-        yield chunk

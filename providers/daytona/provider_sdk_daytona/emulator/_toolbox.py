@@ -25,10 +25,13 @@ import urllib.parse
 from collections.abc import AsyncIterator
 from typing import Any
 
-from aiohttp import BodyPartReader, WSMsgType, web
+import anyio
 
 from provider_sdk.capabilities import Capability
-from provider_sdk.emulators import INFLATE_LIMIT
+from provider_sdk.emulator_kit import multipart
+from provider_sdk.emulator_kit.http import Request, Response
+from provider_sdk.emulator_kit.websocket import MessageType
+from provider_sdk.emulators import BodyTooLarge
 from provider_sdk.errors import (
     CommandTimeout,
     Conflict,
@@ -40,7 +43,13 @@ from provider_sdk.errors import (
 from provider_sdk.limits import DEFAULT_OUTPUT_LIMIT, OutputBuffer
 from provider_sdk.models import FileInfo, FileType
 from provider_sdk.sandbox import Sandbox
-from provider_sdk_daytona.emulator._http import HttpError, context, json_response
+from provider_sdk_daytona.emulator._http import (
+    UPGRADED,
+    HttpError,
+    context,
+    json_response,
+    websocket,
+)
 from provider_sdk_daytona.emulator._sessions import SESSION_DRIVER, CommandRecord, open_shell
 from provider_sdk_daytona.emulator._store import USER, SandboxRecord, SessionRecord, new_id
 
@@ -55,10 +64,10 @@ _SHELL = ('exec 2>&1; if command -v bash >/dev/null 2>&1; then exec bash -c "$1"
           'exec sh -c "$1"')
 
 
-def running(request: web.Request) -> tuple[SandboxRecord, Sandbox]:
+def running(request: Request) -> tuple[SandboxRecord, Sandbox]:
     """The sandbox the path names, which must be started."""
     ctx = context(request)
-    key = request.match_info["sandbox"]
+    key = request.params["sandbox"]
     record = ctx.store.sandboxes.get(key)
     if record is None:
         raise HttpError(404, f"sandbox {key} not found", "SANDBOX_NOT_FOUND")
@@ -86,7 +95,7 @@ def file_error(exc: SandboxError) -> HttpError:
     return HttpError(500, exc.message, "INTERNAL_ERROR")
 
 
-def _path(request: web.Request, name: str = "path") -> str:
+def _path(request: Request, name: str = "path") -> str:
     value = request.query.get(name)
     if not value:
         raise HttpError(400, f"query parameter {name} is required", "INVALID_FILE_PATH")
@@ -125,7 +134,7 @@ async def run_merged(record: SandboxRecord, handle: Sandbox, script: str, *,
     return code, kept.value() if streams else result.stdout_bytes[:OUTPUT_LIMIT]
 
 
-async def execute(request: web.Request) -> web.Response:
+async def execute(request: Request) -> Response:
     """``POST /process/execute``: run to completion; when the timeout kills it, the
     daemon's 408 (``REQUEST_TIMEOUT``), whatever the command wrote."""
     record, handle = running(request)
@@ -141,15 +150,15 @@ async def execute(request: web.Request) -> web.Response:
 
 # ----------------------------------------------------------------------- sessions
 
-def _session(request: web.Request, record: SandboxRecord) -> SessionRecord:
-    key = request.match_info["session"]
+def _session(request: Request, record: SandboxRecord) -> SessionRecord:
+    key = request.params["session"]
     session = record.sessions.get(key)
     if session is None:
         raise HttpError(404, f"session {key} not found", "SESSION_NOT_FOUND")
     return session
 
 
-async def create_session(request: web.Request) -> web.Response:
+async def create_session(request: Request) -> Response:
     """``POST /process/session``: a persistent shell."""
     record, handle = running(request)
     session_id = (await request.json()).get("sessionId")
@@ -163,31 +172,31 @@ async def create_session(request: web.Request) -> web.Response:
     except SandboxError as exc:
         raise HttpError(500, f"cannot start the session's shell: {exc.message}") from exc
     record.sessions[session_id] = SessionRecord(id=session_id, shell=shell)
-    return web.Response(status=201)
+    return Response(201)
 
 
-async def list_sessions(request: web.Request) -> web.Response:
+async def list_sessions(request: Request) -> Response:
     """``GET /process/session``."""
     record, _handle = running(request)
     return json_response([s.to_json() for s in record.sessions.values()])
 
 
-async def get_session(request: web.Request) -> web.Response:
+async def get_session(request: Request) -> Response:
     """``GET /process/session/{session}``."""
     record, _handle = running(request)
     return json_response(_session(request, record).to_json())
 
 
-async def delete_session(request: web.Request) -> web.Response:
+async def delete_session(request: Request) -> Response:
     """``DELETE /process/session/{session}``: ends the shell and what it runs."""
     record, _handle = running(request)
     session = _session(request, record)
     del record.sessions[session.id]
     await session.shell.close()
-    return web.Response(status=204)
+    return Response(204)
 
 
-async def session_exec(request: web.Request) -> web.Response:
+async def session_exec(request: Request) -> Response:
     """``POST /process/session/{session}/exec``: sync (200 with output) or async (202).
     Commands run one after another; a session whose shell exited answers 410."""
     record, _handle = running(request)
@@ -218,11 +227,11 @@ def _text(data: bytearray) -> str:
     return bytes(data).decode("utf-8", "replace")
 
 
-async def _command(request: web.Request) -> CommandRecord:
+async def _command(request: Request) -> CommandRecord:
     """The command the path names, its logs brought up to date."""
     record, _handle = running(request)
     session = _session(request, record)
-    key = request.match_info["command"]
+    key = request.params["command"]
     cmd = session.commands.get(key)
     if cmd is None:
         raise HttpError(404, f"command {key} not found", "COMMAND_NOT_FOUND")
@@ -231,12 +240,12 @@ async def _command(request: web.Request) -> CommandRecord:
     return cmd
 
 
-async def get_command(request: web.Request) -> web.Response:
+async def get_command(request: Request) -> Response:
     """``GET /process/session/{session}/command/{command}``: exit code null while running."""
     return json_response((await _command(request)).to_json())
 
 
-async def update_env(request: web.Request) -> web.Response:
+async def update_env(request: Request) -> Response:
     """``POST /env`` with ``{set, unset}``: the environment of processes spawned from now
     on (commands, sessions, terminals, interpreter contexts); running ones keep theirs.
     ``unset`` goes first. A stop ends it, as it restarts the daemon."""
@@ -264,7 +273,7 @@ async def update_env(request: web.Request) -> web.Response:
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-async def command_input(request: web.Request) -> web.Response:
+async def command_input(request: Request) -> Response:
     """``POST .../command/{command}/input`` with ``{"data"}``: to the running command's
     stdin, a newline added if it has none, and echoed into its stdout unless the command
     asked otherwise; 410 once the command has ended."""
@@ -274,7 +283,7 @@ async def command_input(request: web.Request) -> web.Response:
     data = body.get("data") if isinstance(body, dict) else None
     if not isinstance(data, str):
         raise HttpError(400, "data is required", "BAD_REQUEST")
-    key = request.match_info["command"]
+    key = request.params["command"]
     cmd = session.commands.get(key)
     if cmd is None:
         raise HttpError(404, "command not found", "COMMAND_NOT_FOUND")
@@ -289,40 +298,37 @@ async def command_input(request: web.Request) -> web.Response:
         await session.shell.send_input(cmd, data.encode(), echo=not cmd.suppress_input_echo)
     except SandboxError as exc:
         raise HttpError(500, exc.message, "INTERNAL_ERROR") from exc
-    return web.Response(status=204)
+    return Response(204)
 
 
-async def command_logs(request: web.Request) -> web.StreamResponse:
+async def command_logs(request: Request) -> Response:
     """``GET .../command/{command}/logs``: JSON, or with ``follow=true`` a WebSocket of
     output frames (stdout prefixed ``\\x01\\x01\\x01``, stderr ``\\x02\\x02\\x02``)."""
     cmd = await _command(request)
     if request.query.get("follow") != "true":
         return json_response({"output": _text(cmd.output), "stdout": _text(cmd.stdout),
                               "stderr": _text(cmd.stderr)})
-    ws = web.WebSocketResponse()
-    await ws.prepare(request)
-    sent_out = sent_err = 0
     record, _handle = running(request)
     shell = _session(request, record).shell
-    while True:
-        finished = cmd.done.is_set()
-        if not finished:
-            with contextlib.suppress(SandboxError):
-                await shell.refresh(cmd)
-        if len(cmd.stdout) > sent_out:
-            await ws.send_bytes(STDOUT_PREFIX + bytes(cmd.stdout[sent_out:]))
-            sent_out = len(cmd.stdout)
-        if len(cmd.stderr) > sent_err:
-            await ws.send_bytes(STDERR_PREFIX + bytes(cmd.stderr[sent_err:]))
-            sent_err = len(cmd.stderr)
-        if finished or ws.closed:
-            break
-        with contextlib.suppress(asyncio.TimeoutError):
-            msg = await ws.receive(timeout=0.05)
-            if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED):
+    async with websocket(request) as ws:
+        sent_out = sent_err = 0
+        while True:
+            finished = cmd.done.is_set()
+            if not finished:
+                with contextlib.suppress(SandboxError):
+                    await shell.refresh(cmd)
+            if len(cmd.stdout) > sent_out:
+                await ws.send_bytes(STDOUT_PREFIX + bytes(cmd.stdout[sent_out:]))
+                sent_out = len(cmd.stdout)
+            if len(cmd.stderr) > sent_err:
+                await ws.send_bytes(STDERR_PREFIX + bytes(cmd.stderr[sent_err:]))
+                sent_err = len(cmd.stderr)
+            if finished or ws.closed:
                 break
-    await ws.close()
-    return ws
+            with anyio.move_on_after(0.05):
+                if (await ws.receive()).type is MessageType.CLOSE:
+                    break
+    return UPGRADED
 
 
 # -------------------------------------------------------------------------- files
@@ -337,19 +343,19 @@ def _file_info(info: FileInfo) -> dict[str, Any]:
             "modTime": modified, "modifiedAt": modified, "owner": USER, "group": USER}
 
 
-async def work_dir(request: web.Request) -> web.Response:
+async def work_dir(request: Request) -> Response:
     """``GET /work-dir``: where commands start."""
     record, _handle = running(request)
     return json_response({"dir": record.workdir})
 
 
-async def home_dir(request: web.Request) -> web.Response:
+async def home_dir(request: Request) -> Response:
     """``GET /user-home-dir``: the sandbox user's ``$HOME``."""
     record, _handle = running(request)
     return json_response({"dir": record.home})
 
 
-async def list_files(request: web.Request) -> web.Response:
+async def list_files(request: Request) -> Response:
     """``GET /files?path=``."""
     _record, handle = running(request)
     try:
@@ -359,7 +365,7 @@ async def list_files(request: web.Request) -> web.Response:
     return json_response([_file_info(e) for e in entries])
 
 
-async def file_info(request: web.Request) -> web.Response:
+async def file_info(request: Request) -> Response:
     """``GET /files/info?path=``: the entry itself, a symlink not followed."""
     _record, handle = running(request)
     try:
@@ -368,17 +374,17 @@ async def file_info(request: web.Request) -> web.Response:
         raise file_error(exc) from exc
 
 
-async def create_folder(request: web.Request) -> web.Response:
+async def create_folder(request: Request) -> Response:
     """``POST /files/folder?path=&mode=``: with its parents; existing is fine."""
     _record, handle = running(request)
     try:
         await handle.files.mkdir(_path(request), parents=True, exist_ok=True)
     except SandboxError as exc:
         raise file_error(exc) from exc
-    return web.Response(status=201)
+    return Response(201)
 
 
-async def delete_file(request: web.Request) -> web.Response:
+async def delete_file(request: Request) -> Response:
     """``DELETE /files?path=&recursive=``."""
     _record, handle = running(request)
     try:
@@ -386,58 +392,58 @@ async def delete_file(request: web.Request) -> web.Response:
                                   recursive=request.query.get("recursive") == "true")
     except SandboxError as exc:
         raise file_error(exc) from exc
-    return web.Response(status=204)
+    return Response(204)
 
 
-async def move_file(request: web.Request) -> web.Response:
+async def move_file(request: Request) -> Response:
     """``POST /files/move?source=&destination=``."""
     _record, handle = running(request)
     try:
         await handle.files.rename(_path(request, "source"), _path(request, "destination"))
     except SandboxError as exc:
         raise file_error(exc) from exc
-    return web.Response(status=200)
+    return Response(200)
 
 
-async def bulk_upload(request: web.Request) -> web.Response:
+async def bulk_upload(request: Request) -> Response:
     """``POST /files/bulk-upload``: parts ``files[i].path`` then ``files[i].file``, each
     file streamed into the sandbox as it arrives."""
     _record, handle = running(request)
-    # aiohttp inflates a compressed body step by step; its total is held here.
-    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
-    inflated = 0
-    reader = await request.multipart()
+    try:
+        boundary = multipart.boundary_of(request.headers.get("content-type", ""))
+    except multipart.MultipartError as exc:
+        raise HttpError(400, str(exc), "BAD_REQUEST") from None
     paths: dict[str, str] = {}
     written: list[dict[str, Any]] = []
-    while (part := await reader.next()) is not None:
-        if not isinstance(part, BodyPartReader) or part.name is None:
-            raise HttpError(400, "malformed multipart body", "BAD_REQUEST")
-        index, _, field = part.name.rpartition(".")
-        if field == "path":
-            paths[index] = await part.text()
-            continue
-        if field != "file":
-            raise HttpError(400, f"unexpected form field {part.name!r}", "BAD_REQUEST")
-        destination = paths.get(index) or part.filename
-        if not destination:
-            raise HttpError(400, f"no destination for {part.name}", "INVALID_FILE_PATH")
-        size = 0
+    try:
+        async for part in multipart.parts(request.stream(), boundary):
+            index, _, field = part.name.rpartition(".")
+            if field == "path":
+                paths[index] = b"".join([c async for c in part.chunks()]).decode(
+                    errors="replace")
+                continue
+            if field != "file":
+                raise HttpError(400, f"unexpected form field {part.name!r}", "BAD_REQUEST")
+            destination = paths.get(index) or part.filename
+            if not destination:
+                raise HttpError(400, f"no destination for {part.name}", "INVALID_FILE_PATH")
+            size = 0
 
-        async def chunks(p: BodyPartReader = part) -> AsyncIterator[bytes]:
-            nonlocal size, inflated
-            while chunk := await p.read_chunk(1 << 20):
-                size += len(chunk)
-                inflated += len(chunk)
-                if encoding not in ("", "identity") and inflated > INFLATE_LIMIT:
-                    raise HttpError(413, f"the request body is larger than {INFLATE_LIMIT} "
-                                         "bytes once decompressed", "REQUEST_TOO_LARGE")
-                yield chunk
+            async def chunks(p: multipart.Part = part) -> AsyncIterator[bytes]:
+                nonlocal size
+                async for chunk in p.chunks():
+                    size += len(chunk)
+                    yield chunk
 
-        try:
-            await handle.files.write(destination, chunks())
-        except SandboxError as exc:
-            raise file_error(exc) from exc
-        written.append({"path": destination, "bytes": size})
+            try:
+                await handle.files.write(destination, chunks())
+            except BodyTooLarge:
+                raise
+            except SandboxError as exc:
+                raise file_error(exc) from exc
+            written.append({"path": destination, "bytes": size})
+    except multipart.MultipartError as exc:
+        raise HttpError(400, f"malformed multipart body: {exc}", "BAD_REQUEST") from None
     return json_response({"files": written})
 
 
@@ -487,14 +493,14 @@ def _go_id(given: str) -> str:
     return f":{given}"
 
 
-async def set_permissions(request: web.Request) -> web.Response:
+async def set_permissions(request: Request) -> Response:
     """``POST /files/permissions?path=&mode=&owner=&group=``: as the daemon, a refusal is
     a bare status (404 no such path, 403 not allowed, 400 anything else)."""
     _record, handle = running(request)
     query = request.query
     path = query.get("path", "")
     if not path:
-        return web.Response(status=400)
+        return Response(400)
     mode = _go_mode(query["mode"]) if query.get("mode") else ""
     try:
         result = await handle.exec(["sh", "-c", _PERMISSIONS, "sh", path, mode,
@@ -503,7 +509,7 @@ async def set_permissions(request: web.Request) -> web.Response:
     except SandboxError as exc:
         raise HttpError(500, exc.message) from exc
     status = {0: 200, 2: 404, 13: 403}.get(result.exit_code, 400)
-    return web.Response(status=status)
+    return Response(status)
 
 
 def _disposition(name: str, path: str) -> str:
@@ -526,9 +532,9 @@ async def file_size(handle: Sandbox, path: str) -> int:
     raise InvalidInput(f"too many levels of symbolic links: {path}")
 
 
-async def _file_part(response: web.StreamResponse, handle: Sandbox, path: str,
-                     stream: AsyncIterator[bytes]) -> None:
-    """Write the part for ``path``: the file, or an ``error`` part saying why not."""
+async def _file_part(handle: Sandbox, path: str,
+                     stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The part for ``path``: the file, or an ``error`` part saying why not."""
     try:
         first = await anext(stream, b"")  # errors surface before the part starts
         size = await file_size(handle, path)
@@ -536,40 +542,39 @@ async def _file_part(response: web.StreamResponse, handle: Sandbox, path: str,
         error = file_error(exc)
         body = json.dumps({"message": error.message, "statusCode": error.status,
                            "code": error.code, "source": "DAYTONA_DAEMON"}).encode()
-        await response.write(
-            f"--{BOUNDARY}\r\nContent-Disposition: {_disposition('error', path)}\r\n"
-            f"Content-Type: application/json\r\n\r\n".encode() + body + b"\r\n")
+        yield (f"--{BOUNDARY}\r\nContent-Disposition: {_disposition('error', path)}\r\n"
+               f"Content-Type: application/json\r\n\r\n".encode() + body + b"\r\n")
         return
     # As the daemon's, the length is the size when the file was opened; the part holds
     # what is read (the boundary, not the length, ends it).
-    await response.write(
-        f"--{BOUNDARY}\r\nContent-Disposition: {_disposition('file', path)}\r\n"
-        "Content-Type: application/octet-stream\r\n"
-        f"Content-Length: {size}\r\n\r\n".encode() + first)
+    yield (f"--{BOUNDARY}\r\nContent-Disposition: {_disposition('file', path)}\r\n"
+           "Content-Type: application/octet-stream\r\n"
+           f"Content-Length: {size}\r\n\r\n".encode() + first)
     async for chunk in stream:
-        await response.write(chunk)
-    await response.write(b"\r\n")
+        yield chunk
+    yield b"\r\n"
 
 
-async def bulk_download(request: web.Request) -> web.StreamResponse:
+async def bulk_download(request: Request) -> Response:
     """``POST /files/bulk-download``: one part per requested path, in order, each with
     the file's size as its ``Content-Length`` (what the SDK reports progress against)."""
     _record, handle = running(request)
     paths = (await request.json()).get("paths")
     if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
         raise HttpError(400, "paths must be a list of strings", "BAD_REQUEST")
-    response = web.StreamResponse(
-        headers={"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"})
-    await response.prepare(request)
-    for path in paths:
-        stream = handle.files.stream(path)
-        try:
-            await _file_part(response, handle, path, stream)
-        finally:
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
-                with contextlib.suppress(SandboxError):
-                    await aclose()
-    await response.write(f"--{BOUNDARY}--\r\n".encode())
-    await response.write_eof()
-    return response
+
+    async def body() -> AsyncIterator[bytes]:
+        for path in paths:
+            stream = handle.files.stream(path)
+            try:
+                async for piece in _file_part(handle, path, stream):
+                    yield piece
+            finally:
+                aclose = getattr(stream, "aclose", None)
+                if aclose is not None:
+                    with contextlib.suppress(SandboxError):
+                        await aclose()
+        yield f"--{BOUNDARY}--\r\n".encode()
+
+    return Response(200, (("content-type", f"multipart/form-data; boundary={BOUNDARY}"),),
+                    body())

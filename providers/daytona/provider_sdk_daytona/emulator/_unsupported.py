@@ -9,8 +9,7 @@ user reads why. docs/daytona.md lists the same table.
 
 from __future__ import annotations
 
-from aiohttp import web
-
+from provider_sdk.emulator_kit.http import Request, Response
 from provider_sdk_daytona.emulator._http import Handler, unknown_route
 
 _SANDBOX = "/api/sandbox/{sandbox}"
@@ -50,12 +49,11 @@ UNSUPPORTED: tuple[tuple[str, str, str], ...] = (
 
 
 def _not_served(feature: str) -> Handler:
-    async def handler(request: web.Request) -> web.StreamResponse:
+    async def handler(request: Request) -> Response:
         return unknown_route(request, feature)
     return handler
 
 
-def routes() -> list[web.RouteDef]:
+def routes() -> list[tuple[str, str, Handler]]:
     """One route per row of :data:`UNSUPPORTED`, each answering as an unknown route."""
-    return [web.route(method, path, _not_served(feature))
-            for method, path, feature in UNSUPPORTED]
+    return [(method, path, _not_served(feature)) for method, path, feature in UNSUPPORTED]
