@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import gzip
 import json
 import os
 import socket
@@ -84,6 +85,19 @@ def _request(method: str, path: str, headers: dict[str, str] | None = None,
             yield body
 
     return Request(method, path, headers or {}, chunks())
+
+
+async def test_a_body_is_read_decoded_or_raw_and_repeated_query_values_are_kept() -> None:
+    packed = gzip.compress(b"hello")
+    request = _request("POST", "/x?a=1&b=2&a=3", {"content-encoding": "gzip",
+                                                  "content-length": str(len(packed))}, packed)
+    assert request.query == {"a": "1", "b": "2"}
+    assert request.query_all("a") == ["1", "3"]
+    assert request.has_body
+    assert await request.read() == b"hello"
+    raw = _request("POST", "/x", {"content-encoding": "gzip"}, packed)
+    assert await raw.read(raw=True) == packed
+    assert not _request("GET", "/x").has_body
 
 
 def test_the_key_is_taken_from_a_bearer_token_or_the_named_header() -> None:
