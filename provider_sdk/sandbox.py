@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import attrs
 
+from provider_sdk import scripts
 from provider_sdk._transfer import Data as Data  # write()'s argument type, importable from here
 from provider_sdk.capabilities import Capability
 from provider_sdk.errors import InvalidInput, attributed
@@ -441,7 +442,7 @@ class EmulatedShell(Shell):
                    env: Mapping[str, str]) -> EmulatedShell:
         """Start a session in ``cwd`` with ``env`` exported."""
         shell = cls(sandbox, f"/tmp/.psdk-shell-{secrets.token_hex(8)}")
-        setup = "".join(f"export {k}={shlex.quote(v)}; " for k, v in env.items())
+        setup = scripts.export_script(env)
         if cwd is not None:
             setup += f"cd -- {shlex.quote(cwd)}"
         result = await shell.run(setup or ":")

@@ -12,6 +12,10 @@ that drives a sandbox through a shell (E2B, Cube, Daytona; any other may use the
   run as root it kills processes of every user. A process that left the tree (a double
   fork whose middle process exited before the kill began) is not found: the kill is best
   effort wherever the backend offers nothing the code cannot leave.
+- :data:`KILL_MARKED` kills every process whose environment carries a mark
+  (:func:`mark_env`), for a backend that starts commands where no pid of theirs is known
+  inside the sandbox (an Engine exec). It is cooperation, not containment: a process that
+  clears its environment is not found.
 - :func:`export_script` exports an environment exactly (values quoted).
 - :data:`PROBE_FILE` says whether a path is a regular file (following symlinks), so a
   read of a device or FIFO is refused before any byte is read.
@@ -25,8 +29,9 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 
-__all__ = ["KILL_TREE", "NO_SUCH_PROCESS", "PROBE_FILE", "export_script", "kill_tree_argv",
-           "kill_tree_command", "probe_file_command"]
+__all__ = ["KILL_MARKED", "KILL_TREE", "MARK_VAR", "NO_SUCH_PROCESS", "PROBE_FILE",
+           "export_script", "kill_marked_argv", "kill_tree_argv", "kill_tree_command",
+           "mark_env", "probe_file_command"]
 
 NO_SUCH_PROCESS = 3
 """Exit status of :data:`KILL_TREE` when the pid does not exist."""
@@ -78,6 +83,30 @@ once, and sweeps go on (killing again) until no member is alive; zombies count a
 A member stuck in an uninterruptible wait cannot stop, so after 200 sweeps the tree is
 killed as it stands."""
 
+MARK_VAR = "PSDK_TREE"
+"""The environment variable that marks a tree for :data:`KILL_MARKED`."""
+
+KILL_MARKED = r"""
+m="PSDK_TREE=$1$2"
+n=0
+while [ "$n" -lt 20 ]; do
+  n=$((n + 1)); found=
+  for f in /proc/[0-9]*/environ; do
+    c=$( { tr '\0' '\n' < "$f"; } 2>/dev/null ) || continue
+    case "
+$c
+" in *"
+$m
+"*) p=${f#/proc/}; kill -9 "${p%/environ}" 2>/dev/null && found=1 ;; esac
+  done
+  [ -n "$found" ] || exit 0
+done
+"""
+"""Kill every process whose environment holds ``PSDK_TREE=$1$2`` (the mark given in two
+halves, so that no command line, the kill's own included, carries it), repeating until
+a sweep finds none, so that processes forked during a sweep are caught by the next.
+Call it through :func:`kill_marked_argv`."""
+
 PROBE_FILE = r"""if [ -f "$1" ]; then echo file
 elif [ -d "$1" ]; then echo directory
 elif [ -e "$1" ]; then echo other
@@ -97,6 +126,22 @@ def kill_tree_command(pid: int | str, *, shell: str = "/bin/sh") -> str:
     expansion such as ``"$p"`` (it is inserted as is; the script refuses a non-number)."""
     target = str(int(pid)) if isinstance(pid, int) else pid
     return f"{shell} -c {shlex.quote(KILL_TREE)} psdk-kill {target}"
+
+
+def mark_env(mark: str) -> dict[str, str]:
+    """The environment entry that puts a command's tree under ``mark`` (see
+    :data:`KILL_MARKED`); ``mark`` is a word of letters and digits."""
+    if not (mark.isascii() and mark.isalnum()):
+        raise ValueError(f"a tree mark is letters and digits, not {mark!r}")
+    return {MARK_VAR: mark}
+
+
+def kill_marked_argv(mark: str, *, shell: str = "/bin/sh") -> tuple[str, ...]:
+    """The argv that kills every process :func:`mark_env` marked with ``mark``."""
+    if not (mark.isascii() and mark.isalnum()):
+        raise ValueError(f"a tree mark is letters and digits, not {mark!r}")
+    half = len(mark) // 2
+    return (shell, "-c", KILL_MARKED, "psdk-kill", mark[:half], mark[half:])
 
 
 def probe_file_command(path: str, *, shell: str = "/bin/sh") -> str:

@@ -155,3 +155,36 @@ def test_export_script_exports_values_exactly(shell: str) -> None:
     done = subprocess.run([shell, "-c", text], capture_output=True, text=True, timeout=30,
                           check=True)
     assert done.stdout == "|".join(env.values())
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_kill_marked_kills_the_marked_and_spares_the_rest(shell: str, token: str) -> None:
+    """Every process carrying the mark dies, its children included (they inherit it); a
+    process with another mark, or none, lives on; the kill's own argv holds no mark."""
+    mark = "x" + secrets.token_hex(8)
+    marked = {**os.environ, **scripts.mark_env(mark)}
+    other = {**os.environ, **scripts.mark_env("x" + secrets.token_hex(8))}
+    tree = subprocess.Popen(["sh", "-c", f"sleep {token} & setsid sleep {token} & wait"],
+                            env=marked)
+    spared = [subprocess.Popen(["sleep", token], env=other),
+              subprocess.Popen(["sleep", token])]
+    argv = scripts.kill_marked_argv(mark, shell=shell)
+    assert mark not in argv
+    try:
+        started = _wait_for(token, 5)
+        done = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        tree.wait(timeout=30)
+        assert {pid for pid in started if _alive(pid)} == {p.pid for p in spared}
+    finally:
+        for process in (tree, *spared):
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.parametrize("mark", ["", "a b", "x;y", "x\n", "é1"])
+def test_a_mark_is_letters_and_digits(mark: str) -> None:
+    with pytest.raises(ValueError, match="letters and digits"):
+        scripts.mark_env(mark)
+    with pytest.raises(ValueError, match="letters and digits"):
+        scripts.kill_marked_argv(mark)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 
-from provider_sdk import errors
+from provider_sdk import errors, scripts
 from provider_sdk.limits import OutputBuffer
 from provider_sdk.models import ExecResult
 from provider_sdk.provider import (
@@ -117,10 +117,9 @@ class ProcessesMixin:
                 await anyio.to_thread.run_sync(
                     functools.partial(control.kill, group, deadline=deadline))
             else:
-                half = len(token) // 2
                 await self._exec(sandbox_id, Command(
-                    argv=("/bin/sh", "-c", _scripts.KILL_TREE, "psdk", token[:half],
-                          token[half:]), user="0", timeout=KILL_DEADLINE), kill=False)
+                    argv=scripts.kill_marked_argv(token), user="0", timeout=KILL_DEADLINE),
+                    kill=False)
 
     # --------------------------------------------------------------------- exec
 
@@ -132,7 +131,7 @@ class ProcessesMixin:
         group = f"{GROUP_PREFIX}{token}"
         env = dict(command.env)
         if control is None and kill:
-            env[_scripts.TREE_VAR] = "x" + token
+            env.update(scripts.mark_env("x" + token))
         exec_id = await self._exec_create(sandbox_id, list(command.argv), env=env,
                                           cwd=command.cwd, user=command.user,
                                           stdin=command.stdin is not None)

@@ -5,18 +5,18 @@ this SDK is installed into the image. Each snippet takes its inputs as positiona
 arguments, never spliced into its text.
 
 Where the Engine is on this host, processes are controlled from the host (see
-``_control``). Elsewhere, the fallback is ``KILL_TREE``: process trees are found by an
-environment variable, ``PSDK_TREE``, that a process started by a command inherits unless
-it clears it. That is cooperation, not containment: such instances do not declare
-``exec.contained``.
+``_control``). Elsewhere, the fallback is the core's
+:data:`~provider_sdk.scripts.KILL_MARKED`: process trees are found by the mark
+(``PSDK_TREE``) that a process started by a command inherits unless it clears it.
+That is cooperation, not containment: such instances do not declare ``exec.contained``.
+``SUPERVISE`` marks a background process's tree ``p<pid>`` the same way.
 """
 
 from __future__ import annotations
 
-__all__ = ["FOLLOW", "KEEPALIVE", "KILL_TREE", "LIST_DIR", "MKDIR", "PREPARE_PROC", "PROC_DIR",
-           "RELAY", "REMOVE", "RENAME", "REPLACE", "SEND_STDIN", "SUPERVISE", "TREE_VAR"]
+__all__ = ["FOLLOW", "KEEPALIVE", "LIST_DIR", "MKDIR", "PREPARE_PROC", "PROC_DIR", "RELAY",
+           "REMOVE", "RENAME", "REPLACE", "SEND_STDIN", "SUPERVISE"]
 
-TREE_VAR = "PSDK_TREE"
 PROC_DIR = "/tmp/.psdk/proc"
 
 #: PID 1 of every sandbox: sleeps until the container is removed, and reaps every
@@ -25,26 +25,6 @@ PROC_DIR = "/tmp/.psdk/proc"
 #: started again. A separate init would not do: it exits when its child, which
 #: ``kill -KILL -1`` inside can reach, does.
 KEEPALIVE = "while :; do sleep 86400 & wait $!; done"
-
-#: Kill every process whose environment holds ``PSDK_TREE=$1$2`` (given in two halves,
-#: so no command line matches), repeating until a sweep finds none, so that processes
-#: forked during a sweep are caught by the next.
-KILL_TREE = r"""
-m="PSDK_TREE=$1$2"
-n=0
-while [ "$n" -lt 20 ]; do
-  n=$((n + 1)); found=
-  for f in /proc/[0-9]*/environ; do
-    c=$( { tr '\0' '\n' < "$f"; } 2>/dev/null ) || continue
-    case "
-$c
-" in *"
-$m
-"*) p=${f#/proc/}; kill -9 "${p%/environ}" 2>/dev/null && found=1 ;; esac
-  done
-  [ -n "$found" ] || exit 0
-done
-"""
 
 #: Start "$@" in the background, supervised, and detach. The supervisor prints its pid
 #: (the process's pid as the SDK reports it) only once stdin is held open and the
