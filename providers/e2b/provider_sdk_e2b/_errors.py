@@ -3,7 +3,6 @@ data plane, and retries what a gateway refused (so nothing ran)."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -45,7 +44,7 @@ class ErrorsMixin:
         except errors.SandboxError:
             raise
         except ConnectError as exc:
-            if isinstance(exc.__cause__, asyncio.CancelledError):
+            if isinstance(exc.__cause__, anyio.get_cancelled_exc_class()):
                 raise exc.__cause__ from None
             raise self._from_rpc(exc, sandbox_id, what, path) from exc
         except (e2bx.SandboxException, e2bx.AuthenticationException,
@@ -220,7 +219,7 @@ def _refused_by_gateway(exc: BaseException) -> bool:
     """Whether a proxy answered instead of envd (502 other than "not found", 503, 504)
     or the connection never opened: in both cases the request did not run."""
     if isinstance(exc, ConnectError):
-        if isinstance(exc.__cause__, (asyncio.CancelledError, TimeoutError)):
+        if isinstance(exc.__cause__, (anyio.get_cancelled_exc_class(), TimeoutError)):
             return False
         if isinstance(exc.__cause__, ConnectionError):
             return True

@@ -7,7 +7,6 @@ timeout kills the command's whole tree (as root). Background processes keep thei
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import collections
 import contextlib
@@ -29,6 +28,7 @@ from provider_sdk.limits import OutputBuffer
 from provider_sdk.models import ExecResult
 from provider_sdk.provider import Command, ProcessEvent, ProcessExit, ProcessOutput
 from provider_sdk.sandbox import EmulatedShell
+from provider_sdk.tasks import TaskOwner
 from provider_sdk_e2b import _shell
 from provider_sdk_e2b._errors import ErrorsMixin
 from provider_sdk_e2b._remote import _Handle
@@ -51,6 +51,8 @@ as root, so it reaches processes of every user."""
 _YEAR = 365 * 86400.0
 _KILL_WAIT = 30.0
 """Seconds the tree kill may take before the provider gives up on it."""
+_CLOSE_WAIT = 5.0
+"""Seconds closing a process stream may take."""
 
 
 class _Proc:
@@ -70,11 +72,13 @@ class _Proc:
         self.events: collections.deque[ProcessEvent | BaseException] = collections.deque()
         self.first = 0
         self.size = 0
-        self.changed = asyncio.Event()
+        self.changed = anyio.Event()
         self.readers: dict[object, int] = {}
         """Each attached reader's next event (an absolute index)."""
-        self.progress = asyncio.Event()
-        self.task: asyncio.Task[None] | None = None
+        self.progress = anyio.Event()
+        self.pump: anyio.CancelScope | None = None
+        """The scope of the pump (a task of the provider's) keeping this process's
+        events, once one runs."""
 
     @property
     def done(self) -> bool:
@@ -91,7 +95,7 @@ class _Proc:
                 self.size -= len(self.events.popleft().data)  # type: ignore[union-attr]
                 self.first += 1
         self.changed.set()
-        self.changed = asyncio.Event()
+        self.changed = anyio.Event()
 
     async def room(self) -> None:
         """Wait while the output kept is past ``LIMIT`` and a reader still needs its
@@ -114,7 +118,7 @@ class _Proc:
         else:
             self.readers[reader] = position
         self.progress.set()
-        self.progress = asyncio.Event()
+        self.progress = anyio.Event()
 
 
 class ProcessesMixin(ErrorsMixin):
@@ -122,6 +126,7 @@ class ProcessesMixin(ErrorsMixin):
 
     _request_timeout: float
     _procs: dict[tuple[str, int], _Proc]
+    _tasks: TaskOwner
 
     if TYPE_CHECKING:
         async def _handle(self, sandbox_id: str) -> _Handle: ...
@@ -177,7 +182,7 @@ class ProcessesMixin(ErrorsMixin):
                 try:
                     return await events.__anext__()
                 except ConnectError as exc:  # connectrpc wraps the scope's cancellation
-                    if isinstance(exc.__cause__, asyncio.CancelledError):
+                    if isinstance(exc.__cause__, anyio.get_cancelled_exc_class()):
                         raise exc.__cause__ from None
                     raise
         except TimeoutError:
@@ -305,7 +310,11 @@ class ProcessesMixin(ErrorsMixin):
         events, pid = await self._open_process(sandbox_id, handle, command, stdin=True,
                                                timeout=None)
         proc = self._new_proc(sandbox_id, pid)
-        proc.task = asyncio.ensure_future(self._pump(sandbox_id, proc, events))
+        try:
+            proc.pump = await self._tasks.start_soon(self._pump, sandbox_id, proc, events)
+        except BaseException:
+            await _aclose(events)
+            raise
         return pid
 
     def _new_proc(self, sandbox_id: str, pid: int) -> _Proc:
@@ -355,9 +364,14 @@ class ProcessesMixin(ErrorsMixin):
 
         with self._translate(sandbox_id, what="process"):
             stream = await self._retrying(sandbox_id, attach)
+        await self._tasks.open()  # from here to the pump's start, nothing yields
         proc = self._procs.get((sandbox_id, pid)) or self._new_proc(sandbox_id, pid)
-        if proc.task is None:
-            proc.task = asyncio.ensure_future(self._pump(sandbox_id, proc, stream))
+        if proc.pump is None:
+            try:
+                proc.pump = await self._tasks.start_soon(self._pump, sandbox_id, proc, stream)
+            except BaseException:
+                await _aclose(stream)
+                raise
         else:
             await _aclose(stream)
         return proc
@@ -430,9 +444,11 @@ def _payload(event: process_pb.StartResponse | process_pb.ConnectResponse) -> An
 
 
 async def _aclose(stream: AsyncIterator[Any]) -> None:
+    """Close a stream, shielded from cancellation but bounded: a data plane that stops
+    answering does not hold up the provider's close."""
     aclose = getattr(stream, "aclose", None)
     if aclose is not None:
-        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+        with anyio.move_on_after(_CLOSE_WAIT, shield=True), contextlib.suppress(Exception):
             await aclose()
 
 

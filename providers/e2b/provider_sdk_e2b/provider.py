@@ -26,7 +26,6 @@ Everything vendor-specific about errors happens in ``E2BProvider._translate``.
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import contextlib
 import datetime as dt
@@ -35,8 +34,8 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Awaitable, Mapping
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar, TypeVar
 
 import anyio
 import attrs
@@ -67,6 +66,7 @@ from provider_sdk.models import (
     Snapshot,
 )
 from provider_sdk.provider import SandboxProvider
+from provider_sdk.tasks import TaskOwner
 from provider_sdk.templates import TemplateBuilder
 from provider_sdk_e2b import PROVIDER_CAPABILITIES, _e2b_templates, _shell
 from provider_sdk_e2b._errors import ErrorsMixin
@@ -77,6 +77,8 @@ from provider_sdk_e2b._remote import Remote as Remote
 from provider_sdk_e2b._remote import _Handle
 
 __all__ = ["E2BProvider"]
+
+_P = TypeVar("_P", bound="E2BProvider")
 
 ENVD_PORT = 49983
 PSDK_KEY = "psdk"
@@ -162,7 +164,8 @@ class E2BProvider(ProcessesMixin, FilesMixin, PortsMixin, ErrorsMixin, SandboxPr
         self._retries = retries
         self._handles: dict[str, _Handle] = {}
         self._procs: dict[tuple[str, int], _Proc] = {}
-        self._background: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskOwner(self.name)
+        """Owns every task the provider starts: process pumps, lease renewals."""
 
     def _setting(self, option: str) -> str | None:
         var = self.SETTINGS.get(option)
@@ -187,14 +190,14 @@ class E2BProvider(ProcessesMixin, FilesMixin, PortsMixin, ErrorsMixin, SandboxPr
     def __repr__(self) -> str:
         return f"<{type(self).__name__} api_url={self._api_url!r}>"
 
+    async def __aenter__(self: _P) -> _P:
+        await self._tasks.open()
+        return self
+
     async def aclose(self) -> None:
-        tasks = [p.task for p in self._procs.values() if p.task is not None]
-        tasks += list(self._background)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            with anyio.CancelScope(shield=True):
-                await asyncio.wait(tasks, timeout=5)
+        """Stop the provider's tasks (each closes its stream first) and forget the
+        processes and data-plane clients; sandboxes keep running. Safe to call twice."""
+        await self._tasks.aclose()
         self._procs.clear()
         self._handles.clear()
 
@@ -245,24 +248,20 @@ class E2BProvider(ProcessesMixin, FilesMixin, PortsMixin, ErrorsMixin, SandboxPr
             remote = await self._describe(sandbox_id)
             handle = self._new_handle(remote, _psdk(remote.metadata))
             handle.renewed_at = 0.0  # unknown: renew on this first use
-        self._touch(sandbox_id, handle)
+        await self._touch(sandbox_id, handle)
         return handle
 
-    def _touch(self, sandbox_id: str, handle: _Handle) -> None:
-        """Push the deadline back once half of the idle window has passed."""
+    async def _touch(self, sandbox_id: str, handle: _Handle) -> None:
+        """Push the deadline back (in the background) once half of the idle window has
+        passed."""
         if handle.renew is None or time.monotonic() - handle.renewed_at < handle.renew / 2:
             return
         handle.renewed_at = time.monotonic()
-        self._spawn(self._renew(sandbox_id, handle.renew))
+        await self._tasks.start_soon(self._renew, sandbox_id, handle.renew)
 
     async def _renew(self, sandbox_id: str, seconds: int) -> None:
         with contextlib.suppress(e2bx.SandboxException, httpx.HTTPError):
             await AsyncSandbox.set_timeout(sandbox_id, seconds, **self._params())
-
-    def _spawn(self, coro: Awaitable[Any]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -421,8 +420,8 @@ class E2BProvider(ProcessesMixin, FilesMixin, PortsMixin, ErrorsMixin, SandboxPr
         self._handles.pop(sandbox_id, None)
         for key in [k for k in self._procs if k[0] == sandbox_id]:
             proc = self._procs.pop(key)
-            if proc.task is not None:
-                proc.task.cancel()
+            if proc.pump is not None:
+                proc.pump.cancel()
 
     async def _pause(self, sandbox_id: str) -> SandboxInfo:
         with self._translate(sandbox_id):
