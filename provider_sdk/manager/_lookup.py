@@ -40,11 +40,16 @@ from provider_sdk.manager.pool import WarmPool
 from provider_sdk.manager.store import Binding, BindingStore
 from provider_sdk.models import SandboxInfo, SandboxSpec, SandboxState
 from provider_sdk.provider import SandboxProvider
+from provider_sdk.retry import Attempts, Backoff
 from provider_sdk.sandbox import Sandbox
 
 __all__ = ["LookupMixin"]
 
 _DEAD = frozenset({SandboxState.KILLED, SandboxState.ERROR})
+_HEALTH_BACKOFF = Backoff(initial=0.05, factor=2, cap=1.0)
+"""Pauses between health probes of a sandbox that answered busy or unavailable."""
+_CLAIM_BACKOFF = Backoff(initial=0.01, factor=1.5, cap=0.5)
+"""Pauses between tries of an owner's claim that someone else holds."""
 _PREFERENCE = {SandboxState.RUNNING: 0, SandboxState.PAUSED: 1, SandboxState.PAUSING: 1}
 
 
@@ -148,17 +153,16 @@ class LookupMixin:
                 return sandbox
             except (RateLimited, Unavailable) as exc:  # e.g. the post-resume 504 window
                 last = exc
+            probes = Attempts(_HEALTH_BACKOFF, pause_first=True)
+            probes.at_least(_retry_after(last))
             with anyio.CancelScope(deadline=deadline):
-                delay = 0.05
-                while True:
-                    retry_after = last.retry_after if isinstance(last, RateLimited) else None
-                    await anyio.sleep(retry_after or delay)
-                    delay = min(delay * 2, 1.0)
+                async for _ in probes:
                     try:
                         await sandbox.files.stat("/")
                         return sandbox
                     except (RateLimited, Unavailable) as exc:
                         last = exc
+                        probes.at_least(_retry_after(exc))
         except SandboxNotFound:
             raise _Lost("vanished") from None
         except SandboxNotRunning as exc:
@@ -195,10 +199,9 @@ class LookupMixin:
                               tried: Binding | None) -> Binding | None:
         """Take the owner's claim (``None``), or return a binding someone else wrote
         while we waited. Bounded by the caller's ``acquire_timeout``."""
-        delay = 0.01
         waited = False
         async with span("manager.claim", self.provider.name, owner=owner) as ev:
-            while True:
+            async for _ in Attempts(_CLAIM_BACKOFF):
                 if await self.store.claim(owner_claim(owner), token, self.claim_ttl):
                     ev["waited"] = waited
                     return None
@@ -208,8 +211,7 @@ class LookupMixin:
                                             or current.sandbox_id != tried.sandbox_id):
                     ev["waited"] = waited
                     return current
-                await anyio.sleep(delay)
-                delay = min(delay * 1.5, 0.5)
+        raise AssertionError("unreachable: the claim is waited for without limit")
 
     async def _repair(self, owner: str, broken: Binding | None,
                       token: str) -> tuple[ManagedSandbox, str]:
@@ -295,3 +297,8 @@ class LookupMixin:
 
 def _created(info: SandboxInfo) -> float:
     return info.created_at.timestamp() if info.created_at is not None else math.inf
+
+
+def _retry_after(exc: SandboxError | None) -> float | None:
+    """The least pause a busy backend asked for (``Retry-After``), if any."""
+    return exc.retry_after if isinstance(exc, RateLimited) else None

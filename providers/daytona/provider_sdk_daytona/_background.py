@@ -14,7 +14,6 @@ import secrets
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Literal
 
-import anyio
 from daytona import SessionExecuteRequest
 
 from provider_sdk import errors
@@ -26,6 +25,7 @@ from provider_sdk.provider import (
     ProcessOutput,
     exit_code_from_status,
 )
+from provider_sdk.retry import Attempts, Backoff
 from provider_sdk_daytona import _processes as procs
 from provider_sdk_daytona._calls import CallsMixin
 from provider_sdk_daytona._shell import DaytonaShell
@@ -33,6 +33,10 @@ from provider_sdk_daytona._shell import DaytonaShell
 __all__ = ["BackgroundMixin"]
 
 _SMALL_READ = 4096
+_PID_POLL = Backoff(initial=0.01, factor=1, cap=0.01)
+"""How often a new process's pid file is looked for."""
+_OUTPUT_POLL = Backoff(initial=0.02, factor=1.5, cap=0.25)
+"""How often a process's output is polled while it brings nothing new."""
 """Most the provider reads of its own small files (pids, tokens) in a sandbox."""
 _STREAMS: tuple[Literal["stdout", "stderr"], ...] = ("stdout", "stderr")
 
@@ -61,8 +65,8 @@ class BackgroundMixin(CallsMixin):
         await self._toolbox(sandbox_id, lambda s: s.process.create_session(session))
         started = await self._toolbox(sandbox_id, lambda s: s.process.execute_session_command(
             session, SessionExecuteRequest(command=DaytonaShell.EXIT + script, run_async=True)))
-        deadline = anyio.current_time() + self._window
-        while True:  # the wrapper writes the pid as soon as the child exists
+        # The wrapper writes the pid as soon as the child exists.
+        async for _ in Attempts(_PID_POLL, timeout=self._window):
             # The state first: a quick child that has ended had its pid written already.
             state = await self._toolbox(sandbox_id, lambda s: s.process.get_session_command(
                 session, started.cmd_id))
@@ -70,13 +74,13 @@ class BackgroundMixin(CallsMixin):
                 pid = int((await self._read_all(sandbox_id, procs.pid_path(token))).strip())
                 self._processes[(sandbox_id, pid)] = (token, started.cmd_id)
                 return pid
-            if state.exit_code is not None or anyio.current_time() > deadline:
-                logs = await self._toolbox(sandbox_id, lambda s: (
-                    s.process.get_session_command_logs(session, started.cmd_id)))
-                raise errors.SandboxError(f"the process did not start (exit "
-                                          f"{state.exit_code}): {logs.stderr or logs.output}",
-                                          provider=self.name, sandbox_id=sandbox_id)
-            await anyio.sleep(0.01)
+            if state.exit_code is not None:
+                break
+        logs = await self._toolbox(sandbox_id, lambda s: (
+            s.process.get_session_command_logs(session, started.cmd_id)))
+        raise errors.SandboxError(f"the process did not start (exit "
+                                  f"{state.exit_code}): {logs.stderr or logs.output}",
+                                  provider=self.name, sandbox_id=sandbox_id)
 
     async def _read_all(self, sandbox_id: str, path: str) -> bytes:
         """One of the provider's small files (a pid, a token): its first bytes only,
@@ -107,8 +111,8 @@ class BackgroundMixin(CallsMixin):
         sent = {"stdout": 0, "stderr": 0}
         end: dict[str, int] | None = None  # the sizes seen once the process had ended
         code = 0
-        delay = 0.02
-        while True:
+        polls = Attempts(_OUTPUT_POLL)
+        async for _ in polls:
             # Status first: sizes read after the exit is seen are final (but for a
             # daemon the process left holding its output: only what it wrote by then).
             state = await self._toolbox(sandbox_id, lambda s: s.process.get_session_command(
@@ -133,10 +137,7 @@ class BackgroundMixin(CallsMixin):
                 yield ProcessExit(exit_code_from_status(code))
                 return
             if moved:
-                delay = 0.02
-                continue
-            await anyio.sleep(delay)
-            delay = min(delay * 1.5, 0.25)
+                polls.reset()
 
     async def _output_sizes(self, sandbox_id: str, token: str,
                             sent: dict[str, int]) -> dict[str, int]:

@@ -17,11 +17,19 @@ import anyio
 from daytona import AsyncDaytona, AsyncSandbox, DaytonaError
 
 from provider_sdk import errors
+from provider_sdk.retry import Backoff, retry
 from provider_sdk_daytona._errors import is_transient, neutral
 
 __all__ = ["CallsMixin"]
 
 T = TypeVar("T")
+
+_UNAVAILABLE_BACKOFF = Backoff(initial=0.1, factor=2, cap=2.0)
+"""Pauses between retries of a call Daytona answered 502/503/504 or dropped."""
+
+
+def _transient(exc: Exception) -> bool:
+    return isinstance(exc, DaytonaError) and is_transient(exc)
 
 
 class CallsMixin:
@@ -49,16 +57,8 @@ class CallsMixin:
 
     async def _retrying(self, op: Callable[[], Awaitable[T]]) -> T:
         """Run ``op``, retrying 502/503/504 and dropped connections for the window."""
-        deadline = anyio.current_time() + self._window
-        delay = 0.1
-        while True:
-            try:
-                return await op()
-            except DaytonaError as exc:
-                if not is_transient(exc) or anyio.current_time() + delay > deadline:
-                    raise
-            await anyio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+        return await retry(op, retry_on=_transient, backoff=_UNAVAILABLE_BACKOFF,
+                           timeout=self._window)
 
     async def _sandbox(self, sandbox_id: str) -> AsyncSandbox:
         """The SDK's handle (cached: it carries the toolbox URL)."""

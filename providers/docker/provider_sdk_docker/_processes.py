@@ -36,6 +36,7 @@ from provider_sdk.provider import (
     ProcessOutput,
     exit_code_from_status,
 )
+from provider_sdk.retry import Attempts, Backoff
 from provider_sdk.sandbox import EmulatedShell
 from provider_sdk_docker import _scripts
 from provider_sdk_docker._control import GROUP_PREFIX, HostControl
@@ -55,6 +56,10 @@ KILL_DEADLINE = 10.0
 DRAIN_GRACE = 2.0
 #: How long the exit status of an exec whose output has ended may take to show.
 EXIT_DEADLINE = 30.0
+_PID_POLL = Backoff(initial=EXIT_POLL, factor=1, cap=EXIT_POLL)
+"""How often a new exec's pid is asked for."""
+_EXIT_POLL = Backoff(initial=EXIT_POLL, factor=2, cap=0.2)
+"""Pauses between asking for the exit status of an exec whose output has ended."""
 
 
 def container_name(sandbox_id: str) -> str:
@@ -96,13 +101,12 @@ class ProcessesMixin:
                        sandbox_id: str) -> None:
         """Move a started exec's process tree into cgroup ``group``."""
         with anyio.move_on_after(5):
-            while True:
+            async for _ in Attempts(_PID_POLL):
                 state = await self._engine.api("exec_inspect", exec_id, kind="exec",
                                                sandbox_id=sandbox_id)
                 pid = int(state.get("Pid") or 0)
                 if pid > 0 or (not state.get("Running") and state.get("ExitCode") is not None):
                     break
-                await anyio.sleep(EXIT_POLL)
             if pid > 0:
                 await anyio.to_thread.run_sync(functools.partial(
                     control.contain, group, pid, deadline=time.monotonic() + CONTAIN_DEADLINE))
@@ -210,15 +214,12 @@ class ProcessesMixin:
 
     async def _exit_code(self, exec_id: str, sandbox_id: str) -> int:
         """The exit status of a finished exec; 128+N (signal N) as -N."""
-        delay = EXIT_POLL
         with anyio.move_on_after(EXIT_DEADLINE):
-            while True:
+            async for _ in Attempts(_EXIT_POLL):
                 state = await self._engine.api("exec_inspect", exec_id, kind="exec",
                                                sandbox_id=sandbox_id)
                 if not state.get("Running") and state.get("ExitCode") is not None:
                     return exit_code_from_status(int(state["ExitCode"]))
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 0.2)
         raise errors.OperationTimeout(
             f"the command's output ended but the Engine reported no exit status within "
             f"{EXIT_DEADLINE:g} s", provider=self.name, sandbox_id=sandbox_id)

@@ -4,7 +4,6 @@ data plane, and retries what a gateway refused (so nothing ran)."""
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import ClassVar, TypeVar
 
@@ -15,11 +14,16 @@ from connectrpc.errors import ConnectError
 from e2b import exceptions as e2bx
 
 from provider_sdk import errors
+from provider_sdk.retry import Attempts, Backoff, retry
 from provider_sdk_e2b._remote import _Handle
 
 __all__ = ["ErrorsMixin"]
 
 T = TypeVar("T")
+
+READY_BACKOFF = Backoff(initial=0.02, factor=2, cap=1.0)
+"""Pauses between probes of a sandbox's data plane, and between retries of a request a
+gateway refused, within ``ready_timeout``."""
 
 
 class ErrorsMixin:
@@ -159,12 +163,10 @@ class ErrorsMixin:
     async def _wait_ready(self, sandbox_id: str, handle: _Handle) -> None:
         """Return once envd answers ``/health``; retry 502/503/504 and connection
         failures for ``ready_timeout`` seconds, then raise ``Unavailable``."""
-        deadline = time.monotonic() + self._ready_timeout
-        delay = 0.02
         last = "no answer"
-        while True:
-            remaining = deadline - time.monotonic()
-            wait = delay
+        probes = Attempts(READY_BACKOFF, timeout=self._ready_timeout)
+        async for _ in probes:
+            remaining = probes.remaining()
             with anyio.move_on_after(max(remaining, 0.01)):
                 try:
                     response = await handle.health.get("/health",
@@ -182,27 +184,16 @@ class ErrorsMixin:
                     if response.status_code not in (502, 503, 504):
                         raise errors.SandboxError(f"the data plane answered {last}",
                                                   provider=self.name, sandbox_id=sandbox_id)
-                    wait = max(delay, _retry_after(response) or 0.0)
-            if time.monotonic() + wait > deadline:
-                raise errors.Unavailable(
-                    f"the sandbox's data plane did not answer within {self._ready_timeout:g} s "
-                    f"(last: {last})", provider=self.name, sandbox_id=sandbox_id)
-            await anyio.sleep(wait)
-            delay = min(delay * 2, 1.0)
+                    probes.at_least(_retry_after(response))
+        raise errors.Unavailable(
+            f"the sandbox's data plane did not answer within {self._ready_timeout:g} s "
+            f"(last: {last})", provider=self.name, sandbox_id=sandbox_id)
 
     async def _retrying(self, sandbox_id: str, op: Callable[[], Awaitable[T]]) -> T:
         """Run ``op``; while a gateway answers for envd (so nothing ran), retry it for
         ``ready_timeout`` seconds. Anything that reached envd is never repeated."""
-        deadline = time.monotonic() + self._ready_timeout
-        delay = 0.02
-        while True:
-            try:
-                return await op()
-            except Exception as exc:
-                if not _refused_by_gateway(exc) or time.monotonic() + delay > deadline:
-                    raise
-            await anyio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+        return await retry(op, retry_on=_refused_by_gateway, backoff=READY_BACKOFF,
+                           timeout=self._ready_timeout)
 
 
 def _status_prefix(message: str) -> int | None:

@@ -28,13 +28,11 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-import time
 import urllib.parse
 import uuid
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-import anyio
 from e2b import exceptions as e2bx
 from e2b.api import handle_api_exception
 from e2b.api.client_async import get_api_client
@@ -51,11 +49,15 @@ from provider_sdk.models import (
     Volume,
 )
 from provider_sdk.provider import SandboxProvider
+from provider_sdk.retry import Attempts, Backoff
 from provider_sdk_e2b import PROVIDER_CAPABILITIES
 from provider_sdk_e2b._cube_templates import CubeTemplates
 from provider_sdk_e2b.provider import ENVD_PORT, E2BProvider, Remote
 
 __all__ = ["CubeProvider"]
+
+_PAUSE_POLL = Backoff(initial=0.05, factor=1, cap=0.05)
+"""How often a pausing sandbox's state is asked for."""
 
 
 class CubeProvider(E2BProvider):
@@ -203,15 +205,14 @@ class CubeProvider(E2BProvider):
 
     async def _pause(self, sandbox_id: str) -> SandboxInfo:
         info = await super()._pause(sandbox_id)
-        deadline = time.monotonic() + self._ready_timeout
-        while info.state == SandboxState.PAUSING:
-            if time.monotonic() > deadline:
-                raise errors.OperationTimeout(
-                    f"still pausing after {self._ready_timeout:g} s", provider=self.name,
-                    sandbox_id=sandbox_id)
-            await anyio.sleep(0.05)
-            info = await self._info(sandbox_id)
-        return info
+        async for attempt in Attempts(_PAUSE_POLL, timeout=self._ready_timeout):
+            if attempt > 1:
+                info = await self._info(sandbox_id)
+            if info.state != SandboxState.PAUSING:
+                return info
+        raise errors.OperationTimeout(
+            f"still pausing after {self._ready_timeout:g} s", provider=self.name,
+            sandbox_id=sandbox_id)
 
     # ------------------------------------------------------------ templates
 
