@@ -12,9 +12,10 @@ Its ``[providers.<name>]`` table gives the provider's options; keyword arguments
 
 Options are checked against the constructor's type hints, never coerced from strings;
 any mistake is a :class:`~provider_sdk.errors.ConfigError` naming the key, the provider
-and the file. Environment settings that are numbers or switches are read through
-:func:`int_setting`, :func:`float_setting` and :func:`bool_setting`, with the same
-strictness.
+and the file. A provider reads each option it was not given from the environment through
+:class:`~provider_sdk.settings.Settings`, with the same strictness; :func:`env_setting`,
+:func:`int_setting`, :func:`float_setting` and :func:`bool_setting` (from
+:mod:`provider_sdk.settings`) read a lone variable.
 """
 
 from __future__ import annotations
@@ -22,17 +23,17 @@ from __future__ import annotations
 import inspect
 import math
 import os
-import re
 import sys
 import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 from provider_sdk import registry
 from provider_sdk.errors import ConfigError
 from provider_sdk.secret import Secret
+from provider_sdk.settings import bool_setting, env_setting, float_setting, int_setting
 
 if typing.TYPE_CHECKING:
     from provider_sdk.provider import SandboxProvider
@@ -46,106 +47,6 @@ __all__ = ["DEFAULT_PROVIDER", "KNOWN_KEYS", "Secret", "bool_setting", "config_p
            "env_setting", "float_setting", "int_setting", "open_provider", "provider_name"]
 
 DEFAULT_PROVIDER = "local"
-
-
-# ------------------------------------------------------------- environment settings
-
-_TRUE = frozenset({"true", "1"})
-_FALSE = frozenset({"false", "0"})
-
-
-def env_setting(var: str, *, default: str | None = None, required: bool = False,
-                secret: bool = False, provider: str | None = None) -> str | None:
-    """Read a setting from the environment.
-
-    Raises:
-        ConfigError: ``required`` and unset (or empty); the message names ``var``.
-    """
-    value = os.environ.get(var) or default
-    if value is None and required:
-        raise ConfigError(f"the setting {var} is required: set it in the environment",
-                          provider=provider)
-    if value is not None and secret:
-        return Secret(value)
-    return value
-
-
-@overload
-def int_setting(var: str, default: int, *, minimum: int = ...,
-                provider: str | None = ...) -> int: ...
-@overload
-def int_setting(var: str, default: None = ..., *, minimum: int = ...,
-                provider: str | None = ...) -> int | None: ...
-def int_setting(var: str, default: int | None = None, *, minimum: int = 1,
-                provider: str | None = None) -> int | None:
-    """An integer setting from the environment (unset or empty: ``default``).
-
-    Raises:
-        ConfigError: the value is not a whole number of at least ``minimum`` (``1.5``,
-            ``ten``, ``0`` by default); the message names ``var``.
-    """
-    raw = os.environ.get(var)
-    if not raw:
-        return default
-    text = raw.strip()
-    if not re.fullmatch(r"[+-]?\d+", text) or int(text) < minimum:
-        raise ConfigError(f"the setting {var} must be an integer of at least {minimum}, "
-                          f"got {raw!r}", provider=provider)
-    return int(text)
-
-
-@overload
-def float_setting(var: str, default: float, *, positive: bool = ...,
-                  provider: str | None = ...) -> float: ...
-@overload
-def float_setting(var: str, default: None = ..., *, positive: bool = ...,
-                  provider: str | None = ...) -> float | None: ...
-def float_setting(var: str, default: float | None = None, *, positive: bool = True,
-                  provider: str | None = None) -> float | None:
-    """A finite number from the environment, e.g. a timeout in seconds.
-
-    Raises:
-        ConfigError: the value is not a finite number (``inf``, ``nan``, ``soon``), or
-            ``positive`` and it is not above zero; the message names ``var``.
-    """
-    raw = os.environ.get(var)
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or (positive and value <= 0):
-        kind = "a positive finite number" if positive else "a finite number"
-        raise ConfigError(f"the setting {var} must be {kind}, got {raw!r}", provider=provider)
-    return value
-
-
-@overload
-def bool_setting(var: str, default: bool, *, provider: str | None = ...) -> bool: ...
-@overload
-def bool_setting(var: str, default: None = ..., *,
-                 provider: str | None = ...) -> bool | None: ...
-def bool_setting(var: str, default: bool | None = None, *,
-                 provider: str | None = None) -> bool | None:
-    """A boolean from the environment: ``true``/``1`` or ``false``/``0`` (any case).
-
-    Anything else (``yes``, ``off``, ``maybe``) is refused rather than guessed at, as a
-    misread switch may turn a protection off.
-
-    Raises:
-        ConfigError: the value is not one of those; the message names ``var``.
-    """
-    raw = os.environ.get(var)
-    if not raw:
-        return default
-    text = raw.strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ConfigError(f"the setting {var} must be true or false (or 1 or 0), got {raw!r}",
-                      provider=provider)
 
 
 # --------------------------------------------------------------------- the file

@@ -60,6 +60,7 @@ from provider_sdk.models import (
 )
 from provider_sdk.ports import PortProxy
 from provider_sdk.provider import SandboxProvider
+from provider_sdk.settings import Settings
 from provider_sdk.templates import parsed
 
 __all__ = ["BrokenRecordWarning", "LocalProvider", "UnisolatedWarning"]
@@ -143,8 +144,10 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
 
     def __init__(self, *, home: str | os.PathLike[str] | None = None,
                  unisolated: bool = False) -> None:
-        self._home = Home(Path(home) if home is not None else default_home())
-        self._unisolated = unisolated
+        settings = Settings(self.name)
+        self._home = Home(settings.path("home", home) or default_home())
+        self._unisolated = unisolated = settings.switch("unisolated", unisolated,
+                                                        default=False)
         self._cgroups = _launch.Cgroup.available()
         self._quota = not unisolated and _disk.available()
         self._separate = not unisolated and _users.separate_users()

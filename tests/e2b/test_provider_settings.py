@@ -91,3 +91,44 @@ async def test_a_wrong_key_is_an_authentication_error_that_hides_it(
     assert wrong not in str(caught.value)
     assert wrong not in repr(caught.value)
     assert running.api_key.reveal() not in str(caught.value)
+
+
+@pytest.mark.parametrize(("name", "var", "raw", "words"), [
+    ("e2b", "PSDK_E2B_READY_TIMEOUT", "0", "ready_timeout (PSDK_E2B_READY_TIMEOUT) must be a "
+                                           "positive finite number of seconds, got '0'"),
+    ("e2b", "E2B_API_URL", "api.e2b.test", "api_url (E2B_API_URL) must be a http/https URL"),
+    ("cube", "CUBE_PROXY_PORT_HTTP", "eighty", "proxy_port (CUBE_PROXY_PORT_HTTP) must be an "
+                                               "integer of at least 1, got 'eighty'"),
+    ("cube", "CUBE_API_URL", "ftp://127.0.0.1", "api_url (CUBE_API_URL) must be a http/https"),
+])
+def test_a_malformed_setting_names_the_provider_the_option_and_what_was_expected(
+        monkeypatch: pytest.MonkeyPatch, name: str, var: str, raw: str, words: str) -> None:
+    monkeypatch.setenv("CUBE_API_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv(var, raw)
+    with pytest.raises(ConfigError) as caught:
+        open_provider(name, api_key="k")
+    assert caught.value.provider == name
+    assert f"the setting {words}" in caught.value.message
+
+
+@pytest.mark.parametrize(("option", "value", "words"), [
+    ("retries", -1, "retries must be an integer of at least 0, got -1"),
+    ("max_timeout", 0, "max_timeout must be an integer of at least 1, got 0"),
+    ("request_timeout", float("inf"), "request_timeout must be a positive finite number"),
+])
+def test_a_malformed_option_names_it(option: str, value: object, words: str) -> None:
+    from provider_sdk_e2b import E2BProvider
+
+    with pytest.raises(ConfigError, match=words) as caught:
+        E2BProvider(api_key="k", **{option: value})  # type: ignore[arg-type]
+    assert caught.value.provider == "e2b"
+
+
+@pytest.mark.parametrize("name", ["e2b", "cube"])
+def test_a_malformed_api_key_never_shows_its_value(name: str) -> None:
+    from provider_sdk_e2b import CubeProvider, E2BProvider
+
+    cls = E2BProvider if name == "e2b" else CubeProvider
+    with pytest.raises(ConfigError, match=r"api_key .* must be a string, got a value") as caught:
+        cls(api_key=b"sk-bytes-secret", api_url="http://127.0.0.1:9")  # type: ignore[arg-type]
+    assert "sk-bytes-secret" not in str(caught.value)

@@ -63,7 +63,6 @@ from daytona import VolumeMount as DaytonaVolumeMount
 
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
-from provider_sdk.config import Secret, env_setting
 from provider_sdk.dockerfile import TemplateSupport
 from provider_sdk.models import (
     ExposedPort,
@@ -76,6 +75,7 @@ from provider_sdk.models import (
 from provider_sdk.models import Resources as NeutralResources
 from provider_sdk.provider import SandboxProvider
 from provider_sdk.sandbox import Shell
+from provider_sdk.settings import Settings
 from provider_sdk_daytona import PROVIDER_CAPABILITIES
 from provider_sdk_daytona import _convert as convert
 from provider_sdk_daytona import _exec as wrapper
@@ -98,6 +98,9 @@ CWD_LABEL = "provider-sdk.cwd"
 CREATE_LABEL = "provider-sdk.create"
 """A token per create: a create retried after a 502 first looks for what it made."""
 RESERVED_LABELS = frozenset({LANGUAGE_LABEL, CWD_LABEL, CREATE_LABEL})
+#: The environment variable each option is read from when not given.
+SETTINGS = {"api_key": "DAYTONA_API_KEY", "api_url": "DAYTONA_API_URL",
+            "target": "DAYTONA_TARGET"}
 EXTENSIONS = ("daytona.image", "daytona.name", "daytona.public",
               "daytona.auto_archive_interval")
 
@@ -151,26 +154,18 @@ class DaytonaProvider(CommandsMixin, BackgroundMixin, FilesMixin, PortsMixin, Ca
     def __init__(self, *, api_key: str | None = None, api_url: str | None = None,
                  target: str | None = None, create_timeout: float = 300.0,
                  unavailable_window: float = 30.0, request_timeout: float = 60.0) -> None:
-        key = api_key or env_setting("DAYTONA_API_KEY", required=True, secret=True,
-                                     provider=self.name)
-        assert key is not None
-        self._api_key = key if isinstance(key, Secret) else Secret(key)
-        self._api_url = api_url or env_setting("DAYTONA_API_URL")
-        if self._api_url is not None and not self._api_url.startswith(("http://", "https://")):
-            raise errors.ConfigError(
-                f"DAYTONA_API_URL must be an http(s) URL ending in /api, got {self._api_url!r}",
-                provider=self.name)
-        self._target = target or env_setting("DAYTONA_TARGET")
-        for option, value in (("create_timeout", create_timeout),
-                              ("unavailable_window", unavailable_window),
-                              ("request_timeout", request_timeout)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                    not 0 < value <= wrapper.MAX_SECONDS:
-                raise errors.ConfigError(f"{option} must be a positive number of seconds",
-                                         provider=self.name)
-        self._request_timeout = float(request_timeout)
-        self._create_timeout = float(create_timeout)
-        self._window = float(unavailable_window)
+        settings = Settings(self.name, SETTINGS)
+        key = settings.secret("api_key", api_key)
+        assert key is not None  # required
+        self._api_key = key
+        self._api_url = settings.url("api_url", api_url, hint=" ending in /api")
+        self._target = settings.text("target", target)
+        self._request_timeout, self._create_timeout, self._window = (
+            settings.number(option, value, default=60.0, maximum=wrapper.MAX_SECONDS,
+                            unit=" of seconds")
+            for option, value in (("request_timeout", request_timeout),
+                                  ("create_timeout", create_timeout),
+                                  ("unavailable_window", unavailable_window)))
         self._daytona: AsyncDaytona | None = None
         self._sandboxes: dict[str, AsyncSandbox] = {}
         self._workdirs: dict[str, str] = {}

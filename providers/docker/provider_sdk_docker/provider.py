@@ -27,7 +27,6 @@ import os
 import re
 import secrets
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
@@ -35,7 +34,6 @@ import docker.types
 
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
-from provider_sdk.config import env_setting, int_setting
 from provider_sdk.models import (
     Metrics,
     Resources,
@@ -48,6 +46,7 @@ from provider_sdk.ports import PortProxy
 from provider_sdk.provider import (
     SandboxProvider,
 )
+from provider_sdk.settings import Settings
 from provider_sdk_docker import (
     BASE_CAPABILITIES,
     BOUNDED_CAPABILITIES,
@@ -82,6 +81,11 @@ __all__ = ["DEFAULT_TEMPLATE", "DockerProvider"]
 
 DEFAULT_TEMPLATE = "psdk-base:bookworm"
 DEFAULT_HOST = "unix:///var/run/docker.sock"
+#: The environment variable each option is read from when not given.
+SETTINGS = {"base_url": "DOCKER_HOST", "template": "PSDK_DOCKER_TEMPLATE",
+            "pids_limit": "PSDK_DOCKER_PIDS_LIMIT", "memory_mb": "PSDK_DOCKER_MEMORY_MB",
+            "network": "PSDK_DOCKER_NETWORK", "cpus": "PSDK_DOCKER_CPUS",
+            "disk_mb": "PSDK_DOCKER_DISK_MB", "disks": "PSDK_DOCKER_DISKS"}
 
 #: What a shell needs, and nothing that reaches past the container.
 CAPABILITIES_KEPT = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID")
@@ -161,30 +165,29 @@ class DockerProvider(ProcessesMixin, FilesMixin, SnapshotsMixin, TemplatesMixin,
                  network: str | None = None, cpus: float | None = None,
                  host_control: bool | None = None, disk_mb: int | None = None,
                  disk_quota: bool | None = None, bounded_dirs: bool | None = None) -> None:
-        url = base_url or env_setting("DOCKER_HOST", default=DEFAULT_HOST)
+        settings = Settings(self.name, SETTINGS)
+        url = settings.url("base_url", base_url, default=DEFAULT_HOST,
+                           schemes=("unix", "http+unix", "tcp", "http"))
         assert url is not None
         self._engine = Engine(url, provider=self.name)
-        self.template = template or env_setting("PSDK_DOCKER_TEMPLATE",
-                                                default=DEFAULT_TEMPLATE) or DEFAULT_TEMPLATE
-        self.pids_limit = pids_limit or int_setting("PSDK_DOCKER_PIDS_LIMIT", 1024,
-                                                     provider=self.name)
-        self.memory_mb = memory_mb or int_setting("PSDK_DOCKER_MEMORY_MB", 2048,
-                                                   provider=self.name)
-        self.network = network or env_setting("PSDK_DOCKER_NETWORK", default="bridge") \
-            or "bridge"
-        self.cpus = cpus or _float_setting("PSDK_DOCKER_CPUS", min(2.0, os.cpu_count() or 2))
-        self.host_control = host_control_possible(url) if host_control is None \
-            else host_control
-        self.disk_mb = disk_mb or int_setting("PSDK_DOCKER_DISK_MB", 4096,
-                                               provider=self.name)
-        self.disk_quota = disk_quota if disk_quota is not None else \
-            self.host_control and engine_has_disk_quotas(url)
+        self.template = settings.text("template", template, default=DEFAULT_TEMPLATE)
+        self.pids_limit = settings.integer("pids_limit", pids_limit, default=1024)
+        self.memory_mb = settings.integer("memory_mb", memory_mb, default=2048)
+        self.network = settings.text("network", network, default="bridge")
+        self.cpus = settings.number("cpus", cpus, default=min(2.0, os.cpu_count() or 2))
+        self.host_control = host_control_possible(url) if host_control is None else \
+            settings.switch("host_control", host_control, default=False)
+        self.disk_mb = settings.integer("disk_mb", disk_mb, default=4096)
+        self.disk_quota = settings.switch("disk_quota", disk_quota, default=False) \
+            if disk_quota is not None else self.host_control and engine_has_disk_quotas(url)
         if bounded_dirs is None:
             bounded_dirs = self.host_control and not self.disk_quota and \
                 _bounded.bounded_dirs_possible()
-        disks = env_setting("PSDK_DOCKER_DISKS")
+        else:
+            bounded_dirs = settings.switch("bounded_dirs", bounded_dirs, default=False)
+        disks = settings.path("disks", None)
         self._bounded = _bounded.BoundedDirs(
-            self._engine, root=Path(disks) if disks else None, provider=self.name) \
+            self._engine, root=disks, provider=self.name) \
             if bounded_dirs and not self.disk_quota else None
         # Per instance: what holds depends on where the Engine runs (the class lists all).
         self._hold_only(BASE_CAPABILITIES
@@ -472,18 +475,3 @@ def _int_label(labels: Mapping[str, str] | None, name: str) -> int | None:
     """A label holding a number; ``None`` when it is absent or not a number."""
     value = (labels or {}).get(name, "")
     return int(value) if value.isdigit() else None
-
-
-def _float_setting(var: str, default: float) -> float:
-    value = env_setting(var)
-    if value is None:
-        return default
-    try:
-        number = float(value)
-    except ValueError:
-        number = -1.0
-    if not 0 < number < float("inf"):
-        raise errors.ConfigError(f"the setting {var} must be a positive number, got {value!r}",
-                                 provider=DockerProvider.name)
-    return number
-

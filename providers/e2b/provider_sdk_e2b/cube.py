@@ -39,7 +39,6 @@ from e2b.api.client_async import get_api_client
 
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
-from provider_sdk.config import env_setting
 from provider_sdk.dockerfile import TemplateSupport
 from provider_sdk.models import (
     Lifecycle,
@@ -50,6 +49,7 @@ from provider_sdk.models import (
 )
 from provider_sdk.provider import SandboxProvider
 from provider_sdk.retry import Attempts, Backoff
+from provider_sdk.settings import Settings
 from provider_sdk_e2b import PROVIDER_CAPABILITIES
 from provider_sdk_e2b._cube_templates import CubeTemplates
 from provider_sdk_e2b.provider import ENVD_PORT, E2BProvider, Remote
@@ -81,6 +81,7 @@ class CubeProvider(E2BProvider):
     SETTINGS: ClassVar[Mapping[str, str]] = {
         "api_key": "CUBE_API_KEY", "api_url": "CUBE_API_URL", "domain": "CUBE_SANDBOX_DOMAIN",
         "template": "CUBE_TEMPLATE_ID", "ready_timeout": "PSDK_CUBE_READY_TIMEOUT",
+        "proxy_node_ip": "CUBE_PROXY_NODE_IP", "proxy_port": "CUBE_PROXY_PORT_HTTP",
     }
     DEFAULT_TEMPLATE: ClassVar[str | None] = None
     _STATES: ClassVar[Mapping[str, SandboxState]] = {
@@ -109,11 +110,10 @@ class CubeProvider(E2BProvider):
                          sandbox_url=sandbox_url, template=template,
                          ready_timeout=ready_timeout, request_timeout=request_timeout,
                          retries=retries)
-        if not self._api_url:
-            raise errors.ConfigError("the setting CUBE_API_URL is required: set it in the "
-                                     "environment", provider=self.name)
-        self._node = proxy_node_ip or env_setting("CUBE_PROXY_NODE_IP")
-        self._node_port = proxy_port or env_setting("CUBE_PROXY_PORT_HTTP", default="80")
+        settings = Settings(self.name, self.SETTINGS)
+        settings.url("api_url", self._api_url, required=True)
+        self._node = settings.text("proxy_node_ip", proxy_node_ip)
+        self._node_port = settings.integer("proxy_port", proxy_port, default=80)
         if self._node and not self._sandbox_url:
             self._sandbox_url = f"http://{self._node}:{self._node_port}"
         self._v1 = False  # set once the control plane answered 405 to a v2 route

@@ -53,7 +53,6 @@ from packaging.version import Version
 
 from provider_sdk import errors, scripts
 from provider_sdk.capabilities import Capability
-from provider_sdk.config import Secret, env_setting
 from provider_sdk.dockerfile import TemplateSupport
 from provider_sdk.models import (
     Lifecycle,
@@ -66,6 +65,7 @@ from provider_sdk.models import (
     Snapshot,
 )
 from provider_sdk.provider import SandboxProvider
+from provider_sdk.settings import Settings
 from provider_sdk.tasks import TaskOwner
 from provider_sdk.templates import TemplateBuilder
 from provider_sdk_e2b import PROVIDER_CAPABILITIES, _e2b_templates, _shell
@@ -148,44 +148,24 @@ class E2BProvider(ProcessesMixin, FilesMixin, PortsMixin, ErrorsMixin, SandboxPr
                  template: str | None = None, ready_timeout: float | None = None,
                  max_timeout: int = 3600, request_timeout: float = 60.0,
                  retries: int = 3) -> None:
-        key = api_key or env_setting(self.SETTINGS["api_key"], required=True, secret=True,
-                                     provider=self.name)
-        self._api_key = Secret(key or "")  # env_setting raised if it is unset
-        self._api_url = api_url or self._setting("api_url")
-        self._domain = domain or self._setting("domain")
-        self._sandbox_url = sandbox_url or self._setting("sandbox_url")
-        self._template = template or self._setting("template") or self.DEFAULT_TEMPLATE
-        self._ready_timeout = self._number("ready_timeout", ready_timeout, 60.0)
-        self._max_timeout = int(self._number("max_timeout", max_timeout, 3600))
-        self._request_timeout = self._number("request_timeout", request_timeout, 60.0)
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise errors.ConfigError(f"retries must be a non-negative integer, got {retries!r}",
-                                     provider=self.name)
-        self._retries = retries
+        settings = Settings(self.name, self.SETTINGS)
+        key = settings.secret("api_key", api_key)
+        assert key is not None  # required
+        self._api_key = key
+        self._api_url = settings.url("api_url", api_url)
+        self._domain = settings.text("domain", domain)
+        self._sandbox_url = settings.url("sandbox_url", sandbox_url)
+        self._template = settings.text("template", template) or self.DEFAULT_TEMPLATE
+        self._ready_timeout = settings.number("ready_timeout", ready_timeout, default=60.0,
+                                              unit=" of seconds")
+        self._max_timeout = settings.integer("max_timeout", max_timeout, default=3600)
+        self._request_timeout = settings.number("request_timeout", request_timeout,
+                                                default=60.0, unit=" of seconds")
+        self._retries = settings.integer("retries", retries, default=3, minimum=0)
         self._handles: dict[str, _Handle] = {}
         self._procs: dict[tuple[str, int], _Proc] = {}
         self._tasks = TaskOwner(self.name)
         """Owns every task the provider starts: process pumps, lease renewals."""
-
-    def _setting(self, option: str) -> str | None:
-        var = self.SETTINGS.get(option)
-        return env_setting(var) if var is not None else None
-
-    def _number(self, option: str, value: float | None, default: float) -> float:
-        var = self.SETTINGS.get(option)
-        if value is None and var is not None:
-            raw = env_setting(var)
-            try:
-                value = float(raw) if raw is not None else None
-            except ValueError:
-                raise errors.ConfigError(f"the setting {var} must be a number of seconds, "
-                                         f"got {raw!r}", provider=self.name) from None
-        if value is None:
-            return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise errors.ConfigError(f"{option} must be a positive number, got {value!r}",
-                                     provider=self.name)
-        return float(value)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} api_url={self._api_url!r}>"
