@@ -26,6 +26,7 @@ import json
 import posixpath
 import re
 import secrets
+import shlex
 import shutil
 import tarfile
 import tempfile
@@ -346,7 +347,7 @@ class TemplateBuilds:
                 raise ApiError(400, f"step {index}: mode {mode!r} is not octal")
             targets = _copied(root, source, dest)
             if targets:
-                chmod = "chmod " + mode + " " + " ".join(_shell_quote(t) for t in targets)
+                chmod = f"chmod {mode} {shlex.join(targets)}"
                 lines += ["USER root", f"RUN {_json(['/bin/sh', '-c', chmod])}",
                           f"USER {user}"]
         return lines
@@ -401,10 +402,6 @@ def _keep_absolute_links(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo 
 
 def _json(value: Any) -> str:
     return json.dumps(value)
-
-
-def _shell_quote(word: str) -> str:
-    return "'" + word.replace("'", "'\"'\"'") + "'"
 
 
 def _copied(root: Path, source: str, dest: str) -> list[str]:
