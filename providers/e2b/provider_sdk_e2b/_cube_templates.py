@@ -37,6 +37,7 @@ from provider_sdk import errors
 from provider_sdk.config import env_setting
 from provider_sdk.distributions import install_hint
 from provider_sdk.models import Template, TemplateSpec
+from provider_sdk.retry import Attempts, Backoff
 
 if TYPE_CHECKING:
     from provider_sdk_templates import Registry
@@ -46,7 +47,7 @@ __all__ = ["CubeTemplates"]
 ENVD_PORT = 49983
 _ALIAS = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 _REPOSITORY = "psdk"
-_POLL = 0.25
+_POLL = Backoff(initial=0.25, factor=1, cap=0.25)
 
 Call = Callable[..., Awaitable[Any]]
 Progress = Callable[[str], None]
@@ -159,7 +160,7 @@ class CubeTemplates:
         template_id, job_id = _pick(job, "templateID"), _pick(job, "jobID", "buildID")
         shown = None
         with anyio.move_on_after(self.timeout) as scope:
-            while True:
+            async for _ in Attempts(_POLL):
                 status = await self.call(
                     "GET", f"/templates/{template_id}/builds/{job_id}/status")
                 state = str(_pick(status, "status") or "").lower()
@@ -170,7 +171,6 @@ class CubeTemplates:
                 shown = line
                 if state in ("ready", "failed", "error"):
                     break
-                await anyio.sleep(_POLL)
         if scope.cancelled_caught:
             raise errors.TemplateBuildError(
                 f"template {template_id} was not ready after {self.timeout:g} s",

@@ -39,6 +39,7 @@ from e2b_dockerfile_utils import DockerfileSyntaxError
 from provider_sdk import errors
 from provider_sdk.dockerfile import TemplateSupport
 from provider_sdk.models import Template, TemplateSpec
+from provider_sdk.retry import Attempts, Backoff
 from provider_sdk.templates import parsed
 
 if TYPE_CHECKING:
@@ -63,8 +64,8 @@ the step does); not ``SHELL``, ``HEALTHCHECK``, ``ONBUILD``, ``STOPSIGNAL``. ``E
 ``VOLUME`` and ``LABEL`` have no effect on E2B; ``ADD`` copies (an archive is not
 unpacked, a URL is refused)."""
 
-_POLL = 0.2
-"""Seconds between status polls, as the SDK's own ``build`` waits."""
+_POLL = Backoff(initial=0.2, factor=1, cap=0.2)
+"""The pause between status polls, as the SDK's own ``build`` waits."""
 _TAIL = 20
 _SUFFIX = re.compile(r"^(.*)-([0-9a-f]{12})$")
 
@@ -186,7 +187,8 @@ async def _wait(api: E2BTemplates, info: Any,
     """Poll the build until it ends and its log is drained; the final status."""
     offset = 0
     final = None
-    while True:
+    polls = Attempts(_POLL)
+    async for _ in polls:
         status = await AsyncTemplate.get_build_status(info, logs_offset=offset,
                                                       **api.params())
         offset += len(status.log_entries)
@@ -196,8 +198,10 @@ async def _wait(api: E2BTemplates, info: Any,
             final = final or status
             if not status.log_entries:
                 return final
-        elif not status.log_entries:
-            await anyio.sleep(_POLL)
+            polls.reset()  # drain the rest of the log at once
+        elif status.log_entries:
+            polls.reset()
+    raise AssertionError("unreachable: the build is polled without limit")
 
 
 def _step_name(spec: TemplateSpec, steps: list[dict[str, Any]], step: str | None) -> str:
