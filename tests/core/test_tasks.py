@@ -13,6 +13,13 @@ from provider_sdk.tasks import TaskOwner
 pytestmark = pytest.mark.anyio
 
 
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """The host task is started the way each backend allows (a loop task, a system
+    task): both are covered."""
+    return str(request.param)
+
+
 async def _forever(log: list[str], name: str, started: anyio.Event) -> None:
     try:
         started.set()
