@@ -80,6 +80,9 @@ class Capability(str, enum.Enum):
     unprivileged user: reading a file that user may not read, or writing over one it may
     not write, raises ``PermissionDenied`` and leaves the file as it was; writing over a
     file keeps its mode."""
+    METADATA_UPDATE = "metadata.update"
+    """``set_metadata(labels)`` changes a sandbox's labels after create: ``info`` and
+    ``list(metadata=...)`` (from any process) see the new ones."""
     LIST_METADATA = "list.metadata"
     """``list(metadata=...)`` filters on the backend, not by fetching everything."""
     METRICS = "metrics"
@@ -150,6 +153,7 @@ HOOKS: dict[Capability, tuple[str, ...]] = {
     Capability.SNAPSHOT_ROLLBACK: ("_rollback",),
     Capability.VOLUMES: ("_create_volume", "_get_volume", "_list_volumes", "_delete_volume"),
     Capability.NETWORK_UPDATE: ("_update_network",),
+    Capability.METADATA_UPDATE: ("_set_metadata",),
     Capability.METRICS: ("_metrics",),
     Capability.TEMPLATES_BUILD: ("_template_builder",),
     Capability.PORTS_EXPOSE: ("_expose", "_unexpose"),

@@ -496,6 +496,11 @@ class SandboxProvider(abc.ABC):
         """Change a running sandbox's network policy. (``network.update``)"""
         raise self._unsupported(Capability.NETWORK_UPDATE, sandbox_id)
 
+    async def _set_metadata(self, sandbox_id: str, labels: Mapping[str, str]) -> SandboxInfo:
+        """Set ``labels`` on the sandbox, keeping its other labels (internal ones too);
+        return its info with them. (``metadata.update``)"""
+        raise self._unsupported(Capability.METADATA_UPDATE, sandbox_id)
+
     async def _metrics(self, sandbox_id: str) -> Metrics:
         """Read resource use. (``metrics``)"""
         raise self._unsupported(Capability.METRICS, sandbox_id)

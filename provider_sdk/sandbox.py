@@ -29,6 +29,7 @@ from provider_sdk.capabilities import Capability
 from provider_sdk.errors import InvalidInput, attributed
 from provider_sdk.events import span, trace_context
 from provider_sdk.files import Files, check_path
+from provider_sdk.labels import check_labels
 from provider_sdk.limits import OutputBuffer, check_limit
 from provider_sdk.models import (
     ExecResult,
@@ -248,6 +249,24 @@ class Sandbox:
         self.provider._check_network(policy, self.id, "update_network()")
         async with span("network.update", self.provider.name, self.id):
             await self.provider._update_network(self.id, policy)
+
+    async def set_metadata(self, metadata: Mapping[str, str]) -> SandboxInfo:
+        """Set labels on the sandbox (``metadata.update``), keeping the others; returns
+        (and keeps in :attr:`info`) its info with them. The labels follow the rules of
+        :mod:`provider_sdk.labels`, as at create: the provider's internal labels are
+        refused. ``get_info`` and ``list(metadata=...)`` see them at once, from any
+        process."""
+        self.provider.require(Capability.METADATA_UPDATE, sandbox_id=self.id)
+        if not isinstance(metadata, Mapping):
+            raise InvalidInput(f"metadata must be a mapping, got {type(metadata).__name__}",
+                               provider=self.provider.name, sandbox_id=self.id)
+        labels = dict(metadata)
+        check_labels(labels, internal=self.provider.internal_labels,
+                     provider=self.provider.name)
+        async with span("metadata.update", self.provider.name, self.id):
+            self.info = self.provider._visible(
+                await self.provider._set_metadata(self.id, labels))
+        return self.info
 
     # ---------------------------------------------------------------- ports
 

@@ -414,6 +414,10 @@ class SyncSandbox:
         """Current resource use (``metrics``)."""
         return self._run.call(self._sandbox.metrics)
 
+    def set_metadata(self, metadata: Mapping[str, str]) -> SandboxInfo:
+        """Set labels on the sandbox, keeping the others (``metadata.update``)."""
+        return self._run.call(self._sandbox.set_metadata, metadata)
+
     def update_network(self, policy: NetworkPolicy) -> None:
         """Change the network policy of the running sandbox (``network.update``)."""
         self._run.call(self._sandbox.update_network, policy)

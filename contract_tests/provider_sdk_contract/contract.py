@@ -16,6 +16,7 @@ from provider_sdk_contract.idle import IdleContract
 from provider_sdk_contract.isolation import IsolationContract
 from provider_sdk_contract.lifecycle import LifecycleContract
 from provider_sdk_contract.listing import ListingContract
+from provider_sdk_contract.metadata import MetadataContract
 from provider_sdk_contract.metrics import MetricsContract
 from provider_sdk_contract.network import NetworkContract
 from provider_sdk_contract.network_update import NetworkUpdateContract
@@ -59,6 +60,7 @@ class ProviderContract(
     ProcessContract,
     UserContract,
     ExecContract,
+    MetadataContract,
     ListingContract,
     LifecycleContract,
     FilesContract,

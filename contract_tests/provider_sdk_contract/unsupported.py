@@ -64,6 +64,7 @@ CALLS: dict[Capability, Call] = {
     Capability.NETWORK_DENY_OUT: lambda s, f: f.sandbox(
         network=NetworkPolicy(deny_out=_LOOPBACK)),
     Capability.NETWORK_UPDATE: lambda s, f: s.update_network(NetworkPolicy()),
+    Capability.METADATA_UPDATE: lambda s, f: s.set_metadata({"psdk-label": "set"}),
     Capability.METRICS: lambda s, f: s.metrics(),
     Capability.RESOURCES_CPU: lambda s, f: f.sandbox(resources=Resources(cpu=1)),
     Capability.RESOURCES_MEMORY: lambda s, f: f.sandbox(resources=Resources(memory_mb=512)),

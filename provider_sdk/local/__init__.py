@@ -33,6 +33,7 @@ PROVIDER_CAPABILITIES: dict[str, frozenset[Capability]] = {"LocalProvider": froz
         Capability.NETWORK_POLICY,
         Capability.FILES_PERMISSIONS,
         Capability.LIST_METADATA,
+        Capability.METADATA_UPDATE,
         Capability.METRICS,
         Capability.PORTS_EXPOSE,
         Capability.PORTS_URL_TOKEN,

@@ -40,6 +40,7 @@ import attrs
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
 from provider_sdk.dockerfile import Problem, TemplateSupport
+from provider_sdk.labels import check_labels
 from provider_sdk.local import PROVIDER_CAPABILITIES, _disk, _launch, _records, _seccomp, _users
 from provider_sdk.local._calls import CallsMixin
 from provider_sdk.local._client import AgentClient
@@ -414,6 +415,24 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
             else:
                 _launch.signal_all(_launch.Launched(**meta["launch"]), signal.SIGCONT)
                 (directory / "paused").unlink(missing_ok=True)
+
+    async def _set_metadata(self, sandbox_id: str, labels: Mapping[str, str]) -> SandboxInfo:
+        return await anyio.to_thread.run_sync(self._set_metadata_blocking, sandbox_id, labels)
+
+    def _set_metadata_blocking(self, sandbox_id: str, labels: Mapping[str, str]) -> SandboxInfo:
+        directory = self._home.sandbox(sandbox_id)
+        self._read(sandbox_id)  # SandboxNotFound, or SandboxNotRunning if broken
+        try:
+            with self._home.lock(directory):  # the record is read, changed, replaced whole
+                meta = self._read(sandbox_id)
+                merged = {**meta["metadata"], **labels}
+                check_labels(merged, provider=self.name)
+                meta["metadata"] = merged
+                write_meta(directory, meta)
+        except FileNotFoundError:  # killed meanwhile
+            raise errors.SandboxNotFound(f"no sandbox {sandbox_id!r} in {self._home.path}",
+                                         provider=self.name, sandbox_id=sandbox_id) from None
+        return self._to_info(meta, self._state(sandbox_id, meta))
 
     # ------------------------------------------------------------- state helpers
 
