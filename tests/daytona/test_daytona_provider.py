@@ -163,6 +163,22 @@ async def test_metadata_hides_the_sdk_and_provider_labels(provider: DaytonaProvi
         assert [dict(i.metadata) for i in listed] == [{"team": "a"}]
 
 
+async def test_set_metadata_keeps_the_sdk_and_provider_labels(
+        provider: DaytonaProvider) -> None:
+    """Daytona replaces labels whole: the reserved ones go with the new, so the spec's
+    cwd still holds after an update."""
+    async with provider.create(metadata={"team": "a"}, cwd="/tmp") as sandbox:
+        before = (await _daytona_fields(provider, sandbox.id)).labels
+        assert before["provider-sdk.cwd"] == "/tmp"
+        info = await sandbox.set_metadata({"owner": "alice"})
+        assert dict(info.metadata) == {"team": "a", "owner": "alice"}
+        after = (await _daytona_fields(provider, sandbox.id)).labels
+        assert after == {**before, "owner": "alice"}
+        with pytest.raises(InvalidInput, match=r"'provider-sdk\.cwd' is reserved"):
+            await sandbox.set_metadata({"provider-sdk.cwd": "/"})
+        assert (await sandbox.exec("pwd")).stdout == "/tmp\n"
+
+
 async def test_the_sdk_and_provider_labels_are_reserved(provider: DaytonaProvider) -> None:
     for key in ("code-toolbox-language", "provider-sdk.cwd"):
         with pytest.raises(InvalidInput, match=rf"^\[daytona\] metadata: label '{key}'"):

@@ -31,6 +31,7 @@ PROVIDER_CAPABILITIES: dict[str, frozenset[Capability]] = {"DaytonaProvider": fr
         Capability.NETWORK_INTERNET,
         Capability.NETWORK_ALLOW_OUT,
         Capability.LIST_METADATA,
+        Capability.METADATA_UPDATE,
         # Sandboxes made from an image (extension daytona.image) only: one made from a
         # Daytona snapshot has the snapshot's size, and asking for more is InvalidInput.
         Capability.RESOURCES_CPU,

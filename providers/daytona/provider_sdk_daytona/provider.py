@@ -13,7 +13,8 @@ Mapping, in short (the Daytona page of the docs has the whole table):
   ``ceil(T / 60)`` minutes (``lifecycle.auto_pause``); ``on_idle="kill"`` adds immediate
   auto-delete. Daytona counts requests as activity, not processes inside the sandbox.
 - Metadata is Daytona's labels, minus the SDK's ``code-toolbox-language`` label and this
-  provider's ``provider-sdk.cwd`` (where ``SandboxSpec.cwd`` is kept).
+  provider's ``provider-sdk.cwd`` (where ``SandboxSpec.cwd`` is kept). ``set_metadata``
+  (``metadata.update``) is the SDK's ``set_labels``, sent with the labels kept.
 - Commands run through a wrapper (the script is ``_exec``'s, the call ``_commands``') so
   that stdout and stderr stay apart and byte-exact, stdin works, a timeout keeps the
   partial output, and cancelling kills the command's process tree.
@@ -64,6 +65,7 @@ from daytona import VolumeMount as DaytonaVolumeMount
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
 from provider_sdk.dockerfile import TemplateSupport
+from provider_sdk.labels import check_labels
 from provider_sdk.models import (
     ExposedPort,
     SandboxInfo,
@@ -394,6 +396,16 @@ class DaytonaProvider(CommandsMixin, BackgroundMixin, FilesMixin, PortsMixin, Ca
             with self._translate(sandbox_id):
                 await self._retrying(lambda: sandbox.start(timeout=self._create_timeout))
         await self._probe(sandbox)
+        return self._to_info(sandbox)
+
+    async def _set_metadata(self, sandbox_id: str, labels: Mapping[str, str]) -> SandboxInfo:
+        # Daytona replaces the labels whole (PUT /sandbox/{id}/labels): the current ones,
+        # reserved ones too, go with the new. Two callers at once: the last one wins.
+        sandbox = await self._fetch(sandbox_id)
+        merged = {**(sandbox.labels or {}), **labels}
+        check_labels(merged, provider=self.name)
+        with self._translate(sandbox_id):
+            await self._retrying(lambda: sandbox.set_labels(merged))
         return self._to_info(sandbox)
 
     async def ex_archive(self, sandbox_id: str) -> SandboxInfo:
