@@ -251,7 +251,8 @@ class LookupMixin:
 
     async def _create(self, owner: str, broken: Binding | None) -> tuple[Sandbox, str]:
         """Level 4: a new sandbox tagged with the owner, from its newest usable snapshot
-        when it had one, else a free member of the pool when there is one."""
+        when it had one, else a free member of the pool when there is one (tagged with
+        the owner where the provider holds ``metadata.update``)."""
         spec = attrs.evolve(self.spec, metadata={**self.spec.metadata, self.owner_key: owner})
         for snapshot_id in reversed(broken.snapshots if broken is not None else ()):
             async with span("manager.create", self.provider.name, owner=owner,
@@ -265,7 +266,11 @@ class LookupMixin:
                 ev["sandbox_id"] = sandbox.id
             return sandbox, "snapshot"
         if self.pool is not None:
-            pooled = await self.pool.take()
+            # Tagged with the owner where labels change after create, so that the list
+            # level finds it if its binding is lost; elsewhere its binding alone binds it.
+            tag = {self.owner_key: owner} \
+                if self.pool.provider.supports(Capability.METADATA_UPDATE) else None
+            pooled = await self.pool.take(metadata=tag)
             if pooled is not None:
                 return pooled, "pool"
         async with span("manager.create", self.provider.name, owner=owner) as ev:

@@ -108,8 +108,9 @@ class SandboxManager(CacheMixin, LookupMixin, PoliciesMixin, HousekeepingMixin):
         pool: a :class:`~provider_sdk.manager.WarmPool` of the same provider that a new
             owner's sandbox is taken from (level ``pool``) while it has free members;
             give it the manager's store. The caller runs it (``async with``). A
-            pooled sandbox is not tagged with its owner (labels are fixed at
-            creation): its binding is what binds it.
+            pooled sandbox is tagged with its owner on claim where the provider holds
+            ``metadata.update``, so level ``list`` finds it if its binding is lost;
+            elsewhere it is not tagged, and its binding alone binds it.
     """
 
     def __init__(

@@ -26,11 +26,13 @@ they share a ``name``, a provider and a binding store (and agree on the spec):
   (:func:`~provider_sdk.manager.reap`) kills free members of a pool nobody runs once
   they are past ``max_age``, and never a member that was handed out.
 
-Labels are fixed when a sandbox is made (no backend the interface covers can change
-them all afterwards), so a claim gives the caller's identity through what can change:
-the environment of the handle it returns (and, through a
-:class:`~provider_sdk.manager.SandboxManager`, the owner's binding and environment).
-Put labels every member should carry in the pool's spec.
+A claim gives the caller's identity: the environment of the handle it returns, and,
+where the provider changes labels after create (``metadata.update``), the caller's
+labels on the member (``claim(metadata=...)``; a
+:class:`~provider_sdk.manager.SandboxManager` gives its owner label this way, so a
+pooled sandbox whose binding is lost is found again by owner). Elsewhere a claim with
+labels is refused (:class:`~provider_sdk.errors.UnsupportedCapability` naming
+``metadata.update``), and members carry only the labels of the pool's spec and its own.
 
 This module owns the pool; it must not know any provider or store by name, and it does
 not bind owners (the manager does).
@@ -238,33 +240,73 @@ class WarmPool:
 
     # --------------------------------------------------------------- claims
 
-    async def claim(self, *, env: Mapping[str, str] | None = None) -> ClaimedSandbox:
+    async def claim(self, *, metadata: Mapping[str, str] | None = None,
+                    env: Mapping[str, str] | None = None) -> ClaimedSandbox:
         """A sandbox for the caller: a free member if there is one (a *hit*), else a
         new one made now (a *miss*). ``env`` applies under every command's own.
+        ``metadata`` labels the sandbox (``metadata.update`` for a member; a miss is
+        made with them), over the labels of the pool's spec.
 
         Raises:
-            InvalidInput: a name in ``env`` is not a variable name, or a value holds NUL.
+            InvalidInput: a name in ``env`` is not a variable name, or a value holds NUL;
+                a label breaks the label rules or is one of the pool's own.
+            UnsupportedCapability: ``metadata`` is given and the provider does not
+                hold ``metadata.update``.
         """
         checked = _env_map(env)
-        sandbox = await self.take()
+        labels = self._claim_labels(metadata)
+        sandbox = await self.take(metadata=labels)
         if sandbox is None:
-            sandbox = await self.provider.create(self.spec)
+            sandbox = await self.provider.create(attrs.evolve(
+                self.spec, metadata={**self.spec.metadata, **labels}))
         return ClaimedSandbox(self.provider, sandbox.info, env=checked)
 
-    async def take(self) -> Sandbox | None:
+    async def take(self, *, metadata: Mapping[str, str] | None = None) -> Sandbox | None:
         """Hand out a free member (running), or ``None`` when there is none at hand.
 
         Exactly one caller, in any process sharing the store, gets a given member. Each
-        call counts as a hit or a miss in the ``psdk.pool.claims`` metric.
+        call counts as a hit or a miss in the ``psdk.pool.claims`` metric. ``metadata``
+        is set on the member before it is handed out, as in :meth:`claim`; a member
+        that cannot take it is killed and the next one tried.
         """
+        labels = self._claim_labels(metadata)
         async with span("pool.claim", self.provider.name, pool=self.name) as ev:
-            sandbox = await self._take()
+            sandbox = await self._take(labels)
             ev["hit"] = sandbox is not None
             if sandbox is not None:
                 ev["sandbox_id"] = sandbox.id
         return sandbox
 
-    async def _take(self) -> Sandbox | None:
+    def _claim_labels(self, metadata: Mapping[str, str] | None) -> dict[str, str]:
+        """The labels a claim gives, checked; refused where they cannot be set."""
+        labels = dict(metadata or {})
+        if not labels:
+            return labels
+        self.provider.require(Capability.METADATA_UPDATE,
+                              detail="WarmPool.claim(metadata=...)")
+        for label in (POOL_LABEL, SPEC_LABEL, EXPIRES_LABEL):
+            if label in labels:
+                raise InvalidInput(f"metadata must not set {label!r}: the pool tags its "
+                                   "members with it", provider=self.provider.name)
+        check_labels(labels, internal=self.provider.internal_labels,
+                     provider=self.provider.name)
+        return labels
+
+    async def _take(self, labels: Mapping[str, str]) -> Sandbox | None:
+        while self._free:
+            sandbox = await self._take_one()
+            if sandbox is None or not labels:
+                return sandbox
+            try:
+                await sandbox.set_metadata(labels)
+            except SandboxError:
+                await self._kill_quietly(sandbox.id)
+                continue
+            return sandbox
+        self._refill_soon()
+        return None
+
+    async def _take_one(self) -> Sandbox | None:
         while self._free:
             sandbox_id = next(iter(self._free))
             info = self._free.pop(sandbox_id)

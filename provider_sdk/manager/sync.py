@@ -11,6 +11,14 @@ notebooks. It runs the async manager in the loop of a
         sandbox = manager.acquire("alice")
         print(sandbox.exec("echo hello").stdout)
 
+A :class:`SyncWarmPool` runs a :class:`~provider_sdk.manager.WarmPool` the same way, on
+its own or as the manager's ``pool``::
+
+    with open_provider() as provider, \
+            SyncWarmPool(provider, size=2, store=store) as pool, \
+            SyncSandboxManager(provider, store, pool=pool) as manager:
+        sandbox = manager.acquire("alice")
+
 This module must not hold logic of its own beyond moving calls between threads.
 """
 
@@ -23,19 +31,21 @@ from typing import Any
 
 from provider_sdk.manager.handle import ManagedSandbox
 from provider_sdk.manager.manager import SandboxManager
+from provider_sdk.manager.pool import ClaimedSandbox, WarmPool
 from provider_sdk.manager.store import Binding, BindingStore
-from provider_sdk.models import Snapshot
+from provider_sdk.models import SandboxSpec, Snapshot
 from provider_sdk.sync import SyncProvider, SyncSandbox
 
-__all__ = ["SyncManagedSandbox", "SyncSandboxManager"]
+__all__ = ["SyncClaimedSandbox", "SyncManagedSandbox", "SyncSandboxManager", "SyncWarmPool"]
 
 
 class SyncSandboxManager:
     """A blocking :class:`~provider_sdk.manager.SandboxManager`.
 
     Takes the same arguments, with a :class:`~provider_sdk.sync.SyncProvider` in place
-    of the async provider. Its background work runs in the provider's loop until
-    :meth:`close` (or the end of its ``with`` block).
+    of the async provider (and a :class:`SyncWarmPool` as ``pool``). Its background
+    work runs in the provider's loop until :meth:`close` (or the end of its ``with``
+    block).
     """
 
     def __init__(self, provider: SyncProvider, store: BindingStore | None = None,
@@ -43,6 +53,8 @@ class SyncSandboxManager:
         self.provider = provider
         """The provider the sandboxes run on."""
         self._run = provider._runner
+        if isinstance(options.get("pool"), SyncWarmPool):
+            options["pool"] = options["pool"].pool
         self.manager = SandboxManager(provider.async_provider, store, **options)
         """The async manager underneath (use it only from async code in the loop)."""
         self._cm = self._run._portal.wrap_async_context_manager(self.manager)
@@ -120,3 +132,91 @@ class SyncManagedSandbox(SyncSandbox):
     def unset_env(self, *names: str) -> None:
         """Remove variables from the owner's environment."""
         self._run.call(self._managed.unset_env, *names)
+
+
+class SyncWarmPool:
+    """A blocking :class:`~provider_sdk.manager.WarmPool`.
+
+    Takes the same arguments, with a :class:`~provider_sdk.sync.SyncProvider` in place
+    of the async provider. It fills itself in the provider's loop from creation until
+    :meth:`close` (or the end of its ``with`` block); free members stay for the next
+    run.
+    """
+
+    def __init__(self, provider: SyncProvider, spec: SandboxSpec | None = None,
+                 **options: Any) -> None:
+        self.provider = provider
+        """The provider that runs the members."""
+        self._run = provider._runner
+        self.pool = WarmPool(provider.async_provider, spec, **options)
+        """The async pool underneath (use it only from async code in the loop)."""
+        self._cm = self._run._portal.wrap_async_context_manager(self.pool)
+        self._cm.__enter__()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<SyncWarmPool {self.pool.name!r} provider={self.provider.name!r}>"
+
+    def __enter__(self) -> SyncWarmPool:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop filling the pool; free members stay. Safe to call twice."""
+        if not self._closed:
+            self._closed = True
+            self._cm.__exit__(None, None, None)
+
+    @property
+    def running(self) -> bool:
+        """Whether the pool's background task runs."""
+        return self.pool.running
+
+    @property
+    def free(self) -> int:
+        """How many free members this process knows of now."""
+        return self.pool.free
+
+    def wait_filled(self, timeout: float | None = None) -> None:
+        """Wait until this process knows of ``size`` free members."""
+        self._run.call(self.pool.wait_filled, timeout)
+
+    def claim(self, *, metadata: Mapping[str, str] | None = None,
+              env: Mapping[str, str] | None = None) -> SyncClaimedSandbox:
+        """A sandbox for the caller, labelled with ``metadata`` and running commands
+        with ``env``; see :meth:`WarmPool.claim <provider_sdk.manager.WarmPool.claim>`."""
+        return SyncClaimedSandbox(self.provider, self._run.call(
+            self.pool.claim, metadata=metadata, env=env))
+
+    def take(self, *, metadata: Mapping[str, str] | None = None) -> SyncSandbox | None:
+        """A free member, or ``None`` when there is none at hand."""
+        taken = self._run.call(self.pool.take, metadata=metadata)
+        return SyncSandbox(self.provider, taken) if taken is not None else None
+
+    def set_spec(self, spec: SandboxSpec) -> None:
+        """Make members for ``spec`` from now on; the next round drains the others."""
+        self._run.call(self.pool.set_spec, spec)
+
+    def drain(self) -> int:
+        """Kill every free member of the pool; returns how many."""
+        return self._run.call(self.pool.drain)
+
+    def check(self) -> None:
+        """One round of the pool's background task, now."""
+        self._run.call(self.pool.check)
+
+
+class SyncClaimedSandbox(SyncSandbox):
+    """A blocking :class:`~provider_sdk.manager.pool.ClaimedSandbox`."""
+
+    def __init__(self, provider: SyncProvider, sandbox: ClaimedSandbox) -> None:
+        super().__init__(provider, sandbox)
+        self._claimed = sandbox
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        """The environment the claim gave (a copy)."""
+        return self._claimed.env

@@ -1,6 +1,6 @@
 """The sync facade offers every public call of the async API, with the same parameters:
-a method added to ``SandboxProvider``, ``Sandbox``, ``Files``, ``Process`` or ``Shell``
-without its blocking twin fails here."""
+a method added to ``SandboxProvider``, ``Sandbox``, ``Files``, ``Process``, ``Shell`` or
+``WarmPool`` without its blocking twin fails here."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from provider_sdk import sync
+from provider_sdk.manager import WarmPool
+from provider_sdk.manager.sync import SyncWarmPool
 from provider_sdk.provider import SandboxProvider
 from provider_sdk.sandbox import Files, Process, Sandbox, Shell
 
@@ -24,6 +26,8 @@ RENAMED = {
     (Shell, "aclose"): "close",
     (Shell, "__aenter__"): "__enter__",
     (Shell, "__aexit__"): "__exit__",
+    (WarmPool, "__aenter__"): "__enter__",
+    (WarmPool, "__aexit__"): "__exit__",
 }
 # Public members that are the provider's own business, not the caller's.
 NOT_FOR_CALLERS = {
@@ -34,7 +38,8 @@ NOT_FOR_CALLERS = {
 }
 
 PAIRS = [(SandboxProvider, sync.SyncProvider), (Sandbox, sync.SyncSandbox),
-         (Files, sync.SyncFiles), (Process, sync.SyncProcess), (Shell, sync.SyncShell)]
+         (Files, sync.SyncFiles), (Process, sync.SyncProcess), (Shell, sync.SyncShell),
+         (WarmPool, SyncWarmPool)]
 
 
 def _public(cls: type) -> dict[str, Any]:
