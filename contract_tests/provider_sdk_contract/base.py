@@ -23,19 +23,12 @@ from provider_sdk.models import SandboxSpec, Snapshot, Template, TemplateSpec, V
 from provider_sdk.provider import SandboxProvider
 from provider_sdk.sandbox import Sandbox
 from provider_sdk_contract.markers import capability_skip
+from provider_sdk_contract.run import TAG_KEY, volume_prefix
 
 if TYPE_CHECKING:
-    from provider_sdk_contract.plugin import ContractRun
+    from provider_sdk_contract.run import ContractRun
 
 __all__ = ["TAG_KEY", "ContractBase", "Factory", "volume_prefix"]
-
-TAG_KEY = "psdk-contract"
-"""Metadata key tagging every sandbox the suite creates with the session's run id."""
-
-
-def volume_prefix(run_id: str) -> str:
-    """The name prefix of every volume a run creates."""
-    return f"psdk-contract-{run_id}-"
 
 
 class Factory:

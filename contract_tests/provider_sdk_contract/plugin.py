@@ -21,8 +21,6 @@ deletes the run's volumes, whatever the tests managed to clean up themselves.
 
 from __future__ import annotations
 
-import concurrent.futures
-import contextlib
 import functools
 import inspect
 import secrets
@@ -33,12 +31,12 @@ from typing import Any
 import anyio
 import pytest
 
-from provider_sdk import open_provider, registry
+from provider_sdk import registry
 from provider_sdk.capabilities import Capability
-from provider_sdk.errors import NotFound, ProviderNotFound, SandboxError
-from provider_sdk.models import SandboxState
-from provider_sdk_contract.base import TAG_KEY, ContractBase, volume_prefix
+from provider_sdk.errors import ProviderNotFound, SandboxError
+from provider_sdk_contract.base import ContractBase
 from provider_sdk_contract.markers import LACKS, REQUIRES, capability_skip
+from provider_sdk_contract.run import ContractRun
 
 __all__ = ["ContractRun", "psdk_contract_run"]
 
@@ -48,51 +46,6 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", f"{REQUIRES}(*capabilities): skip unless the provider declares them all")
     config.addinivalue_line(
         "markers", f"{LACKS}(capability): skip if the provider declares the capability")
-
-
-class ContractRun:
-    """One test session's run id, and the providers whose leftovers to sweep at the end."""
-
-    def __init__(self, run_id: str) -> None:
-        self.id = run_id
-        self._targets: list[tuple[str, dict[str, Any]]] = []
-
-    def watch(self, provider_name: str, options: Mapping[str, Any]) -> None:
-        """Sweep this provider (opened with these options) at the end of the session."""
-        target = (provider_name, dict(options))
-        if target not in self._targets:
-            self._targets.append(target)
-
-    def sweep(self) -> list[str]:
-        """Kill the run's leftover sandboxes and volumes; return what was found."""
-        if not self._targets:
-            return []
-        # A fresh event loop in a worker thread: the test runner's loop may still exist.
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            return pool.submit(anyio.run, self._sweep_all).result()
-
-    async def _sweep_all(self) -> list[str]:
-        found: list[str] = []
-        for name, options in self._targets:
-            found += await self._sweep_one(name, options)
-        return found
-
-    async def _sweep_one(self, name: str, options: dict[str, Any]) -> list[str]:
-        found: list[str] = []
-        async with open_provider(name, **options) as provider:
-            for info in await provider.list(metadata={TAG_KEY: self.id}):
-                if info.state == SandboxState.KILLED:
-                    continue
-                found.append(f"sandbox {info.id}")
-                with contextlib.suppress(NotFound):
-                    await provider.kill(info.id)
-            if provider.supports(Capability.VOLUMES):
-                for volume in await provider.list_volumes():
-                    if volume.name.startswith(volume_prefix(self.id)):
-                        found.append(f"volume {volume.name}")
-                        with contextlib.suppress(NotFound):
-                            await provider.delete_volume(volume.name)
-        return found
 
 
 @pytest.fixture(scope="session")
