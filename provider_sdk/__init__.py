@@ -17,6 +17,7 @@ from provider_sdk.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from provider_sdk.capabilities import Capability
+    from provider_sdk.commands import Command, ProcessEvent, ProcessExit, ProcessOutput
     from provider_sdk.config import Secret, open_provider
     from provider_sdk.errors import (
         AuthenticationError,
@@ -65,13 +66,7 @@ if TYPE_CHECKING:
         Volume,
         VolumeMount,
     )
-    from provider_sdk.provider import (
-        Command,
-        ProcessEvent,
-        ProcessExit,
-        ProcessOutput,
-        SandboxProvider,
-    )
+    from provider_sdk.provider import SandboxProvider
     from provider_sdk.registry import register
     from provider_sdk.sandbox import EmulatedShell, Files, Process, Sandbox, Shell
 
@@ -79,7 +74,7 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, str] = {
     "AuthenticationError": "provider_sdk.errors",
     "Capability": "provider_sdk.capabilities",
-    "Command": "provider_sdk.provider",
+    "Command": "provider_sdk.commands",
     "CommandTimeout": "provider_sdk.errors",
     "ConfigError": "provider_sdk.errors",
     "Conflict": "provider_sdk.errors",
@@ -103,10 +98,10 @@ _EXPORTS: dict[str, str] = {
     "OperationTimeout": "provider_sdk.errors",
     "PermissionDenied": "provider_sdk.errors",
     "Process": "provider_sdk.sandbox",
-    "ProcessEvent": "provider_sdk.provider",
-    "ProcessExit": "provider_sdk.provider",
+    "ProcessEvent": "provider_sdk.commands",
+    "ProcessExit": "provider_sdk.commands",
     "ProcessNotFound": "provider_sdk.errors",
-    "ProcessOutput": "provider_sdk.provider",
+    "ProcessOutput": "provider_sdk.commands",
     "ProviderNotFound": "provider_sdk.errors",
     "QuotaExceeded": "provider_sdk.errors",
     "RateLimited": "provider_sdk.errors",

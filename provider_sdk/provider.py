@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import abc
 import builtins
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import anyio
 import attrs
 
 from provider_sdk.capabilities import IMPLIES, Capability
+from provider_sdk.commands import Command, OutputCallback, ProcessEvent, ProcessExit, ProcessOutput
 from provider_sdk.dockerfile import Problem, TemplateSupport
 from provider_sdk.errors import (
     InvalidInput,
@@ -32,7 +33,7 @@ from provider_sdk.errors import (
 )
 from provider_sdk.events import span
 from provider_sdk.labels import check_labels, visible
-from provider_sdk.limits import DEFAULT_OUTPUT_LIMIT, DEFAULT_READ_LIMIT, OutputBuffer
+from provider_sdk.limits import DEFAULT_OUTPUT_LIMIT, DEFAULT_READ_LIMIT
 from provider_sdk.models import (
     ExecResult,
     ExposedPort,
@@ -72,54 +73,6 @@ def exit_code_from_status(status: int) -> int:
     status cannot tell the two apart.
     """
     return -(status - 128) if 128 < status <= 128 + 64 else status
-
-
-#: A callback receiving output chunks as they arrive; plain or async.
-OutputCallback = Callable[[bytes], "Awaitable[None] | None"]
-
-
-@attrs.frozen(kw_only=True)
-class Command:
-    """A validated command, as the framework hands it to a provider's hooks."""
-
-    argv: tuple[str, ...]
-    """Program and arguments; a shell string arrives as ``("/bin/bash", "-c", text)``."""
-    env: Mapping[str, str] = attrs.field(factory=dict, repr=False)
-    """Variables set for this call, over the sandbox's defaults. Values are never shown."""
-    cwd: str | None = None
-    """Working directory; relative paths resolve against the sandbox's."""
-    user: str | None = None
-    timeout: float | None = None
-    """Seconds before the whole process tree is killed."""
-    stdin: bytes | None = None
-    """Bytes fed to standard input, then closed. ``None``: empty stdin."""
-    output_limit: int = DEFAULT_OUTPUT_LIMIT
-    """Bytes of each of stdout and stderr the result keeps; the rest is counted in
-    ``ExecResult.stdout_truncated``/``stderr_truncated`` (use :meth:`buffers`)."""
-    on_stdout: OutputCallback | None = attrs.field(default=None, eq=False, repr=False)
-    on_stderr: OutputCallback | None = attrs.field(default=None, eq=False, repr=False)
-
-    def buffers(self) -> tuple[OutputBuffer, OutputBuffer]:
-        """Bounded buffers for stdout and stderr, as every provider's ``_exec`` keeps them."""
-        return OutputBuffer(self.output_limit), OutputBuffer(self.output_limit)
-
-
-@attrs.frozen
-class ProcessOutput:
-    """A chunk of a background process's output."""
-
-    stream: Literal["stdout", "stderr"]
-    data: bytes
-
-
-@attrs.frozen
-class ProcessExit:
-    """The last event of a background process: its exit status."""
-
-    exit_code: int
-
-
-ProcessEvent = ProcessOutput | ProcessExit
 
 
 class SandboxProvider(abc.ABC):

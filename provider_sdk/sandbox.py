@@ -26,6 +26,7 @@ import attrs
 from provider_sdk import scripts
 from provider_sdk._transfer import Data as Data  # write()'s argument type, importable from here
 from provider_sdk.capabilities import Capability
+from provider_sdk.commands import Command, OutputCallback, ProcessEvent, ProcessExit, ProcessOutput
 from provider_sdk.errors import InvalidInput, attributed
 from provider_sdk.events import span, trace_context
 from provider_sdk.files import Files, check_path
@@ -42,7 +43,6 @@ from provider_sdk.models import (
     Snapshot,
     _env_map,
 )
-from provider_sdk.provider import Command, OutputCallback, ProcessEvent, ProcessExit, ProcessOutput
 
 if TYPE_CHECKING:
     from provider_sdk.provider import SandboxProvider
