@@ -28,13 +28,8 @@ from provider_sdk.manager.postgres_store import PostgresStore
 from provider_sdk.manager.reaper import reap
 from provider_sdk.manager.redis_store import RedisStore
 from provider_sdk.manager.sqlite_store import SQLiteStore
-from provider_sdk.manager.store import (
-    Binding,
-    BindingStore,
-    MemoryStore,
-    default_store_path,
-    open_store,
-)
+from provider_sdk.manager.store import Binding, BindingStore, MemoryStore, default_store_path
+from provider_sdk.manager.stores import open_store
 
 __all__ = [
     "OWNER_LABEL",

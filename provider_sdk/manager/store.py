@@ -10,9 +10,10 @@ processes and application replicas:
   releases it or its time-to-live runs out; the manager creates, heals and replaces a
   sandbox only while it holds the owner's claim.
 
-This module holds the interface, the value type, :class:`MemoryStore` and
-:func:`open_store`; each other store lives in its own module and imports its driver
-only when constructed, so the core needs none of them. It must not know any provider.
+This module holds the interface, the value type and :class:`MemoryStore`; each other
+store lives in its own module and imports its driver only when constructed, so the core
+needs none of them. :func:`~provider_sdk.manager.stores.open_store` opens any of them
+from a URL. It must not know any provider.
 """
 
 from __future__ import annotations
@@ -28,10 +29,9 @@ from typing import Any, TypeVar
 
 import attrs
 
-from provider_sdk.errors import ConfigError, InvalidInput
 from provider_sdk.models import _env_map
 
-__all__ = ["Binding", "BindingStore", "MemoryStore", "default_store_path", "open_store"]
+__all__ = ["Binding", "BindingStore", "MemoryStore", "default_store_path"]
 
 T = TypeVar("T", bound="BindingStore")
 
@@ -195,45 +195,6 @@ def default_store_path() -> Path:
     ``$XDG_DATA_HOME/psdk/manager.sqlite3`` (``~/.local/share/psdk/...``)."""
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(Path.home(), ".local", "share")
     return Path(base) / "psdk" / "manager.sqlite3"
-
-
-def open_store(url: str | None = None) -> BindingStore:
-    """A store from a URL: ``memory:``, ``sqlite:///ABS/PATH`` (or a plain file path),
-    ``redis://...`` / ``rediss://...``, or ``postgresql://...``.
-
-    ``None`` reads ``PSDK_MANAGER_STORE``; unset, it is the default SQLite file
-    (:func:`default_store_path`).
-
-    Raises:
-        ConfigError: the URL's scheme is not one of those.
-    """
-    from provider_sdk.manager.postgres_store import PostgresStore
-    from provider_sdk.manager.redis_store import RedisStore
-    from provider_sdk.manager.sqlite_store import SQLiteStore
-
-    url = url or os.environ.get("PSDK_MANAGER_STORE") or ""
-    if not url:
-        return SQLiteStore(default_store_path())
-    if url == "memory:":
-        return MemoryStore()
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        if url.startswith("sqlite:"):
-            return SQLiteStore(url.removeprefix("sqlite:"))
-        if ":" in url.split("/", 1)[0]:
-            raise ConfigError(f"store URL {_safe(url)!r}: unknown scheme; use memory:, "
-                              "sqlite:///PATH, redis://... or postgresql://...")
-        return SQLiteStore(url)
-    if scheme == "sqlite":
-        if not rest.startswith("/"):
-            raise InvalidInput(f"store URL {url!r}: sqlite:/// needs an absolute path")
-        return SQLiteStore(rest)
-    if scheme in ("redis", "rediss", "unix"):
-        return RedisStore(url)
-    if scheme in ("postgres", "postgresql"):
-        return PostgresStore(url)
-    raise ConfigError(f"store URL {_safe(url)!r}: unknown scheme {scheme!r}; use memory:, "
-                      "sqlite:///PATH, redis://... or postgresql://...")
 
 
 def _safe(url: str) -> str:
