@@ -33,23 +33,37 @@ from provider_sdk.sandbox import Data, Files, Process, Sandbox, Shell
 if TYPE_CHECKING:
     from provider_sdk.provider import SandboxProvider
 
-__all__ = ["ManagedSandbox"]
+__all__ = ["ManagedSandbox", "ManagerLink"]
 
 T = TypeVar("T")
 
 _RESUMABLE = frozenset({"paused", "pausing", "stopped"})
 
 
-class _Manager(Protocol):
+class ManagerLink(Protocol):
     """What a handle asks of the :class:`~provider_sdk.manager.SandboxManager` that made
-    it. Typed here, not imported: the manager's modules import the handle."""
+    it, and all it may ask. Typed here, not imported: the manager's modules import the
+    handle."""
 
-    async def _change_env(self, sandbox: ManagedSandbox, *, set_: Mapping[str, str],
-                          unset: tuple[str, ...]) -> dict[str, str]: ...
-    async def _resume(self, sandbox: ManagedSandbox) -> SandboxInfo: ...
-    def _in_use(self, sandbox: ManagedSandbox) -> contextlib.AbstractContextManager[None]: ...
-    def _suspect(self, owner: str, sandbox_id: str) -> None: ...
-    def _forget(self, owner: str, sandbox_id: str) -> None: ...
+    async def change_env(self, sandbox: ManagedSandbox, *, set_: Mapping[str, str],
+                         unset: tuple[str, ...]) -> dict[str, str]:
+        """Set and unset variables in the owner's binding; the binding's new env.
+
+        Raises:
+            Conflict: the owner is no longer bound to this sandbox.
+        """
+
+    async def resume(self, sandbox: ManagedSandbox) -> SandboxInfo:
+        """Resume the paused sandbox and record that in the binding."""
+
+    def in_use(self, sandbox: ManagedSandbox) -> contextlib.AbstractContextManager[None]:
+        """A block during which the sandbox counts as in use (not idle)."""
+
+    def suspect(self, owner: str, sandbox_id: str) -> None:
+        """Check the sandbox again before the next acquire trusts it."""
+
+    def forget(self, owner: str, sandbox_id: str) -> None:
+        """The sandbox is gone: drop what this process remembers of it."""
 
 
 class ManagedSandbox(Sandbox):
@@ -60,7 +74,7 @@ class ManagedSandbox(Sandbox):
     """
 
     def __init__(self, provider: SandboxProvider, info: SandboxInfo, *,
-                 manager: _Manager, owner: str, env: Mapping[str, str]) -> None:
+                 manager: ManagerLink, owner: str, env: Mapping[str, str]) -> None:
         super().__init__(provider, info)
         self.owner = owner
         self._manager = manager
@@ -89,16 +103,16 @@ class ManagedSandbox(Sandbox):
             Conflict: the owner was rebound to another sandbox meanwhile.
         """
         changes = dict(_env_map({**(env or {}), **more}))
-        self._env = await self._manager._change_env(self, set_=changes, unset=())
+        self._env = await self._manager.change_env(self, set_=changes, unset=())
 
     async def unset_env(self, *names: str) -> None:
         """Remove variables from the owner's environment (unknown names are ignored)."""
-        self._env = await self._manager._change_env(self, set_={}, unset=names)
+        self._env = await self._manager.change_env(self, set_={}, unset=names)
 
     async def kill(self) -> None:
         """Kill the sandbox. Its binding stays: the next ``acquire`` of the owner
         replaces it (from the latest snapshot, if there is one)."""
-        self._manager._forget(self.owner, self.id)
+        self._manager.forget(self.owner, self.id)
         await super().kill()
 
     # ----------------------------------------------------------------- exec
@@ -144,21 +158,21 @@ class ManagedSandbox(Sandbox):
         """Run one call: count it as use; if the provider refused it because the sandbox
         is paused (so it did not run), resume and run it once more; on a data-plane
         failure, make the next ``acquire`` look again."""
-        with self._manager._in_use(self):
+        with self._manager.in_use(self):
             try:
                 return await call()
             except SandboxNotRunning as exc:
                 if exc.state not in _RESUMABLE or not self.provider.supports(Capability.PAUSE):
-                    self._manager._suspect(self.owner, self.id)
+                    self._manager.suspect(self.owner, self.id)
                     raise
             except (Unavailable, SandboxNotFound):
-                self._manager._suspect(self.owner, self.id)
+                self._manager.suspect(self.owner, self.id)
                 raise
-            self.info = await self._manager._resume(self)
+            self.info = await self._manager.resume(self)
             try:
                 return await call()
             except (SandboxNotRunning, Unavailable, SandboxNotFound):
-                self._manager._suspect(self.owner, self.id)
+                self._manager.suspect(self.owner, self.id)
                 raise
 
 

@@ -26,10 +26,11 @@ for the binding instead of creating their own. Every wait is bounded: the caller
 working sandbox or a typed error.
 
 This module owns the binding logic: the class, its settings and lifetime, ``acquire``
-and the owner's other operations, and what handles ask of it. Its parts are mixins:
-``_cache`` (level 1), ``_lookup`` (levels 2 to 4), ``_policies`` (snapshots and idle
-pause of one sandbox), ``_housekeeping`` (work off the caller's path); claim names and
-the per-owner lock are in ``_claims``. It must not know any provider or store by name.
+and the owner's other operations, and what handles ask of it (``_HandleLink``, the
+handle's ``ManagerLink``). Its parts are mixins: ``_cache`` (level 1), ``_lookup``
+(levels 2 to 4), ``_policies`` (snapshots and idle pause of one sandbox),
+``_housekeeping`` (work off the caller's path); claim names and the per-owner lock are
+in ``_claims``. It must not know any provider or store by name.
 """
 
 from __future__ import annotations
@@ -375,32 +376,11 @@ class SandboxManager(CacheMixin, LookupMixin, PoliciesMixin, HousekeepingMixin):
                     await self.store.release(name, token)
         return paused
 
-    # ----------------------------------------------------- helpers for handles
-
-    async def _change_env(self, sandbox: ManagedSandbox, *, set_: Mapping[str, str],
-                          unset: tuple[str, ...]) -> dict[str, str]:
-        def change(b: Binding) -> Binding:
-            env = {k: v for k, v in {**b.env, **set_}.items() if k not in unset}
-            return attrs.evolve(b, env=env)
-
-        stored = await self._update(sandbox.owner, sandbox.id, change)
-        if stored is None:
-            raise Conflict(f"owner {sandbox.owner!r} is no longer bound to this sandbox",
-                           provider=self.provider.name, sandbox_id=sandbox.id)
-        return dict(stored.env)
-
-    async def _resume(self, sandbox: ManagedSandbox) -> SandboxInfo:
-        async with span("manager.resume", self.provider.name, sandbox.id, owner=sandbox.owner):
-            info = await Sandbox.resume(sandbox)
-        now = time.time()
-        await self._update(sandbox.owner, sandbox.id,
-                           lambda b: attrs.evolve(b, paused=False, last_used=now))
-        return info
-
     # -------------------------------------------------------------- internals
 
     def _managed(self, sandbox: Sandbox, owner: str, env: Mapping[str, str]) -> ManagedSandbox:
-        return ManagedSandbox(self.provider, sandbox.info, manager=self, owner=owner, env=env)
+        return ManagedSandbox(self.provider, sandbox.info, manager=_HandleLink(self),
+                              owner=owner, env=env)
 
     async def _update(self, owner: str, sandbox_id: str,
                       change: Callable[[Binding], Binding]) -> Binding | None:
@@ -419,6 +399,44 @@ class SandboxManager(CacheMixin, LookupMixin, PoliciesMixin, HousekeepingMixin):
     def _owner_lock(self, owner: str) -> _OwnerLock:
         """One task per owner at a time in this process."""
         return _OwnerLock(self._locks, owner)
+
+
+@attrs.frozen
+class _HandleLink:
+    """What a :class:`~provider_sdk.manager.handle.ManagedSandbox` asks of the manager
+    that made it: the :class:`~provider_sdk.manager.handle.ManagerLink` interface."""
+
+    manager: SandboxManager
+
+    async def change_env(self, sandbox: ManagedSandbox, *, set_: Mapping[str, str],
+                         unset: tuple[str, ...]) -> dict[str, str]:
+        def change(b: Binding) -> Binding:
+            env = {k: v for k, v in {**b.env, **set_}.items() if k not in unset}
+            return attrs.evolve(b, env=env)
+
+        stored = await self.manager._update(sandbox.owner, sandbox.id, change)
+        if stored is None:
+            raise Conflict(f"owner {sandbox.owner!r} is no longer bound to this sandbox",
+                           provider=self.manager.provider.name, sandbox_id=sandbox.id)
+        return dict(stored.env)
+
+    async def resume(self, sandbox: ManagedSandbox) -> SandboxInfo:
+        provider = self.manager.provider
+        async with span("manager.resume", provider.name, sandbox.id, owner=sandbox.owner):
+            info = await Sandbox.resume(sandbox)
+        now = time.time()
+        await self.manager._update(sandbox.owner, sandbox.id,
+                                   lambda b: attrs.evolve(b, paused=False, last_used=now))
+        return info
+
+    def in_use(self, sandbox: ManagedSandbox) -> contextlib.AbstractContextManager[None]:
+        return self.manager._in_use(sandbox)
+
+    def suspect(self, owner: str, sandbox_id: str) -> None:
+        self.manager._suspect(owner, sandbox_id)
+
+    def forget(self, owner: str, sandbox_id: str) -> None:
+        self.manager._forget(owner, sandbox_id)
 
 
 def _check_owner(owner: str) -> None:
