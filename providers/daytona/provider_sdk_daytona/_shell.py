@@ -5,11 +5,11 @@ from __future__ import annotations
 import contextlib
 import secrets
 import shlex
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol, TypeVar
 
 import anyio
-from daytona import SessionExecuteRequest
+from daytona import AsyncSandbox, SessionExecuteRequest
 
 from provider_sdk import errors, scripts
 from provider_sdk.limits import OutputBuffer
@@ -18,10 +18,28 @@ from provider_sdk.provider import OutputCallback
 from provider_sdk.sandbox import Sandbox, Shell
 from provider_sdk_daytona._exec import daemon_seconds
 
-if TYPE_CHECKING:
-    from provider_sdk_daytona.provider import DaytonaProvider
+__all__ = ["DaytonaShell", "ShellHost"]
 
-__all__ = ["DaytonaShell"]
+T = TypeVar("T")
+
+
+class ShellHost(Protocol):
+    """What a :class:`DaytonaShell` needs of its provider, and all it uses: the name and
+    output limit, toolbox calls and their timeout, and where a path resolves."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def output_limit(self) -> int: ...
+
+    @property
+    def _request_timeout(self) -> float: ...
+
+    async def _toolbox(self, sandbox_id: str, call: Callable[[AsyncSandbox], Awaitable[T]], *,
+                       wait: float | None = 0.0) -> T: ...
+
+    async def _path(self, sandbox_id: str, path: str) -> str: ...
 
 
 class DaytonaShell(Shell):
@@ -37,7 +55,7 @@ class DaytonaShell(Shell):
     EXIT = 'exit() { return "${1:-$?}"; }; '
     """Prefixed to every command: ``exit`` returns from the command, the session lives."""
 
-    def __init__(self, provider: DaytonaProvider, sandbox: Sandbox, session_id: str) -> None:
+    def __init__(self, provider: ShellHost, sandbox: Sandbox, session_id: str) -> None:
         super().__init__(sandbox)
         self._provider = provider
         self._sandbox_id = sandbox.id
@@ -45,7 +63,7 @@ class DaytonaShell(Shell):
         self._closed = False
 
     @classmethod
-    async def open(cls, provider: DaytonaProvider, sandbox: Sandbox, *, cwd: str | None,
+    async def open(cls, provider: ShellHost, sandbox: Sandbox, *, cwd: str | None,
                    env: Mapping[str, str]) -> DaytonaShell:
         """Create the session and set its starting directory and variables."""
         sandbox_id = sandbox.id

@@ -428,8 +428,8 @@ class DaytonaProvider(CommandsMixin, BackgroundMixin, FilesMixin, PortsMixin, Ca
 
     # ------------------------------------------------------------------- shell
 
-    # DaytonaShell calls back into the whole provider (toolbox calls, paths, timeouts), so
-    # it is opened here rather than in a mixin.
+    # DaytonaShell calls back into the provider through ShellHost (toolbox calls, paths,
+    # timeouts).
     async def _open_shell(self, sandbox: Sandbox, *, cwd: str | None,
                           env: Mapping[str, str]) -> Shell:
         return await DaytonaShell.open(self, sandbox, cwd=cwd, env=env)
