@@ -16,8 +16,9 @@ The agent writes nothing to its stdout or stderr: they are a pipe the host reads
 while the sandbox starts. It ends the sandbox after its idle timeout by exiting with
 status 75, which the host-side launcher records where the sandbox cannot write.
 
-This module must not import anything outside the standard library, and must not trust
-anything the sandbox can change.
+Its file operations and paths are ``_fileops.py``, its process model ``_procs.py``: both
+are copied in beside it. This module must not import anything outside the standard
+library, and must not trust anything the sandbox can change.
 """
 
 from __future__ import annotations
@@ -27,21 +28,21 @@ import errno
 import json
 import os
 import selectors
-import shutil
 import signal
 import socket
-import stat
 import struct
 import sys
 import threading
 import time
 from typing import Any
 
-try:
-    from provider_sdk.local import _procs  # on the host: type checks, unisolated agents
-except ImportError:  # inside a sandbox: the copy beside this file
+try:  # on the host: type checks, unisolated agents
+    from provider_sdk.local import _procs
+    from provider_sdk.local._fileops import FileOps, OpError, drain_client
+except ImportError:  # inside a sandbox: the copies beside this file
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import _procs  # type: ignore[import-not-found,no-redef]
+    from _fileops import FileOps, OpError, drain_client  # type: ignore[import-not-found,no-redef]
 
 HEADER = struct.Struct(">cI")
 CHUNK = 1 << 18
@@ -60,14 +61,6 @@ ERRNO_TYPES = {
     errno.ENAMETOOLONG: "InvalidInput",
     errno.EINVAL: "InvalidInput",
 }
-
-
-class OpError(Exception):
-    """An error reported to the client as ``{"error": {"type", "message"}}``."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
 
 
 class Conn:
@@ -116,7 +109,7 @@ class Conn:
         return frame
 
 
-class Agent:
+class Agent(FileOps):
     def __init__(self, config: dict[str, Any]) -> None:
         self.root = config.get("root") or ""  # non-empty only in unisolated mode
         self.workdir = config["workdir"]
@@ -130,23 +123,6 @@ class Agent:
         user = config.get("user")  # set when this agent is not the sandbox user
         self.user: tuple[int, int] | None = (int(user[0]), int(user[1])) if user else None
         self.spawner: _procs.Spawner | None = None
-
-    # ------------------------------------------------------------------ paths
-
-    def path(self, path: str) -> str:
-        """A client path as this process must open it."""
-        if "\0" in path or not path:
-            raise OpError("InvalidInput", f"invalid path {path!r}")
-        full = os.path.normpath(os.path.join(self.workdir, path))
-        if full.startswith("//"):
-            full = full[1:]
-        return self.root + full if self.root else full
-
-    def shown(self, real: str) -> str:
-        """A path as the sandbox sees it."""
-        if self.root and real.startswith(self.root):
-            return real[len(self.root):] or "/"
-        return real
 
     # ---------------------------------------------------------------- serving
 
@@ -464,129 +440,6 @@ class Agent:
         upstream.join()
         sock.close()
 
-    # ------------------------------------------------------------------ files
-
-    def op_read(self, conn: Conn, req: dict[str, Any]) -> None:
-        path = self.path(req["path"])
-        check_regular(os.stat(path).st_mode, self.shown(path))  # before any open
-        # O_NONBLOCK: a FIFO swapped in after the check must not block the open.
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
-        try:
-            check_regular(os.fstat(fd).st_mode, self.shown(path))
-            os.set_blocking(fd, True)
-            while data := os.read(fd, 1 << 20):
-                conn.send(b"D", data)
-        finally:
-            os.close(fd)
-
-    def op_write(self, conn: Conn, req: dict[str, Any]) -> None:
-        """Replace or create a file whole, through a temporary file renamed over it: a
-        write that fails leaves the old file as it was. An existing file keeps its mode,
-        and one the sandbox user may not write is refused, as an open for writing is."""
-        path = self.path(req["path"])
-        try:
-            mode = writable_mode(path, self.shown(path))
-            make_parents(path)
-            tmp = os.path.join(os.path.dirname(path),
-                               f".psdk-write-{os.getpid()}-{threading.get_ident()}")
-            try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-            except OSError as exc:  # named by the user's path, not the temporary file's
-                raise OSError(exc.errno, exc.strerror, path) from None
-        except (OSError, OpError):
-            drain_client(conn)
-            raise
-        try:
-            if mode is not None:
-                os.fchmod(fd, mode)
-            while True:
-                frame = conn.recv()
-                if frame is None:
-                    raise ConnectionResetError("client closed during write")
-                if frame[0] == b"Z":
-                    break
-                view = memoryview(frame[1])
-                while view:
-                    view = view[os.write(fd, view):]
-            os.close(fd)
-            fd = -1
-            try:
-                os.replace(tmp, path)
-            except OSError as exc:
-                raise OSError(exc.errno, exc.strerror, path) from None
-        finally:
-            if fd >= 0:
-                os.close(fd)
-            if os.path.lexists(tmp):
-                os.unlink(tmp)
-
-    def entry(self, path: str, st: os.stat_result | None = None) -> dict[str, Any]:
-        st = st or os.lstat(path)
-        if stat.S_ISLNK(st.st_mode):
-            kind, target = "symlink", os.readlink(path)
-        else:
-            kind = "directory" if stat.S_ISDIR(st.st_mode) else \
-                "file" if stat.S_ISREG(st.st_mode) else "other"
-            target = None
-        return {"path": self.shown(path), "type": kind, "size": st.st_size,
-                "mode": stat.S_IMODE(st.st_mode), "mtime": st.st_mtime, "target": target}
-
-    def op_stat(self, conn: Conn, req: dict[str, Any]) -> dict[str, Any]:
-        return self.entry(self.path(req["path"]))
-
-    def op_list(self, conn: Conn, req: dict[str, Any]) -> list[dict[str, Any]]:
-        path = self.path(req["path"])
-        out = []
-        with os.scandir(path) as it:
-            for e in it:
-                try:
-                    out.append(self.entry(e.path, e.stat(follow_symlinks=False)))
-                except FileNotFoundError:
-                    continue  # removed while listing
-        return out
-
-    def op_mkdir(self, conn: Conn, req: dict[str, Any]) -> None:
-        path = self.path(req["path"])
-        if req.get("parents"):
-            os.makedirs(path, exist_ok=bool(req.get("exist_ok")))
-        else:
-            try:
-                os.mkdir(path)
-            except FileExistsError:
-                if not (req.get("exist_ok") and os.path.isdir(path)):
-                    raise
-
-    def op_remove(self, conn: Conn, req: dict[str, Any]) -> None:
-        path = self.path(req["path"])
-        st = os.lstat(path)
-        if path in ("/", self.root or "/"):
-            raise OpError("InvalidInput", "refusing to remove the root directory")
-        if stat.S_ISDIR(st.st_mode):
-            if req.get("recursive"):
-                shutil.rmtree(path)
-            else:
-                os.rmdir(path)
-        else:
-            os.unlink(path)
-
-    def op_rename(self, conn: Conn, req: dict[str, Any]) -> None:
-        src, dst = self.path(req["src"]), self.path(req["dst"])
-        os.lstat(src)
-        make_parents(dst)
-        os.replace(src, dst)
-
-
-def make_parents(path: str) -> None:
-    """Create ``path``'s missing parent directories. Errors name ``path``, the one the
-    caller gave, and a parent that is a file is ENOTDIR (``makedirs`` says EEXIST)."""
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-    except FileExistsError:
-        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path) from None
-    except OSError as exc:
-        raise OSError(exc.errno, exc.strerror, path) from None
-
-
 def tunnel_upstream(conn: Conn, sock: socket.socket) -> None:
     """A tunnel's client-to-port half: ``D`` frames to the port (``Z`` half-closes it)
     until the client goes away; then the port's connection is shut down whole."""
@@ -611,47 +464,9 @@ def conn_closed(sock: socket.socket) -> bool:
         return True
 
 
-def drain_client(conn: Conn) -> None:
-    """Read and drop the client's data frames up to its end marker."""
-    while True:
-        frame = conn.recv()
-        if frame is None or frame[0] == b"Z":
-            return
-
-
 def close_quietly(f: Any) -> None:
     with contextlib.suppress(OSError):
         f.close()
-
-
-def writable_mode(path: str, shown: str) -> int | None:
-    """The permission bits of the regular file at ``path``, once an open for writing
-    (with the sandbox user's file-system ids) shows that it may be written; None where
-    nothing is there yet. A directory is refused."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    if stat.S_ISDIR(st.st_mode):
-        raise OpError("IsADirectory", f"{shown} is a directory")
-    if not stat.S_ISREG(st.st_mode):
-        return None  # a FIFO or device is replaced, never opened
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOCTTY))
-    except OSError as exc:
-        if exc.errno != errno.ETXTBSY:  # a running program: writable, and replaced whole
-            raise
-    return stat.S_IMODE(st.st_mode)
-
-
-def check_regular(mode: int, shown: str) -> None:
-    """Refuse anything but a regular file to be read: a device, FIFO or socket can give
-    endless data or block forever."""
-    if stat.S_ISDIR(mode):
-        raise OpError("IsADirectory", f"{shown} is a directory")
-    if not stat.S_ISREG(mode):
-        raise OpError("NotARegularFile", f"{shown} is not a regular file (a device, FIFO "
-                                         "or socket): it cannot be read")
 
 
 def main() -> None:

@@ -37,9 +37,12 @@ AGENT_SOURCE = Path(__file__).with_name("_agent.py")
 SANDBOX_PYTHON = "/usr/bin/python3"
 SANDBOX_AGENT = "/etc/psdk/agent.py"
 SANDBOX_CONFIG = "/etc/psdk/agent.json"
-# The agent's process model, beside the agent (which imports it from its own directory).
+# The agent's process model and file operations, beside the agent (which imports them
+# from its own directory).
 PROCS_SOURCE = AGENT_SOURCE.with_name("_procs.py")
 SANDBOX_PROCS = "/etc/psdk/_procs.py"
+FILEOPS_SOURCE = AGENT_SOURCE.with_name("_fileops.py")
+SANDBOX_FILEOPS = "/etc/psdk/_fileops.py"
 # Host /etc entries that change as packages are installed: shown read-only, live.
 ETC_LIVE = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives")
 # Top-level host directories a shell and Python need, shown read-only (or as the same
@@ -193,6 +196,7 @@ SECCOMP_FD = "{seccomp_fd}"
 AGENT_FD = "{agent_fd}"
 CONFIG_FD = "{config_fd}"
 PROCS_FD = "{procs_fd}"
+FILEOPS_FD = "{fileops_fd}"
 USERNS_FD = "{userns_fd}"
 AGENT_NS_PID = 2
 """The agent's pid inside an isolated sandbox: bubblewrap's init is 1, and its first
@@ -300,8 +304,8 @@ def etc_data(etc: Path, names: tuple[str, ...] | None = None) -> dict[str, bytes
 def agent_data_args() -> list[str]:
     """bubblewrap options that copy the agent and its configuration into the sandbox."""
     return ["--ro-bind-data", AGENT_FD, SANDBOX_AGENT, "--ro-bind-data", PROCS_FD,
-            SANDBOX_PROCS, "--ro-bind-data", CONFIG_FD,
-            SANDBOX_CONFIG]
+            SANDBOX_PROCS, "--ro-bind-data", FILEOPS_FD, SANDBOX_FILEOPS,
+            "--ro-bind-data", CONFIG_FD, SANDBOX_CONFIG]
 
 
 @attrs.frozen

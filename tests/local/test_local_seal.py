@@ -344,3 +344,23 @@ def test_start_up_output_is_bounded_and_marked() -> None:
     assert "from inside the sandbox" in text
     assert "last bytes" in text
     assert len(text) < _launch.OUTPUT_QUOTED + 200
+
+
+async def test_the_agents_modules_are_copied_in_where_no_command_may_change_them(
+        provider: LocalProvider) -> None:
+    """The agent and each module it imports (the file operations answering here among
+    them) are in /etc/psdk beside the agent's configuration and nothing else, and a
+    command can neither write, replace nor remove them."""
+    shipped = {_launch.SANDBOX_AGENT: _launch.AGENT_SOURCE,
+               _launch.SANDBOX_PROCS: _launch.PROCS_SOURCE,
+               _launch.SANDBOX_FILEOPS: _launch.FILEOPS_SOURCE}
+    assert all(source.is_file() for source in shipped.values())
+    async with provider.create() as sandbox:
+        entries = {entry.path: entry for entry in await sandbox.files.list("/etc/psdk")}
+        assert set(entries) == {*shipped, _launch.SANDBOX_CONFIG}
+        for inside, source in shipped.items():
+            assert entries[inside].size == source.stat().st_size, inside
+            for change in ('echo x >> "$1"', 'rm -f "$1"', 'mv "$1" "$1.moved"'):
+                refused = await sandbox.exec(["sh", "-c", change, "sh", inside])
+                assert refused.exit_code != 0, (change, inside)
+            assert (await sandbox.files.stat(inside)).size == source.stat().st_size
