@@ -32,9 +32,12 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from provider_sdk import errors
+
+if TYPE_CHECKING:
+    from provider_sdk.local._records import SandboxRecord
 
 DEFAULT_DISK_MB = 4096
 """The writable layer's size when the spec gives no ``Resources.disk_mb``."""
@@ -60,10 +63,10 @@ def _which(tool: str) -> str | None:
     return shutil.which(tool, path="/usr/sbin:/sbin:/usr/bin:/bin")
 
 
-def has_quota(meta: dict[str, Any]) -> bool:
+def has_quota(meta: SandboxRecord) -> bool:
     """Whether a sandbox record has a quota'd layer (records made without one, where
     mounting is not possible or by an older version, are plain directories)."""
-    return bool(meta.get("resources", {}).get("disk_mb"))
+    return bool(meta.resources.disk_mb)
 
 
 def mount_point(directory: Path, template: str) -> Path:
@@ -72,15 +75,15 @@ def mount_point(directory: Path, template: str) -> Path:
     return directory / ("root" if template == "default" else LAYER)
 
 
-def overlay_dirs(directory: Path, meta: dict[str, Any]) -> tuple[Path, Path]:
+def overlay_dirs(directory: Path, meta: SandboxRecord) -> tuple[Path, Path]:
     """A template sandbox's overlay ``upper`` and ``work`` directories."""
     base = directory / LAYER if has_quota(meta) else directory
     return base / "upper", base / "work"
 
 
-def own_files(directory: Path, meta: dict[str, Any]) -> Path:
+def own_files(directory: Path, meta: SandboxRecord) -> Path:
     """The directory holding the files a sandbox wrote (what a snapshot keeps)."""
-    if meta["template"] == "default":
+    if meta.template == "default":
         return directory / "root"
     return overlay_dirs(directory, meta)[0]
 
@@ -155,11 +158,11 @@ def sparse_copy(src: Path, dst: Path) -> None:
 
 
 def ensure_mounted(
-directory: Path, meta: dict[str, Any]) -> None:
+directory: Path, meta: SandboxRecord) -> None:
     """Mount a quota'd sandbox's image if it is not (after a host restart)."""
     if not has_quota(meta):
         return
-    target = mount_point(directory, meta["template"])
+    target = mount_point(directory, meta.template)
     if not os.path.ismount(target):
         mount(directory / IMAGE, target)
 

@@ -6,7 +6,10 @@ record is *broken*: listing reports it (state ``ERROR``, ``extra["broken"]`` say
 why) beside the good ones, and ``kill`` removes it. A record its creator is still
 making holds the directory's lock and is not broken (see ``Home.claim``).
 
-This module reads and judges records; it changes nothing.
+A good record is a :class:`SandboxRecord`; what it holds on disk is what
+:meth:`SandboxRecord.to_json` gives, the same keys as every earlier version wrote, so a
+home's existing records keep loading. This module reads and judges records; it changes
+nothing.
 """
 
 from __future__ import annotations
@@ -17,13 +20,87 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from provider_sdk.local._home import Home
+from provider_sdk.local._launch import Launched
 from provider_sdk.models import Resources, SandboxInfo, SandboxState
 
 
 class BrokenRecordWarning(RuntimeWarning):
     """A sandbox's state record in the local provider's home is unreadable or
     incomplete: the sandbox is listed as broken (``SandboxState.ERROR``) until killed."""
+
+
+@attrs.frozen
+class VolumeBinding:
+    """A volume mounted into a sandbox: ``[volume, path, read_only]`` on disk."""
+
+    volume: str
+    path: str
+    read_only: bool
+
+
+@attrs.define(kw_only=True)
+class SandboxRecord:
+    """A local sandbox's state record (``meta.json``), as read and checked by
+    :func:`read`. ``launch`` is set once the sandbox has started."""
+
+    id: str
+    created_at: dt.datetime
+    template: str
+    """``default`` (the host's system, read-only) or a local template's id."""
+    metadata: dict[str, str]
+    env: dict[str, str]
+    cwd: str
+    resources: Resources
+    idle_timeout: float | None
+    volumes: list[VolumeBinding]
+    snapshot: str | None
+    """The snapshot the sandbox was made from."""
+    unisolated: bool
+    image_env: dict[str, str] = attrs.field(factory=dict)
+    """The template image's environment, under the spec's."""
+    start_cmd: str | None = None
+    ready_cmd: str | None = None
+    launch: Launched | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SandboxRecord:
+        """The record of a parsed ``meta.json`` that :func:`problem` found good."""
+        launch = data.get("launch")
+        return cls(
+            id=data["id"], created_at=dt.datetime.fromisoformat(data["created_at"]),
+            template=data["template"], metadata=dict(data["metadata"]), env=dict(data["env"]),
+            cwd=data["cwd"], resources=Resources(**data["resources"]),
+            idle_timeout=data["idle_timeout"],
+            volumes=[VolumeBinding(name, path, ro) for name, path, ro in data["volumes"]],
+            snapshot=data["snapshot"], unisolated=data["unisolated"],
+            image_env=dict(data.get("image_env") or {}), start_cmd=data.get("start_cmd"),
+            ready_cmd=data.get("ready_cmd"),
+            launch=Launched(**launch) if launch is not None else None)
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``meta.json`` holds: the keys and shapes every version reads."""
+        data: dict[str, Any] = {
+            "id": self.id,
+            "created_at": self.created_at.isoformat(),
+            "template": self.template,
+            "metadata": dict(self.metadata),
+            "image_env": dict(self.image_env),
+            "env": dict(self.env),
+            "cwd": self.cwd,
+            "resources": attrs.asdict(self.resources),
+            "start_cmd": self.start_cmd,
+            "ready_cmd": self.ready_cmd,
+            "idle_timeout": self.idle_timeout,
+            "volumes": [[v.volume, v.path, v.read_only] for v in self.volumes],
+            "snapshot": self.snapshot,
+            "unisolated": self.unisolated,
+        }
+        if self.launch is not None:
+            data["launch"] = attrs.asdict(self.launch)
+        return data
 
 
 _REQUIRED: dict[str, tuple[type, ...]] = {
@@ -49,7 +126,7 @@ _LAUNCH: dict[str, tuple[type, ...]] = {  # the fields of _launch.Launched
 }
 
 
-def read(directory: Path, sandbox_id: str) -> tuple[dict[str, Any] | None, str | None]:
+def read(directory: Path, sandbox_id: str) -> tuple[SandboxRecord | None, str | None]:
     """A record and, if it is broken, why (``(None, None)``: there is no such record)."""
     try:
         text = (directory / "meta.json").read_text()
@@ -65,7 +142,7 @@ def read(directory: Path, sandbox_id: str) -> tuple[dict[str, Any] | None, str |
         return None, ("its meta.json is empty" if not text.strip()
                       else "its meta.json is not valid JSON (truncated?)")
     reason = problem(meta, sandbox_id)
-    return (None, reason) if reason else (meta, None)
+    return (None, reason) if reason else (SandboxRecord.from_json(meta), None)
 
 
 def problem(meta: Any, sandbox_id: str) -> str | None:
@@ -118,7 +195,7 @@ def broken_info(home: Home, sandbox_id: str, *, provider: str,
     """
     directory = home.sandbox(sandbox_id)
     meta, reason = read(directory, sandbox_id)
-    if reason is None and meta is not None and "launch" not in meta:
+    if reason is None and meta is not None and meta.launch is None:
         reason = "its creator stopped before starting it"
     if reason is None or home.busy(directory):
         return None

@@ -23,8 +23,8 @@ import attrs
 from provider_sdk import errors
 from provider_sdk.local import _disk, _launch, _templates, _users
 from provider_sdk.local._home import Home, write_meta
+from provider_sdk.local._records import SandboxRecord
 from provider_sdk.local._trees import copy_tree, make_dirs_within
-from provider_sdk.models import Resources
 from provider_sdk.provider import Command
 
 if TYPE_CHECKING:
@@ -67,22 +67,22 @@ class StartupMixin:
         async def _start(self, sandbox_id: str, command: Command) -> int: ...
         async def _exec(self, sandbox_id: str, command: Command) -> ExecResult: ...
 
-    def _make_layer(self, directory: Path, meta: dict[str, Any]) -> None:
+    def _make_layer(self, directory: Path, meta: SandboxRecord) -> None:
         """A new sandbox's writable layer: its quota'd image mounted (where quotas
         hold), then its root's first files."""
-        if _disk.has_quota(meta):
-            blank = _disk.blank(self._home.path / "base", meta["resources"]["disk_mb"])
-            _disk.make(directory, meta["template"], blank)
-        self._make_root(directory, meta["snapshot"], meta["cwd"], meta["template"], meta)
+        if meta.resources.disk_mb and _disk.has_quota(meta):
+            blank = _disk.blank(self._home.path / "base", meta.resources.disk_mb)
+            _disk.make(directory, meta.template, blank)
+        self._make_root(directory, meta.snapshot, meta.cwd, meta.template, meta)
 
-    async def _start_command(self, sandbox_id: str, meta: Mapping[str, Any]) -> None:
+    async def _start_command(self, sandbox_id: str, meta: SandboxRecord) -> None:
         """Start a template's ``start_cmd`` in the background and wait until its
         ``ready_cmd`` exits 0 (at create, and when a stopped sandbox is started again)."""
-        if meta.get("start_cmd"):
-            await self._start(sandbox_id, Command(argv=("/bin/sh", "-c", meta["start_cmd"])))
-        if not meta.get("ready_cmd"):
+        if meta.start_cmd:
+            await self._start(sandbox_id, Command(argv=("/bin/sh", "-c", meta.start_cmd)))
+        if not meta.ready_cmd:
             return
-        probe = Command(argv=("/bin/sh", "-c", meta["ready_cmd"]), timeout=10)
+        probe = Command(argv=("/bin/sh", "-c", meta.ready_cmd), timeout=10)
         with anyio.move_on_after(READY_CMD_TIMEOUT):
             while (await self._exec(sandbox_id, probe)).exit_code != 0:  # noqa: ASYNC110
                 await anyio.sleep(0.1)  # a command's result: there is no event to wait on
@@ -92,7 +92,7 @@ class StartupMixin:
             provider=self.name, sandbox_id=sandbox_id)
 
     def _make_root(self, directory: Path, snapshot: str | None, workdir: str,
-                   template: str, meta: dict[str, Any]) -> None:
+                   template: str, meta: SandboxRecord) -> None:
         root = directory / "root"
         if template != "default":
             # The template is the overlay's lower layer; the sandbox writes to upper/.
@@ -156,16 +156,16 @@ class StartupMixin:
             shutil.rmtree(staging, ignore_errors=True)
         return etc
 
-    async def _start_sandbox(self, sandbox_id: str, meta: dict[str, Any],
+    async def _start_sandbox(self, sandbox_id: str, meta: SandboxRecord,
                              bwrap: str | None) -> None:
         """Start the sandbox's processes and wait until its agent answers."""
         directory = self._home.sandbox(sandbox_id)
         root = directory / "root"
-        config = {
-            "workdir": meta["cwd"],
-            "env": {**BASE_ENV, **meta.get("image_env", {}), **meta["env"]},
-            "idle_timeout": meta["idle_timeout"],
-            "root": str(root) if meta["unisolated"] else "",
+        config: dict[str, Any] = {
+            "workdir": meta.cwd,
+            "env": {**BASE_ENV, **meta.image_env, **meta.env},
+            "idle_timeout": meta.idle_timeout,
+            "root": str(root) if meta.unisolated else "",
         }
         separate = self._separate and bwrap is not None
         if separate:
@@ -183,13 +183,13 @@ class StartupMixin:
         data: dict[str, bytes] = {}
         try:
             if bwrap is not None:
-                for name, _, _ in meta["volumes"]:
+                for mount in meta.volumes:
                     await anyio.to_thread.run_sync(_disk.ensure_volume_mounted,
-                                                   self._home.volume(name))
-                volumes = [(self._home.volume(name) / "data", path, ro)
-                           for name, path, ro in meta["volumes"]]
+                                                   self._home.volume(mount.volume))
+                volumes = [(self._home.volume(m.volume) / "data", m.path, m.read_only)
+                           for m in meta.volumes]
                 etc = await anyio.to_thread.run_sync(self._base_etc)
-                if meta["template"] == "default":
+                if meta.template == "default":
                     prefix: list[str] = []
                     args = _launch.bwrap_argv(bwrap=bwrap, root=root, etc=etc, volumes=volumes,
                                               separate=separate)
@@ -197,7 +197,7 @@ class StartupMixin:
                 else:
                     upper, work = _disk.overlay_dirs(directory, meta)
                     prefix = _templates.overlay_prefix(
-                        lower=self._home.template(meta["template"]) / "root",
+                        lower=self._home.template(meta.template) / "root",
                         upper=upper, work=work, root=root)
                     args = _templates.bwrap_argv(bwrap=bwrap, root=root, etc=etc,
                                                  volumes=volumes, separate=separate)
@@ -213,14 +213,14 @@ class StartupMixin:
                         _launch.PROCS_FD: _launch.PROCS_SOURCE.read_bytes(),
                         _launch.FILEOPS_FD: _launch.FILEOPS_SOURCE.read_bytes(),
                         _launch.CONFIG_FD: config_bytes,
-                        **_launch.etc_data(etc, None if meta["template"] == "default"
+                        **_launch.etc_data(etc, None if meta.template == "default"
                                            else ("hosts", "hostname"))}
             else:
                 argv = _launch.agent_command(_launch.host_python(),
                                              agent=str(_launch.AGENT_SOURCE),
                                              config=str(directory / "agent.json"))
             cgroup = self._cgroup(sandbox_id) if self._cgroups else None
-            resources = Resources(**meta["resources"])
+            resources = meta.resources
             status = self._status_path(sandbox_id, token)
             started = await anyio.to_thread.run_sync(lambda: _launch.start(
                 argv=argv, args=args, listener=listener, data=data, status=status,
@@ -229,14 +229,14 @@ class StartupMixin:
             listener.close()
         try:
             launched = attrs.evolve(started.launched, token=token)
-            meta["launch"] = attrs.asdict(launched)
-            write_meta(directory, meta)
+            meta.launch = launched
+            write_meta(directory, meta.to_json())
             (directory / "paused").unlink(missing_ok=True)
             await self._wait_ready(sandbox_id, launched, started)
         finally:
             started.close()  # from now on the sandbox writes to no one
-        meta["launch"] = attrs.asdict(_launch.find_agent(launched))
-        write_meta(directory, meta)
+        meta.launch = _launch.find_agent(launched)
+        write_meta(directory, meta.to_json())
 
     async def _wait_ready(self, sandbox_id: str, launched: _launch.Launched,
                           started: _launch.Started | None = None) -> None:

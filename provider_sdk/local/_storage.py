@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import anyio
 
 from provider_sdk import errors
-from provider_sdk.local import _disk, _launch
+from provider_sdk.local import _disk, _launch, _records
 from provider_sdk.local._home import Home, now, read_meta, write_meta
+from provider_sdk.local._records import SandboxRecord
 from provider_sdk.local._trees import copy_tree
 from provider_sdk.models import SandboxInfo, SandboxState, Snapshot, Volume
 
@@ -38,8 +39,8 @@ class StorageMixin:
 
     if TYPE_CHECKING:
         def _cgroup(self, sandbox_id: str) -> _launch.Cgroup: ...
-        def _read(self, sandbox_id: str) -> dict[str, Any]: ...
-        def _state(self, sandbox_id: str, meta: dict[str, Any]) -> SandboxState: ...
+        def _read(self, sandbox_id: str) -> SandboxRecord: ...
+        def _state(self, sandbox_id: str, meta: SandboxRecord) -> SandboxState: ...
         async def _list(self, *, metadata: Mapping[str, str],
                         state: SandboxState | None) -> list[SandboxInfo]: ...
 
@@ -54,7 +55,7 @@ class StorageMixin:
             return self._copy_snapshot(sandbox_id, directory, meta)
 
     def _copy_snapshot(self, sandbox_id: str, directory: Path,
-                       meta: dict[str, Any]) -> Snapshot:
+                       meta: SandboxRecord) -> Snapshot:
         snapshot_id = self._home.new_id("snapshots")
         target = self._home.snapshot(snapshot_id)
         try:
@@ -72,7 +73,7 @@ class StorageMixin:
                     if thaw:
                         cgroup.freeze(False)
             snap = {"id": snapshot_id, "sandbox_id": sandbox_id,
-                    "created_at": now().isoformat(), "template": meta["template"]}
+                    "created_at": now().isoformat(), "template": meta.template}
             write_meta(target, snap)
 
         except BaseException:
@@ -150,9 +151,9 @@ class StorageMixin:
     async def _delete_volume(self, name: str) -> None:
         await self._get_volume(name)
         for info in await self._list(metadata={}, state=None):
-            meta = read_meta(self._home.sandbox(info.id)) or {"volumes": []}
-            if info.state in (SandboxState.RUNNING, SandboxState.PAUSED) and \
-                    any(v[0] == name for v in meta["volumes"]):
+            meta, _reason = _records.read(self._home.sandbox(info.id), info.id)
+            if info.state in (SandboxState.RUNNING, SandboxState.PAUSED) and meta and \
+                    any(v.volume == name for v in meta.volumes):
                 raise errors.Conflict(f"volume {name!r} is mounted by sandbox {info.id}",
                                       provider=self.name)
         await anyio.to_thread.run_sync(self._remove_volume, self._home.volume(name))

@@ -25,7 +25,6 @@ processes and files, through the agent), ``_storage`` (snapshots and volumes) an
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import os
 import shutil
 import signal
@@ -45,7 +44,7 @@ from provider_sdk.local import PROVIDER_CAPABILITIES, _disk, _launch, _records, 
 from provider_sdk.local._calls import CallsMixin
 from provider_sdk.local._client import AgentClient
 from provider_sdk.local._home import Home, default_home, now, read_meta, write_meta
-from provider_sdk.local._records import BrokenRecordWarning
+from provider_sdk.local._records import BrokenRecordWarning, SandboxRecord, VolumeBinding
 from provider_sdk.local._startup import WORKDIR, StartupMixin
 from provider_sdk.local._storage import StorageMixin
 from provider_sdk.local._template_builds import TemplateBuildsMixin
@@ -206,26 +205,26 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
             image = self._template_meta(template)
         sandbox_id, claim = self._home.claim("sandboxes")
         directory = self._home.sandbox(sandbox_id)
-        meta: dict[str, Any] = {
-            "id": sandbox_id,
-            "created_at": now().isoformat(),
-            "template": template,
-            "metadata": dict(spec.metadata),
-            "image_env": image.get("env", {}),
-            "env": dict(spec.env),
-            "cwd": spec.cwd or image.get("workdir") or WORKDIR,
-            "resources": attrs.asdict(self._resources(spec, image)),
-            "start_cmd": image.get("start_cmd"),
-            "ready_cmd": image.get("ready_cmd"),
-            "idle_timeout": spec.lifecycle.idle_timeout,
-            "volumes": [[m.volume, m.path, m.read_only] for m in spec.volumes],
-            "snapshot": spec.snapshot,
-            "unisolated": self._unisolated,
-        }
+        meta = SandboxRecord(
+            id=sandbox_id,
+            created_at=now(),
+            template=template,
+            metadata=dict(spec.metadata),
+            image_env=dict(image.get("env", {})),
+            env=dict(spec.env),
+            cwd=spec.cwd or image.get("workdir") or WORKDIR,
+            resources=self._resources(spec, image),
+            start_cmd=image.get("start_cmd"),
+            ready_cmd=image.get("ready_cmd"),
+            idle_timeout=spec.lifecycle.idle_timeout,
+            volumes=[VolumeBinding(m.volume, m.path, m.read_only) for m in spec.volumes],
+            snapshot=spec.snapshot,
+            unisolated=self._unisolated,
+        )
         try:
             with _disk.typed_full(doing="creating a sandbox", provider=self.name):
                 await anyio.to_thread.run_sync(self._make_layer, directory, meta)
-                write_meta(directory, meta)
+                write_meta(directory, meta.to_json())
             if template != "default":
                 self._template_meta(template)  # deleted meanwhile: its delete saw no user
             await self._start_sandbox(sandbox_id, meta, bwrap)
@@ -323,11 +322,11 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
             if broken is not None:
                 found.append(broken)
                 continue
-            meta = read_meta(self._home.sandbox(sandbox_id))
+            meta, _reason = _records.read(self._home.sandbox(sandbox_id), sandbox_id)
             if meta is not None and self._ended_by_idle(sandbox_id, meta):
                 await self._kill(sandbox_id)
                 continue
-            if meta is None or any(meta["metadata"].get(k) != v for k, v in metadata.items()):
+            if meta is None or any(meta.metadata.get(k) != v for k, v in metadata.items()):
                 continue
             found.append(self._to_info(meta, self._state(sandbox_id, meta)))
         return found
@@ -342,7 +341,7 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         meta, _reason = _records.read(directory, sandbox_id)
         if meta is None and not directory.exists():
             return
-        if meta and meta["unisolated"] and self._state(sandbox_id, meta) == SandboxState.RUNNING:
+        if meta and meta.unisolated and self._state(sandbox_id, meta) == SandboxState.RUNNING:
             # Its commands are not in a namespace that dies with it: ask the agent first.
             with anyio.move_on_after(5), contextlib.suppress(errors.SandboxError):
                 await self._client(sandbox_id).call("kill_all")
@@ -357,13 +356,13 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
             _disk.unmount_all(directory)
             remove_tree(directory)  # moved aside first: no lister sees it half removed
 
-    def _stop_processes(self, sandbox_id: str, meta: dict[str, Any] | None) -> None:
-        launch = meta.get("launch") if meta else None
+    def _stop_processes(self, sandbox_id: str, meta: SandboxRecord | None) -> None:
+        launch = meta.launch if meta else None
         cgroup = self._cgroup(sandbox_id)
         if cgroup.exists() and cgroup.frozen():
             cgroup.freeze(False)  # a frozen process takes no signal, SIGKILL included
         if launch:
-            _launch.kill(_launch.Launched(**launch))
+            _launch.kill(launch)
         cgroup.destroy()
 
     async def _pause(self, sandbox_id: str) -> SandboxInfo:
@@ -380,7 +379,7 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
                     cgroup.freeze(True)
                 else:
                     (directory / "paused").touch()
-                    _launch.signal_all(_launch.Launched(**meta["launch"]), signal.SIGSTOP)
+                    _launch.signal_all(_started(meta), signal.SIGSTOP)
             elif state != SandboxState.PAUSED:
                 raise self._not_running(sandbox_id, state)
             return self._to_info(meta, SandboxState.PAUSED)
@@ -394,26 +393,26 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         elif state in (SandboxState.STOPPED, SandboxState.ERROR):
             # Its processes are gone (e.g. the machine restarted), or its agent is and
             # leftovers linger: end what is left and start it again from its files.
-            bwrap = None if meta["unisolated"] else self._check_can_launch()
+            bwrap = None if meta.unisolated else self._check_can_launch()
             await anyio.to_thread.run_sync(self._stop_processes, sandbox_id, meta)
             await self._start_sandbox(sandbox_id, meta, bwrap)
             await self._start_command(sandbox_id, meta)
         elif state == SandboxState.RUNNING:
-            agent = _launch.Launched(**meta["launch"])
+            agent = _started(meta)
             if _launch.agent_state(agent) == "stopped" and agent.agent_pid is not None:
                 _launch.continue_process(agent.agent_pid)
         else:
             raise self._not_running(sandbox_id, state)
-        await self._wait_ready(sandbox_id, _launch.Launched(**self._read(sandbox_id)["launch"]))
+        await self._wait_ready(sandbox_id, _started(self._read(sandbox_id)))
         return self._to_info(self._read(sandbox_id), SandboxState.RUNNING)
 
-    def _thaw(self, sandbox_id: str, directory: Path, meta: dict[str, Any]) -> None:
+    def _thaw(self, sandbox_id: str, directory: Path, meta: SandboxRecord) -> None:
         with self._home.lock(directory):
             cgroup = self._cgroup(sandbox_id)
             if cgroup.exists():
                 cgroup.freeze(False)
             else:
-                _launch.signal_all(_launch.Launched(**meta["launch"]), signal.SIGCONT)
+                _launch.signal_all(_started(meta), signal.SIGCONT)
                 (directory / "paused").unlink(missing_ok=True)
 
     async def _set_metadata(self, sandbox_id: str, labels: Mapping[str, str]) -> SandboxInfo:
@@ -436,7 +435,7 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
 
     # ------------------------------------------------------------- state helpers
 
-    def _read(self, sandbox_id: str) -> dict[str, Any]:
+    def _read(self, sandbox_id: str) -> SandboxRecord:
         meta, reason = _records.read(self._home.sandbox(sandbox_id), sandbox_id)
         if reason is not None:
             if self._home.busy(self._home.sandbox(sandbox_id)):
@@ -454,24 +453,22 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
                                          provider=self.name, sandbox_id=sandbox_id)
         return meta
 
-    def _ended_by_idle(self, sandbox_id: str, meta: dict[str, Any]) -> bool:
+    def _ended_by_idle(self, sandbox_id: str, meta: SandboxRecord) -> bool:
         """Whether the sandbox ended itself after its idle timeout: its agent exited with
         the idle status, as recorded by the host-side launcher in a file the sandbox
         cannot write. Such a sandbox is gone, and its files are removed lazily."""
-        launch = meta.get("launch")
-        if not (meta["idle_timeout"] and launch and launch.get("token")):
+        launched = meta.launch
+        if not (meta.idle_timeout and launched and launched.token):
             return False
-        launched = _launch.Launched(**launch)
         return not _launch.alive(launched) and _launch.exit_status(
             self._status_path(sandbox_id, launched.token)) == _launch.IDLE_EXIT
 
-    def _state(self, sandbox_id: str, meta: dict[str, Any]) -> SandboxState:
+    def _state(self, sandbox_id: str, meta: SandboxRecord) -> SandboxState:
         """The sandbox's state from its processes. Its agent gone while other processes
         of it linger is ``ERROR``: nothing serves it (``resume()`` starts it again)."""
-        launch = meta.get("launch")
-        if launch is None:
+        launched = meta.launch
+        if launched is None:
             return SandboxState.STARTING
-        launched = _launch.Launched(**launch)
         if not _launch.alive(launched):
             return SandboxState.STOPPED
         directory = self._home.sandbox(sandbox_id)
@@ -520,7 +517,7 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         state = self._state(sandbox_id, meta)
         if state != SandboxState.RUNNING:
             raise self._not_running(sandbox_id, state)
-        launched = _launch.Launched(**meta["launch"])
+        launched = _started(meta)
         trouble = self._agent_trouble(sandbox_id, launched)
         if trouble is not None:
             raise errors.Unavailable(trouble, provider=self.name, sandbox_id=sandbox_id)
@@ -535,13 +532,13 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
             self._running(sandbox_id)  # raises SandboxNotFound/NotRunning if that is why
             raise
 
-    def _to_info(self, meta: dict[str, Any], state: SandboxState) -> SandboxInfo:
+    def _to_info(self, meta: SandboxRecord, state: SandboxState) -> SandboxInfo:
         return SandboxInfo(
-            id=meta["id"], provider=self.name, state=state, template=meta["template"],
-            metadata=meta["metadata"], created_at=dt.datetime.fromisoformat(meta["created_at"]),
-            expires_at=None, resources=Resources(**meta["resources"]),
-            extra={"home": str(self._home.path), "unisolated": meta["unisolated"],
-                   "idle_timeout": meta["idle_timeout"], "snapshot": meta["snapshot"]},
+            id=meta.id, provider=self.name, state=state, template=meta.template,
+            metadata=meta.metadata, created_at=meta.created_at,
+            expires_at=None, resources=meta.resources,
+            extra={"home": str(self._home.path), "unisolated": meta.unisolated,
+                   "idle_timeout": meta.idle_timeout, "snapshot": meta.snapshot},
         )
 
     def check_template(self, spec: TemplateSpec) -> list[Problem]:
@@ -579,10 +576,18 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         memory, limit = cgroup.memory() if cgroup.exists() else (None, None)
         cpu = cgroup.cpu_seconds() if cgroup.exists() else None
         if memory is None:
-            launched = _launch.Launched(**self._read(sandbox_id)["launch"])
+            launched = _started(self._read(sandbox_id))
             memory = sum(_rss(pid) for pid in _launch.namespace_pids(launched))
         return Metrics(cpu_seconds=cpu, memory_bytes=memory, memory_limit_bytes=limit,
                        disk_bytes=disk, timestamp=now())
+
+
+def _started(meta: SandboxRecord) -> _launch.Launched:
+    """The launch of a sandbox whose state says it started."""
+    if meta.launch is None:
+        raise errors.SandboxNotRunning("the sandbox is being created",
+                                       state=str(SandboxState.STARTING), sandbox_id=meta.id)
+    return meta.launch
 
 
 def _rss(pid: int) -> int:

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 from local_fixtures import provider_in, tmpfs
 
-from provider_sdk import QuotaExceeded, Resources, SandboxNotRunning, SandboxState
+from provider_sdk import QuotaExceeded, Resources, SandboxNotRunning, SandboxState, VolumeMount
 from provider_sdk.local import BrokenRecordWarning, LocalProvider, _disk, _launch
 from provider_sdk.local._home import ABANDONED_AFTER
+from provider_sdk.local._records import SandboxRecord
 
 pytestmark = pytest.mark.anyio
 
@@ -47,6 +48,50 @@ async def listed(provider: LocalProvider) -> tuple[dict[str, Any], list[str]]:
         infos = await provider.list()
     said = [str(w.message) for w in caught if issubclass(w.category, BrokenRecordWarning)]
     return {info.id: info for info in infos}, said
+
+
+# The keys a sandbox's meta.json holds, as every version since templates wrote them.
+RECORD_KEYS = {"id", "created_at", "template", "metadata", "image_env", "env", "cwd",
+               "resources", "start_cmd", "ready_cmd", "idle_timeout", "volumes", "snapshot",
+               "unisolated", "launch"}
+
+
+async def test_a_record_is_written_in_the_shape_earlier_versions_read(
+        provider: LocalProvider, tmp_path: Path) -> None:
+    """meta.json keeps its keys and their JSON shapes, and reads back as it was."""
+    volume = await provider.create_volume("psdk-records")
+    try:
+        async with provider.create(metadata={"k": "v"}, env={"E": "1"}, volumes=[
+                VolumeMount(volume=volume.name, path="/mnt/v", read_only=True)]) as sandbox:
+            meta = record(provider, sandbox.id)
+            assert set(meta) == RECORD_KEYS
+            assert meta["volumes"] == [["psdk-records", "/mnt/v", True]]
+            assert (meta["metadata"], meta["env"]) == ({"k": "v"}, {"E": "1"})
+            assert isinstance(meta["created_at"], str)
+            assert isinstance(meta["launch"], dict)
+            assert isinstance(meta["resources"], dict)
+            assert SandboxRecord.from_json(meta).to_json() == meta
+    finally:
+        await provider.delete_volume(volume.name)
+
+
+async def test_a_record_written_before_templates_still_loads(provider: LocalProvider) -> None:
+    """A meta.json without the keys templates added (image_env, start_cmd, ready_cmd),
+    as an earlier version wrote it, is a good record: its sandbox is listed, runs
+    commands, and is paused, resumed and killed as any other."""
+    async with provider.create(metadata={"k": "v"}) as sandbox:
+        meta = record(provider, sandbox.id)
+        older = {k: v for k, v in meta.items()
+                 if k not in ("image_env", "start_cmd", "ready_cmd")}
+        corrupt(provider, sandbox.id, json.dumps(older))
+        found, said = await listed(provider)
+        assert said == []
+        assert found[sandbox.id].state == SandboxState.RUNNING
+        assert found[sandbox.id].metadata == {"k": "v"}
+        assert (await sandbox.exec(["echo", "ok"])).stdout == "ok\n"
+        await sandbox.pause()
+        await sandbox.resume()
+        assert (await sandbox.exec(["echo", "again"])).stdout == "again\n"
 
 
 @pytest.mark.parametrize(("text", "reason"), [
