@@ -6,7 +6,9 @@ record is *broken*: listing reports it (state ``ERROR``, ``extra["broken"]`` say
 why) beside the good ones, and ``kill`` removes it. A record its creator is still
 making holds the directory's lock and is not broken (see ``Home.claim``).
 
-A good record is a :class:`SandboxRecord`; what it holds on disk is what
+A snapshot's record is a :class:`SnapshotRecord`, a volume's a :class:`VolumeRecord`
+(:func:`read_snapshot`, :func:`read_volume`). A good sandbox record is a
+:class:`SandboxRecord`; what it holds on disk is what
 :meth:`SandboxRecord.to_json` gives, the same keys as every earlier version wrote, so a
 home's existing records keep loading. This module reads and judges records; it changes
 nothing.
@@ -22,7 +24,7 @@ from typing import Any
 
 import attrs
 
-from provider_sdk.local._home import Home
+from provider_sdk.local._home import Home, read_meta
 from provider_sdk.local._launch import Launched
 from provider_sdk.models import Resources, SandboxInfo, SandboxState
 
@@ -101,6 +103,59 @@ class SandboxRecord:
         if self.launch is not None:
             data["launch"] = attrs.asdict(self.launch)
         return data
+
+
+@attrs.frozen(kw_only=True)
+class SnapshotRecord:
+    """A local snapshot's record: its id, the sandbox it was taken of, and that sandbox's
+    template (a snapshot of a template sandbox is its overlay layer over the template)."""
+
+    id: str
+    sandbox_id: str
+    created_at: dt.datetime
+    template: str
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SnapshotRecord:
+        return cls(id=data["id"], sandbox_id=data["sandbox_id"],
+                   created_at=dt.datetime.fromisoformat(data["created_at"]),
+                   template=data["template"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "sandbox_id": self.sandbox_id,
+                "created_at": self.created_at.isoformat(), "template": self.template}
+
+
+@attrs.define(kw_only=True)
+class VolumeRecord:
+    """A local volume's record; ``disk_mb`` is its quota, where volumes have one."""
+
+    name: str
+    created_at: dt.datetime
+    disk_mb: int | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> VolumeRecord:
+        return cls(name=data["name"], created_at=dt.datetime.fromisoformat(data["created_at"]),
+                   disk_mb=data.get("disk_mb"))
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"name": self.name, "created_at": self.created_at.isoformat()}
+        if self.disk_mb is not None:
+            data["disk_mb"] = self.disk_mb
+        return data
+
+
+def read_snapshot(directory: Path) -> SnapshotRecord | None:
+    """A snapshot's record, or ``None`` if it does not exist (or is half made)."""
+    meta = read_meta(directory)
+    return SnapshotRecord.from_json(meta) if meta is not None else None
+
+
+def read_volume(directory: Path) -> VolumeRecord | None:
+    """A volume's record, or ``None`` if it does not exist (or is half made)."""
+    meta = read_meta(directory)
+    return VolumeRecord.from_json(meta) if meta is not None else None
 
 
 _REQUIRED: dict[str, tuple[type, ...]] = {

@@ -8,20 +8,19 @@ sandboxes that name it: where mounting is possible, the root of a filesystem of 
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import anyio
 
 from provider_sdk import errors
 from provider_sdk.local import _disk, _launch, _records
 from provider_sdk.local._home import Home, now, read_meta, write_meta
-from provider_sdk.local._records import SandboxRecord
+from provider_sdk.local._records import SandboxRecord, SnapshotRecord, VolumeRecord
 from provider_sdk.local._trees import copy_tree
 from provider_sdk.models import SandboxInfo, SandboxState, Snapshot, Volume
 
@@ -72,9 +71,9 @@ class StorageMixin:
                 finally:
                     if thaw:
                         cgroup.freeze(False)
-            snap = {"id": snapshot_id, "sandbox_id": sandbox_id,
-                    "created_at": now().isoformat(), "template": meta.template}
-            write_meta(target, snap)
+            snap = SnapshotRecord(id=snapshot_id, sandbox_id=sandbox_id, created_at=now(),
+                                  template=meta.template)
+            write_meta(target, snap.to_json())
 
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
@@ -82,9 +81,10 @@ class StorageMixin:
         return self._to_snapshot(snap)
 
     async def _list_snapshots(self, sandbox_id: str | None) -> list[Snapshot]:
-        snaps = [read_meta(self._home.snapshot(s)) for s in self._home.ids("snapshots")]
+        snaps = [_records.read_snapshot(self._home.snapshot(s))
+                 for s in self._home.ids("snapshots")]
         return [self._to_snapshot(s) for s in snaps
-                if s is not None and sandbox_id in (None, s["sandbox_id"])]
+                if s is not None and sandbox_id in (None, s.sandbox_id)]
 
     async def _delete_snapshot(self, snapshot_id: str) -> None:
         target = self._home.snapshot(snapshot_id)
@@ -93,11 +93,10 @@ class StorageMixin:
                                           provider=self.name)
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(target, ignore_errors=True))
 
-    def _to_snapshot(self, meta: dict[str, Any]) -> Snapshot:
-        return Snapshot(id=meta["id"], provider=self.name, sandbox_id=meta["sandbox_id"],
-                        captures=frozenset({"filesystem"}),
-                        created_at=dt.datetime.fromisoformat(meta["created_at"]),
-                        extra={"template": meta["template"]})
+    def _to_snapshot(self, meta: SnapshotRecord) -> Snapshot:
+        return Snapshot(id=meta.id, provider=self.name, sandbox_id=meta.sandbox_id,
+                        captures=frozenset({"filesystem"}), created_at=meta.created_at,
+                        extra={"template": meta.template})
 
     def _check_volume_name(self, name: str) -> None:
         if not VOLUME_NAME.match(name):
@@ -112,17 +111,17 @@ class StorageMixin:
             directory.mkdir(mode=0o700)
         except FileExistsError:
             raise errors.Conflict(f"volume {name!r} already exists", provider=self.name) from None
-        meta: dict[str, Any] = {"name": name, "created_at": now().isoformat()}
+        meta = VolumeRecord(name=name, created_at=now())
         try:
             with _disk.typed_full(doing="creating a volume", provider=self.name):
                 if self._quota:
                     blank = await anyio.to_thread.run_sync(
                         _disk.blank, self._home.path / "base", _disk.VOLUME_MB)
                     await anyio.to_thread.run_sync(_disk.make_volume, directory, blank)
-                    meta["disk_mb"] = _disk.VOLUME_MB
+                    meta.disk_mb = _disk.VOLUME_MB
                 else:
                     (directory / "data").mkdir()
-                write_meta(directory, meta)
+                write_meta(directory, meta.to_json())
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(self._remove_volume, directory)
@@ -137,7 +136,7 @@ class StorageMixin:
 
     async def _get_volume(self, name: str) -> Volume:
         self._check_volume_name(name)
-        meta = read_meta(self._home.volume(name))
+        meta = _records.read_volume(self._home.volume(name))
         if meta is None:
             raise errors.VolumeNotFound(f"volume {name!r} does not exist", provider=self.name)
         # Its files reachable at extra["path"] again after a host restart.
@@ -145,7 +144,7 @@ class StorageMixin:
         return self._to_volume(meta)
 
     async def _list_volumes(self) -> list[Volume]:
-        metas = [read_meta(self._home.volume(v)) for v in self._home.ids("volumes")]
+        metas = [_records.read_volume(self._home.volume(v)) for v in self._home.ids("volumes")]
         return [self._to_volume(m) for m in metas if m is not None]
 
     async def _delete_volume(self, name: str) -> None:
@@ -158,8 +157,8 @@ class StorageMixin:
                                       provider=self.name)
         await anyio.to_thread.run_sync(self._remove_volume, self._home.volume(name))
 
-    def _to_volume(self, meta: dict[str, Any]) -> Volume:
-        return Volume(id=meta["name"], name=meta["name"], provider=self.name,
-                      created_at=dt.datetime.fromisoformat(meta["created_at"]),
-                      extra={"path": str(self._home.volume(meta["name"]) / "data"),
-                             "disk_mb": meta.get("disk_mb")})
+    def _to_volume(self, meta: VolumeRecord) -> Volume:
+        return Volume(id=meta.name, name=meta.name, provider=self.name,
+                      created_at=meta.created_at,
+                      extra={"path": str(self._home.volume(meta.name) / "data"),
+                             "disk_mb": meta.disk_mb})

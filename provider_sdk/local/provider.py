@@ -258,15 +258,15 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         """The template a new sandbox runs on: the spec's, or its snapshot's."""
         wanted = spec.template or "default"
         if spec.snapshot is not None:
-            snap = read_meta(self._home.snapshot(spec.snapshot))
+            snap = _records.read_snapshot(self._home.snapshot(spec.snapshot))
             if snap is None:
                 raise errors.SnapshotNotFound(f"snapshot {spec.snapshot!r} does not exist",
                                               provider=self.name)
-            if wanted not in ("default", snap["template"]):
+            if wanted not in ("default", snap.template):
                 raise errors.InvalidInput(
-                    f"snapshot {spec.snapshot!r} was taken on template {snap['template']!r}, "
+                    f"snapshot {spec.snapshot!r} was taken on template {snap.template!r}, "
                     f"not {wanted!r}: give no template with it", provider=self.name)
-            wanted = snap["template"]
+            wanted = snap.template
         if wanted != "default":  # the spec's was checked already; this is its snapshot's
             self.require(Capability.TEMPLATES, detail=f"snapshot {spec.snapshot!r} was "
                                                       f"taken on template {wanted!r}")

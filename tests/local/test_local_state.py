@@ -18,7 +18,7 @@ from local_fixtures import provider_in, tmpfs
 from provider_sdk import QuotaExceeded, Resources, SandboxNotRunning, SandboxState, VolumeMount
 from provider_sdk.local import BrokenRecordWarning, LocalProvider, _disk, _launch
 from provider_sdk.local._home import ABANDONED_AFTER
-from provider_sdk.local._records import SandboxRecord
+from provider_sdk.local._records import SandboxRecord, SnapshotRecord, VolumeRecord
 
 pytestmark = pytest.mark.anyio
 
@@ -71,6 +71,36 @@ async def test_a_record_is_written_in_the_shape_earlier_versions_read(
             assert isinstance(meta["launch"], dict)
             assert isinstance(meta["resources"], dict)
             assert SandboxRecord.from_json(meta).to_json() == meta
+    finally:
+        await provider.delete_volume(volume.name)
+
+
+async def test_snapshot_and_volume_records_keep_the_shape_earlier_versions_read(
+        provider: LocalProvider) -> None:
+    """A snapshot's and a volume's meta.json keep their keys, and a record written by
+    hand in that shape (as an earlier version would) is listed and used."""
+    volume = await provider.create_volume("psdk-vol-record")
+    try:
+        vol_path = provider._home.volume(volume.name) / "meta.json"
+        vol_meta = json.loads(vol_path.read_text())
+        assert set(vol_meta) in ({"name", "created_at"}, {"name", "created_at", "disk_mb"})
+        assert VolumeRecord.from_json(vol_meta).to_json() == vol_meta
+        async with provider.create() as sandbox:
+            await sandbox.files.write("/tmp/kept.txt", "kept")
+            snapshot = await sandbox.snapshot()
+        snap_path = provider._home.snapshot(snapshot.id) / "meta.json"
+        snap_meta = json.loads(snap_path.read_text())
+        assert set(snap_meta) == {"id", "sandbox_id", "created_at", "template"}
+        assert SnapshotRecord.from_json(snap_meta).to_json() == snap_meta
+        snap_path.write_text(json.dumps({"id": snapshot.id, "sandbox_id": sandbox.id,
+                                         "created_at": "2025-01-02T03:04:05+00:00",
+                                         "template": "default"}))
+        listed_snaps = {s.id: s for s in await provider.list_snapshots()}
+        assert listed_snaps[snapshot.id].created_at.year == 2025
+        async with provider.create(snapshot=snapshot.id) as restored:
+            assert await restored.files.read_text("/tmp/kept.txt") == "kept"
+        await provider.delete_snapshot(snapshot.id)
+        assert (await provider.get_volume(volume.name)).name == volume.name
     finally:
         await provider.delete_volume(volume.name)
 
