@@ -424,10 +424,10 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         try:
             with self._home.lock(directory):  # the record is read, changed, replaced whole
                 meta = self._read(sandbox_id)
-                merged = {**meta["metadata"], **labels}
+                merged = {**meta.metadata, **labels}
                 check_labels(merged, provider=self.name)
-                meta["metadata"] = merged
-                write_meta(directory, meta)
+                meta.metadata = merged
+                write_meta(directory, meta.to_json())
         except FileNotFoundError:  # killed meanwhile
             raise errors.SandboxNotFound(f"no sandbox {sandbox_id!r} in {self._home.path}",
                                          provider=self.name, sandbox_id=sandbox_id) from None
