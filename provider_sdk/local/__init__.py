@@ -1,8 +1,8 @@
 """The embedded local provider (entry point ``local``): sandboxes on this machine,
 isolated with bubblewrap, that outlive the process that made them.
 
-Its capabilities are declared here, as data (``PROVIDER_CAPABILITIES``), so ``psdk
-providers`` reads them without importing the provider; the classes are imported on
+Its capabilities are declared as data (``PROVIDER_CAPABILITIES``, from ``_capabilities``), so
+``psdk providers`` reads them without importing the provider; the classes are imported on
 first use.
 """
 
@@ -10,51 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from provider_sdk.capabilities import Capability
 from provider_sdk.lazy import lazy_exports
+from provider_sdk.local._capabilities import PROVIDER_CAPABILITIES
 
 if TYPE_CHECKING:
     from provider_sdk.local.provider import BrokenRecordWarning, LocalProvider, UnisolatedWarning
 
 __all__ = ["PROVIDER_CAPABILITIES", "BrokenRecordWarning", "LocalProvider",
            "UnisolatedWarning"]
-
-PROVIDER_CAPABILITIES: dict[str, frozenset[Capability]] = {"LocalProvider": frozenset({
-
-        Capability.EXEC_STREAM,
-        Capability.PROCESS_BACKGROUND,
-        Capability.SHELL_PERSISTENT,
-        Capability.SHELL_STDIN,
-        Capability.PAUSE,
-        Capability.PAUSE_MEMORY,
-        Capability.LIFECYCLE_AUTO_KILL,
-        Capability.SNAPSHOT_FILESYSTEM,
-        # Loopback only: no network.internet, network.allow_out or network.deny_out.
-        Capability.NETWORK_POLICY,
-        Capability.FILES_PERMISSIONS,
-        Capability.LIST_METADATA,
-        Capability.METADATA_UPDATE,
-        Capability.METRICS,
-        Capability.PORTS_EXPOSE,
-        Capability.PORTS_URL_TOKEN,
-        Capability.PORTS_REVOKE,
-        # Held per instance, where the host and the mode allow (see __init__).
-        Capability.VOLUMES,
-        Capability.VOLUMES_SHARED,
-        Capability.VOLUMES_READ_ONLY,
-        Capability.TEMPLATES,
-        Capability.TEMPLATES_BUILD,
-        Capability.RESOURCES_CPU,
-        Capability.RESOURCES_MEMORY,
-        Capability.RESOURCES_DISK,
-        Capability.LIMITS_MEMORY,
-        Capability.LIMITS_PIDS,
-        Capability.LIMITS_DISK,
-        Capability.SEAL_SYSCALLS,
-        Capability.EXEC_CONTAINED,
-        Capability.SEAL_HOST,
-})}
-"""What :class:`LocalProvider` declares; an instance may hold fewer (see its docs)."""
 
 _LAZY = {name: "provider_sdk.local.provider"
          for name in ("BrokenRecordWarning", "LocalProvider", "UnisolatedWarning")}

@@ -40,8 +40,9 @@ from provider_sdk import errors
 from provider_sdk.capabilities import Capability
 from provider_sdk.dockerfile import Problem, TemplateSupport
 from provider_sdk.labels import check_labels
-from provider_sdk.local import PROVIDER_CAPABILITIES, _disk, _launch, _records, _seccomp, _users
+from provider_sdk.local import _disk, _launch, _records, _seccomp, _users
 from provider_sdk.local._calls import CallsMixin
+from provider_sdk.local._capabilities import PROVIDER_CAPABILITIES
 from provider_sdk.local._client import AgentClient
 from provider_sdk.local._home import Home, default_home, now, read_meta, write_meta
 from provider_sdk.local._records import BrokenRecordWarning, SandboxRecord, VolumeBinding

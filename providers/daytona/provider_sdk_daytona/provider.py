@@ -78,11 +78,11 @@ from provider_sdk.models import Resources as NeutralResources
 from provider_sdk.provider import SandboxProvider
 from provider_sdk.sandbox import Shell
 from provider_sdk.settings import Settings
-from provider_sdk_daytona import PROVIDER_CAPABILITIES
 from provider_sdk_daytona import _convert as convert
 from provider_sdk_daytona import _exec as wrapper
 from provider_sdk_daytona._background import BackgroundMixin
 from provider_sdk_daytona._calls import CallsMixin
+from provider_sdk_daytona._capabilities import PROVIDER_CAPABILITIES
 from provider_sdk_daytona._commands import CommandsMixin
 from provider_sdk_daytona._errors import code_of, neutral, status_of
 from provider_sdk_daytona._files import FilesMixin

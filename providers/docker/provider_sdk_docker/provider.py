@@ -47,14 +47,13 @@ from provider_sdk.provider import (
     SandboxProvider,
 )
 from provider_sdk.settings import Settings
-from provider_sdk_docker import (
+from provider_sdk_docker import _bounded, _scripts
+from provider_sdk_docker._capabilities import (
     BASE_CAPABILITIES,
     BOUNDED_CAPABILITIES,
     HOST_CAPABILITIES,
     PROVIDER_CAPABILITIES,
     QUOTA_CAPABILITIES,
-    _bounded,
-    _scripts,
 )
 from provider_sdk_docker._control import HostControl, engine_has_disk_quotas, host_control_possible
 from provider_sdk_docker._engine import Engine, Kind

@@ -50,7 +50,7 @@ from provider_sdk.models import (
 from provider_sdk.provider import SandboxProvider
 from provider_sdk.retry import Attempts, Backoff
 from provider_sdk.settings import Settings
-from provider_sdk_e2b import PROVIDER_CAPABILITIES
+from provider_sdk_e2b._capabilities import PROVIDER_CAPABILITIES
 from provider_sdk_e2b._cube_templates import CubeTemplates
 from provider_sdk_e2b.provider import ENVD_PORT, E2BProvider, Remote
 

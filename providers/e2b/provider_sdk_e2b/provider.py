@@ -68,7 +68,8 @@ from provider_sdk.provider import SandboxProvider
 from provider_sdk.settings import Settings
 from provider_sdk.tasks import TaskOwner
 from provider_sdk.templates import TemplateBuilder
-from provider_sdk_e2b import PROVIDER_CAPABILITIES, _e2b_templates, _shell
+from provider_sdk_e2b import _e2b_templates, _shell
+from provider_sdk_e2b._capabilities import PROVIDER_CAPABILITIES
 from provider_sdk_e2b._errors import ErrorsMixin
 from provider_sdk_e2b._files import FilesMixin
 from provider_sdk_e2b._ports import PortsMixin
