@@ -44,9 +44,20 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 __all__ = ["DEFAULT_PROVIDER", "KNOWN_KEYS", "Secret", "bool_setting", "config_path",
-           "env_setting", "float_setting", "int_setting", "open_provider", "provider_name"]
+           "default_home", "env_setting", "float_setting", "int_setting", "open_provider",
+           "provider_name"]
 
 DEFAULT_PROVIDER = "local"
+
+
+def default_home() -> Path:
+    """psdk's own data directory: ``PSDK_HOME``, else ``psdk`` in the per-user data
+    directory (``XDG_DATA_HOME``, else ``~/.local/share``). The local provider keeps its
+    sandboxes there, the Docker provider its bounded directories, the CLI what it made."""
+    if env := os.environ.get("PSDK_HOME"):
+        return Path(env)
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(Path.home(), ".local", "share")
+    return Path(base) / "psdk"
 
 
 # --------------------------------------------------------------------- the file

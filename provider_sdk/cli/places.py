@@ -75,6 +75,6 @@ class Places:
 
 def default_places() -> Places:
     """The records in the psdk home (``PSDK_HOME``, else the per-user data directory)."""
-    from provider_sdk.local._home import default_home
+    from provider_sdk.config import default_home
 
     return Places(default_home() / "cli" / "places")

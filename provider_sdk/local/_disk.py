@@ -25,16 +25,19 @@ This module knows images, mounts and paths; it starts no sandbox.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
-import secrets
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from provider_sdk import errors
+from provider_sdk.disks import (
+    IMAGE,
+    mount,
+    no_space,
+    sparse_copy,
+    unmount,
+)
 
 if TYPE_CHECKING:
     from provider_sdk.local._records import SandboxRecord
@@ -43,24 +46,8 @@ DEFAULT_DISK_MB = 4096
 """The writable layer's size when the spec gives no ``Resources.disk_mb``."""
 VOLUME_MB = 16384
 """A volume's size where volumes are filesystems of their own."""
-IMAGE = "disk.img"
 LAYER = "layer"
 """Where a template sandbox's image is mounted (its ``upper`` and ``work`` inside)."""
-_MOUNT_OPTIONS = "loop,nosuid,nodev,noatime"
-_TOOLS = ("mkfs.ext4", "debugfs", "mount", "umount")
-
-_NO_SPACE = "No space left on device"
-
-
-def available() -> bool:
-    """Whether this process can make and mount quota'd layers (root, loop devices,
-    ``mkfs.ext4``)."""
-    return (os.geteuid() == 0 and Path("/dev/loop-control").exists()
-            and all(_which(tool) for tool in _TOOLS))
-
-
-def _which(tool: str) -> str | None:
-    return shutil.which(tool, path="/usr/sbin:/sbin:/usr/bin:/bin")
 
 
 def has_quota(meta: SandboxRecord) -> bool:
@@ -88,40 +75,6 @@ def own_files(directory: Path, meta: SandboxRecord) -> Path:
     return overlay_dirs(directory, meta)[0]
 
 
-def blank(base: Path, mb: int) -> Path:
-    """This home's blank image of ``mb`` MiB, made once (concurrent first makers race
-    safely: each formats its own file and the first rename wins)."""
-    image = base / f"blank-{mb}.img"
-    if image.is_file():
-        return image
-    base.mkdir(parents=True, exist_ok=True)
-    staging = base / f".blank-{os.getpid()}-{secrets.token_hex(6)}.img"
-    try:
-        with open(staging, "xb") as f:
-            f.truncate(mb << 20)
-        # No reserved blocks: the sandbox's user may be root, and its quota is exact.
-        # Lazy init keeps the sparse file small and mkfs fast.
-        _run([_which("mkfs.ext4") or "mkfs.ext4", "-q", "-F", "-m", "0",
-              "-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1", "-L", "psdk",
-              str(staging)], what="formatting a sandbox disk image")
-        _without_lost_found(staging)
-        if image.exists():
-            staging.unlink()
-        else:
-            os.replace(staging, image)
-    except BaseException:
-        staging.unlink(missing_ok=True)
-        raise
-    return image
-
-
-def _without_lost_found(image: Path) -> None:
-    """Remove ``lost+found`` so a sandbox's ``/`` shows only its own files (edited in
-    the image, unmounted: a maker killed half way leaves no mount behind)."""
-    _run([_which("debugfs") or "debugfs", "-w", "-R", "rmdir lost+found", str(image)],
-         what="preparing a sandbox disk image")
-
-
 def make(directory: Path, template: str, blank_image: Path) -> Path:
     """Give a new sandbox its own copy of the blank image, mounted; return the mount
     point (empty)."""
@@ -131,30 +84,6 @@ def make(directory: Path, template: str, blank_image: Path) -> Path:
     target.mkdir(exist_ok=True)
     mount(image, target)
     return target
-
-
-def sparse_copy(src: Path, dst: Path) -> None:
-    """Copy a sparse file's data extents only (in the kernel; a reflink where the
-    filesystem can), keeping its holes: no process is started for it."""
-    with open(src, "rb") as source, open(dst, "xb") as target:
-        size = os.fstat(source.fileno()).st_size
-        target.truncate(size)
-        offset = 0
-        while offset < size:
-            try:
-                data = os.lseek(source.fileno(), offset, os.SEEK_DATA)
-            except OSError as exc:
-                if exc.errno == errno.ENXIO:  # only a hole is left
-                    return
-                raise
-            hole = os.lseek(source.fileno(), data, os.SEEK_HOLE)
-            while data < hole:
-                copied = os.copy_file_range(source.fileno(), target.fileno(), hole - data,
-                                            data, data)
-                if copied == 0:
-                    raise OSError(errno.EIO, f"{src} shrank while being copied")
-                data += copied
-            offset = hole
 
 
 def ensure_mounted(
@@ -181,12 +110,6 @@ def ensure_volume_mounted(directory: Path) -> None:
         mount(directory / IMAGE, directory / "data")
 
 
-def mount(image: Path, target: Path) -> None:
-    """Loop-mount an ext4 image on ``target`` in the host's mount namespace."""
-    _run([_which("mount") or "mount", "-t", "ext4", "-o", _MOUNT_OPTIONS, "--", str(image),
-          str(target)], what="mounting the sandbox's disk image")
-
-
 def unmount_all(directory: Path) -> None:
     """Unmount whatever this module mounted in a sandbox's directory (kill, and a
     failed create). A mount still busy is detached lazily: it goes when its last user
@@ -195,34 +118,6 @@ def unmount_all(directory: Path) -> None:
         target = directory / name
         if os.path.ismount(target):
             unmount(target)
-
-
-def unmount(target: Path) -> None:
-    umount = _which("umount") or "umount"
-    done = subprocess.run([umount, "--", str(target)], capture_output=True, check=False)
-    if done.returncode != 0 and os.path.ismount(target):
-        _run([umount, "-l", "--", str(target)], what="unmounting a sandbox's disk image")
-
-
-def copy_into(src: Path, dst: Path) -> None:
-    """Copy a directory's contents into an existing directory (a mount point),
-    keeping owners, modes, links and special files."""
-    _run(["cp", "-a", "--reflink=auto", "--", f"{src}/.", str(dst)],
-         what=f"copying {src}")
-
-
-def _run(argv: list[str], *, what: str) -> None:
-    done = subprocess.run(argv, capture_output=True, check=False,
-                          env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"})
-    if done.returncode != 0:
-        message = done.stderr.decode(errors="replace").strip()
-        code = errno.ENOSPC if _NO_SPACE in message else errno.EIO
-        raise OSError(code, f"{what} failed: {message}")
-
-
-def no_space(exc: BaseException) -> bool:
-    """Whether an error means the home's filesystem is full."""
-    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def full_error(exc: OSError, *, doing: str, provider: str,

@@ -40,14 +40,6 @@ ABANDONED_AFTER = 60.0
 """Seconds after which an unlocked hidden directory is taken as abandoned."""
 
 
-def default_home() -> Path:
-    """``PSDK_HOME``, else the per-user data directory."""
-    if env := os.environ.get("PSDK_HOME"):
-        return Path(env)
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(Path.home(), ".local", "share")
-    return Path(base) / "psdk"
-
-
 class Home:
     """Paths and metadata files under one state directory."""
 

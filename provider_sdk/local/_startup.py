@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import anyio
 import attrs
 
-from provider_sdk import errors
+from provider_sdk import disks, errors
 from provider_sdk.local import _disk, _launch, _templates, _users
 from provider_sdk.local._home import Home, write_meta
 from provider_sdk.local._records import SandboxRecord
@@ -71,7 +71,7 @@ class StartupMixin:
         """A new sandbox's writable layer: its quota'd image mounted (where quotas
         hold), then its root's first files."""
         if meta.resources.disk_mb and _disk.has_quota(meta):
-            blank = _disk.blank(self._home.path / "base", meta.resources.disk_mb)
+            blank = disks.blank(self._home.path / "base", meta.resources.disk_mb)
             _disk.make(directory, meta.template, blank)
         self._make_root(directory, meta.snapshot, meta.cwd, meta.template, meta)
 
@@ -106,7 +106,7 @@ class StartupMixin:
             _templates.make_cwd(self._home.template(template) / "root", upper, workdir)
             return
         if snapshot is not None and _disk.has_quota(meta):
-            _disk.copy_into(self._home.snapshot(snapshot) / "root", root)
+            disks.copy_into(self._home.snapshot(snapshot) / "root", root)
         elif snapshot is not None:
             copy_tree(self._home.snapshot(snapshot) / "root", root)
         else:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import anyio
 
-from provider_sdk import errors
+from provider_sdk import disks, errors
 from provider_sdk.local import _disk, _launch, _records
 from provider_sdk.local._home import Home, now, read_meta, write_meta
 from provider_sdk.local._records import SandboxRecord, SnapshotRecord, VolumeRecord
@@ -116,7 +116,7 @@ class StorageMixin:
             with _disk.typed_full(doing="creating a volume", provider=self.name):
                 if self._quota:
                     blank = await anyio.to_thread.run_sync(
-                        _disk.blank, self._home.path / "base", _disk.VOLUME_MB)
+                        disks.blank, self._home.path / "base", _disk.VOLUME_MB)
                     await anyio.to_thread.run_sync(_disk.make_volume, directory, blank)
                     meta.disk_mb = _disk.VOLUME_MB
                 else:
@@ -131,7 +131,7 @@ class StorageMixin:
     @staticmethod
     def _remove_volume(directory: Path) -> None:
         while os.path.ismount(directory / "data"):
-            _disk.unmount(directory / "data")
+            disks.unmount(directory / "data")
         shutil.rmtree(directory, ignore_errors=True)
 
     async def _get_volume(self, name: str) -> Volume:

@@ -36,15 +36,16 @@ from typing import Any, ClassVar, TypeVar
 import anyio
 import attrs
 
-from provider_sdk import errors
+from provider_sdk import disks, errors
 from provider_sdk.capabilities import Capability
+from provider_sdk.config import default_home
 from provider_sdk.dockerfile import Problem, TemplateSupport
 from provider_sdk.labels import check_labels
 from provider_sdk.local import _disk, _launch, _records, _seccomp, _users
 from provider_sdk.local._calls import CallsMixin
 from provider_sdk.local._capabilities import PROVIDER_CAPABILITIES
 from provider_sdk.local._client import AgentClient
-from provider_sdk.local._home import Home, default_home, now, read_meta, write_meta
+from provider_sdk.local._home import Home, now, read_meta, write_meta
 from provider_sdk.local._records import BrokenRecordWarning, SandboxRecord, VolumeBinding
 from provider_sdk.local._startup import WORKDIR, StartupMixin
 from provider_sdk.local._storage import StorageMixin
@@ -150,7 +151,7 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         self._unisolated = unisolated = settings.switch("unisolated", unisolated,
                                                         default=False)
         self._cgroups = _launch.Cgroup.available()
-        self._quota = not unisolated and _disk.available()
+        self._quota = not unisolated and disks.available()
         self._separate = not unisolated and _users.separate_users()
         held = set(type(self).capabilities) - _PER_INSTANCE
         if unisolated and os.geteuid() == 0:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from local_fixtures import provider_in, tmpfs
 
-from provider_sdk import CommandTimeout, Resources, UnsupportedCapability
+from provider_sdk import CommandTimeout, Resources, UnsupportedCapability, disks
 from provider_sdk.capabilities import Capability
 from provider_sdk.local import LocalProvider, _disk, _launch
 from provider_sdk.local.provider import DEFAULT_MEMORY_MB
@@ -33,7 +33,7 @@ def needs_cgroups() -> None:
 
 
 def needs_quota() -> None:
-    if not _disk.available():
+    if not disks.available():
         pytest.skip("disk quotas need root and loop devices")
 
 

@@ -15,8 +15,15 @@ from typing import Any
 import pytest
 from local_fixtures import provider_in, tmpfs
 
-from provider_sdk import QuotaExceeded, Resources, SandboxNotRunning, SandboxState, VolumeMount
-from provider_sdk.local import BrokenRecordWarning, LocalProvider, _disk, _launch
+from provider_sdk import (
+    QuotaExceeded,
+    Resources,
+    SandboxNotRunning,
+    SandboxState,
+    VolumeMount,
+    disks,
+)
+from provider_sdk.local import BrokenRecordWarning, LocalProvider, _launch
 from provider_sdk.local._home import ABANDONED_AFTER
 from provider_sdk.local._records import SandboxRecord, SnapshotRecord, VolumeRecord
 
@@ -257,7 +264,7 @@ def fill(home: Path) -> None:
 async def test_a_snapshot_on_a_full_disk_is_a_typed_error_and_leaves_nothing(
         full_provider: LocalProvider, full_home: Path) -> None:
     """QuotaExceeded names the cause; no partial snapshot remains; the sandbox runs on."""
-    resources = Resources(disk_mb=32) if _disk.available() else Resources()
+    resources = Resources(disk_mb=32) if disks.available() else Resources()
     async with full_provider.create(resources=resources) as sandbox:
         await sandbox.exec("head -c 12M /dev/urandom > /home/user/data")
         fill(full_home)
@@ -272,7 +279,7 @@ async def test_a_snapshot_on_a_full_disk_is_a_typed_error_and_leaves_nothing(
 async def test_a_create_on_a_full_disk_is_a_typed_error_and_leaves_nothing(
         full_provider: LocalProvider, full_home: Path) -> None:
     """QuotaExceeded names the cause and no sandbox directory is left."""
-    resources = Resources(disk_mb=32) if _disk.available() else Resources()
+    resources = Resources(disk_mb=32) if disks.available() else Resources()
     fill(full_home)
     with pytest.raises(QuotaExceeded, match="out of disk space"):
         await full_provider.create(resources=resources)

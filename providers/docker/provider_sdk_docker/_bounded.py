@@ -35,9 +35,8 @@ from typing import Any
 import anyio
 import docker.types
 
-from provider_sdk import errors
-from provider_sdk.local import _disk
-from provider_sdk.local._home import default_home
+from provider_sdk import disks, errors
+from provider_sdk.config import default_home
 from provider_sdk_docker._engine import Engine
 from provider_sdk_docker._processes import container_name
 
@@ -58,7 +57,7 @@ _VOLUME_LABEL = "psdk.bounded_volume"
 def bounded_dirs_possible() -> bool:
     """Whether this process can make and mount the sandboxes' filesystems (root, loop
     devices, ``mkfs.ext4``)."""
-    return _disk.available()
+    return disks.available()
 
 
 def dirs_for(workdir: str | None, volume_paths: Iterable[str]) -> tuple[str, ...]:
@@ -133,11 +132,11 @@ class BoundedDirs:
 
     def _make_disk(self, directory: Path, disk_mb: int) -> None:
         try:
-            blank = _disk.blank(self.root / "base", disk_mb)
+            blank = disks.blank(self.root / "base", disk_mb)
             directory.mkdir(parents=True)
             (directory / "mnt").mkdir()
-            _disk.sparse_copy(blank, directory / _disk.IMAGE)
-            _disk.mount(directory / _disk.IMAGE, directory / "mnt")
+            disks.sparse_copy(blank, directory / disks.IMAGE)
+            disks.mount(directory / disks.IMAGE, directory / "mnt")
         except FileExistsError:
             raise errors.Conflict(f"a disk for sandbox {directory.name!r} exists",
                                   provider=self._provider) from None
@@ -166,7 +165,7 @@ class BoundedDirs:
     @staticmethod
     def _drop_disk(directory: Path) -> None:
         if os.path.ismount(directory / "mnt"):
-            _disk.unmount(directory / "mnt")
+            disks.unmount(directory / "mnt")
         shutil.rmtree(directory, ignore_errors=True)
 
     def used_bytes(self, sandbox_id: str) -> int | None:
