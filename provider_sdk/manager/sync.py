@@ -27,7 +27,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from provider_sdk.manager.handle import ManagedSandbox
 from provider_sdk.manager.manager import SandboxManager
@@ -39,7 +39,31 @@ from provider_sdk.sync import SyncProvider, SyncSandbox
 __all__ = ["SyncClaimedSandbox", "SyncManagedSandbox", "SyncSandboxManager", "SyncWarmPool"]
 
 
-class SyncSandboxManager:
+class _HeldOpen:
+    """An async context manager held open in a sync provider's loop until :meth:`close`
+    (or the end of a ``with`` block)."""
+
+    def __init__(self, provider: SyncProvider, target: Any) -> None:
+        self._run = provider._runner
+        self._cm = self._run._portal.wrap_async_context_manager(target)
+        self._cm.__enter__()
+        self._closed = False
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Leave the async context manager. Safe to call twice."""
+        if not self._closed:
+            self._closed = True
+            self._cm.__exit__(None, None, None)
+
+
+class SyncSandboxManager(_HeldOpen):
     """A blocking :class:`~provider_sdk.manager.SandboxManager`.
 
     Takes the same arguments, with a :class:`~provider_sdk.sync.SyncProvider` in place
@@ -52,30 +76,18 @@ class SyncSandboxManager:
                  **options: Any) -> None:
         self.provider = provider
         """The provider the sandboxes run on."""
-        self._run = provider._runner
         if isinstance(options.get("pool"), SyncWarmPool):
             options["pool"] = options["pool"].pool
         self.manager = SandboxManager(provider.async_provider, store, **options)
         """The async manager underneath (use it only from async code in the loop)."""
-        self._cm = self._run._portal.wrap_async_context_manager(self.manager)
-        self._cm.__enter__()
-        self._closed = False
+        super().__init__(provider, self.manager)
 
     def __repr__(self) -> str:
         return f"<SyncSandboxManager provider={self.provider.name!r}>"
 
-    def __enter__(self) -> SyncSandboxManager:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
-
     def close(self) -> None:
         """Stop the background work. Sandboxes keep running. Safe to call twice."""
-        if not self._closed:
-            self._closed = True
-            self._cm.__exit__(None, None, None)
+        super().close()
 
     def acquire(self, owner: str) -> SyncManagedSandbox:
         """The owner's sandbox; see :meth:`SandboxManager.acquire
@@ -134,7 +146,7 @@ class SyncManagedSandbox(SyncSandbox):
         self._run.call(self._managed.unset_env, *names)
 
 
-class SyncWarmPool:
+class SyncWarmPool(_HeldOpen):
     """A blocking :class:`~provider_sdk.manager.WarmPool`.
 
     Takes the same arguments, with a :class:`~provider_sdk.sync.SyncProvider` in place
@@ -147,28 +159,16 @@ class SyncWarmPool:
                  **options: Any) -> None:
         self.provider = provider
         """The provider that runs the members."""
-        self._run = provider._runner
         self.pool = WarmPool(provider.async_provider, spec, **options)
         """The async pool underneath (use it only from async code in the loop)."""
-        self._cm = self._run._portal.wrap_async_context_manager(self.pool)
-        self._cm.__enter__()
-        self._closed = False
+        super().__init__(provider, self.pool)
 
     def __repr__(self) -> str:
         return f"<SyncWarmPool {self.pool.name!r} provider={self.provider.name!r}>"
 
-    def __enter__(self) -> SyncWarmPool:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
-
     def close(self) -> None:
         """Stop filling the pool; free members stay. Safe to call twice."""
-        if not self._closed:
-            self._closed = True
-            self._cm.__exit__(None, None, None)
+        super().close()
 
     @property
     def running(self) -> bool:
