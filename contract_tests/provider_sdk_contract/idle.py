@@ -19,7 +19,7 @@ from provider_sdk.models import Lifecycle, SandboxState
 from provider_sdk.sandbox import Sandbox
 from provider_sdk_contract.base import ContractBase, Factory
 from provider_sdk_contract.markers import requires
-from provider_sdk_contract.pause import _COUNTER, _counter
+from provider_sdk_contract.pause import counts_on_across
 from provider_sdk_contract.support import eventually
 
 __all__ = ["IDLE_SECONDS", "IdleContract"]
@@ -83,23 +83,11 @@ class IdleContract(ContractBase):
         """A process counting in memory before the backend pauses the idle sandbox goes
         on counting from its value after resume: memory was kept, not just files."""
         sandbox, label = await self._idle_sandbox(factory)
-        process = await sandbox.start(["bash", "-c", _COUNTER])
 
-        async def counted_enough() -> bool:
-            return await sandbox.files.exists("/tmp/psdk-counter") and \
-                await _counter(sandbox) >= 10
+        async def paused_by_the_backend() -> None:
+            await self._paused_by_the_backend(sandbox, label)
 
-        await eventually(counted_enough, what="the counter reaching 10")
-        await self._paused_by_the_backend(sandbox, label)
-        await sandbox.resume()
-        resumed_at = await _counter(sandbox)
-        assert resumed_at >= 10, f"counter restarted: {resumed_at}"
-
-        async def counting_on() -> bool:
-            return await _counter(sandbox) > resumed_at
-
-        await eventually(counting_on, what=f"the counter passing {resumed_at}")
-        await process.kill()
+        await counts_on_across(sandbox, paused_by_the_backend)
 
     @requires(Capability.LIFECYCLE_AUTO_RESUME)
     async def test_a_request_to_a_paused_sandbox_resumes_it(self, factory: Factory) -> None:

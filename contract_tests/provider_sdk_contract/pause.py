@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import anyio
 import pytest
 
@@ -21,6 +23,28 @@ _COUNTER = ('i=0; while :; do i=$((i+1)); echo "$i" > /tmp/psdk-counter.new && '
 
 async def _counter(sandbox: Sandbox) -> int:
     return int((await sandbox.files.read_text("/tmp/psdk-counter")).strip() or 0)
+
+
+async def counts_on_across(sandbox: Sandbox, pause: Callable[[], Awaitable[None]]) -> None:
+    """Start a counter in the sandbox, let ``pause`` pause it, resume it: the counter goes
+    on from its value, so memory was kept, not just files."""
+    process = await sandbox.start(["bash", "-c", _COUNTER])
+
+    async def counted_enough() -> bool:
+        return await sandbox.files.exists("/tmp/psdk-counter") and \
+            await _counter(sandbox) >= 10
+
+    await eventually(counted_enough, what="the counter reaching 10")
+    await pause()
+    await sandbox.resume()
+    resumed_at = await _counter(sandbox)
+    assert resumed_at >= 10, f"counter restarted: {resumed_at}"
+
+    async def counting_on() -> bool:
+        return await _counter(sandbox) > resumed_at
+
+    await eventually(counting_on, what=f"the counter passing {resumed_at}")
+    await process.kill()
 
 
 class PauseContract(ContractBase):
@@ -77,20 +101,4 @@ class PauseContract(ContractBase):
     @requires(Capability.PAUSE_MEMORY, Capability.PROCESS_BACKGROUND)
     async def test_pause_memory_keeps_a_process_counting(self, sandbox: Sandbox) -> None:
         """A counter running before the pause continues from its value after resume."""
-        process = await sandbox.start(["bash", "-c", _COUNTER])
-
-        async def counted_enough() -> bool:
-            return await sandbox.files.exists("/tmp/psdk-counter") and \
-                await _counter(sandbox) >= 10
-
-        await eventually(counted_enough, what="the counter reaching 10")
-        await sandbox.pause()
-        await sandbox.resume()
-        resumed_at = await _counter(sandbox)
-        assert resumed_at >= 10, f"counter restarted: {resumed_at}"
-
-        async def counting_on() -> bool:
-            return await _counter(sandbox) > resumed_at
-
-        await eventually(counting_on, what=f"the counter passing {resumed_at}")
-        await process.kill()
+        await counts_on_across(sandbox, sandbox.pause)
