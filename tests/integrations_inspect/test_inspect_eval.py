@@ -94,7 +94,8 @@ def test_inspect_eval_of_the_example_scores_every_sample(
     assert log["results"]["completed_samples"] == 3
     [score] = log["results"]["scores"]
     assert score["metrics"]["accuracy"]["value"] == 1.0
-    assert after == before
+    # The eval left nothing running; others' sandboxes on a shared Engine may come and go.
+    assert after <= before
 
 
 def test_the_example_runs_as_a_script(tmp_path: Path) -> None:
