@@ -1,5 +1,7 @@
 """``CubeProvider``: CubeSandbox, which speaks E2B's protocol. Every difference from
-:class:`~provider_sdk_e2b.provider.E2BProvider` lives in this module, and only here.
+:class:`~provider_sdk_e2b.provider.E2BProvider` lives in this module, and only here:
+``CubeControlPlane`` overrides E2B's control plane (``_control``), the one seam between
+the two; ``CubeProvider`` adds Cube's settings and its own neutral hooks.
 
 What differs, and how it is handled:
 
@@ -31,7 +33,7 @@ import re
 import urllib.parse
 import uuid
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from e2b import exceptions as e2bx
 from e2b.api import handle_api_exception
@@ -49,76 +51,34 @@ from provider_sdk.models import (
 )
 from provider_sdk.provider import SandboxProvider
 from provider_sdk.retry import Attempts, Backoff
+from provider_sdk.secret import Secret
 from provider_sdk.settings import Settings
 from provider_sdk_e2b._capabilities import PROVIDER_CAPABILITIES
+from provider_sdk_e2b._control import ENVD_PORT, E2BControlPlane
 from provider_sdk_e2b._cube_templates import CubeTemplates
-from provider_sdk_e2b.provider import ENVD_PORT, E2BProvider, Remote
+from provider_sdk_e2b.provider import E2BProvider, Remote
 
-__all__ = ["CubeProvider"]
+__all__ = ["CubeControlPlane", "CubeProvider"]
 
 _PAUSE_POLL = Backoff(initial=0.05, factor=1, cap=0.05)
 """How often a pausing sandbox's state is asked for."""
 
 
-class CubeProvider(E2BProvider):
-    """Sandboxes on CubeSandbox, through the ``e2b`` SDK plus Cube's own routes.
+class CubeControlPlane(E2BControlPlane):
+    """Cube's control plane: its raw requests (v1 where v2 is missing), its idle window
+    as the timeout, its data-plane headers, public traffic. The overrides of E2B's
+    control plane, and nothing else."""
 
-    Takes :class:`E2BProvider`'s options, read from Cube's settings: ``api_key``
-    [``CUBE_API_KEY``, required], ``api_url`` [``CUBE_API_URL``, required], ``domain``
-    [``CUBE_SANDBOX_DOMAIN``], ``template`` [``CUBE_TEMPLATE_ID``], ``ready_timeout``
-    [``PSDK_CUBE_READY_TIMEOUT``]; ``proxy_node_ip`` [``CUBE_PROXY_NODE_IP``] and
-    ``proxy_port`` [``CUBE_PROXY_PORT_HTTP``, default 80]: when set, the data plane is
-    reached over plain HTTP there, with CubeProxy's ``Host`` header. There is no
-    ``max_timeout``: Cube's timeout is an idle window, and ``None`` means never.
-
-    Template builds: ``registry`` [``PSDK_REGISTRY``, ``HOST:PORT``; credentials from
-    ``PSDK_REGISTRY_USERNAME`` and ``PSDK_REGISTRY_PASSWORD``] receives the images;
-    ``envd`` [``PSDK_CUBE_ENVD``] is an envd binary added to images that lack one.
-    """
-
-    name: ClassVar[str] = "cube"
-    capabilities: ClassVar[frozenset[Capability]] = PROVIDER_CAPABILITIES["CubeProvider"]
-    SETTINGS: ClassVar[Mapping[str, str]] = {
-        "api_key": "CUBE_API_KEY", "api_url": "CUBE_API_URL", "domain": "CUBE_SANDBOX_DOMAIN",
-        "template": "CUBE_TEMPLATE_ID", "ready_timeout": "PSDK_CUBE_READY_TIMEOUT",
-        "proxy_node_ip": "CUBE_PROXY_NODE_IP", "proxy_port": "CUBE_PROXY_PORT_HTTP",
-    }
-    DEFAULT_TEMPLATE: ClassVar[str | None] = None
-    _STATES: ClassVar[Mapping[str, SandboxState]] = {
-        **E2BProvider._STATES, "pausing": SandboxState.PAUSING,
-    }
-    _metrics = SandboxProvider._metrics  # Cube has no metrics endpoint
     # CubeProxy asks a sandbox with private traffic for its token on envd too, and Cube
-    # tells it at create only: a handle opened elsewhere could not reach envd. Cube's
-    # sandboxes keep public traffic, so their ports have no token to guard them.
+    # tells it at create only: a handle opened elsewhere could not reach envd.
     PRIVATE_TRAFFIC: ClassVar[bool] = False
-    _expose = SandboxProvider._expose
-    _unexpose = SandboxProvider._unexpose
-    template_support: ClassVar[TemplateSupport] = TemplateSupport(options={
-        "start_cmd": "a Cube template starts envd, as its entrypoint; start the command "
-                     "in the sandbox instead",
-        "ready_cmd": "Cube's readiness probe is envd's /health; no command is run",
-    })
+    _api_key: Secret
+    _domain: str | None
+    _node: str | None
+    _v1: bool
 
-    def __init__(self, *, api_key: str | None = None, api_url: str | None = None,
-                 domain: str | None = None, sandbox_url: str | None = None,
-                 template: str | None = None, ready_timeout: float | None = None,
-                 request_timeout: float = 60.0, retries: int = 3,
-                 proxy_node_ip: str | None = None, proxy_port: int | None = None,
-                 registry: str | None = None, envd: str | None = None) -> None:
-        super().__init__(api_key=api_key, api_url=api_url, domain=domain,
-                         sandbox_url=sandbox_url, template=template,
-                         ready_timeout=ready_timeout, request_timeout=request_timeout,
-                         retries=retries)
-        settings = Settings(self.name, self.SETTINGS)
-        settings.url("api_url", self._api_url, required=True)
-        self._node = settings.text("proxy_node_ip", proxy_node_ip)
-        self._node_port = settings.integer("proxy_port", proxy_port, default=80)
-        if self._node and not self._sandbox_url:
-            self._sandbox_url = f"http://{self._node}:{self._node_port}"
-        self._v1 = False  # set once the control plane answered 405 to a v2 route
-        self._templates = CubeTemplates(call=self._template_call, provider=self.name,
-                                        registry=registry, envd=envd)
+    if TYPE_CHECKING:
+        async def _list_volumes(self) -> list[Volume]: ...
 
     def _sandbox_headers(self, sandbox_id: str, domain: str | None) -> dict[str, str]:
         headers = super()._sandbox_headers(sandbox_id, domain)
@@ -139,8 +99,6 @@ class CubeProvider(E2BProvider):
         if response.status_code >= 300:
             raise handle_api_exception(response)
         return response.json() if response.content else None
-
-    # ------------------------------------------------------------ lifecycle
 
     def _timeouts(self, lifecycle: Lifecycle) -> tuple[int, int | None]:
         idle = lifecycle.idle_timeout
@@ -193,6 +151,65 @@ class CubeProvider(E2BProvider):
     async def _describe(self, sandbox_id: str) -> Remote:
         with self._translate(sandbox_id):
             return _to_remote(await self._call("GET", f"/sandboxes/{_quote(sandbox_id)}"))
+
+
+class CubeProvider(CubeControlPlane, E2BProvider):
+    """Sandboxes on CubeSandbox, through the ``e2b`` SDK plus Cube's own routes.
+
+    Takes :class:`E2BProvider`'s options, read from Cube's settings: ``api_key``
+    [``CUBE_API_KEY``, required], ``api_url`` [``CUBE_API_URL``, required], ``domain``
+    [``CUBE_SANDBOX_DOMAIN``], ``template`` [``CUBE_TEMPLATE_ID``], ``ready_timeout``
+    [``PSDK_CUBE_READY_TIMEOUT``]; ``proxy_node_ip`` [``CUBE_PROXY_NODE_IP``] and
+    ``proxy_port`` [``CUBE_PROXY_PORT_HTTP``, default 80]: when set, the data plane is
+    reached over plain HTTP there, with CubeProxy's ``Host`` header. There is no
+    ``max_timeout``: Cube's timeout is an idle window, and ``None`` means never.
+
+    Template builds: ``registry`` [``PSDK_REGISTRY``, ``HOST:PORT``; credentials from
+    ``PSDK_REGISTRY_USERNAME`` and ``PSDK_REGISTRY_PASSWORD``] receives the images;
+    ``envd`` [``PSDK_CUBE_ENVD``] is an envd binary added to images that lack one.
+    """
+
+    name: ClassVar[str] = "cube"
+    capabilities: ClassVar[frozenset[Capability]] = PROVIDER_CAPABILITIES["CubeProvider"]
+    SETTINGS: ClassVar[Mapping[str, str]] = {
+        "api_key": "CUBE_API_KEY", "api_url": "CUBE_API_URL", "domain": "CUBE_SANDBOX_DOMAIN",
+        "template": "CUBE_TEMPLATE_ID", "ready_timeout": "PSDK_CUBE_READY_TIMEOUT",
+        "proxy_node_ip": "CUBE_PROXY_NODE_IP", "proxy_port": "CUBE_PROXY_PORT_HTTP",
+    }
+    DEFAULT_TEMPLATE: ClassVar[str | None] = None
+    _STATES: ClassVar[Mapping[str, SandboxState]] = {
+        **E2BProvider._STATES, "pausing": SandboxState.PAUSING,
+    }
+    _metrics = SandboxProvider._metrics  # Cube has no metrics endpoint
+    # Cube's sandboxes keep public traffic (``CubeControlPlane.PRIVATE_TRAFFIC``), so
+    # their ports have no token to guard them.
+    _expose = SandboxProvider._expose
+    _unexpose = SandboxProvider._unexpose
+    template_support: ClassVar[TemplateSupport] = TemplateSupport(options={
+        "start_cmd": "a Cube template starts envd, as its entrypoint; start the command "
+                     "in the sandbox instead",
+        "ready_cmd": "Cube's readiness probe is envd's /health; no command is run",
+    })
+
+    def __init__(self, *, api_key: str | None = None, api_url: str | None = None,
+                 domain: str | None = None, sandbox_url: str | None = None,
+                 template: str | None = None, ready_timeout: float | None = None,
+                 request_timeout: float = 60.0, retries: int = 3,
+                 proxy_node_ip: str | None = None, proxy_port: int | None = None,
+                 registry: str | None = None, envd: str | None = None) -> None:
+        super().__init__(api_key=api_key, api_url=api_url, domain=domain,
+                         sandbox_url=sandbox_url, template=template,
+                         ready_timeout=ready_timeout, request_timeout=request_timeout,
+                         retries=retries)
+        settings = Settings(self.name, self.SETTINGS)
+        settings.url("api_url", self._api_url, required=True)
+        self._node = settings.text("proxy_node_ip", proxy_node_ip)
+        self._node_port = settings.integer("proxy_port", proxy_port, default=80)
+        if self._node and not self._sandbox_url:
+            self._sandbox_url = f"http://{self._node}:{self._node_port}"
+        self._v1 = False  # set once the control plane answered 405 to a v2 route
+        self._templates = CubeTemplates(call=self._template_call, provider=self.name,
+                                        registry=registry, envd=envd)
 
     async def _list(self, *, metadata: Mapping[str, str],
                     state: SandboxState | None) -> list[SandboxInfo]:

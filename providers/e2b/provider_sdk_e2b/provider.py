@@ -31,9 +31,7 @@ import contextlib
 import datetime as dt
 import gc
 import json
-import math
 import time
-import uuid
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
@@ -44,10 +42,6 @@ from e2b import AsyncSandbox, SandboxQuery
 from e2b import SandboxState as E2BState
 from e2b import exceptions as e2bx
 from e2b.api import client_async
-from e2b.api.client.api.sandboxes import get_sandboxes_sandbox_id
-from e2b.api.client.models import SandboxDetail
-from e2b.api.client.types import Unset
-from e2b.api.client_async import get_api_client
 from e2b.connection_config import ConnectionConfig
 from packaging.version import Version
 
@@ -55,7 +49,6 @@ from provider_sdk import errors, scripts
 from provider_sdk.capabilities import Capability
 from provider_sdk.dockerfile import TemplateSupport
 from provider_sdk.models import (
-    Lifecycle,
     Metrics,
     NetworkPolicy,
     Resources,
@@ -70,6 +63,8 @@ from provider_sdk.tasks import TaskOwner
 from provider_sdk.templates import TemplateBuilder
 from provider_sdk_e2b import _e2b_templates, _shell
 from provider_sdk_e2b._capabilities import PROVIDER_CAPABILITIES
+from provider_sdk_e2b._control import ENVD_PORT as ENVD_PORT
+from provider_sdk_e2b._control import E2BControlPlane
 from provider_sdk_e2b._errors import ErrorsMixin
 from provider_sdk_e2b._files import FilesMixin
 from provider_sdk_e2b._ports import PortsMixin
@@ -81,7 +76,6 @@ __all__ = ["E2BProvider"]
 
 _P = TypeVar("_P", bound="E2BProvider")
 
-ENVD_PORT = 49983
 PSDK_KEY = "psdk"
 """Metadata key this provider reserves: the sandbox's working directory and idle window,
 so a handle opened in another process behaves the same. Never shown in ``metadata``."""
@@ -104,7 +98,8 @@ def _release_sdk_transports() -> None:
 
 atexit.register(_release_sdk_transports)
 
-class E2BProvider(ProcessesMixin, FilesMixin, PortsMixin, ErrorsMixin, SandboxProvider):
+class E2BProvider(ProcessesMixin, FilesMixin, PortsMixin, ErrorsMixin, E2BControlPlane,
+                  SandboxProvider):
     """Sandboxes on E2B, through the ``e2b`` SDK (async API).
 
     Every option falls back to its setting in the environment (in brackets).
@@ -137,9 +132,6 @@ class E2BProvider(ProcessesMixin, FilesMixin, PortsMixin, ErrorsMixin, SandboxPr
         "sandbox_url": "E2B_SANDBOX_URL", "ready_timeout": "PSDK_E2B_READY_TIMEOUT",
     }
     DEFAULT_TEMPLATE: ClassVar[str | None] = "base"
-    PRIVATE_TRAFFIC: ClassVar[bool] = True
-    """Sandboxes are made with ``allow_public_traffic: false``: their ports need the
-    traffic access token (``ports.expose``)."""
     _STATES: ClassVar[Mapping[str, SandboxState]] = {
         "running": SandboxState.RUNNING, "paused": SandboxState.PAUSED,
     }
@@ -198,10 +190,6 @@ class E2BProvider(ProcessesMixin, FilesMixin, PortsMixin, ErrorsMixin, SandboxPr
     def _config(self, **extra: Any) -> ConnectionConfig:
         return ConnectionConfig(**self._params(), **extra)
 
-    def _sandbox_headers(self, sandbox_id: str, domain: str | None) -> dict[str, str]:
-        """Headers every data-plane request of this sandbox carries."""
-        return {"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": str(ENVD_PORT)}
-
     def _new_handle(self, remote: Remote, psdk: Mapping[str, Any]) -> _Handle:
         headers = self._sandbox_headers(remote.id, remote.domain)
         if remote.access_token:
@@ -246,21 +234,6 @@ class E2BProvider(ProcessesMixin, FilesMixin, PortsMixin, ErrorsMixin, SandboxPr
 
     # ------------------------------------------------------------ lifecycle
 
-    def _timeouts(self, lifecycle: Lifecycle) -> tuple[int, int | None]:
-        """The ``timeout`` to send, and the window to renew on use (``None``: never)."""
-        seconds = (math.ceil(lifecycle.idle_timeout) if lifecycle.idle_timeout is not None
-                   else self._max_timeout)
-        return seconds, seconds
-
-    def _lifecycle(self, lifecycle: Lifecycle) -> dict[str, Any] | None:
-        if lifecycle.on_idle == "pause":
-            return {"on_timeout": "pause", "auto_resume": lifecycle.auto_resume}
-        if lifecycle.auto_resume:
-            raise errors.InvalidInput(
-                f"{self.name} resumes automatically only sandboxes it paused when idle: use "
-                "Lifecycle(on_idle='pause', auto_resume=True)", provider=self.name)
-        return {"on_timeout": "kill"}
-
     def _network(self, policy: NetworkPolicy) -> tuple[bool, dict[str, Any] | None]:
         """``allow_internet_access`` and the SDK's ``network`` options for a policy."""
         network: dict[str, Any] = {}
@@ -269,13 +242,6 @@ class E2BProvider(ProcessesMixin, FilesMixin, PortsMixin, ErrorsMixin, SandboxPr
         if policy.deny_out:
             network["deny_out"] = list(policy.deny_out)
         return policy.allow_internet, network or None
-
-    def _create_network(self, policy: NetworkPolicy) -> tuple[bool, dict[str, Any] | None]:
-        """``_network`` at create, where the sandbox's ports are made private."""
-        allow_internet, network = self._network(policy)
-        if self.PRIVATE_TRAFFIC:
-            network = {**(network or {}), "allow_public_traffic": False}
-        return allow_internet, network
 
     def _psdk_metadata(self, spec: SandboxSpec, renew: int | None) -> dict[str, str]:
         data: dict[str, Any] = {}
@@ -328,34 +294,6 @@ class E2BProvider(ProcessesMixin, FilesMixin, PortsMixin, ErrorsMixin, SandboxPr
         return self._to_info(attrs.evolve(
             created, state="running", metadata=metadata, started_at=started,
             end_at=created.end_at or ends, template=self._template_for(spec)))
-
-    async def _create_remote(self, spec: SandboxSpec, *, timeout: int,
-                             lifecycle: dict[str, Any] | None, allow_internet: bool,
-                             network: dict[str, Any] | None,
-                             metadata: dict[str, str]) -> Remote:
-        """Ask the control plane for a sandbox; return what it answered."""
-        sandbox = await AsyncSandbox.create(
-            template=self._template_for(spec), timeout=timeout, metadata=metadata,
-            envs=self._create_env(spec), allow_internet_access=allow_internet,
-            network=network, lifecycle=lifecycle,  # type: ignore[arg-type]
-            # The SDK retries 429/502/503/504; one key makes every retry the same create.
-            idempotency_key=uuid.uuid4().hex, **self._params())
-        return Remote(id=sandbox.sandbox_id, state="running", template=spec.template,
-                      domain=sandbox.sandbox_domain, envd_version=str(sandbox._envd_version),
-                      access_token=sandbox._envd_access_token, sdk=sandbox)
-
-    async def _describe(self, sandbox_id: str) -> Remote:
-        """The control plane's view of one sandbox; ``SandboxNotFound`` if unknown."""
-        with self._translate(sandbox_id):
-            response = await get_sandboxes_sandbox_id.asyncio_detailed(
-                sandbox_id, client=get_api_client(self._config()))
-            if response.status_code == 404:
-                raise errors.SandboxNotFound(f"no sandbox {sandbox_id!r}", provider=self.name,
-                                             sandbox_id=sandbox_id)
-            if response.status_code >= 300 or not isinstance(response.parsed, SandboxDetail):
-                from e2b.api import handle_api_exception
-                raise handle_api_exception(response)
-        return _detail_to_remote(response.parsed)
 
     def _to_info(self, remote: Remote) -> SandboxInfo:
         psdk = _psdk(remote.metadata)
@@ -420,13 +358,6 @@ class E2BProvider(ProcessesMixin, FilesMixin, PortsMixin, ErrorsMixin, SandboxPr
         handle = self._new_handle(remote, psdk)
         await self._wait_ready(sandbox_id, handle)
         return await self._info(sandbox_id)
-
-    async def _connect_remote(self, sandbox_id: str, timeout: int | None) -> Remote:
-        """Resume a paused sandbox (a no-op on a running one) on the control plane."""
-        sandbox = await AsyncSandbox.connect(sandbox_id, timeout=timeout, **self._params())
-        return Remote(id=sandbox.sandbox_id, state="running", domain=sandbox.sandbox_domain,
-                      envd_version=str(sandbox._envd_version),
-                      access_token=sandbox._envd_access_token, sdk=sandbox)
 
     # ------------------------------------------------------------ snapshots
 
@@ -495,22 +426,3 @@ def _psdk(metadata: Mapping[str, str]) -> dict[str, Any]:
         return {}
     return data if isinstance(data, dict) else {}
 
-
-def _optional(value: Any) -> Any:
-    return None if isinstance(value, Unset) else value
-
-
-def _detail_to_remote(detail: SandboxDetail) -> Remote:
-    metadata = _optional(detail.metadata)
-    network = _optional(detail.network)
-    return Remote(
-        id=detail.sandbox_id, state=str(getattr(detail.state, "value", detail.state)),
-        template=detail.template_id,
-        metadata=dict(getattr(metadata, "additional_properties", metadata) or {}),
-        started_at=detail.started_at, end_at=detail.end_at, cpu=detail.cpu_count,
-        memory_mb=detail.memory_mb, disk_mb=detail.disk_size_mb,
-        envd_version=detail.envd_version, access_token=_optional(detail.envd_access_token),
-        domain=_optional(detail.domain), extra={
-            "alias": _optional(detail.alias),
-            "allow_internet": _optional(detail.allow_internet_access),
-            "network": network.to_dict() if network is not None else None})
