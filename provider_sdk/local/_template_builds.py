@@ -23,6 +23,7 @@ import anyio
 
 from provider_sdk import errors
 from provider_sdk.distributions import install_hint
+from provider_sdk.dockerfile import TemplateSupport
 from provider_sdk.local import _templates
 from provider_sdk.local._home import Home, now, read_meta, write_meta
 from provider_sdk.local._trees import remove_tree
@@ -32,6 +33,21 @@ from provider_sdk.templates import ROOTFS_GROUP, ImageConfig, Progress, RootfsSo
 __all__ = ["LocalTemplates", "TemplateBuildsMixin", "rootfs_source"]
 
 _DISTRIBUTION = "sandbox-provider-sdk-templates"
+
+
+_NO_COMMAND = "local sandboxes run no image command: start processes with sandbox.start()"
+TEMPLATE_SUPPORT = TemplateSupport(
+    unsupported={
+        "CMD": _NO_COMMAND,
+        "ENTRYPOINT": _NO_COMMAND,
+        "HEALTHCHECK": "local sandboxes run no image command, so nothing is checked",
+        "EXPOSE": "local sandboxes have loopback only: no port is published",
+        "VOLUME": "the image's volumes are not made: mount provider volumes "
+                  "(SandboxSpec.volumes) instead",
+    },
+    # USER is checked by LocalProvider.check_template and at build time: uid 0 or 1000.
+)
+"""What a local template build leaves out of a Dockerfile, and why."""
 
 
 def rootfs_source(provider: str) -> RootfsSource:

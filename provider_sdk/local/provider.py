@@ -49,7 +49,7 @@ from provider_sdk.local._home import Home, now, read_meta, write_meta
 from provider_sdk.local._records import BrokenRecordWarning, SandboxRecord, VolumeBinding
 from provider_sdk.local._startup import WORKDIR, StartupMixin
 from provider_sdk.local._storage import StorageMixin
-from provider_sdk.local._template_builds import TemplateBuildsMixin
+from provider_sdk.local._template_builds import TEMPLATE_SUPPORT, TemplateBuildsMixin
 from provider_sdk.local._trees import disk_usage, remove_tree
 from provider_sdk.models import (
     ExposedPort,
@@ -69,18 +69,6 @@ __all__ = ["BrokenRecordWarning", "LocalProvider", "UnisolatedWarning"]
 
 T = TypeVar("T")
 
-_NO_COMMAND = "local sandboxes run no image command: start processes with sandbox.start()"
-TEMPLATE_SUPPORT = TemplateSupport(
-    unsupported={
-        "CMD": _NO_COMMAND,
-        "ENTRYPOINT": _NO_COMMAND,
-        "HEALTHCHECK": "local sandboxes run no image command, so nothing is checked",
-        "EXPOSE": "local sandboxes have loopback only: no port is published",
-        "VOLUME": "the image's volumes are not made: mount provider volumes "
-                  "(SandboxSpec.volumes) instead",
-    },
-    # USER is checked by LocalProvider.check_template and at build time: uid 0 or 1000.
-)
 DEFAULT_MEMORY_MB = 2048
 """An isolated sandbox's memory limit when neither the spec nor its template gives one
 (as the Docker provider's)."""
