@@ -11,10 +11,11 @@ import contextlib
 import os
 import secrets
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
 import anyio
 
+from provider_sdk._hooks import ProviderHooks
 from provider_sdk._transfer import CHUNK, as_chunks, named, next_chunk
 from provider_sdk._transfer import Data as Data  # write()'s argument type
 from provider_sdk.errors import FileNotFound, FileTooLarge, InvalidInput, attributed
@@ -22,19 +23,27 @@ from provider_sdk.events import span
 from provider_sdk.limits import OutputBuffer, check_limit
 from provider_sdk.models import FileInfo, FileType
 
-if TYPE_CHECKING:
-    from provider_sdk.sandbox import Sandbox
-
 __all__ = ["Files", "check_path"]
 
 _SIZE_CHECK_AFTER = 16 << 20  # bytes past which a read asks for the file's size first
+
+
+class _Owner(Protocol):
+    """What :class:`Files` needs of its sandbox (a :class:`~provider_sdk.sandbox.Sandbox`):
+    the provider's hooks and the sandbox's id."""
+
+    @property
+    def provider(self) -> ProviderHooks: ...
+
+    @property
+    def id(self) -> str: ...
 
 
 class Files:
     """File operations inside a sandbox. Paths are absolute, or relative to the
     sandbox's working directory; a path never reaches outside the sandbox."""
 
-    def __init__(self, sandbox: Sandbox) -> None:
+    def __init__(self, sandbox: _Owner) -> None:
         self._sandbox = sandbox
         self._provider = sandbox.provider
 

@@ -18,12 +18,13 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, cast
 
 import anyio
 import attrs
 
 from provider_sdk import scripts
+from provider_sdk._hooks import ProviderHooks
 from provider_sdk._transfer import Data as Data  # write()'s argument type, importable from here
 from provider_sdk.capabilities import Capability
 from provider_sdk.commands import Command, OutputCallback, ProcessEvent, ProcessExit, ProcessOutput
@@ -44,15 +45,26 @@ from provider_sdk.models import (
     _env_map,
 )
 
-if TYPE_CHECKING:
-    from provider_sdk.provider import SandboxProvider
-
 __all__ = ["EmulatedShell", "Files", "Process", "Sandbox", "SandboxCreation", "Shell"]
+
+
+class _Creates(Protocol):
+    """What :class:`SandboxCreation` calls: ``SandboxProvider._create_sandbox``."""
+
+    async def _create_sandbox(self, spec: SandboxSpec) -> Sandbox: ...
+
+
+class _OpensShells(Protocol):
+    """What :meth:`Sandbox.shell` calls: ``SandboxProvider._open_shell``, the hook."""
+
+    async def _open_shell(self, sandbox: Sandbox, *, cwd: str | None,
+                          env: Mapping[str, str]) -> Shell: ...
+
 
 class SandboxCreation:
     """What ``provider.create()`` returns: await it, or use it with ``async with``."""
 
-    def __init__(self, provider: SandboxProvider, spec: SandboxSpec) -> None:
+    def __init__(self, provider: _Creates, spec: SandboxSpec) -> None:
         self._provider = provider
         self.spec = spec
         self._sandbox: Sandbox | None = None
@@ -76,7 +88,7 @@ class Sandbox:
     cancellation) unless :meth:`keep` was called.
     """
 
-    def __init__(self, provider: SandboxProvider, info: SandboxInfo) -> None:
+    def __init__(self, provider: ProviderHooks, info: SandboxInfo) -> None:
         self.provider = provider
         self._info = info
         self._files = Files(self)
@@ -204,7 +216,9 @@ class Sandbox:
             check_path(cwd, self.provider.name, self.id)
         with attributed(self.provider.name, self.id):
             checked = _env_map(env)
-        return await self.provider._open_shell(self, cwd=cwd, env=checked)
+        # Every provider is a SandboxProvider, which declares the hook.
+        hooks = cast("_OpensShells", self.provider)
+        return await hooks._open_shell(self, cwd=cwd, env=checked)
 
     # ------------------------------------------------------------ lifecycle
 

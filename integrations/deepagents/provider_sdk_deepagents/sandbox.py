@@ -17,7 +17,7 @@ import asyncio
 import json
 import posixpath
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal, overload
+from typing import Any, Literal, cast, overload
 
 import anyio
 from deepagents.backends.protocol import (
@@ -240,7 +240,8 @@ class ProviderSandbox(BaseSandbox):
     @property
     def provider(self) -> SandboxProvider:
         """The provider the sandbox runs on."""
-        return self.sandbox.provider
+        # A handle holds the provider that made it, typed as the part it calls.
+        return cast("SandboxProvider", self.sandbox.provider)
 
     @property
     def closed(self) -> bool:

@@ -17,7 +17,7 @@ import logging
 import secrets
 import shlex
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Literal, overload
+from typing import Any, Literal, cast, overload
 
 import anyio
 from inspect_ai.util import (
@@ -146,7 +146,8 @@ class PsdkSandboxEnvironment(SandboxEnvironment):
         envs = [e.as_type(PsdkSandboxEnvironment) for e in environments.values()]
         if not envs:
             return
-        provider = envs[0].sandbox.provider
+        # A handle holds the provider that made it, typed as the part it calls.
+        provider = cast("SandboxProvider", envs[0].sandbox.provider)
         with anyio.CancelScope(shield=True):
             try:
                 await _kill_all(provider, envs)

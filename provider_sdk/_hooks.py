@@ -1,0 +1,445 @@
+"""``ProviderHooks``: :class:`~provider_sdk.provider.SandboxProvider` without the
+methods that make handles, so that the handles (:class:`~provider_sdk.sandbox.Sandbox`
+and its files) can hold it.
+
+It holds the provider's name, capabilities and limits, the label visibility, every
+public call that makes no handle (``get_info``, ``list``, ``kill``, volumes, snapshots,
+templates, ``aclose``), and the hooks a provider author implements: the required core
+(create, info, list, kill, exec and six file operations) and the hooks of each
+capability (see :data:`provider_sdk.capabilities.HOOKS`), which raise
+``UnsupportedCapability`` here. ``SandboxProvider`` derives from it and adds ``create``,
+``connect`` and the shell hook; providers subclass ``SandboxProvider``, never this class.
+
+This module imports no handle, so the handles can import it.
+"""
+
+from __future__ import annotations
+
+import abc
+import builtins
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from types import MappingProxyType
+from typing import ClassVar, TypeVar
+
+import anyio
+import attrs
+
+from provider_sdk.capabilities import IMPLIES, Capability
+from provider_sdk.commands import Command, ProcessEvent
+from provider_sdk.dockerfile import Problem, TemplateSupport
+from provider_sdk.errors import (
+    InvalidInput,
+    SandboxError,
+    TemplateBuildError,
+    UnsupportedCapability,
+)
+from provider_sdk.events import span
+from provider_sdk.labels import check_labels, visible
+from provider_sdk.limits import DEFAULT_OUTPUT_LIMIT, DEFAULT_READ_LIMIT
+from provider_sdk.models import (
+    ExecResult,
+    ExposedPort,
+    FileInfo,
+    Metrics,
+    NetworkPolicy,
+    SandboxInfo,
+    SandboxSpec,
+    SandboxState,
+    Snapshot,
+    Template,
+    TemplateSpec,
+    Volume,
+)
+from provider_sdk.templates import TemplateBuilder, content_hash, problems
+
+__all__ = ["ProviderHooks"]
+
+T = TypeVar("T")
+
+
+class ProviderHooks(abc.ABC):
+    """A provider as its handles see it: all of it but ``create``, ``connect`` and the
+    shell hook.
+
+    The base of :class:`~provider_sdk.provider.SandboxProvider`, which documents them.
+    """
+
+    name: ClassVar[str]
+    capabilities: ClassVar[frozenset[Capability]] = frozenset()
+    output_limit: int = DEFAULT_OUTPUT_LIMIT
+    """Bytes of each output stream an exec result keeps when the call gives no
+    ``output_limit`` (set it on an instance to change it for every call)."""
+    read_limit: int = DEFAULT_READ_LIMIT
+    """Largest file ``files.read`` loads into memory when the call gives no ``limit``."""
+    internal_labels: ClassVar[frozenset[str]] = frozenset()
+    """Label keys this provider sets on its sandboxes for its own bookkeeping: refused in
+    what callers pass and never shown in :attr:`SandboxInfo.metadata
+    <provider_sdk.models.SandboxInfo.metadata>` (see :mod:`provider_sdk.labels`)."""
+    _why_lacking: Mapping[Capability, str] = MappingProxyType({})
+    template_support: ClassVar[TemplateSupport] = TemplateSupport()
+    """What this provider's template builder does with a Dockerfile (``templates.build``):
+    :meth:`check_template` reports the rest, with line numbers, before a build."""
+
+    def _hold_only(self, held: Iterable[Capability],
+                   why: Mapping[Capability, str] | None = None) -> None:
+        """Narrow this instance's capabilities to ``held``, for a provider whose mode or
+        host decides what holds (the class declares everything it can hold; the registry
+        checks hooks against that). ``held`` must be a subset of the class's, and keep
+        what each capability it holds needs (``IMPLIES``). ``why`` says, for a capability
+        left out, why this instance lacks it: :meth:`require` adds it to the error."""
+        narrowed = frozenset(held)
+        extra = narrowed - type(self).capabilities
+        if extra:
+            raise TypeError(f"{type(self).__name__} does not declare "
+                            f"{', '.join(sorted(map(str, extra)))}")
+        for cap, needs in IMPLIES.items():
+            if cap in narrowed and not needs <= narrowed:
+                raise TypeError(f"{type(self).__name__}: {cap} needs "
+                                f"{', '.join(sorted(map(str, needs - narrowed)))}")
+        vars(self)["capabilities"] = narrowed
+        self._why_lacking = {c: r for c, r in (why or {}).items() if c not in narrowed}
+
+    def supports(self, capability: Capability | str) -> bool:
+        """Whether this provider instance holds ``capability`` (its class's declaration,
+        narrowed where the instance's mode or host decides)."""
+        return Capability(capability) in self.capabilities
+
+    def require(self, capability: Capability, *, sandbox_id: str | None = None,
+                detail: str = "") -> None:
+        """Raise :class:`UnsupportedCapability` unless this instance holds ``capability``."""
+        if capability not in self.capabilities:
+            why = self._why_lacking.get(capability)
+            raise UnsupportedCapability(str(capability), provider=self.name,
+                                        sandbox_id=sandbox_id,
+                                        detail=f"{detail} ({why})" if detail and why
+                                        else detail or why or "")
+
+    async def get_info(self, sandbox_id: str) -> SandboxInfo:
+        """The sandbox's current state and details; ``SandboxNotFound`` if unknown."""
+        _check_id(self.name, sandbox_id)
+        async with span("info", self.name, sandbox_id):
+            return self._visible(await self._info(sandbox_id))
+
+    async def kill(self, sandbox_id: str) -> None:
+        """Kill a sandbox and delete its resources.
+
+        Idempotent: killing twice, or an id the provider does not know, is not an error.
+        """
+        _check_id(self.name, sandbox_id)
+        async with span("kill", self.name, sandbox_id):
+            await self._kill(sandbox_id)
+
+    async def list(self, *, metadata: Mapping[str, str] | None = None,
+                   state: SandboxState | str | None = None) -> builtins.list[SandboxInfo]:
+        """Sandboxes whose metadata contains every given pair, optionally in one state.
+
+        The pairs follow the label rules of :mod:`provider_sdk.labels`."""
+        wanted = dict(metadata or {})
+        check_labels(wanted, internal=self.internal_labels, provider=self.name)
+        try:
+            st = SandboxState(state) if state is not None else None
+        except ValueError:
+            raise InvalidInput(f"state: {state!r} is not one of "
+                               f"{', '.join(s.value for s in SandboxState)}",
+                               provider=self.name) from None
+        async with span("list", self.name):
+            found = await self._list(metadata=wanted, state=st)
+        # Backends that filter coarsely are narrowed here, so every provider agrees.
+        return [self._visible(i) for i in found
+                if all(i.metadata.get(k) == v for k, v in wanted.items())
+                and (st is None or i.state == st)]
+
+    async def create_volume(self, name: str) -> Volume:
+        """Create a named volume; ``Conflict`` if it exists."""
+        self.require(Capability.VOLUMES)
+        _check_name(self.name, "volume", name)
+        async with span("volume.create", self.name):
+            return await self._create_volume(name)
+
+    async def get_volume(self, name: str) -> Volume:
+        """A volume by name; ``VolumeNotFound`` if unknown."""
+        self.require(Capability.VOLUMES)
+        _check_name(self.name, "volume", name)
+        async with span("volume.get", self.name):
+            return await self._get_volume(name)
+
+    async def list_volumes(self) -> builtins.list[Volume]:
+        """Every volume of this provider."""
+        self.require(Capability.VOLUMES)
+        async with span("volume.list", self.name):
+            return await self._list_volumes()
+
+    async def delete_volume(self, name: str) -> None:
+        """Delete a volume and its data; ``Conflict`` while a running sandbox mounts it."""
+        self.require(Capability.VOLUMES)
+        _check_name(self.name, "volume", name)
+        async with span("volume.delete", self.name):
+            await self._delete_volume(name)
+
+    async def list_snapshots(self, *, sandbox_id: str | None = None) -> builtins.list[Snapshot]:
+        """Snapshots, optionally only those taken from one sandbox."""
+        self.require(Capability.SNAPSHOT_FILESYSTEM)
+        async with span("snapshot.list", self.name, sandbox_id):
+            return await self._list_snapshots(sandbox_id)
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        """Delete a snapshot; ``SnapshotNotFound`` if unknown."""
+        self.require(Capability.SNAPSHOT_FILESYSTEM)
+        _check_id(self.name, snapshot_id, "snapshot_id")
+        async with span("snapshot.delete", self.name):
+            await self._delete_snapshot(snapshot_id)
+
+    async def build_template(
+        self, spec: TemplateSpec, *, force: bool = False,
+        on_progress: Callable[[str], None] | None = None,
+    ) -> Template:
+        """Build a template; an unchanged spec is not rebuilt unless ``force``.
+
+        What this provider's builder cannot do (:meth:`check_template`) is refused first,
+        as one :class:`~provider_sdk.errors.TemplateBuildError` (step ``check``) that
+        lists every problem with its line. Then the spec's content hash
+        (:func:`~provider_sdk.templates.content_hash`) is computed, once: a template the
+        builder already has with that hash is returned as it is, without a build and
+        without progress. ``on_progress`` receives build log lines.
+        """
+        self.require(Capability.TEMPLATES_BUILD)
+        found = self.check_template(spec)
+        if found:
+            raise TemplateBuildError(
+                f"the {self.name} builder cannot build {spec.name!r}: "
+                + "; ".join(str(p) for p in found), step="check",
+                log_tail="\n".join(str(p) for p in found), provider=self.name)
+        async with span("template.build", self.name) as extra:
+            builder = self._template_builder()
+            digest = await anyio.to_thread.run_sync(content_hash, spec)
+            if not force and (built := await builder.find(spec, digest)) is not None:
+                extra["cached"] = True
+                return built
+            return await builder.build(spec, digest, force=force, on_progress=on_progress)
+
+    def check_template(self, spec: TemplateSpec) -> builtins.list[Problem]:
+        """What this provider's template builder cannot do with ``spec``, with Dockerfile
+        line numbers; empty when it can build it. Raises ``TemplateBuildError`` (step
+        ``parse``) for a Dockerfile that does not parse."""
+        self.require(Capability.TEMPLATES_BUILD)
+        return problems(spec, self.template_support)
+
+    async def list_templates(self) -> builtins.list[Template]:
+        """Templates this provider built or knows."""
+        self.require(Capability.TEMPLATES_BUILD)
+        async with span("template.list", self.name):
+            return await self._template_builder().list()
+
+    async def delete_template(self, template_id: str) -> None:
+        """Delete a template; ``TemplateNotFound`` if unknown."""
+        self.require(Capability.TEMPLATES_BUILD)
+        async with span("template.delete", self.name):
+            await self._template_builder().delete(template_id)
+
+    async def aclose(self) -> None:
+        """Release client resources (connections, threads). Safe to call twice."""
+
+    async def __aenter__(self: T) -> T:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+    # ------------------------------------------------------------ required hooks
+
+    @abc.abstractmethod
+    async def _create(self, spec: SandboxSpec) -> SandboxInfo:
+        """Create and start a sandbox; return once its data plane answers."""
+
+    @abc.abstractmethod
+    async def _info(self, sandbox_id: str) -> SandboxInfo:
+        """Return the sandbox's info; raise ``SandboxNotFound`` if unknown."""
+
+    @abc.abstractmethod
+    async def _list(self, *, metadata: Mapping[str, str],
+                    state: SandboxState | None) -> builtins.list[SandboxInfo]:
+        """List sandboxes, filtering on the backend as far as it can."""
+
+    @abc.abstractmethod
+    async def _kill(self, sandbox_id: str) -> None:
+        """Kill the sandbox; do nothing if it is already gone."""
+
+    @abc.abstractmethod
+    async def _exec(self, sandbox_id: str, command: Command) -> ExecResult:
+        """Run a command to completion.
+
+        Stream output to ``command.on_stdout``/``on_stderr`` if ``exec.stream`` is
+        declared. On ``command.timeout`` kill the whole tree and raise
+        ``CommandTimeout`` with the partial result. If cancelled, kill the process.
+        """
+
+    @abc.abstractmethod
+    def _read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
+        """Yield a file's bytes in chunks (an async generator)."""
+
+    @abc.abstractmethod
+    async def _write_file(self, sandbox_id: str, path: str,
+                          chunks: AsyncIterator[bytes]) -> None:
+        """Write a file from chunks, creating parent directories, replacing it whole."""
+
+    @abc.abstractmethod
+    async def _list_dir(self, sandbox_id: str, path: str) -> builtins.list[FileInfo]:
+        """List a directory's entries (not recursive)."""
+
+    @abc.abstractmethod
+    async def _stat(self, sandbox_id: str, path: str) -> FileInfo:
+        """Stat a path without following a final symlink; ``FileNotFound`` if absent."""
+
+    @abc.abstractmethod
+    async def _mkdir(self, sandbox_id: str, path: str, *, parents: bool,
+                     exist_ok: bool) -> None:
+        """Create a directory."""
+
+    @abc.abstractmethod
+    async def _remove(self, sandbox_id: str, path: str, *, recursive: bool) -> None:
+        """Remove a file, or a directory (its contents too if ``recursive``)."""
+
+    @abc.abstractmethod
+    async def _rename(self, sandbox_id: str, src: str, dst: str) -> None:
+        """Move ``src`` to ``dst``, replacing a file at ``dst``."""
+
+    # ---------------------------------------------------------- capability hooks
+    # Each raises UnsupportedCapability here; the registry checks that a provider
+    # overrides exactly the hooks of the capabilities it declares.
+
+    async def _start(self, sandbox_id: str, command: Command) -> int:
+        """Start a background process; return its pid. (``process.background``)"""
+        raise self._unsupported(Capability.PROCESS_BACKGROUND, sandbox_id)
+
+    def _process_events(self, sandbox_id: str, pid: int) -> AsyncIterator[ProcessEvent]:
+        """Yield a process's output, then its exit. (``process.background``)
+
+        Output from before the call may be replayed; the last event is a
+        :class:`ProcessExit`. Raise ``ProcessNotFound`` for an unknown pid.
+        """
+        raise self._unsupported(Capability.PROCESS_BACKGROUND, sandbox_id)
+
+    async def _send_stdin(self, sandbox_id: str, pid: int, data: bytes) -> None:
+        """Write to a process's stdin. (``process.background``)"""
+        raise self._unsupported(Capability.PROCESS_BACKGROUND, sandbox_id)
+
+    async def _close_stdin(self, sandbox_id: str, pid: int) -> None:
+        """Close a process's stdin. (``process.background``)"""
+        raise self._unsupported(Capability.PROCESS_BACKGROUND, sandbox_id)
+
+    async def _kill_process(self, sandbox_id: str, pid: int) -> None:
+        """Kill a process and its whole tree. (``process.background``)"""
+        raise self._unsupported(Capability.PROCESS_BACKGROUND, sandbox_id)
+
+    async def _pause(self, sandbox_id: str) -> SandboxInfo:
+        """Pause; return once paused. (``pause``)"""
+        raise self._unsupported(Capability.PAUSE, sandbox_id)
+
+    async def _resume(self, sandbox_id: str) -> SandboxInfo:
+        """Resume; return once the data plane answers. (``pause``)"""
+        raise self._unsupported(Capability.PAUSE, sandbox_id)
+
+    async def _snapshot(self, sandbox_id: str) -> Snapshot:
+        """Snapshot the sandbox. (``snapshot.filesystem``)"""
+        raise self._unsupported(Capability.SNAPSHOT_FILESYSTEM, sandbox_id)
+
+    async def _list_snapshots(self, sandbox_id: str | None) -> builtins.list[Snapshot]:
+        """List snapshots. (``snapshot.filesystem``)"""
+        raise self._unsupported(Capability.SNAPSHOT_FILESYSTEM, sandbox_id)
+
+    async def _delete_snapshot(self, snapshot_id: str) -> None:
+        """Delete a snapshot. (``snapshot.filesystem``)"""
+        raise self._unsupported(Capability.SNAPSHOT_FILESYSTEM, None)
+
+    async def _rollback(self, sandbox_id: str, snapshot_id: str) -> SandboxInfo:
+        """Restore a sandbox in place from a snapshot. (``snapshot.rollback``)"""
+        raise self._unsupported(Capability.SNAPSHOT_ROLLBACK, sandbox_id)
+
+    async def _create_volume(self, name: str) -> Volume:
+        """Create a volume. (``volumes``)"""
+        raise self._unsupported(Capability.VOLUMES, None)
+
+    async def _get_volume(self, name: str) -> Volume:
+        """Get a volume by name. (``volumes``)"""
+        raise self._unsupported(Capability.VOLUMES, None)
+
+    async def _list_volumes(self) -> builtins.list[Volume]:
+        """List volumes. (``volumes``)"""
+        raise self._unsupported(Capability.VOLUMES, None)
+
+    async def _delete_volume(self, name: str) -> None:
+        """Delete a volume. (``volumes``)"""
+        raise self._unsupported(Capability.VOLUMES, None)
+
+    async def _update_network(self, sandbox_id: str, policy: NetworkPolicy) -> None:
+        """Change a running sandbox's network policy. (``network.update``)"""
+        raise self._unsupported(Capability.NETWORK_UPDATE, sandbox_id)
+
+    async def _set_metadata(self, sandbox_id: str, labels: Mapping[str, str]) -> SandboxInfo:
+        """Set ``labels`` on the sandbox, keeping its other labels (internal ones too);
+        return its info with them. (``metadata.update``)"""
+        raise self._unsupported(Capability.METADATA_UPDATE, sandbox_id)
+
+    async def _metrics(self, sandbox_id: str) -> Metrics:
+        """Read resource use. (``metrics``)"""
+        raise self._unsupported(Capability.METRICS, sandbox_id)
+
+    async def _expose(self, sandbox_id: str, port: int) -> ExposedPort:
+        """Serve the sandbox's ``port`` at a URL that needs an access token; exposing a
+        port already exposed returns the same address and token. (``ports.expose``)
+
+        Host-side proxies can use :class:`provider_sdk.ports.PortProxy`.
+        """
+        raise self._unsupported(Capability.PORTS_EXPOSE, sandbox_id)
+
+    async def _unexpose(self, sandbox_id: str, port: int) -> None:
+        """Stop serving the port; nothing to do if it is not exposed. (``ports.expose``)"""
+        raise self._unsupported(Capability.PORTS_EXPOSE, sandbox_id)
+
+    def _template_builder(self) -> TemplateBuilder:
+        """This provider's template builder (the same object each time, or a cheap new
+        one): :meth:`build_template`, :meth:`list_templates` and
+        :meth:`delete_template` go through it. (``templates.build``)"""
+        raise self._unsupported(Capability.TEMPLATES_BUILD, None)
+
+    # ------------------------------------------------------------------- helpers
+
+    def _unsupported(self, capability: Capability, sandbox_id: str | None) -> SandboxError:
+        return UnsupportedCapability(str(capability), provider=self.name, sandbox_id=sandbox_id)
+
+    def _visible(self, info: SandboxInfo) -> SandboxInfo:
+        """``info`` as callers see it: without this provider's internal labels."""
+        if not self.internal_labels or self.internal_labels.isdisjoint(info.metadata):
+            return info
+        return attrs.evolve(info, metadata=visible(info.metadata, self.internal_labels))
+
+    def _check_network(self, policy: NetworkPolicy, sandbox_id: str | None,
+                       where: str) -> None:
+        """Refuse a network policy that needs a capability this instance lacks."""
+        if policy == NetworkPolicy():
+            return
+        self.require(Capability.NETWORK_POLICY, sandbox_id=sandbox_id, detail=where)
+        if policy.allow_internet:
+            self.require(Capability.NETWORK_INTERNET, sandbox_id=sandbox_id,
+                         detail="NetworkPolicy(allow_internet=True)")
+        if policy.allow_out:
+            self.require(Capability.NETWORK_ALLOW_OUT, sandbox_id=sandbox_id,
+                         detail="NetworkPolicy.allow_out")
+        if policy.deny_out:
+            self.require(Capability.NETWORK_DENY_OUT, sandbox_id=sandbox_id,
+                         detail="NetworkPolicy.deny_out")
+
+
+
+
+def _check_id(provider: str, value: str, field: str = "sandbox_id") -> None:
+    if not isinstance(value, str) or not value or "\0" in value or "/" in value:
+        raise InvalidInput(f"{field}: {value!r} is not a valid id", provider=provider)
+
+
+def _check_name(provider: str, kind: str, value: str) -> None:
+    if not isinstance(value, str) or not value or "\0" in value or "/" in value:
+        raise InvalidInput(f"{kind} name: {value!r} is not a valid name", provider=provider)
