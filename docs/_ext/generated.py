@@ -4,6 +4,9 @@ each time the site builds, so they cannot drift from it.
 - ``<!-- psdk:capability-matrix -->`` becomes the capability matrix: one row per
   :class:`~provider_sdk.capabilities.Capability` (its meaning taken from the member's
   docstring), one column per installed provider (what its class declares).
+- ``<!-- psdk:layers -->`` becomes the tree's layers: for each package, what it may
+  import of the others and its modules by floor, read from the imports
+  (:mod:`import_graph`). An import loop fails the build: its modules stand on no floor.
 - ``<!-- psdk:command NAME... -->`` in ``cli.md`` becomes each named command's usage and
   options, read from the ``psdk`` argparse parser. A command the parser has and no marker
   names gets a section of its own at the end; a marker naming a command the parser does
@@ -22,11 +25,13 @@ import inspect
 import itertools
 import os
 import re
+import sys
 from typing import Any
 
 from mkdocs.exceptions import PluginError
 
 _MATRIX = "<!-- psdk:capability-matrix -->"
+_LAYERS = "<!-- psdk:layers -->"
 _COMMAND = re.compile(r"^<!-- psdk:command (?P<names>[\w ]+) -->$", re.MULTILINE)
 _ROLE = re.compile(r":(?:class|meth|func|data|attr|mod|exc|obj):`~?(?:[\w.]+\.)?(?P<name>\w+)`")
 _USAGE_WIDTH = "88"
@@ -36,6 +41,8 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     """Replace this page's markers with what the code says."""
     if _MATRIX in markdown:
         markdown = markdown.replace(_MATRIX, capability_matrix())
+    if _LAYERS in markdown:
+        markdown = markdown.replace(_LAYERS, layers())
     if page.file.src_uri == "cli.md":
         markdown = cli_reference(markdown)
     elif _COMMAND.search(markdown):
@@ -61,6 +68,35 @@ def capability_matrix() -> str:
         marks = " | ".join("yes" if capability in declared[n] else "no" for n in names)
         rows.append(f"| `{capability.value}` | {meaning[capability.name]} | {marks} |")
     return "\n".join(rows)
+
+
+# ------------------------------------------------------------------ layers
+
+
+def layers() -> str:
+    """For each package of the tree: what it may import of the others, and its own
+    modules by floor (a subpackage as one), the ground floor first."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import import_graph
+
+    imports = import_graph.graph()
+    if loops := import_graph.cycles(imports):
+        raise PluginError(f"modules import each other in a loop: {loops}")
+    parts = []
+    for package, folder in import_graph.PACKAGES.items():
+        allowed = ", ".join(f"`{p}`" for p in sorted(import_graph.ALLOWED[package]))
+        where = folder.relative_to(import_graph.ROOT)
+        rows = [f"**`{package}`** (`{where}/`), may import: {allowed or 'no other package'}",
+                "", "| floor | modules |", "|---|---|"]
+        for number, floor in enumerate(import_graph.floors(
+                import_graph.folded(imports, package)), start=1):
+            rows.append(f"| {number} | " + ", ".join(
+                f"`{name}/`" if (folder / name).is_dir() else f"`{name}`" for name in floor)
+                + " |")
+        parts.append("\n".join(rows))
+    return "\n\n".join(parts)
 
 
 def _member_docs(cls: type) -> dict[str, str]:

@@ -66,3 +66,30 @@ def test_a_command_without_a_section_gets_one() -> None:
 def test_a_section_for_a_command_psdk_lacks_fails_the_build() -> None:
     with pytest.raises(PluginError, match="frobnicate"):
         generated.cli_reference("## psdk frobnicate\n\n<!-- psdk:command frobnicate -->\n")
+
+
+def test_the_layers_show_every_package_and_module_on_its_floor() -> None:
+    import import_graph
+
+    text = generated.on_page_markdown("<!-- psdk:layers -->", _page("architecture.md"),
+                                      None, None)
+    for package in import_graph.PACKAGES:
+        assert f"**`{package}`**" in text
+    rows = [line for line in text.splitlines() if line.startswith("| 1 |")]
+    assert len(rows) == len(import_graph.PACKAGES)
+    # Leaves stand on the ground floor, the handles above the hooks they call.
+    core = text.split("**`provider_sdk_docker`**")[0]
+    floor = {name: int(line.split("|")[1])
+             for line in core.splitlines() if line.startswith("| ") and line[2].isdigit()
+             for name in line.split("|")[2].replace("`", "").replace(" ", "").split(",")}
+    assert floor["results"] == 1
+    assert floor["_hooks"] < floor["files"] < floor["sandbox"] < floor["provider"]
+
+
+def test_the_layers_refuse_an_import_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    import import_graph
+
+    monkeypatch.setattr(import_graph, "graph", lambda: {"a": frozenset({"b"}),
+                                                         "b": frozenset({"a"})})
+    with pytest.raises(PluginError, match="loop"):
+        generated.layers()
