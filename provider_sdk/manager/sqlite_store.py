@@ -4,7 +4,9 @@ Every process on the machine that opens the same file shares the bindings. Write
 claims run in ``BEGIN IMMEDIATE`` transactions, which SQLite serializes across
 processes, so a compare-and-set or a claim is atomic. The file is in WAL mode: readers
 never wait for a writer. Calls run in a worker thread, so a busy database never blocks
-the event loop. Uses only the standard library's ``sqlite3``.
+the event loop; the switch to WAL, which SQLite does not wait for, is retried between
+thread calls on anyio's clock (:mod:`provider_sdk.retry`), so a cancellation stops it.
+Uses only the standard library's ``sqlite3``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import anyio.to_thread
 
 from provider_sdk.errors import Unavailable
 from provider_sdk.manager.store import Binding, BindingStore
+from provider_sdk.retry import Attempts, Backoff
 
 __all__ = ["SQLiteStore"]
 
@@ -42,6 +45,12 @@ CREATE TABLE IF NOT EXISTS claims (
     expires REAL NOT NULL
 );
 """
+# The pauses between attempts to switch a file another connection holds to WAL.
+_WAL_BACKOFF = Backoff(initial=0.01, factor=2.0, cap=0.25, jitter=0.5)
+
+
+class _Locked(Exception):
+    """Another connection held the database while the switch to WAL was tried."""
 
 
 class SQLiteStore(BindingStore):
@@ -52,7 +61,9 @@ class SQLiteStore(BindingStore):
             several machines use :class:`~provider_sdk.manager.RedisStore` or
             :class:`~provider_sdk.manager.PostgresStore`.
         busy_timeout: seconds a write waits for another process's write to finish
-            before raising :class:`~provider_sdk.errors.Unavailable`.
+            before raising :class:`~provider_sdk.errors.Unavailable`; also how long
+            opening a new file keeps retrying its switch to WAL while another
+            connection holds the database.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> None:
@@ -66,42 +77,81 @@ class SQLiteStore(BindingStore):
 
     # ------------------------------------------------------------------ plumbing
 
-    def _connect(self) -> sqlite3.Connection:
-        if self._db is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None,
-                                 check_same_thread=False)
-            try:
-                self._enable_wal(db)
-                db.execute("PRAGMA synchronous=NORMAL")
-                with _transaction(db):
-                    for statement in _SCHEMA.split(";"):
-                        if statement.strip():
-                            db.execute(statement)
-            except BaseException:
-                db.close()
-                raise
-            self._db = db
-        return self._db
+    async def _open(self) -> None:
+        """Open the file, switched to WAL, unless open already.
 
-    def _enable_wal(self, db: sqlite3.Connection) -> None:
-        """Switch a new file to WAL. The switch takes an exclusive lock that SQLite's busy
-        handler does not wait for, so processes opening one new file at once retry it."""
-        deadline = time.monotonic() + self._busy_timeout
-        while True:
+        The switch takes an exclusive lock that SQLite's busy handler does not wait
+        for, so processes opening one new file at once retry it: each attempt is one
+        quick thread call, the pauses between them are on anyio's clock.
+
+        Raises:
+            Unavailable: another connection held the database for all of
+                ``busy_timeout``.
+        """
+        if self._db is not None:
+            return
+        tries = Attempts(_WAL_BACKOFF, timeout=self._busy_timeout)
+        locked: _Locked | None = None
+        async for _ in tries:
+            try:
+                await anyio.to_thread.run_sync(self._open_once)
+                return
+            except _Locked as exc:
+                locked = exc
+        raise Unavailable(
+            f"binding store {self.path}: another connection held the database for "
+            f"{self._busy_timeout:g} s ({tries.made} attempts) while it was being switched "
+            "to WAL mode; retry later, or raise busy_timeout") from locked
+
+    def _open_once(self) -> None:
+        """One attempt to open the file (``_Locked`` if another connection holds it)."""
+        with self._lock:
+            self._open_held()
+
+    def _open_held(self) -> None:
+        """:meth:`_open_once` with the lock held."""
+        if self._db is not None:
+            return
+        try:
+            self._db = self._connect()
+        except sqlite3.OperationalError as exc:  # I/O, not a database
+            raise Unavailable(f"binding store {self.path}: {exc}") from exc
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None,
+                             check_same_thread=False)
+        try:
+            db.execute("PRAGMA busy_timeout = 0")  # the switch fails at once, not later
             try:
                 db.execute("PRAGMA journal_mode=WAL")
-                return
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() > deadline:
+                if "locked" not in str(exc):
                     raise
-                time.sleep(0.01)
+                raise _Locked(str(exc)) from exc
+            db.execute(f"PRAGMA busy_timeout = {round(self._busy_timeout * 1000)}")
+            db.execute("PRAGMA synchronous=NORMAL")
+            with _transaction(db):
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+        except BaseException:
+            db.close()
+            raise
+        return db
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        await self._open()
+
         def call() -> T:
             with self._lock:
                 try:
-                    return fn(self._connect())
+                    if self._db is None:  # closed meanwhile: open again, once
+                        self._open_held()
+                    assert self._db is not None
+                    return fn(self._db)
+                except _Locked as exc:
+                    raise Unavailable(f"binding store {self.path}: {exc}") from exc
                 except sqlite3.OperationalError as exc:  # locked past busy_timeout, I/O
                     raise Unavailable(f"binding store {self.path}: {exc}") from exc
 
