@@ -8,10 +8,11 @@ making holds the directory's lock and is not broken (see ``Home.claim``).
 
 A snapshot's record is a :class:`SnapshotRecord`, a volume's a :class:`VolumeRecord`
 (:func:`read_snapshot`, :func:`read_volume`). A good sandbox record is a
-:class:`SandboxRecord`; what it holds on disk is what
-:meth:`SandboxRecord.to_json` gives, the same keys as every earlier version wrote, so a
-home's existing records keep loading. This module reads and judges records; it changes
-nothing.
+:class:`SandboxRecord`, a good template record a :class:`TemplateRecord`
+(:func:`read_template`, checked like a sandbox's: a broken one is named with why);
+what each holds on disk is what its ``to_json`` gives, the same keys as every earlier
+version wrote, so a home's existing records keep loading. This module reads and judges
+records; it changes nothing.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from provider_sdk.models import Resources, SandboxInfo, SandboxState
 
 
 class BrokenRecordWarning(RuntimeWarning):
-    """A sandbox's state record in the local provider's home is unreadable or
-    incomplete: the sandbox is listed as broken (``SandboxState.ERROR``) until killed."""
+    """A sandbox's or a template's record in the local provider's home is unreadable or
+    incomplete: the sandbox is listed as broken (``SandboxState.ERROR``) until killed;
+    the template is left out of listings, and refused, until deleted or built again."""
 
 
 @attrs.frozen
@@ -146,6 +148,45 @@ class VolumeRecord:
         return data
 
 
+@attrs.frozen(kw_only=True)
+class TemplateRecord:
+    """A built local template's record (``templates/<id>/meta.json``), as read and
+    checked by :func:`read_template`: the spec's name and content hash, and what the
+    image's configuration and the spec say about how its sandboxes run."""
+
+    id: str
+    name: str
+    content_hash: str
+    created_at: dt.datetime
+    image: str
+    """The image the filesystem was exported from (``""``: none named)."""
+    env: dict[str, str]
+    """The image's ``ENV``."""
+    workdir: str | None
+    user: str | None
+    cpu: float | None = None
+    memory_mb: int | None = None
+    start_cmd: str | None = None
+    ready_cmd: str | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TemplateRecord:
+        """The record of a parsed ``meta.json`` that :func:`template_problem` found good."""
+        return cls(id=data["id"], name=data["name"], content_hash=data["content_hash"],
+                   created_at=dt.datetime.fromisoformat(data["created_at"]),
+                   image=data["image"], env=dict(data["env"]), workdir=data["workdir"],
+                   user=data["user"], cpu=data.get("cpu"), memory_mb=data.get("memory_mb"),
+                   start_cmd=data.get("start_cmd"), ready_cmd=data.get("ready_cmd"))
+
+    def to_json(self) -> dict[str, Any]:
+        """What ``meta.json`` holds: the keys and shapes every version reads."""
+        return {"id": self.id, "name": self.name, "content_hash": self.content_hash,
+                "created_at": self.created_at.isoformat(), "image": self.image,
+                "env": dict(self.env), "workdir": self.workdir, "user": self.user,
+                "cpu": self.cpu, "memory_mb": self.memory_mb,
+                "start_cmd": self.start_cmd, "ready_cmd": self.ready_cmd}
+
+
 def read_snapshot(directory: Path) -> SnapshotRecord | None:
     """A snapshot's record, or ``None`` if it does not exist (or is half made)."""
     meta = read_meta(directory)
@@ -175,50 +216,96 @@ _REQUIRED: dict[str, tuple[type, ...]] = {
 _OPTIONAL: dict[str, tuple[type, ...]] = {
     "image_env": (dict,), "start_cmd": (str, type(None)), "ready_cmd": (str, type(None)),
 }
+_TEMPLATE_REQUIRED: dict[str, tuple[type, ...]] = {
+    "id": (str,), "name": (str,), "content_hash": (str,), "created_at": (str,),
+    "image": (str,), "env": (dict,), "workdir": (str, type(None)), "user": (str, type(None)),
+}
+# Written by every version, but read as optional by the first ones: a record without
+# them is still good.
+_TEMPLATE_OPTIONAL: dict[str, tuple[type, ...]] = {
+    "cpu": (int, float, type(None)), "memory_mb": (int, type(None)),
+    "start_cmd": (str, type(None)), "ready_cmd": (str, type(None)),
+}
 _LAUNCH: dict[str, tuple[type, ...]] = {  # the fields of _launch.Launched
     "init_pid": (int,), "init_start": (int,), "pid_namespace": (int, type(None)),
     "agent_pid": (int, type(None)), "agent_start": (int,), "token": (str,),
 }
 
 
-def read(directory: Path, sandbox_id: str) -> tuple[SandboxRecord | None, str | None]:
-    """A record and, if it is broken, why (``(None, None)``: there is no such record)."""
+def _load(directory: Path) -> tuple[Any, str | None, bool]:
+    """A directory's parsed ``meta.json``, or why it cannot be parsed; and whether the
+    directory exists at all."""
     try:
         text = (directory / "meta.json").read_text()
     except (FileNotFoundError, NotADirectoryError):
         if not directory.is_dir():
-            return None, None
-        return None, "it has no meta.json (its creator stopped before finishing it)"
+            return None, None, False
+        return None, "it has no meta.json (its creator stopped before finishing it)", True
     except (OSError, UnicodeDecodeError) as exc:
-        return None, f"its meta.json cannot be read ({type(exc).__name__})"
+        return None, f"its meta.json cannot be read ({type(exc).__name__})", True
     try:
-        meta = json.loads(text)
+        return json.loads(text), None, True
     except ValueError:
         return None, ("its meta.json is empty" if not text.strip()
-                      else "its meta.json is not valid JSON (truncated?)")
+                      else "its meta.json is not valid JSON (truncated?)"), True
+
+
+def read(directory: Path, sandbox_id: str) -> tuple[SandboxRecord | None, str | None]:
+    """A record and, if it is broken, why (``(None, None)``: there is no such record)."""
+    meta, reason, exists = _load(directory)
+    if not exists or reason is not None:
+        return None, reason
     reason = problem(meta, sandbox_id)
     return (None, reason) if reason else (SandboxRecord.from_json(meta), None)
 
 
-def problem(meta: Any, sandbox_id: str) -> str | None:
-    """Why a parsed record cannot be used, or ``None`` if it can."""
+def read_template(directory: Path, template_id: str
+                  ) -> tuple[TemplateRecord | None, str | None]:
+    """A template's record and, if it is broken, why (``(None, None)``: there is no
+    such template)."""
+    meta, reason, exists = _load(directory)
+    if not exists or reason is not None:
+        return None, reason
+    reason = template_problem(meta, template_id)
+    return (None, reason) if reason else (TemplateRecord.from_json(meta), None)
+
+
+def _typed(meta: Any, required: dict[str, tuple[type, ...]],
+           optional: dict[str, tuple[type, ...]]) -> str | None:
+    """Why a parsed record is not an object with the keys and JSON types it needs."""
     if not isinstance(meta, dict):
         return f"its meta.json holds a {type(meta).__name__}, not an object"
-    missing = [key for key in _REQUIRED if key not in meta]
+    missing = [key for key in required if key not in meta]
     if missing:
         return f"its meta.json lacks {', '.join(missing)}"
-    for key, types in [*_REQUIRED.items(), *_OPTIONAL.items()]:
+    for key, types in [*required.items(), *optional.items()]:
         if key in meta and (not isinstance(meta[key], types) or (
                 isinstance(meta[key], bool) and bool not in types)):
             return f"its meta.json has a {type(meta[key]).__name__} for {key!r}"
     if not all(isinstance(v, str) for v in meta["env"].values()):
         return "its meta.json has non-string env values"
-    if meta["id"] != sandbox_id:
-        return "its meta.json names another sandbox"
     try:
         dt.datetime.fromisoformat(meta["created_at"])
     except ValueError:
         return "its meta.json has an invalid 'created_at'"
+    return None
+
+
+def template_problem(meta: Any, template_id: str) -> str | None:
+    """Why a parsed template record cannot be used, or ``None`` if it can."""
+    reason = _typed(meta, _TEMPLATE_REQUIRED, _TEMPLATE_OPTIONAL)
+    if reason is None and meta["id"] != template_id:
+        reason = "its meta.json names another template"
+    return reason
+
+
+def problem(meta: Any, sandbox_id: str) -> str | None:
+    """Why a parsed record cannot be used, or ``None`` if it can."""
+    reason = _typed(meta, _REQUIRED, _OPTIONAL)
+    if reason is not None:
+        return reason
+    if meta["id"] != sandbox_id:
+        return "its meta.json names another sandbox"
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in meta["metadata"].items()):
         return "its meta.json has non-string metadata"
     try:
@@ -270,3 +357,18 @@ def _warn(sandbox_id: str, reason: str, home: Path) -> None:
     warnings.warn(f"local sandbox {sandbox_id} in {home} is broken: {reason}; "
                   "kill it (psdk kill, or provider.kill) to remove it",
                   BrokenRecordWarning, stacklevel=6)
+
+
+def warn_template(template_id: str, reason: str, home: Path) -> None:
+    """Say, as a listing passes it, that a template's record is broken."""
+    warnings.warn(f"local template {template_id} in {home} is broken: {reason}; delete it "
+                  "(psdk template rm, or provider.delete_template) or build it again",
+                  BrokenRecordWarning, stacklevel=5)
+
+
+def template_of(directory: Path) -> str | None:
+    """The template a sandbox's or a snapshot's record names, even where the record is
+    otherwise broken (its files may still be a layer over the template's)."""
+    meta, _reason, _exists = _load(directory)
+    name = meta.get("template") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else None

@@ -7,25 +7,28 @@ one that builds with Docker Engine), writes the spec's filesystem into a staging
 directory, which is checked, prepared and moved into place. A built template is a
 directory the sandboxes made from it use as their overlay's lower layer (see
 ``_templates``), so it is not deleted while one of them, or a snapshot of one, exists.
+Its record is a :class:`~provider_sdk.local._records.TemplateRecord`; a broken one is
+left out of listings (with a ``BrokenRecordWarning``), refused as ``TemplateNotFound``
+saying why, and replaced by a build of its spec or removed by a delete.
 """
 
 from __future__ import annotations
 
 import builtins
-import datetime as dt
 import secrets
 import shutil
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import anyio
 
 from provider_sdk import errors
 from provider_sdk.distributions import install_hint
 from provider_sdk.dockerfile import TemplateSupport
-from provider_sdk.local import _templates
-from provider_sdk.local._home import Home, now, read_meta, write_meta
+from provider_sdk.local import _records, _templates
+from provider_sdk.local._home import Home, now, write_meta
+from provider_sdk.local._records import TemplateRecord
 from provider_sdk.local._trees import remove_tree
 from provider_sdk.models import Template, TemplateSpec
 from provider_sdk.templates import ROOTFS_GROUP, ImageConfig, Progress, RootfsSource, parsed
@@ -81,27 +84,37 @@ class LocalTemplates:
         self._home = home
         self._provider = provider
 
-    def meta(self, template_id: str) -> dict[str, Any]:
-        """A built template's record; ``TemplateNotFound`` naming the others if unknown."""
-        meta = (read_meta(self._home.template(template_id))
-                if _templates.TEMPLATE_ID.match(template_id) else None)
-        if meta is None:
+    def record(self, template_id: str) -> TemplateRecord:
+        """A built template's record; ``TemplateNotFound`` naming the others if unknown,
+        or saying why if its record is broken."""
+        record, reason = (
+            _records.read_template(self._home.template(template_id), template_id)
+            if _templates.TEMPLATE_ID.match(template_id) else (None, None))
+        if reason is not None:
+            raise errors.TemplateNotFound(
+                f"template {template_id!r} is broken: {reason}; delete it or build it "
+                "again", provider=self._provider)
+        if record is None:
             known = ", ".join(["default", *self._home.ids("templates")])
             raise errors.TemplateNotFound(
                 f"template {template_id!r} does not exist; this home has: {known}",
                 provider=self._provider)
-        return meta
+        return record
+
+    def _read(self, template_id: str) -> TemplateRecord | None:
+        """A template's good record, else ``None`` (none, or a broken one)."""
+        return _records.read_template(self._home.template(template_id), template_id)[0]
 
     async def find(self, spec: TemplateSpec, digest: str) -> Template | None:
-        path = self._home.template(_templates.template_id(spec.name, digest))
-        meta = await anyio.to_thread.run_sync(read_meta, path)
-        return self.to_template(meta) if meta is not None else None
+        found = await anyio.to_thread.run_sync(
+            self._read, _templates.template_id(spec.name, digest))
+        return self.to_template(found) if found is not None else None
 
     async def build(self, spec: TemplateSpec, digest: str, *, force: bool,
                     on_progress: Progress | None) -> Template:
         source = rootfs_source(self._provider)
         template_id = _templates.template_id(spec.name, digest)
-        if read_meta(self._home.template(template_id)) is not None:
+        if self._home.template(template_id).exists():
             await anyio.to_thread.run_sync(self._check_unused, template_id)
         templates = self._home.path / "templates"
         staging = templates / f".{template_id}-{secrets.token_hex(4)}"
@@ -112,18 +125,20 @@ class LocalTemplates:
                                              on_progress=on_progress, provider=self._provider)
             finally:
                 await source.aclose()
-            meta = await anyio.to_thread.run_sync(
+            record = await anyio.to_thread.run_sync(
                 lambda: self._place(staging, spec, digest, config, force))
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(remove_tree, staging)
             raise
-        return self.to_template(meta)
+        return self.to_template(record)
 
     def _place(self, staging: Path, spec: TemplateSpec, digest: str, config: ImageConfig,
-               force: bool) -> dict[str, Any]:
+               force: bool) -> TemplateRecord:
         """Check and prepare an exported filesystem in ``staging``, then move it into
-        place (removed by the caller if this fails)."""
+        place (removed by the caller if this fails). A template there already is kept
+        (another build of the same spec finished first) unless ``force``, or its record
+        is broken."""
         template_id = _templates.template_id(spec.name, digest)
         if _templates.user_uid(staging / "root", config.user) not in (0, 1000):
             users = [i.line for i in parsed(spec).instructions if i.keyword == "USER"]
@@ -132,30 +147,31 @@ class LocalTemplates:
                 "/etc/passwd: local sandboxes always run as uid 1000",
                 step=f"USER (line {users[-1]})" if users else "USER", provider=self._provider)
         _templates.prepare_root(staging / "root")
-        meta = {"id": template_id, "name": spec.name, "content_hash": digest,
-                "created_at": now().isoformat(), "image": config.image or "",
-                "env": dict(config.env), "workdir": config.workdir, "user": config.user,
-                "cpu": spec.cpu, "memory_mb": spec.memory_mb,
-                "start_cmd": spec.start_cmd, "ready_cmd": spec.ready_cmd}
-        write_meta(staging, meta)
+        record = TemplateRecord(
+            id=template_id, name=spec.name, content_hash=digest, created_at=now(),
+            image=config.image or "", env=dict(config.env), workdir=config.workdir,
+            user=config.user, cpu=spec.cpu, memory_mb=spec.memory_mb,
+            start_cmd=spec.start_cmd, ready_cmd=spec.ready_cmd)
+        write_meta(staging, record.to_json())
         target = self._home.template(template_id)
         with self._home.lock(self._home.path / "templates"):
-            if read_meta(target) is not None:
-                if not force:  # another build of the same spec finished first
+            if target.exists():
+                there = self._read(template_id)
+                if there is not None and not force:
                     shutil.rmtree(staging)
-                    return read_meta(target) or meta
+                    return there
                 self._check_unused(template_id)
                 remove_tree(target)
             staging.rename(target)
-        return meta
+        return record
 
     def _check_unused(self, template_id: str) -> None:
         """Conflict while a sandbox or snapshot of this home is made from the template
         (its files are their lower layer)."""
         sandboxes = [s for s in self._home.ids("sandboxes")
-                     if (read_meta(self._home.sandbox(s)) or {}).get("template") == template_id]
+                     if _records.template_of(self._home.sandbox(s)) == template_id]
         snapshots = [s for s in self._home.ids("snapshots")
-                     if (read_meta(self._home.snapshot(s)) or {}).get("template") == template_id]
+                     if _records.template_of(self._home.snapshot(s)) == template_id]
         if sandboxes or snapshots:
             users = [f"sandbox {s}" for s in sandboxes] + [f"snapshot {s}" for s in snapshots]
             raise errors.Conflict(
@@ -163,11 +179,20 @@ class LocalTemplates:
                 "sandboxes and delete those snapshots first", provider=self._provider)
 
     async def list(self) -> builtins.list[Template]:
-        metas = [read_meta(self._home.template(t)) for t in self._home.ids("templates")]
-        return [self.to_template(m) for m in metas if m is not None]
+        found: builtins.list[Template] = []
+        for template_id in self._home.all_ids("templates"):
+            record, reason = _records.read_template(self._home.template(template_id),
+                                                    template_id)
+            if reason is not None:
+                _records.warn_template(template_id, reason, self._home.path)
+            elif record is not None:
+                found.append(self.to_template(record))
+        return found
 
     async def delete(self, template_id: str) -> None:
-        self.meta(template_id)  # TemplateNotFound
+        if not (_templates.TEMPLATE_ID.match(template_id)
+                and self._home.template(template_id).is_dir()):
+            self.record(template_id)  # TemplateNotFound
         templates = self._home.path / "templates"
 
         def delete() -> None:
@@ -177,16 +202,14 @@ class LocalTemplates:
 
         await anyio.to_thread.run_sync(delete)
 
-    def to_template(self, meta: dict[str, Any]) -> Template:
+    def to_template(self, record: TemplateRecord) -> Template:
         """A template record as a neutral :class:`~provider_sdk.models.Template`."""
-        return Template(id=meta["id"], name=meta["name"], provider=self._provider,
-                        content_hash=meta["content_hash"],
-                        created_at=dt.datetime.fromisoformat(meta["created_at"]),
-                        extra={"path": str(self._home.template(meta["id"]) / "root"),
-                               "image": meta["image"], "env": dict(meta["env"]),
-                               "workdir": meta["workdir"], "user": meta["user"],
-                               "start_cmd": meta.get("start_cmd"),
-                               "ready_cmd": meta.get("ready_cmd")})
+        return Template(id=record.id, name=record.name, provider=self._provider,
+                        content_hash=record.content_hash, created_at=record.created_at,
+                        extra={"path": str(self._home.template(record.id) / "root"),
+                               "image": record.image, "env": dict(record.env),
+                               "workdir": record.workdir, "user": record.user,
+                               "start_cmd": record.start_cmd, "ready_cmd": record.ready_cmd})
 
 
 class TemplateBuildsMixin:
@@ -198,5 +221,5 @@ class TemplateBuildsMixin:
     def _template_builder(self) -> LocalTemplates:
         return LocalTemplates(self._home, self.name)
 
-    def _template_meta(self, template_id: str) -> dict[str, Any]:
-        return self._template_builder().meta(template_id)
+    def _template_record(self, template_id: str) -> TemplateRecord:
+        return self._template_builder().record(template_id)

@@ -190,9 +190,7 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
             warnings.warn("local sandbox created WITHOUT isolation (unisolated=True): its "
                           "commands can read and change this machine's files and processes",
                           UnisolatedWarning, stacklevel=4)
-        image: dict[str, Any] = {}
-        if template != "default":
-            image = self._template_meta(template)
+        image = self._template_record(template) if template != "default" else None
         sandbox_id, claim = self._home.claim("sandboxes")
         directory = self._home.sandbox(sandbox_id)
         meta = SandboxRecord(
@@ -200,12 +198,12 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
             created_at=now(),
             template=template,
             metadata=dict(spec.metadata),
-            image_env=dict(image.get("env", {})),
+            image_env=dict(image.env) if image else {},
             env=dict(spec.env),
-            cwd=spec.cwd or image.get("workdir") or WORKDIR,
+            cwd=spec.cwd or (image.workdir if image else None) or WORKDIR,
             resources=self._resources(spec, image),
-            start_cmd=image.get("start_cmd"),
-            ready_cmd=image.get("ready_cmd"),
+            start_cmd=image.start_cmd if image else None,
+            ready_cmd=image.ready_cmd if image else None,
             idle_timeout=spec.lifecycle.idle_timeout,
             volumes=[VolumeBinding(m.volume, m.path, m.read_only) for m in spec.volumes],
             snapshot=spec.snapshot,
@@ -216,7 +214,7 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
                 await anyio.to_thread.run_sync(self._make_layer, directory, meta)
                 write_meta(directory, meta.to_json())
             if template != "default":
-                self._template_meta(template)  # deleted meanwhile: its delete saw no user
+                self._template_record(template)  # deleted meanwhile: its delete saw no user
             await self._start_sandbox(sandbox_id, meta, bwrap)
             await self._start_command(sandbox_id, meta)
         except BaseException:
@@ -262,14 +260,16 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
                                                       f"taken on template {wanted!r}")
         return wanted
 
-    def _resources(self, spec: SandboxSpec, image: Mapping[str, Any]) -> Resources:
+    def _resources(self, spec: SandboxSpec, image: _records.TemplateRecord | None
+                   ) -> Resources:
         """The limits a sandbox gets: the spec's; for what it leaves unset, the
         template's cpu and memory_mb, else the defaults (memory where cgroups apply it
         to an isolated sandbox, disk where quotas hold)."""
         defaults: dict[str, Any] = {}
         if self._cgroups:
-            defaults = {k: image.get(k) for k in ("cpu", "memory_mb")
-                        if image.get(k) is not None and getattr(spec.resources, k) is None}
+            template = {"cpu": image.cpu, "memory_mb": image.memory_mb} if image else {}
+            defaults = {k: v for k, v in template.items()
+                        if v is not None and getattr(spec.resources, k) is None}
             if not self._unisolated and spec.resources.memory_mb is None:
                 defaults.setdefault("memory_mb", DEFAULT_MEMORY_MB)
         if self._quota and spec.resources.disk_mb is None:
