@@ -13,8 +13,10 @@ was found, except for a secret, whose value is never shown::
 
 Values read from the environment are parsed strictly (``yes`` is not a switch, ``1.5``
 is not an integer); values given to the constructor must already have the type (a
-string is never taken for a number). :func:`env_setting`, :func:`int_setting`,
-:func:`float_setting` and :func:`bool_setting` read a lone variable the same way.
+string is never taken for a number). A check of a provider's own (a registry address,
+an existing file) refuses a value with :meth:`Settings.refuse`, in the same words.
+:func:`env_setting`, :func:`int_setting`, :func:`float_setting` and :func:`bool_setting`
+read a lone variable the same way.
 
 A leaf module: it imports only the errors and :class:`~provider_sdk.secret.Secret`.
 """
@@ -205,6 +207,13 @@ class Settings:
                 secret: bool = False) -> ConfigError:
         return _refuse(self._name(option), expected, value, secret=secret,
                        provider=self.provider)
+
+    def refuse(self, option: str, expected: str, value: object, *,
+               secret: bool = False) -> ConfigError:
+        """The error for a value of ``option`` that a check of the caller's own found
+        wrong (raise it): the same shape as every reader's, saying what was
+        ``expected``; with ``secret``, the value is never shown."""
+        return self._refuse(option, expected, value, secret=secret)
 
     def _missing(self, option: str) -> ConfigError:
         var = self.variables.get(option)

@@ -21,8 +21,9 @@ import attrs
 from provider_sdk_docker import DockerProvider, Engine
 
 from provider_sdk import errors
-from provider_sdk.config import Secret, env_setting
 from provider_sdk.models import Template, TemplateSpec
+from provider_sdk.secret import Secret
+from provider_sdk.settings import Settings
 
 __all__ = ["ENVD_PATH", "ImageBuilder", "Registry"]
 
@@ -30,6 +31,11 @@ ENVD_PATH = "/usr/bin/envd"
 """Where E2B's envd lives in an image, and where it is added (as Cube's injection does)."""
 _HOST_PORT = re.compile(r"^(?:(https?)://)?([A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(?::(\d{1,5}))?/?$")
 _LOOPBACK = ("127.", "localhost", "[::1]")
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)?.*@", re.DOTALL)
+_EXPECTED = "HOST[:PORT], optionally with http:// or https://"
+SETTINGS = {"registry": "PSDK_REGISTRY", "registry_username": "PSDK_REGISTRY_USERNAME",
+            "registry_password": "PSDK_REGISTRY_PASSWORD"}
+"""The variables :meth:`Registry.from_settings` reads."""
 
 Progress = Callable[[str], None]
 
@@ -53,26 +59,41 @@ class Registry:
     def parse(cls, address: str, *, username: str | None = None,
               password: str | Secret | None = None) -> Registry:
         """A registry from ``HOST[:PORT]`` (or a URL of one); ``ConfigError`` if
-        malformed."""
-        match = _HOST_PORT.match(address.strip())
-        if match is None or (match.group(3) and not 0 < int(match.group(3)) < 65536):
-            raise errors.ConfigError(f"registry: expected HOST[:PORT], got {address!r}")
-        host = match.group(2) + (f":{match.group(3)}" if match.group(3) else "")
-        scheme = match.group(1) or ("http" if host.startswith(_LOOPBACK) else "https")
+        malformed (credentials written into the address are not shown)."""
+        found = _split(address)
+        if found is None:
+            raise errors.ConfigError(f"registry: expected {_EXPECTED}, got "
+                                     f"{_masked(address)!r}")
+        scheme, host = found
         secret = password if isinstance(password, Secret) or password is None \
             else Secret(password)
         return cls(host=host, scheme=scheme, username=username or None, password=secret)
 
     @classmethod
-    def from_settings(cls, address: str | None = None) -> Registry | None:
+    def from_settings(cls, address: str | None = None, *,
+                      provider: str | None = None) -> Registry | None:
         """The registry named by ``address`` or ``PSDK_REGISTRY``, with
         ``PSDK_REGISTRY_USERNAME`` and ``PSDK_REGISTRY_PASSWORD``; ``None`` if neither
-        names one."""
-        address = address or env_setting("PSDK_REGISTRY")
-        if not address:
+        names one.
+
+        Read by :class:`~provider_sdk.settings.Settings` for ``provider`` (the name its
+        errors carry).
+
+        Raises:
+            ConfigError: the address is not ``HOST[:PORT]``; the message names the
+                setting and its variable, never the password.
+        """
+        settings = Settings(provider or "", SETTINGS)
+        address = settings.text("registry", address)
+        if address is None:
             return None
-        return cls.parse(address, username=env_setting("PSDK_REGISTRY_USERNAME"),
-                         password=env_setting("PSDK_REGISTRY_PASSWORD"))
+        found = _split(address)
+        if found is None:
+            raise settings.refuse("registry", _EXPECTED, _masked(address))
+        scheme, host = found
+        return cls(host=host, scheme=scheme,
+                   username=settings.text("registry_username", None),
+                   password=settings.secret("registry_password", None, required=False))
 
     @property
     def plain_http(self) -> bool:
@@ -85,6 +106,20 @@ class Registry:
             return None
         return {"username": self.username,
                 "password": self.password.reveal() if self.password else ""}
+
+
+def _split(address: str) -> tuple[str, str] | None:
+    """``(scheme, HOST[:PORT])`` of a registry's address, or ``None`` if malformed."""
+    match = _HOST_PORT.match(address.strip())
+    if match is None or (match.group(3) and not 0 < int(match.group(3)) < 65536):
+        return None
+    host = match.group(2) + (f":{match.group(3)}" if match.group(3) else "")
+    return match.group(1) or ("http" if host.startswith(_LOOPBACK) else "https"), host
+
+
+def _masked(address: str) -> str:
+    """An address as an error may show it: credentials written into it hidden."""
+    return _USERINFO.sub(lambda m: f"{m.group(1) or ''}***@", address.strip())
 
 
 class ImageBuilder:

@@ -34,10 +34,10 @@ import anyio
 import attrs
 
 from provider_sdk import errors
-from provider_sdk.config import env_setting
 from provider_sdk.distributions import install_hint
 from provider_sdk.models import Template, TemplateSpec
 from provider_sdk.retry import Attempts, Backoff
+from provider_sdk.settings import Settings
 
 if TYPE_CHECKING:
     from provider_sdk_templates import Registry
@@ -48,6 +48,8 @@ ENVD_PORT = 49983
 _ALIAS = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 _REPOSITORY = "psdk"
 _POLL = Backoff(initial=0.25, factor=1, cap=0.25)
+SETTINGS = {"envd": "PSDK_CUBE_ENVD"}
+"""The builder's own setting's variable (the registry's are ``Registry.from_settings``')."""
 
 Call = Callable[..., Awaitable[Any]]
 Progress = Callable[[str], None]
@@ -90,7 +92,7 @@ class CubeTemplates:
                 "sandbox-provider-sdk-templates: "
                 + install_hint("sandbox-provider-sdk-templates"),
                 provider=self.provider) from None
-        registry = Registry.from_settings(self.registry)
+        registry = Registry.from_settings(self.registry, provider=self.provider)
         if registry is None:
             raise errors.ConfigError(
                 "building Cube templates pushes an image to a registry the cluster reads: "
@@ -112,6 +114,7 @@ class CubeTemplates:
                     on_progress: Progress | None) -> Template:
         """Build ``spec`` into a ready Cube template (see the module docstring)."""
         registry = self._registry()
+        envd = self._envd_setting()
         from provider_sdk_templates import ENVD_PATH, ImageBuilder
 
         alias = alias_for(spec.name)
@@ -121,7 +124,7 @@ class CubeTemplates:
         try:
             image = (await builder.build(spec, force=force, on_progress=on_progress)).id
             if not await builder.has_file(image, ENVD_PATH):
-                image = await builder.add_envd(image, self._envd_binary(ENVD_PATH),
+                image = await builder.add_envd(image, self._envd_binary(envd, ENVD_PATH),
                                                tag=f"{image}-envd", on_progress=on_progress)
             await builder.push(image, registry, repository, digest, on_progress=on_progress)
         finally:
@@ -130,14 +133,22 @@ class CubeTemplates:
         detail = await self.call("GET", f"/templates/{template_id}")
         return await self._finish(detail, spec, alias, digest, reference)
 
-    def _envd_binary(self, where: str) -> Path:
-        envd = self.envd or env_setting("PSDK_CUBE_ENVD")
-        if not envd:
+    def _envd_setting(self) -> Path | None:
+        """The envd binary to add to images that lack one, if one is configured;
+        ``ConfigError`` (before anything is built) if that is not a file."""
+        settings = Settings(self.provider, SETTINGS)
+        envd = settings.path("envd", self.envd)
+        if envd is not None and not envd.is_file():
+            raise settings.refuse("envd", "an envd binary (a file)", str(envd))
+        return envd
+
+    def _envd_binary(self, envd: Path | None, where: str) -> Path:
+        if envd is None:
             raise errors.TemplateBuildError(
                 f"the image has no envd at {where}, which Cube needs to reach a sandbox: "
                 "build FROM an image that carries it, or set PSDK_CUBE_ENVD to an envd "
                 "binary to add (as Cube's --envd-path)", step="envd", provider=self.provider)
-        return Path(envd)
+        return envd
 
     async def _create(self, spec: TemplateSpec, registry: Registry, reference: str,
                       on_progress: Progress | None) -> str:

@@ -36,11 +36,12 @@ from collections.abc import AsyncIterator
 
 import anyio
 
-from provider_sdk.config import Secret, env_setting, open_provider
+from provider_sdk.config import open_provider
 from provider_sdk.emulator_kit import http
 from provider_sdk.emulator_kit.routing import Router
 from provider_sdk.emulators import EmulatorOptions, Faults, RunningEmulator
 from provider_sdk.errors import SandboxError
+from provider_sdk.settings import Settings
 from provider_sdk_daytona.emulator import _coderun as coderun
 from provider_sdk_daytona.emulator import _control as api
 from provider_sdk_daytona.emulator import _interpreter as interpreter
@@ -157,9 +158,8 @@ async def daytona_emulator(options: EmulatorOptions) -> AsyncIterator[RunningEmu
     Raises:
         ConfigError: no key, an unknown fault, or a backend that cannot be opened.
     """
-    key = options.api_key or env_setting("DAYTONA_API_KEY", required=True, secret=True,
-                                         provider="daytona")
-    assert isinstance(key, Secret)  # env_setting(secret=True) and the options give one
+    key = Settings("daytona", {"api_key": "DAYTONA_API_KEY"}).secret("api_key", options.api_key)
+    assert key is not None  # required
     faults = Faults(FAULTS, options.faults)
     async with open_provider(options.backend) as backend:
         ctx = Context(store=Store(backend=backend), faults=faults, api_key=key)

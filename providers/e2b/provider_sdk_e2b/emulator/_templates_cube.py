@@ -41,8 +41,9 @@ import anyio.to_thread
 import attrs
 import httpx
 
-from provider_sdk.config import Secret, env_setting
 from provider_sdk.emulator_kit.http import Handler, Request, Response, json_response
+from provider_sdk.secret import Secret
+from provider_sdk.settings import Settings
 from provider_sdk_e2b.emulator._records import TemplateRecord
 from provider_sdk_e2b.emulator._world import ApiError, World, iso, json_body, now
 from provider_sdk_e2b.emulator.flavors import ENVD_PORT
@@ -484,7 +485,9 @@ class _Engine:
         import docker  # only the docker backend's path needs it
 
         self._docker = docker
-        url = env_setting("DOCKER_HOST", default=_DOCKER_HOST) or _DOCKER_HOST
+        settings = Settings("docker", {"base_url": "DOCKER_HOST"})  # as the provider's
+        url = settings.url("base_url", None, default=_DOCKER_HOST,
+                           schemes=("unix", "http+unix", "tcp", "http"))
         self.client = docker.APIClient(base_url=url, version="auto", timeout=120)
 
     def close(self) -> None:

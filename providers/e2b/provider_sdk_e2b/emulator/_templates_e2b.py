@@ -36,10 +36,10 @@ from typing import Any
 import attrs
 
 from provider_sdk.capabilities import Capability
-from provider_sdk.config import env_setting
 from provider_sdk.emulator_kit.http import Request, Response, json_response
 from provider_sdk.errors import SandboxError, TemplateBuildError
 from provider_sdk.models import TemplateSpec
+from provider_sdk.settings import Settings
 from provider_sdk_e2b.emulator._records import TemplateRecord
 from provider_sdk_e2b.emulator._world import ApiError, World, iso, json_body, now
 from provider_sdk_e2b.emulator.flavors import ENVD_VERSION
@@ -386,7 +386,8 @@ def _base_image() -> str:
     except ImportError:
         raise ApiError(400, "fromTemplate: building from the base template needs the "
                             "distribution provider-sdk-docker") from None
-    return env_setting("PSDK_DOCKER_TEMPLATE", default=DEFAULT_TEMPLATE) or DEFAULT_TEMPLATE
+    settings = Settings("docker", {"template": "PSDK_DOCKER_TEMPLATE"})  # as the provider's
+    return settings.text("template", None, default=DEFAULT_TEMPLATE)
 
 
 def _keep_absolute_links(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:

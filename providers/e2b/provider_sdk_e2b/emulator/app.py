@@ -26,12 +26,14 @@ from contextlib import asynccontextmanager
 import anyio
 
 from provider_sdk import errors
-from provider_sdk.config import Secret, env_setting, open_provider
+from provider_sdk.config import open_provider
 from provider_sdk.emulator_kit import http as _http
 from provider_sdk.emulator_kit import service
 from provider_sdk.emulator_kit.http import Request, Response, Takeover, json_response
 from provider_sdk.emulator_kit.routing import Router
 from provider_sdk.emulators import BodyTooLarge, EmulatorOptions, Faults, RunningEmulator
+from provider_sdk.secret import Secret
+from provider_sdk.settings import Settings
 from provider_sdk_e2b.emulator import _ports as ports
 from provider_sdk_e2b.emulator._records import SandboxRecord
 from provider_sdk_e2b.emulator._templates_e2b import UPLOAD_PREFIX
@@ -233,14 +235,13 @@ async def serve(flavor: Flavor, options: EmulatorOptions) -> AsyncIterator[Runni
         ConfigError: no API key was given and the flavor's setting is unset, a fault
             is unknown, or the backend is not installed.
     """
-    api_key = options.api_key or env_setting(flavor.api_key_setting, secret=True)
-    if not api_key:
-        raise errors.ConfigError(f"the {flavor.name} emulator needs an API key: pass "
-                                 f"--api-key or set {flavor.api_key_setting}")
+    api_key = Settings(flavor.name, {"api_key": flavor.api_key_setting}).secret(
+        "api_key", options.api_key)
+    assert api_key is not None  # required
     faults = Faults(FAULTS, {**FAULT_DEFAULTS, **options.faults})
     async with open_provider(options.backend) as provider, anyio.create_task_group() as tg:
         world = World(flavor, provider, faults, tg)
-        app = App(world, api_key if isinstance(api_key, Secret) else Secret(api_key))
+        app = App(world, api_key)
         tg.start_soon(world.reap)
         try:
             async with _http.serve(app, port=options.port) as port:
