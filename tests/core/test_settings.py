@@ -120,6 +120,18 @@ def test_a_url_has_its_scheme(settings: Settings, monkeypatch: pytest.MonkeyPatc
     assert settings.url("url", "unix:///x", schemes=("unix",)) == "unix:///x"
 
 
+
+def test_a_check_of_the_callers_own_refuses_in_the_same_words(settings: Settings) -> None:
+    def refuse(option: str, value: object, *, secret: bool = False) -> None:
+        raise settings.refuse(option, "an existing file", value, secret=secret)
+
+    _refused(lambda: refuse("dir", "/nowhere"),
+             "the setting dir (PSDK_T_DIR) must be an existing file, got '/nowhere'")
+    error = _refused(lambda: refuse("key", "sk-live-123", secret=True),
+                     "the setting key (PSDK_T_KEY) must be an existing file, got a value")
+    assert "sk-live-123" not in f"{error} {error!r}"
+
+
 # -------------------------------------------------------------- local provider
 
 @pytest.mark.parametrize(("options", "words"), [
