@@ -34,6 +34,10 @@ pooled sandbox whose binding is lost is found again by owner). Elsewhere a claim
 labels is refused (:class:`~provider_sdk.errors.UnsupportedCapability` naming
 ``metadata.update``), and members carry only the labels of the pool's spec and its own.
 
+A member's own code (what the spec's template starts) runs before anyone claims it, and
+may be hostile: a claim hands a member out only once it answered a first command within
+``check_timeout``, kills it otherwise, and never resets what its code did.
+
 This module owns the pool; it must not know any provider or store by name, and it does
 not bind owners (the manager does).
 """
@@ -76,6 +80,7 @@ TAKEN_TTL = 365 * 24 * 3600.0
 """Seconds the store remembers that a member was handed out."""
 
 _SETTLE = 0.2  # seconds a round waits after a claim wakes it
+_KILL_BOUND = 60.0  # seconds a kill of a member may hold the pool
 
 _LIVE = frozenset({SandboxState.STARTING, SandboxState.RUNNING, SandboxState.PAUSING,
                    SandboxState.PAUSED})
@@ -146,24 +151,29 @@ class WarmPool:
             pool (a claim starts one shortly after).
         starting: how many members the pool makes at once.
         claim_ttl: seconds the refill claim lasts if its holder dies holding it.
-        check_on_claim: ask the provider for a member's state before handing it out
-            (a round trip). Off, a member the last round saw running is handed out at
-            once; one that died since (within ``interval``) then fails its first call
-            with :class:`~provider_sdk.errors.SandboxNotFound` or
+        check_on_claim: before handing a member out, ask the provider for its state
+            and run a first command (``true``) in it: a member that is not running or
+            does not answer within ``check_timeout`` (its own code killed, stopped or
+            starved what serves it) is discarded, killed, and the next one tried. Off,
+            a member the last round saw running is handed out at once, whatever its
+            code did since; one that died then fails its first call with
+            :class:`~provider_sdk.errors.SandboxNotFound` or
             :class:`~provider_sdk.errors.SandboxNotRunning`. Paused members are always
             resumed through the provider.
+        check_timeout: seconds a claim gives one member to resume and answer before
+            it discards it.
     """
 
     def __init__(self, provider: SandboxProvider, spec: SandboxSpec | None = None, *,
                  size: int, store: BindingStore | None = None, name: str = "default",
                  max_age: float = 3600.0, paused: bool = False, interval: float = 5.0,
                  starting: int = 2, claim_ttl: float = 120.0,
-                 check_on_claim: bool = True) -> None:
+                 check_on_claim: bool = True, check_timeout: float = 10.0) -> None:
         for field, count in (("size", size), ("starting", starting)):
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
                 raise InvalidInput(f"{field} must be an integer >= 1, got {count!r}")
         for field, value in (("max_age", max_age), ("interval", interval),
-                             ("claim_ttl", claim_ttl)):
+                             ("claim_ttl", claim_ttl), ("check_timeout", check_timeout)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
                     or not 0 < value < float("inf"):
                 raise InvalidInput(f"{field} must be a positive number, got {value!r}")
@@ -182,6 +192,7 @@ class WarmPool:
         self.interval = float(interval)
         self.claim_ttl = float(claim_ttl)
         self.check_on_claim = bool(check_on_claim)
+        self.check_timeout = float(check_timeout)
         self._token = secrets.token_hex(8)
         self._free: dict[str, SandboxInfo] = {}  # as last seen, oldest first
         self._taken: set[str] = set()  # members seen handed out (that never changes)
@@ -242,8 +253,9 @@ class WarmPool:
 
     async def claim(self, *, metadata: Mapping[str, str] | None = None,
                     env: Mapping[str, str] | None = None) -> ClaimedSandbox:
-        """A sandbox for the caller: a free member if there is one (a *hit*), else a
-        new one made now (a *miss*). ``env`` applies under every command's own.
+        """A sandbox for the caller: a free member if there is one that answers (a
+        *hit*), else a new one made now (a *miss*). ``env`` applies under every
+        command's own.
         ``metadata`` labels the sandbox (``metadata.update`` for a member; a miss is
         made with them), over the labels of the pool's spec.
 
@@ -262,7 +274,8 @@ class WarmPool:
         return ClaimedSandbox(self.provider, sandbox.info, env=checked)
 
     async def take(self, *, metadata: Mapping[str, str] | None = None) -> Sandbox | None:
-        """Hand out a free member (running), or ``None`` when there is none at hand.
+        """Hand out a free member (running, and answering with ``check_on_claim``), or
+        ``None`` when there is none at hand.
 
         Exactly one caller, in any process sharing the store, gets a given member. Each
         call counts as a hit or a miss in the ``psdk.pool.claims`` metric. ``metadata``
@@ -300,8 +313,11 @@ class WarmPool:
             try:
                 await sandbox.set_metadata(labels)
             except SandboxError:
-                await self._kill_quietly(sandbox.id)
+                await self._discard(sandbox.id)
                 continue
+            except BaseException:
+                await self._discard(sandbox.id)
+                raise
             return sandbox
         self._refill_soon()
         return None
@@ -322,16 +338,39 @@ class WarmPool:
                 # Seen running by the last round: no round trip before the caller's own.
                 return Sandbox(self.provider, info)
             try:
-                sandbox = await self.provider.connect(sandbox_id, resume=True)
-            except SandboxError:
-                await self._kill_quietly(sandbox_id)
-                continue
-            if sandbox.info.state != SandboxState.RUNNING:
-                await self._kill_quietly(sandbox_id)
-                continue
-            return sandbox
+                sandbox = await self._ready(sandbox_id)
+            except BaseException:  # the caller gave up: the member is nobody's
+                await self._discard(sandbox_id)
+                raise
+            if sandbox is not None:
+                return sandbox
+            await self._discard(sandbox_id)
         self._refill_soon()
         return None
+
+    async def _ready(self, sandbox_id: str) -> Sandbox | None:
+        """The member taken, resumed if paused and, with ``check_on_claim``, answering
+        a first command, within ``check_timeout``; ``None`` if it is not."""
+        with anyio.move_on_after(self.check_timeout):
+            try:
+                sandbox = await self.provider.connect(sandbox_id, resume=True)
+                if sandbox.info.state != SandboxState.RUNNING:
+                    return None
+                if self.check_on_claim and not (await sandbox.exec(
+                        ["true"], timeout=self.check_timeout)).ok:
+                    return None
+            except SandboxError:
+                return None
+            return sandbox
+        return None
+
+    async def _discard(self, sandbox_id: str) -> None:
+        """Kill a member taken but not handed out: in the background while the pool
+        runs, so the caller does not wait for it (even when cancelled)."""
+        if self._tg is not None:
+            self._tg.start_soon(self._kill_quietly, sandbox_id)
+        else:
+            await self._kill_quietly(sandbox_id)
 
     @property
     def free(self) -> int:
@@ -493,7 +532,10 @@ class WarmPool:
         return True
 
     async def _kill_quietly(self, sandbox_id: str) -> None:
-        with contextlib.suppress(SandboxError):
+        """Kill a sandbox, ignoring errors; a pool that stops meanwhile waits for it,
+        ``_KILL_BOUND`` seconds at most."""
+        with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _KILL_BOUND), \
+                contextlib.suppress(SandboxError):
             await self.provider.kill(sandbox_id)
 
     async def _fingerprint(self) -> str:

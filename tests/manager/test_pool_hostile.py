@@ -1,0 +1,265 @@
+"""Warm pools against the code in their members (the local provider, real bubblewrap).
+
+A member's own code runs before anyone claims it: what its spec or template started, or
+anything those processes start in turn. Here that code is started in a free member
+through its handle, as the template's code would be, and it attacks:
+
+- it kills every process it can, stops them, or forks without end: ``claim`` hands out
+  only a member that answers a first command within ``check_timeout``; one that does
+  not is discarded (killed) and the caller gets another, or a new sandbox;
+- its agent is gone or stopped (what a backend that lets code signal its agent would
+  allow): the member is discarded;
+- it leaves a daemon behind: the caller gets the member as its code left it (the pool
+  neither resets nor inspects it), and no other member sees any of it;
+- it reads whatever it can reach while others claim: it never sees another claimer's
+  environment or labels, the store's claims are out of its reach, and a claim's
+  labels land on the claimed member alone;
+- paused with memory: a member comes back with its processes as they were before the
+  pause, and no claimer's state reaches another member.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from provider_sdk.capabilities import Capability
+from provider_sdk.local import LocalProvider, _launch
+from provider_sdk.local._home import read_meta
+from provider_sdk.manager import POOL_LABEL, SQLiteStore, WarmPool
+from provider_sdk.models import Resources, SandboxSpec, SandboxState
+from provider_sdk.sandbox import Sandbox
+
+pytestmark = pytest.mark.anyio
+
+BOUND = 60.0  # seconds a wait may take on a loaded machine
+CHECK = 2.0  # the pools' check_timeout here
+
+KILL_ALL = "kill -9 -1"
+STOP_ALL = "sleep 300 & kill -STOP -1"
+FORK_BOMB = "f() { f | f & }; f"
+
+
+def _spec(provider: LocalProvider, attack: str | None = None) -> SandboxSpec:
+    """The pools' spec: half a core at most, where cgroups allow. A fork bomb runs only
+    under a pids limit."""
+    if attack == FORK_BOMB and not provider.supports(Capability.LIMITS_PIDS):
+        pytest.skip("no pids limit on this host: a fork bomb would reach the host's")
+    if provider.supports(Capability.RESOURCES_CPU):
+        return SandboxSpec(resources=Resources(cpu=0.5))
+    return SandboxSpec()
+
+
+async def _member(provider: LocalProvider, sandbox_id: str) -> Sandbox:
+    """A handle on a free member, as its own code has it (not a claim)."""
+    return await provider.connect(sandbox_id, resume=False)
+
+
+async def _pool_ids(provider: LocalProvider) -> set[str]:
+    return {i.id for i in await provider.list(metadata={POOL_LABEL: "default"})}
+
+
+async def _gone(provider: LocalProvider, sandbox_id: str) -> None:
+    """Wait until ``sandbox_id`` was killed."""
+    with anyio.fail_after(BOUND):
+        while sandbox_id in {i.id for i in await provider.list()}:  # noqa: ASYNC110
+            await anyio.sleep(0.1)  # polls the provider: there is no event to wait on
+
+
+def _launched(provider: LocalProvider, sandbox_id: str) -> _launch.Launched:
+    meta = read_meta(provider.home / "sandboxes" / sandbox_id)
+    assert meta is not None
+    return _launch.Launched(**meta["launch"])
+
+
+@pytest.mark.parametrize("attack", [KILL_ALL, STOP_ALL, FORK_BOMB],
+                         ids=["kill-all", "stop-all", "fork-bomb"])
+async def test_a_claim_hands_out_a_member_that_answers(provider: LocalProvider,
+                                                       attack: str) -> None:
+    async with WarmPool(provider, _spec(provider, attack), size=2, interval=60,
+                        check_timeout=CHECK) as pool:
+        await pool.wait_filled(BOUND)
+        attacked, other = pool._free
+        await (await _member(provider, attacked)).start(["/bin/sh", "-c", attack])
+        await anyio.sleep(1)  # let it do its worst
+        started = time.monotonic()
+        async with await pool.claim(env={"USER_ID": "alice"}) as sandbox:
+            result = await sandbox.exec("echo $USER_ID", timeout=10)
+            took = time.monotonic() - started
+            assert result.stdout == "alice\n"
+            assert took < CHECK + 10, took  # at most one check timed out, then a hit
+            if attack == FORK_BOMB:
+                assert sandbox.id == other  # the bombed member did not answer in time
+                await _gone(provider, attacked)
+            elif provider.supports(Capability.EXEC_CONTAINED):
+                # Its commands cannot reach what serves it: the member's own processes
+                # are gone or stopped, but it answers, and is handed out as its code
+                # left it.
+                assert sandbox.id == attacked
+            elif sandbox.id == other:  # here its code could stop what serves it
+                await _gone(provider, attacked)
+
+
+@pytest.mark.parametrize("how", ["dead", "stopped"])
+async def test_a_member_whose_agent_is_gone_or_stopped_is_discarded(
+        provider: LocalProvider, how: str) -> None:
+    async with WarmPool(provider, size=2, interval=60, check_timeout=CHECK) as pool:
+        await pool.wait_filled(BOUND)
+        broken, other = pool._free
+        launched = _launched(provider, broken)
+        agent = _launch.find_agent(launched).agent_pid
+        assert agent is not None
+        os.kill(agent, signal.SIGKILL if how == "dead" else signal.SIGSTOP)
+        with anyio.fail_after(CHECK + 10):
+            sandbox = await pool.claim()
+        async with sandbox:
+            assert sandbox.id == other
+            assert (await sandbox.exec("echo ok", timeout=10)).stdout == "ok\n"
+            await _gone(provider, broken)
+
+
+async def test_a_claim_that_finds_no_member_answering_makes_a_new_sandbox(
+        provider: LocalProvider) -> None:
+    pool = WarmPool(provider, _spec(provider, FORK_BOMB), size=1, interval=60,
+                    check_timeout=CHECK)
+    async with pool:
+        await pool.wait_filled(BOUND)
+    (bombed,) = pool._free  # the pool no longer runs, and knows its free member
+    await (await _member(provider, bombed)).start(["/bin/sh", "-c", FORK_BOMB])
+    await anyio.sleep(1)
+    with anyio.fail_after(CHECK + BOUND):  # with no pool running, it kills the member first
+        sandbox = await pool.claim()
+    async with sandbox:
+        assert sandbox.id != bombed
+        assert POOL_LABEL not in sandbox.metadata  # made now, for the caller
+        assert (await sandbox.exec("echo fresh", timeout=10)).stdout == "fresh\n"
+        assert await _pool_ids(provider) == set()  # the bombed member was killed
+
+
+async def test_a_daemon_stays_with_its_own_member_only(provider: LocalProvider) -> None:
+    daemon = ("i=0; head -c 4000000 /dev/zero > /tmp/ballast; "
+              "(while :; do :; done) & "
+              "while :; do i=$((i+1)); echo $i > /tmp/ticks; sleep 0.05; done")
+    async with WarmPool(provider, _spec(provider), size=2, interval=60) as pool:
+        await pool.wait_filled(BOUND)
+        haunted, clean = pool._free
+        await (await _member(provider, haunted)).start(["/bin/sh", "-c", daemon])
+        await anyio.sleep(0.5)
+        async with await pool.claim() as first, await pool.claim() as second:
+            assert (first.id, second.id) == (haunted, clean)
+            # The caller gets the member as its code left it: the daemon runs on.
+            before = int(await first.files.read_text("/tmp/ticks"))
+            await anyio.sleep(0.3)
+            assert int(await first.files.read_text("/tmp/ticks")) > before
+            assert (await first.files.stat("/tmp/ballast")).size == 4_000_000
+            # The other member has none of it.
+            result = await second.exec(
+                "ls /tmp; for p in /proc/[0-9]*; do cat $p/cmdline; echo; done",
+                timeout=10)
+            assert "ticks" not in result.stdout
+            assert "ballast" not in result.stdout
+            assert "while" not in result.stdout
+
+
+async def test_a_members_code_never_sees_another_claimers_identity(
+        provider: LocalProvider, store: SQLiteStore, db_path: Path) -> None:
+    spy = ("while :; do for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do "
+           "tr '\\0' '\\n' < $f; done >> /tmp/seen 2>/dev/null; env >> /tmp/seen; "
+           "sleep 0.1; done")
+    async with WarmPool(provider, size=3, store=store, interval=60) as pool:
+        await pool.wait_filled(BOUND)
+        first, spying, spare = pool._free
+        await (await _member(provider, spying)).start(["/bin/sh", "-c", spy])
+        alice = await pool.claim(metadata={"user": "alice"}, env={"SECRET": "alice-s3cret"})
+        assert alice.id == first
+        await alice.start("sleep 60")  # alice's environment is in a process of hers
+        assert (await alice.exec("echo $SECRET")).stdout == "alice-s3cret\n"
+        await anyio.sleep(0.5)
+        bob = await pool.claim(metadata={"user": "bob"}, env={"SECRET": "bob-s3cret"})
+        assert bob.id == spying
+        await bob.start("sleep 60")
+        await anyio.sleep(0.5)
+        seen = await bob.files.read_text("/tmp/seen")
+        assert "bob-s3cret" in seen  # the spy works: it sees its own claimer's commands
+        assert "alice" not in seen
+        assert POOL_LABEL not in seen  # nor the pool's labels
+        assert "pool-taken" not in seen  # nor its claims
+        # The store is out of its reach; the claimers' environment is in no record.
+        probe = await bob.exec(["test", "-e", str(db_path)])
+        assert probe.exit_code != 0
+        for path in [db_path, *provider.home.rglob("*.json")]:
+            assert b"s3cret" not in path.read_bytes(), path
+        # Each handle holds its own claimer's environment, and nothing else does.
+        assert dict(alice.env) == {"SECRET": "alice-s3cret"}
+        assert dict(bob.env) == {"SECRET": "bob-s3cret"}
+        assert (await bob.exec("echo $SECRET")).stdout == "bob-s3cret\n"
+        # Each claim's labels are on its member alone.
+        for user, sandbox_id in (("alice", alice.id), ("bob", bob.id)):
+            assert [i.id for i in await provider.list(metadata={"user": user})] \
+                == [sandbox_id]
+        assert "user" not in (await provider.get_info(spare)).metadata
+        await alice.kill()
+        await bob.kill()
+
+
+async def test_a_paused_member_comes_back_as_its_code_left_it(
+        provider: LocalProvider) -> None:
+    counter = ("echo $$ > /tmp/pid; i=0; "
+               "while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done")
+    async with WarmPool(provider, size=2, paused=True, interval=60) as pool:
+        await pool.wait_filled(BOUND)
+        members = list(pool._free)
+        before: dict[str, tuple[str, int]] = {}
+        for member in members:
+            sandbox = await provider.connect(member)  # resumed, as its code runs
+            await sandbox.start(["/bin/sh", "-c", counter])
+            with anyio.fail_after(BOUND):
+                while not (await sandbox.exec("cat /tmp/count")).stdout.strip():  # noqa: ASYNC110
+                    await anyio.sleep(0.05)  # polls the sandbox's files
+            before[member] = (await sandbox.files.read_text("/tmp/pid"),
+                              int(await sandbox.files.read_text("/tmp/count")))
+            await sandbox.pause()
+        assert {i.id: i.state for i in await provider.list()} == dict.fromkeys(
+            members, SandboxState.PAUSED)
+        alice = await pool.claim(env={"SECRET": "alice-s3cret"})
+        await alice.exec("echo $SECRET > /tmp/mine")
+        bob = await pool.claim()
+        assert [alice.id, bob.id] == members
+        for sandbox in (alice, bob):
+            pid, count = before[sandbox.id]
+            # The same process, counting on from where it was paused.
+            assert await sandbox.files.read_text("/tmp/pid") == pid
+            now = int(await sandbox.files.read_text("/tmp/count"))
+            assert now >= count
+            await anyio.sleep(0.3)
+            assert int(await sandbox.files.read_text("/tmp/count")) > now
+        assert not await bob.files.exists("/tmp/mine")
+        await alice.kill()
+        await bob.kill()
+
+
+@pytest.mark.parametrize("running", [True, False], ids=["running", "stopped"])
+async def test_a_claim_given_up_while_checking_a_member_still_discards_it(
+        provider: LocalProvider, running: bool) -> None:
+    pool = WarmPool(provider, _spec(provider, FORK_BOMB), size=1, interval=60,
+                    check_timeout=BOUND)
+    async with pool:
+        await pool.wait_filled(BOUND)
+        (bombed,) = pool._free
+        await (await _member(provider, bombed)).start(["/bin/sh", "-c", FORK_BOMB])
+        await anyio.sleep(1)
+        if running:
+            with anyio.move_on_after(1) as scope:
+                await pool.claim()
+            assert scope.cancelled_caught
+            await _gone(provider, bombed)
+    if not running:  # the pool no longer runs, and still knows its member
+        with anyio.move_on_after(1) as scope:
+            await pool.claim()
+        assert scope.cancelled_caught
+        await _gone(provider, bombed)
