@@ -17,7 +17,8 @@ they share a ``name``, a provider and a binding store (and agree on the spec):
   (a fingerprint of the spec and its template) and :data:`EXPIRES_LABEL` (when it is
   too old to hand out);
 - a member is handed out by taking its claim in the store (:func:`taken_claim`), which
-  exactly one caller wins; that claim stays, so the member is never handed out again;
+  exactly one caller wins; that claim stays, so the member is never handed out again
+  (where labels change after create it also gets :data:`TAKEN_LABEL`);
 - members are made only while holding the pool's refill claim (:func:`refill_claim`),
   and the refiller counts the free members first, so the pool keeps at most ``size``
   however many replicas run it (a refiller that dies mid-round can leave extras; the
@@ -65,8 +66,8 @@ from provider_sdk.models import SandboxInfo, SandboxSpec, SandboxState, _env_map
 from provider_sdk.provider import Command, SandboxProvider
 from provider_sdk.sandbox import Sandbox, Shell
 
-__all__ = ["EXPIRES_LABEL", "POOL_LABEL", "SPEC_LABEL", "ClaimedSandbox", "WarmPool",
-           "alive_claim", "refill_claim", "taken_claim"]
+__all__ = ["EXPIRES_LABEL", "POOL_LABEL", "SPEC_LABEL", "TAKEN_LABEL", "ClaimedSandbox",
+           "WarmPool", "alive_claim", "refill_claim", "taken_claim"]
 
 POOL_LABEL = "psdk.pool"
 """The label each member carries, holding its pool's name."""
@@ -75,6 +76,10 @@ SPEC_LABEL = "psdk.pool.spec"
 for; a pool drains members whose fingerprint is not its own."""
 EXPIRES_LABEL = "psdk.pool.expires"
 """The label holding the Unix time after which a member is too old to hand out."""
+TAKEN_LABEL = "psdk.pool.taken"
+"""The label (the Unix time) a member gets as it is handed out, where labels change after
+create: no pool, reaper or drain takes it then, whatever its store remembers."""
+_OWN_LABELS = (POOL_LABEL, SPEC_LABEL, EXPIRES_LABEL, TAKEN_LABEL)
 
 TAKEN_TTL = 365 * 24 * 3600.0
 """Seconds the store remembers that a member was handed out."""
@@ -297,7 +302,7 @@ class WarmPool:
             return labels
         self.provider.require(Capability.METADATA_UPDATE,
                               detail="WarmPool.claim(metadata=...)")
-        for label in (POOL_LABEL, SPEC_LABEL, EXPIRES_LABEL):
+        for label in _OWN_LABELS:
             if label in labels:
                 raise InvalidInput(f"metadata must not set {label!r}: the pool tags its "
                                    "members with it", provider=self.provider.name)
@@ -308,10 +313,15 @@ class WarmPool:
     async def _take(self, labels: Mapping[str, str]) -> Sandbox | None:
         while self._free:
             sandbox = await self._take_one()
-            if sandbox is None or not labels:
+            if sandbox is None:
+                return None
+            marks = dict(labels)
+            if self.provider.supports(Capability.METADATA_UPDATE):  # the store may forget
+                marks[TAKEN_LABEL] = f"{time.time():.3f}"
+            if not marks:
                 return sandbox
             try:
-                await sandbox.set_metadata(labels)
+                await sandbox.set_metadata(marks)
             except SandboxError:
                 await self._discard(sandbox.id)
                 continue
@@ -390,7 +400,8 @@ class WarmPool:
         self._free.clear()
         killed = 0
         for info in await self.provider.list(metadata={POOL_LABEL: self.name}):
-            if info.id not in self._taken and await self._kill_free(info.id):
+            if info.id not in self._taken and TAKEN_LABEL not in info.metadata \
+                    and await self._kill_free(info.id):
                 killed += 1
         return killed
 
@@ -417,12 +428,13 @@ class WarmPool:
     # -------------------------------------------------------------- internals
 
     def _checked(self, spec: SandboxSpec) -> SandboxSpec:
-        for label in (POOL_LABEL, SPEC_LABEL, EXPIRES_LABEL):
+        for label in _OWN_LABELS:
             if label in spec.metadata:
                 raise InvalidInput(f"spec.metadata must not set {label!r}: the pool "
                                    "tags its members with it", provider=self.provider.name)
         check_labels({**spec.metadata, POOL_LABEL: self.name, SPEC_LABEL: "0" * 16,
-                      EXPIRES_LABEL: "0" * 16}, internal=self.provider.internal_labels,
+                      EXPIRES_LABEL: "0" * 16, TAKEN_LABEL: "0" * 16},
+                     internal=self.provider.internal_labels,
                      provider=self.provider.name)
         return spec
 
@@ -436,6 +448,9 @@ class WarmPool:
         doomed: list[str] = []
         for info in members:
             if info.id in self._taken:
+                continue
+            if TAKEN_LABEL in info.metadata:
+                self._taken.add(info.id)
                 continue
             if await self.store.claimed(taken_claim(info.id)):
                 self._taken.add(info.id)
@@ -532,8 +547,7 @@ class WarmPool:
         return True
 
     async def _kill_quietly(self, sandbox_id: str) -> None:
-        """Kill a sandbox, ignoring errors; a pool that stops meanwhile waits for it,
-        ``_KILL_BOUND`` seconds at most."""
+        """Kill a sandbox, ignoring errors, even when cancelled (for a while)."""
         with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _KILL_BOUND), \
                 contextlib.suppress(SandboxError):
             await self.provider.kill(sandbox_id)

@@ -6,8 +6,9 @@ owner's claim is held (a manager is creating or repairing it and has not bound i
 while its binding holds it, and, with ``older_than``, while it is younger than that.
 
 Members of a :class:`~provider_sdk.manager.WarmPool` (the label ``psdk.pool``) are
-reaped only when nobody runs their pool, they were never handed out, no binding holds
-them, and they are past their maximum age. This module must not create anything.
+reaped only when nobody runs their pool, they were never handed out (by the store's
+claim, or the label ``psdk.pool.taken``), no binding holds them, and they are past their
+maximum age. This module must not create anything.
 """
 
 from __future__ import annotations
@@ -19,7 +20,13 @@ from provider_sdk.errors import InvalidInput
 from provider_sdk.events import span
 from provider_sdk.manager._claims import owner_claim
 from provider_sdk.manager.manager import OWNER_LABEL
-from provider_sdk.manager.pool import EXPIRES_LABEL, POOL_LABEL, alive_claim, taken_claim
+from provider_sdk.manager.pool import (
+    EXPIRES_LABEL,
+    POOL_LABEL,
+    TAKEN_LABEL,
+    alive_claim,
+    taken_claim,
+)
 from provider_sdk.manager.store import BindingStore
 from provider_sdk.models import SandboxInfo
 from provider_sdk.provider import SandboxProvider
@@ -87,7 +94,7 @@ async def _pool_member_done(store: BindingStore, info: SandboxInfo, pool: str,
         expires = float(info.metadata.get(EXPIRES_LABEL, "inf"))
     except ValueError:
         expires = 0.0
-    if expires > time.time() or info.id in bound:
+    if expires > time.time() or info.id in bound or TAKEN_LABEL in info.metadata:
         return False
     return not (await store.claimed(alive_claim(pool))
                 or await store.claimed(taken_claim(info.id)))

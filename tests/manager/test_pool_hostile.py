@@ -15,7 +15,9 @@ through its handle, as the template's code would be, and it attacks:
   environment or labels, the store's claims are out of its reach, and a claim's
   labels land on the claimed member alone;
 - paused with memory: a member comes back with its processes as they were before the
-  pause, and no claimer's state reaches another member.
+  pause, and no claimer's state reaches another member;
+- a member handed out is marked as such on itself, so a pool or reaper whose store
+  forgot the claim never hands it to another caller or kills it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ import pytest
 from provider_sdk.capabilities import Capability
 from provider_sdk.local import LocalProvider, _launch
 from provider_sdk.local._home import read_meta
-from provider_sdk.manager import POOL_LABEL, SQLiteStore, WarmPool
+from provider_sdk.manager import POOL_LABEL, MemoryStore, SQLiteStore, WarmPool, reap
+from provider_sdk.manager.pool import TAKEN_LABEL
 from provider_sdk.models import Resources, SandboxSpec, SandboxState
 from provider_sdk.sandbox import Sandbox
 
@@ -263,3 +266,26 @@ async def test_a_claim_given_up_while_checking_a_member_still_discards_it(
             await pool.claim()
         assert scope.cancelled_caught
         await _gone(provider, bombed)
+
+
+async def test_a_member_handed_out_stays_its_claimers_when_the_store_forgets(
+        provider: LocalProvider) -> None:
+    """Each pool here has a store of its own in memory, as after a restart: the member
+    handed out carries the mark itself, so no later pool hands it out, drains it, or
+    lets the reaper kill it."""
+    async with WarmPool(provider, size=1, interval=60, max_age=1) as first:
+        await first.wait_filled(BOUND)
+        alice = await first.claim()
+        await alice.exec("echo alice-private > /tmp/note")
+    assert TAKEN_LABEL in (await provider.get_info(alice.id)).metadata
+    async with WarmPool(provider, size=1, interval=60) as second:
+        await second.wait_filled(BOUND)
+        assert alice.id not in second._free
+        async with await second.claim() as bob:
+            assert bob.id != alice.id
+            assert not await bob.files.exists("/tmp/note")
+        await second.drain()
+    await anyio.sleep(1.1)  # alice's member is past the first pool's max_age
+    assert alice.id not in {i.id for i in await reap(provider, MemoryStore())}
+    assert (await alice.exec("cat /tmp/note")).stdout == "alice-private\n"
+    await alice.kill()
