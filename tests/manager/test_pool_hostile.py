@@ -33,7 +33,15 @@ import pytest
 from provider_sdk.capabilities import Capability
 from provider_sdk.local import LocalProvider, _launch
 from provider_sdk.local._home import read_meta
-from provider_sdk.manager import POOL_LABEL, MemoryStore, SQLiteStore, WarmPool, reap
+from provider_sdk.manager import (
+    OWNER_LABEL,
+    POOL_LABEL,
+    MemoryStore,
+    SandboxManager,
+    SQLiteStore,
+    WarmPool,
+    reap,
+)
 from provider_sdk.manager.pool import TAKEN_LABEL
 from provider_sdk.models import Resources, SandboxSpec, SandboxState
 from provider_sdk.sandbox import Sandbox
@@ -289,3 +297,24 @@ async def test_a_member_handed_out_stays_its_claimers_when_the_store_forgets(
     assert alice.id not in {i.id for i in await reap(provider, MemoryStore())}
     assert (await alice.exec("cat /tmp/note")).stdout == "alice-private\n"
     await alice.kill()
+
+
+async def test_a_manager_binds_its_owner_to_a_member_that_answers(
+        provider: LocalProvider, store: SQLiteStore) -> None:
+    async with WarmPool(provider, _spec(provider, FORK_BOMB), size=2, store=store,
+                        interval=60, check_timeout=CHECK) as pool, \
+            SandboxManager(provider, store, pool=pool) as manager:
+        await pool.wait_filled(BOUND)
+        bombed, other = pool._free
+        await (await _member(provider, bombed)).start(["/bin/sh", "-c", FORK_BOMB])
+        await anyio.sleep(1)
+        with anyio.fail_after(CHECK + 10):
+            sandbox = await manager.acquire("alice")
+        assert sandbox.id == other
+        assert (await sandbox.exec("echo ok", timeout=10)).stdout == "ok\n"
+        assert sandbox.metadata[OWNER_LABEL] == "alice"
+        assert TAKEN_LABEL in sandbox.metadata  # set with the owner label, in one call
+        tagged = await provider.list(metadata={OWNER_LABEL: "alice"})
+        assert [i.id for i in tagged] == [other]
+        await _gone(provider, bombed)
+        await manager.release("alice")
