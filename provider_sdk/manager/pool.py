@@ -46,11 +46,9 @@ not bind owners (the manager does).
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
@@ -61,77 +59,32 @@ from provider_sdk.capabilities import Capability
 from provider_sdk.errors import InvalidInput, SandboxError
 from provider_sdk.events import span
 from provider_sdk.labels import check_labels
+from provider_sdk.manager._pool_members import (
+    EXPIRES_LABEL,
+    LIVE,
+    OWN_LABELS,
+    POOL_LABEL,
+    SPEC_LABEL,
+    TAKEN_LABEL,
+    TAKEN_TTL,
+    ClaimedSandbox,
+    alive_claim,
+    created_time,
+    expiry,
+    fingerprint,
+    refill_claim,
+    taken_claim,
+)
 from provider_sdk.manager.store import BindingStore, MemoryStore
 from provider_sdk.models import SandboxInfo, SandboxSpec, SandboxState, _env_map
-from provider_sdk.provider import Command, SandboxProvider
-from provider_sdk.sandbox import Sandbox, Shell
+from provider_sdk.provider import SandboxProvider
+from provider_sdk.sandbox import Sandbox
 
 __all__ = ["EXPIRES_LABEL", "POOL_LABEL", "SPEC_LABEL", "TAKEN_LABEL", "ClaimedSandbox",
            "WarmPool", "alive_claim", "refill_claim", "taken_claim"]
 
-POOL_LABEL = "psdk.pool"
-"""The label each member carries, holding its pool's name."""
-SPEC_LABEL = "psdk.pool.spec"
-"""The label holding the fingerprint of the spec (and template build) a member was made
-for; a pool drains members whose fingerprint is not its own."""
-EXPIRES_LABEL = "psdk.pool.expires"
-"""The label holding the Unix time after which a member is too old to hand out."""
-TAKEN_LABEL = "psdk.pool.taken"
-"""The label (the Unix time) a member gets as it is handed out, where labels change after
-create: no pool, reaper or drain takes it then, whatever its store remembers."""
-_OWN_LABELS = (POOL_LABEL, SPEC_LABEL, EXPIRES_LABEL, TAKEN_LABEL)
-
-TAKEN_TTL = 365 * 24 * 3600.0
-"""Seconds the store remembers that a member was handed out."""
-
 _SETTLE = 0.2  # seconds a round waits after a claim wakes it
 _KILL_BOUND = 60.0  # seconds a kill of a member may hold the pool
-
-_LIVE = frozenset({SandboxState.STARTING, SandboxState.RUNNING, SandboxState.PAUSING,
-                   SandboxState.PAUSED})
-
-
-def taken_claim(sandbox_id: str) -> str:
-    """The claim that hands out (or kills) the pool member ``sandbox_id``."""
-    return f"pool-taken:{sandbox_id}"
-
-
-def refill_claim(name: str) -> str:
-    """The claim a pool holds while it makes members for the pool ``name``."""
-    return f"pool-refill:{name}"
-
-
-def alive_claim(name: str) -> str:
-    """The claim that says some process runs the pool ``name``."""
-    return f"pool-alive:{name}"
-
-
-class ClaimedSandbox(Sandbox):
-    """A sandbox handed out by a :class:`WarmPool`, with the environment the claim gave
-    it applied under every command's own ``env``. It is the caller's: ``async with``
-    kills it, as for any sandbox the caller made."""
-
-    def __init__(self, provider: SandboxProvider, info: SandboxInfo, *,
-                 env: Mapping[str, str]) -> None:
-        super().__init__(provider, info)
-        self._env = dict(env)
-
-    @property
-    def env(self) -> Mapping[str, str]:
-        """The environment the claim gave (a copy)."""
-        return dict(self._env)
-
-    def _command(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None,
-                 cwd: str | None, user: str | None, timeout: float | None,
-                 stdin: bytes | str | None, output_limit: int | None) -> Command:
-        merged = {**self._env, **(env or {})} if self._env else env
-        return super()._command(cmd, env=merged, cwd=cwd, user=user, timeout=timeout,
-                                stdin=stdin, output_limit=output_limit)
-
-    async def shell(self, *, cwd: str | None = None,
-                    env: Mapping[str, str] | None = None) -> Shell:
-        """Open a persistent shell that starts with the claim's environment."""
-        return await super().shell(cwd=cwd, env={**self._env, **(env or {})})
 
 
 class WarmPool:
@@ -302,7 +255,7 @@ class WarmPool:
             return labels
         self.provider.require(Capability.METADATA_UPDATE,
                               detail="WarmPool.claim(metadata=...)")
-        for label in _OWN_LABELS:
+        for label in OWN_LABELS:
             if label in labels:
                 raise InvalidInput(f"metadata must not set {label!r}: the pool tags its "
                                    "members with it", provider=self.provider.name)
@@ -336,7 +289,7 @@ class WarmPool:
         while self._free:
             sandbox_id = next(iter(self._free))
             info = self._free.pop(sandbox_id)
-            if sandbox_id in self._taken or _expiry(info) <= time.time():
+            if sandbox_id in self._taken or expiry(info) <= time.time():
                 continue  # the next round replaces it
             if not await self.store.claim(taken_claim(sandbox_id), secrets.token_hex(8),
                                           TAKEN_TTL):
@@ -428,7 +381,7 @@ class WarmPool:
     # -------------------------------------------------------------- internals
 
     def _checked(self, spec: SandboxSpec) -> SandboxSpec:
-        for label in _OWN_LABELS:
+        for label in OWN_LABELS:
             if label in spec.metadata:
                 raise InvalidInput(f"spec.metadata must not set {label!r}: the pool "
                                    "tags its members with it", provider=self.provider.name)
@@ -455,12 +408,12 @@ class WarmPool:
             if await self.store.claimed(taken_claim(info.id)):
                 self._taken.add(info.id)
                 continue
-            if (info.state not in _LIVE or info.metadata.get(SPEC_LABEL) != fingerprint
-                    or _expiry(info) <= now):
+            if (info.state not in LIVE or info.metadata.get(SPEC_LABEL) != fingerprint
+                    or expiry(info) <= now):
                 doomed.append(info.id)
             else:
                 free.append(info)
-        free.sort(key=lambda i: (_created(i), i.id))
+        free.sort(key=lambda i: (created_time(i), i.id))
         doomed += [i.id for i in free[self.size:]]
         killed = 0
         for sandbox_id in doomed:
@@ -566,34 +519,3 @@ class WarmPool:
                                                        t.created_at, t.id))
                     template = [newest.id, newest.content_hash]
         return fingerprint(self.spec, template)
-
-
-def fingerprint(spec: SandboxSpec, template: Any = None) -> str:
-    """A short digest of everything in ``spec`` (values of its environment included,
-    which the digest does not reveal) and of ``template``."""
-    text = json.dumps([_plain(spec), template], sort_keys=True, default=repr,
-                      separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _plain(value: Any) -> Any:
-    if attrs.has(type(value)):
-        return {f.name: _plain(getattr(value, f.name)) for f in attrs.fields(type(value))}
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return repr(value)
-
-
-def _expiry(info: SandboxInfo) -> float:
-    try:
-        return float(info.metadata.get(EXPIRES_LABEL, "inf"))
-    except ValueError:
-        return 0.0
-
-
-def _created(info: SandboxInfo) -> float:
-    return info.created_at.timestamp() if info.created_at is not None else float("inf")

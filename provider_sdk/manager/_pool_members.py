@@ -1,0 +1,119 @@
+"""What a :class:`~provider_sdk.manager.pool.WarmPool` writes on its members and in the
+store: the labels a member carries, the names of the pool's claims, the fingerprint of
+the spec a member was made for, and :class:`ClaimedSandbox`, the handle a claim returns.
+
+The pool, the manager's lookup and the reaper read these; this module must not talk to
+a store or a provider.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from provider_sdk.models import SandboxInfo, SandboxSpec, SandboxState
+from provider_sdk.provider import Command, SandboxProvider
+from provider_sdk.sandbox import Sandbox, Shell
+
+__all__ = ["EXPIRES_LABEL", "POOL_LABEL", "SPEC_LABEL", "TAKEN_LABEL", "TAKEN_TTL",
+           "ClaimedSandbox", "LIVE", "OWN_LABELS", "alive_claim", "created_time", "expiry",
+           "fingerprint", "refill_claim", "taken_claim"]
+
+POOL_LABEL = "psdk.pool"
+"""The label each member carries, holding its pool's name."""
+SPEC_LABEL = "psdk.pool.spec"
+"""The label holding the fingerprint of the spec (and template build) a member was made
+for; a pool drains members whose fingerprint is not its own."""
+EXPIRES_LABEL = "psdk.pool.expires"
+"""The label holding the Unix time after which a member is too old to hand out."""
+TAKEN_LABEL = "psdk.pool.taken"
+"""The label (the Unix time) a member gets as it is handed out, where labels change after
+create: no pool, reaper or drain takes it then, whatever its store remembers."""
+OWN_LABELS = (POOL_LABEL, SPEC_LABEL, EXPIRES_LABEL, TAKEN_LABEL)
+
+TAKEN_TTL = 365 * 24 * 3600.0
+"""Seconds the store remembers that a member was handed out."""
+
+
+LIVE = frozenset({SandboxState.STARTING, SandboxState.RUNNING, SandboxState.PAUSING,
+                   SandboxState.PAUSED})
+
+
+def taken_claim(sandbox_id: str) -> str:
+    """The claim that hands out (or kills) the pool member ``sandbox_id``."""
+    return f"pool-taken:{sandbox_id}"
+
+
+def refill_claim(name: str) -> str:
+    """The claim a pool holds while it makes members for the pool ``name``."""
+    return f"pool-refill:{name}"
+
+
+def alive_claim(name: str) -> str:
+    """The claim that says some process runs the pool ``name``."""
+    return f"pool-alive:{name}"
+
+
+class ClaimedSandbox(Sandbox):
+    """A sandbox handed out by a :class:`WarmPool`, with the environment the claim gave
+    it applied under every command's own ``env``. It is the caller's: ``async with``
+    kills it, as for any sandbox the caller made."""
+
+    def __init__(self, provider: SandboxProvider, info: SandboxInfo, *,
+                 env: Mapping[str, str]) -> None:
+        super().__init__(provider, info)
+        self._env = dict(env)
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        """The environment the claim gave (a copy)."""
+        return dict(self._env)
+
+    def _command(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None,
+                 cwd: str | None, user: str | None, timeout: float | None,
+                 stdin: bytes | str | None, output_limit: int | None) -> Command:
+        merged = {**self._env, **(env or {})} if self._env else env
+        return super()._command(cmd, env=merged, cwd=cwd, user=user, timeout=timeout,
+                                stdin=stdin, output_limit=output_limit)
+
+    async def shell(self, *, cwd: str | None = None,
+                    env: Mapping[str, str] | None = None) -> Shell:
+        """Open a persistent shell that starts with the claim's environment."""
+        return await super().shell(cwd=cwd, env={**self._env, **(env or {})})
+
+
+def fingerprint(spec: SandboxSpec, template: Any = None) -> str:
+    """A short digest of everything in ``spec`` (values of its environment included,
+    which the digest does not reveal) and of ``template``."""
+    text = json.dumps([_plain(spec), template], sort_keys=True, default=repr,
+                      separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _plain(value: Any) -> Any:
+    if attrs.has(type(value)):
+        return {f.name: _plain(getattr(value, f.name)) for f in attrs.fields(type(value))}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return repr(value)
+
+
+def expiry(info: SandboxInfo) -> float:
+    """When ``info``'s member is too old to hand out (at once if its label is garbled)."""
+    try:
+        return float(info.metadata.get(EXPIRES_LABEL, "inf"))
+    except ValueError:
+        return 0.0
+
+
+def created_time(info: SandboxInfo) -> float:
+    """When ``info``'s member was made, for handing out the oldest first."""
+    return info.created_at.timestamp() if info.created_at is not None else float("inf")
