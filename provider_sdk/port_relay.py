@@ -6,7 +6,7 @@ same through its backend: :func:`relay` exposes the port on the backend sandbox
 (``ports.expose``: on local and docker, a proxy on 127.0.0.1 whose connections the
 backend's own channel carries into the sandbox, which keeps loopback only), sends it the
 request's head with the backend's token in its header, and then copies bytes both ways
-until the backend's side ends, which carries request bodies, streamed answers and
+until either side ends, which carries request bodies, streamed answers and
 WebSockets. The vendor's own credentials are the emulator's to check, and to leave out
 of ``headers``, before it calls this.
 
@@ -67,8 +67,10 @@ async def relay(client: anyio.abc.ByteStream, exposed: ExposedPort, *, method: s
     """Forward one request to the backend's ``exposed`` address and relay the exchange.
 
     ``headers`` are the request's, as they came, less the vendor's credentials;
-    ``rest`` is what the client sent past the request's head. Returns when the backend's
-    side ends (or the client's breaks); a backend that cannot be reached is a 502.
+    ``rest`` is what the client sent past the request's head. Returns when either side
+    ends; a backend that cannot be reached is a 502. A local or docker backend's proxy
+    checks the request's framing and the answer (a malformed or oversized head is its
+    502) on the way.
     """
     address = urllib.parse.urlsplit(exposed.base_url)
     try:
@@ -88,21 +90,21 @@ async def relay(client: anyio.abc.ByteStream, exposed: ExposedPort, *, method: s
 
 
 async def _pipe(client: anyio.abc.ByteStream, upstream: anyio.abc.ByteStream) -> None:
-    """Copy bytes both ways; the upstream's end ends the exchange."""
-
-    async def forward() -> None:
-        with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError,
-                                 anyio.ClosedResourceError, OSError):
-            while True:
-                await upstream.send(await client.receive(_CHUNK))
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError,
-                                 OSError):
-            await upstream.send_eof()
+    """Copy bytes both ways, each as it comes (never an answer whole); either side's end
+    ends the exchange, so nothing is left waiting on a server that never answers once
+    its client has gone."""
+    gone = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError,
+            OSError)
 
     async with anyio.create_task_group() as tg:
+        async def forward() -> None:
+            with contextlib.suppress(*gone):
+                while True:
+                    await upstream.send(await client.receive(_CHUNK))
+            tg.cancel_scope.cancel()
+
         tg.start_soon(forward)
-        with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError,
-                                 anyio.ClosedResourceError, OSError):
+        with contextlib.suppress(*gone):
             while True:
                 await client.send(await upstream.receive(_CHUNK))
         tg.cancel_scope.cancel()

@@ -12,7 +12,18 @@ forwarded; then the proxy opens a stream into the sandbox through the provider's
 channel (an *opener* the provider gives) and relays bytes both ways, which carries
 WebSockets and any other upgrade. A request that is not an upgrade is forwarded with
 ``Connection: close``, and its answer's head gets ``Connection: close`` too, so every
-request is checked and stripped on a connection of its own.
+request is checked and stripped on a connection of its own; what the client sends past
+the request's body (a pipelined request) is not forwarded, and a request whose body is
+framed two ways (``Content-Length`` and ``Transfer-Encoding``) is refused (``400``).
+
+The server in the sandbox is as untrusted as the code that runs it. Its answer's head is
+read (at most :data:`RESPONSE_HEAD` bytes) and checked before any of it passes: a head
+too large, not HTTP/1.1's, framed two ways, or missing is answered ``502``. Interim
+answers (``100 Continue``) pass, and the final head after them is edited like any:
+``Connection: close``, and no ``Set-Cookie`` of a ``psdk_token`` cookie the sandbox
+tries to plant. The body then streams as it comes, never held whole, and either side's
+end ends the connection, so a server that never answers holds nothing once its client
+has gone.
 
 What a client sends before it is authenticated is bounded: a request head of at most
 :data:`MAX_HEAD` bytes within :data:`HEAD_TIMEOUT` seconds, and at most
@@ -30,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import re
 import secrets
 import threading
 import urllib.parse
@@ -63,8 +75,11 @@ HEAD_TIMEOUT = 15.0
 """Seconds a client has to send its request head."""
 MAX_PENDING = 256
 """Connections of one proxy whose request head is still being read, at most."""
-RESPONSE_HEAD = 64 * 1024  # bytes of an answer's head read to edit it; past it, kept as is
+RESPONSE_HEAD = 64 * 1024
+"""Bytes of an answer's head from the sandbox the proxy reads; past it, the answer is a
+``502``."""
 CHUNK = 1 << 16
+_GONE = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
 
 
 @attrs.define(eq=False)
@@ -233,6 +248,10 @@ class PortProxy:
         if request is None:
             await _answer(client, 400, "malformed request head")
             return
+        body = request.body_length()
+        if isinstance(body, str):
+            await _answer(client, 400, body)
+            return
         via_query = request.authenticate(entry.token)
         if via_query is None:
             await _answer(client, 401, "this port needs its access token")
@@ -246,8 +265,9 @@ class PortProxy:
         try:
             async with entry.opener() as tunnel:
                 opened = True
-                await tunnel.send(request.forwarded(entry.token) + rest)
-                await _relay(client, tunnel, cookie=cookie, close=not request.upgrade)
+                await tunnel.send(request.forwarded(entry.token) + rest[:body])
+                await _relay(client, tunnel, cookie=cookie, upgrade=request.upgrade,
+                             body=None if body is None else body - len(rest[:body]))
         except errors.SandboxNotFound:
             if not opened:
                 await _answer(client, 502, "the sandbox is gone")
@@ -323,6 +343,18 @@ class _Request:
     def values(self, name: bytes) -> list[bytes]:
         return [v for n, v in self.headers if n.lower() == name]
 
+    def body_length(self) -> int | str | None:
+        """How many bytes of body follow the head (``None``: as many as come, for a
+        chunked body or an upgrade), or why the framing is refused: a body framed two
+        ways is how a second request is smuggled past a proxy."""
+        problem = _framing_problem(self.headers)
+        if problem is not None:
+            return f"ambiguous request body: {problem}"
+        if self.upgrade or self.values(b"transfer-encoding"):
+            return None
+        lengths = self.values(b"content-length")
+        return int(lengths[0].split(b",")[0]) if lengths else 0
+
     def authenticate(self, token: str) -> bool | None:
         """``True`` if the token came in the query, ``False`` if in a header or
         cookie, ``None`` if it did not come (or a wrong one did)."""
@@ -383,58 +415,134 @@ class _Request:
 
 
 async def _relay(client: anyio.abc.ByteStream, tunnel: anyio.abc.ByteStream, *,
-                 cookie: bytes | None, close: bool) -> None:
-    """Relay both ways until the sandbox's side ends, or either side fails. The first
-    answer's head gets ``cookie`` (a ``Set-Cookie`` value) and, with ``close``,
-    ``Connection: close``, so the client opens a new (checked) connection for its next
-    request."""
-    gone = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
+                 cookie: bytes | None, upgrade: bool, body: int | None) -> None:
+    """Relay both ways until either side ends or fails: a client's end of stream ends
+    its exchange (nothing is left waiting on a server that never answers). What the
+    client sends is forwarded up to ``body`` more bytes (``None``: all of it), so a
+    request pipelined after the checked one never reaches the sandbox. The sandbox's
+    answer passes only once its head is checked (:func:`_pass_head`)."""
     async with anyio.create_task_group() as tg:
-        async def upstream() -> None:
-            try:
+        async def from_client() -> None:
+            left = body
+            with contextlib.suppress(anyio.EndOfStream, *_GONE):
                 while True:
-                    await tunnel.send(await client.receive(CHUNK))
-            except anyio.EndOfStream:
-                with contextlib.suppress(*gone):
-                    await tunnel.send_eof()
-            except gone:
-                tg.cancel_scope.cancel()
+                    data = await client.receive(CHUNK)
+                    if left is None:
+                        await tunnel.send(data)
+                    elif left:
+                        await tunnel.send(data[:left])
+                        left -= min(left, len(data))
+            tg.cancel_scope.cancel()
 
-        tg.start_soon(upstream)
-        pending = bytearray()
-        editing = cookie is not None or close
-        try:
-            while True:
-                data = await tunnel.receive(CHUNK)
-                if editing:
-                    pending += data
-                    end = pending.find(b"\r\n\r\n")
-                    if end < 0 and len(pending) <= RESPONSE_HEAD:
-                        continue
-                    data, editing = _edited(bytes(pending), end, cookie, close), False
-                await client.send(data)
-        except anyio.EndOfStream:
-            if editing and pending:
-                with contextlib.suppress(*gone):
-                    await client.send(bytes(pending))
-        except gone:
-            pass  # the client went away, or the sandbox's side broke: both end here
+        tg.start_soon(from_client)
+        with contextlib.suppress(anyio.EndOfStream, *_GONE):
+            if await _pass_head(client, tunnel, cookie=cookie, upgrade=upgrade):
+                while True:
+                    await client.send(await tunnel.receive(CHUNK))
         tg.cancel_scope.cancel()
 
 
-def _edited(data: bytes, end: int, cookie: bytes | None, close: bool) -> bytes:
-    """An answer's first bytes with ``Set-Cookie: cookie`` and (``close``)
-    ``Connection: close`` in its head; unchanged if they hold no complete HTTP head or
-    an interim (1xx) one."""
-    if end < 0 or not data.startswith(b"HTTP/1.") or data[9:10] == b"1":
-        return data
-    status, *headers = data[:end].split(b"\r\n")
+async def _pass_head(client: anyio.abc.ByteStream, tunnel: anyio.abc.ByteStream, *,
+                     cookie: bytes | None, upgrade: bool) -> bool:
+    """Pass the answer's heads to the client, checked and edited; ``True`` when the rest
+    may follow as it comes, ``False`` when the answer was refused with a ``502``.
+
+    No head keeps a ``psdk_token`` cookie the sandbox tries to set. Interim heads
+    (``1xx``) pass, the next is read after them; ``101`` ends the checks (only for a
+    request that asked for an upgrade). The final head gets ``cookie`` and
+    ``Connection: close``."""
+    data = bytearray()
+    while True:
+        end = data.find(b"\r\n\r\n")
+        if end > RESPONSE_HEAD or (end < 0 and len(data) > RESPONSE_HEAD):
+            await _answer(client, 502, "the answer's head from the sandbox is too large")
+            return False
+        if _BARE_LF.search(data, 0, end if end >= 0 else len(data)):  # ends it early for some
+            await _answer(client, 502, "malformed answer from the sandbox: a line not "
+                                       "ended by CRLF")
+            return False
+        if end < 0:
+            try:
+                data += await tunnel.receive(CHUNK)
+            except anyio.EndOfStream:
+                await _answer(client, 502, "the server in the sandbox ended the connection "
+                                           "without a complete answer")
+                return False
+            continue
+        head, data = bytes(data[:end]), data[end + 4:]
+        checked = _checked_head(head, upgrade)
+        if isinstance(checked, str):
+            await _answer(client, 502, f"malformed answer from the sandbox: {checked}")
+            return False
+        status, headers = checked
+        status_line = head.partition(b"\r\n")[0]
+        if 100 <= status < 200 and status != 101:
+            await client.send(_edited(status_line, headers, None, close=False) + b"\r\n\r\n")
+            continue
+        if status != 101:
+            head = _edited(status_line, headers, cookie, close=True)
+        await client.send(head + b"\r\n\r\n" + bytes(data))
+        return True
+
+
+_STATUS = re.compile(rb"HTTP/1\.[01] ([1-5][0-9][0-9])(?:[ \t][^\x00-\x08\x0a-\x1f\x7f]*)?")
+_BARE_LF = re.compile(rb"(?<!\r)\n")
+_HEADER = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([^\x00-\x08\x0a-\x1f\x7f]*)")
+
+
+def _checked_head(head: bytes, upgrade: bool) -> tuple[int, list[tuple[bytes, bytes]]] | str:
+    """The status and headers of an answer's head, or what is wrong with it: a status
+    line or header that is not HTTP/1.1's, a body framed two ways (``Content-Length``
+    and ``Transfer-Encoding``, or lengths that differ), a switch nobody asked for."""
+    status_line, *lines = head.split(b"\r\n")
+    matched = _STATUS.fullmatch(status_line)
+    if matched is None:
+        return "not an HTTP/1.1 status line"
+    status = int(matched[1])
+    headers = []
+    for line in lines:
+        header = _HEADER.fullmatch(line)
+        if header is None:
+            return "a header line that is not HTTP's"
+        headers.append((header[1], header[2].rstrip(b" \t")))
+    problem = _framing_problem(headers)
+    if problem is not None:
+        return problem
+    if status == 101 and not upgrade:
+        return "switching protocols when no upgrade was asked for"
+    return status, headers
+
+
+def _framing_problem(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """What makes a message's body framing ambiguous, if anything."""
+    lengths = {length.strip() for name, value in headers
+               if name.lower() == b"content-length" for length in value.split(b",")}
+    if lengths and any(n.lower() == b"transfer-encoding" for n, _ in headers):
+        return "both Content-Length and Transfer-Encoding"
+    if len(lengths) > 1 or not all(v.isdigit() for v in lengths):
+        return "an invalid or repeated Content-Length"
+    return None
+
+
+def _edited(status_line: bytes, headers: list[tuple[bytes, bytes]],
+            cookie: bytes | None, *, close: bool) -> bytes:
+    """An answer's head as the client gets it: no ``psdk_token`` cookie of the sandbox's
+    making, ``Set-Cookie: cookie``, and with ``close`` ``Connection: close`` (the
+    client's next request comes on a connection of its own, checked and stripped)."""
+    kept = [status_line]
+    for name, value in headers:
+        lower = name.lower()
+        if close and lower in (b"connection", b"keep-alive", b"proxy-connection"):
+            continue
+        if lower in (b"set-cookie", b"set-cookie2") and value.partition(b"=")[0].strip() \
+                .lower().startswith(COOKIE_PREFIX.encode()):
+            continue
+        kept.append(name + b": " + value)
     if close:
-        headers = [h for h in headers if h.partition(b":")[0].strip().lower()
-                   not in (b"connection", b"keep-alive")] + [b"Connection: close"]
+        kept.append(b"Connection: close")
     if cookie is not None:
-        headers.append(b"Set-Cookie: " + cookie)
-    return b"\r\n".join([status, *headers]) + data[end:]
+        kept.append(b"Set-Cookie: " + cookie)
+    return b"\r\n".join(kept)
 
 
 async def _answer(client: anyio.abc.ByteStream, status: int, reason: str) -> None:
