@@ -4,7 +4,8 @@ Daytona's API answers ``GET /sandbox/{id}/ports/{port}/preview-url`` with
 ``https://{port}-{sandboxId}.{proxy domain}`` and the sandbox's access token, and
 ``.../signed-preview-url`` with ``https://{port}-{token}.{proxy domain}``, a token that
 stands for the sandbox on that port until it expires (60 s unless asked otherwise, 1 s
-to 24 h) or ``.../signed-preview-url/{token}/expire`` revokes it. Here there is no DNS
+to 24 h) or ``.../signed-preview-url/{token}/expire`` revokes it, which also ends the
+connections relayed with it. Here there is no DNS
 for such names, so the label goes in the path of the emulator's preview proxy
 (``_preview_proxy``, a listener of its own): ``{proxy}/preview/{port}-{sandboxId}`` and
 ``{proxy}/preview/{port}-{token}``; whatever follows is the path the server sees.
@@ -83,6 +84,8 @@ async def expire_signed_preview_url(request: Request) -> Response:
     key = (port, request.params["token"])
     if key in previews and previews[key][0] == record.id:
         del previews[key]
+        for scope in context(request).store.preview_relays.pop(key, set()):
+            scope.cancel()  # its connections end with it
     return Response(200)
 
 

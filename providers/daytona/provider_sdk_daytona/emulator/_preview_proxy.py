@@ -8,7 +8,8 @@ else it is answered (400, 401, 404, 502) and closed before anything reaches the
 sandbox. What follows the label is the path the server sees; the credentials are taken
 off. Then :mod:`provider_sdk.port_relay` relays the connection to the port through the
 backend (``ports.expose``: the sandbox keeps loopback only) until either side ends, which
-carries bodies, streamed answers and WebSockets. The backend's proxy answers each
+carries bodies, streamed answers and WebSockets; revoking a signed token ends the
+connections relayed with it. The backend's proxy answers each
 request with ``Connection: close``, so every request is checked on a connection of its
 own. Nothing listening on the port is a 502.
 """
@@ -91,8 +92,21 @@ async def _proxy(ctx: Context, client: anyio.abc.SocketStream) -> None:
     kept = [(k, v) for k, v in query if k != TOKEN_QUERY]
     forwarded = "/" + tail + (f"?{urllib.parse.urlencode(kept)}" if kept else "")
     dropped = {"authorization", TOKEN_HEADER.lower()}
-    await port_relay.relay(client, exposed, method=method, target=forwarded, rest=rest,
-                           headers=[(k, v) for k, v in headers if k.lower() not in dropped])
+    signed = (port, label.partition("-")[2])
+    relays = ctx.store.preview_relays
+    with anyio.CancelScope() as scope:  # a signed token's revocation cancels it
+        if signed in ctx.store.signed_previews:
+            relays.setdefault(signed, set()).add(scope)
+        try:
+            await port_relay.relay(client, exposed, method=method, target=forwarded,
+                                   rest=rest, headers=[(k, v) for k, v in headers
+                                                       if k.lower() not in dropped])
+        finally:
+            live = relays.get(signed)
+            if live is not None:
+                live.discard(scope)
+                if not live:
+                    del relays[signed]
 
 
 async def _read_head(client: anyio.abc.SocketStream) -> tuple[bytes, bytes]:

@@ -16,6 +16,7 @@ import secrets
 import uuid
 from typing import Any
 
+import anyio
 import attrs
 
 from provider_sdk.config import Secret
@@ -221,6 +222,10 @@ class Store:
     signed_previews: dict[tuple[int, str], tuple[str, float]] = attrs.field(
         factory=dict, repr=False)
     """(port, signed preview token) to (sandbox id, the unix time it expires)."""
+    preview_relays: dict[tuple[int, str], set[anyio.CancelScope]] = attrs.field(
+        factory=dict, repr=False)
+    """(port, signed preview token) to its connections being relayed, which end when
+    the token is revoked."""
 
     def __attrs_post_init__(self) -> None:
         # Daytona's default image: here, the backend's default template.
