@@ -11,6 +11,7 @@ from provider_sdk_contract.files import FilesContract
 from provider_sdk_contract.hostile_escapes import HostileEscapeContract
 from provider_sdk_contract.hostile_limits import HostileLimitContract
 from provider_sdk_contract.hostile_output import HostileOutputContract
+from provider_sdk_contract.hostile_ports import HostilePortsContract
 from provider_sdk_contract.hostile_seal import HostileSealContract
 from provider_sdk_contract.idle import IdleContract
 from provider_sdk_contract.isolation import IsolationContract
@@ -43,6 +44,7 @@ class ProviderContract(
     HostileSealContract,
     HostileEscapeContract,
     HostileOutputContract,
+    HostilePortsContract,
     ScaleContract,
     TemplateContract,
     UnsupportedContract,
