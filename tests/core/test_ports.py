@@ -258,3 +258,124 @@ async def test_cookie_keeps_a_browser_working(proxy: PortProxy, upstream: _Upstr
     assert upstream.heads[-1].startswith(b"GET /next HTTP/1.1")
     assert b"Cookie: app=1\r\n" in upstream.heads[-1]
     assert all(token.encode() not in head for head in upstream.heads)
+
+
+class _Canned(socketserver.ThreadingTCPServer):
+    """Answers every connection with ``answer`` once its request head came, then keeps
+    reading (and recording) until nothing came for half a second, and closes it."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, answer: bytes) -> None:
+        super().__init__(("127.0.0.1", 0), _CannedHandler)
+        self.answer = answer
+        self.received = b""
+
+
+class _CannedHandler(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        server = self.server
+        assert isinstance(server, _Canned)
+        answered = False
+        with contextlib.suppress(TimeoutError):
+            while data := self.request.recv(65536):
+                server.received += data
+                if not answered and b"\r\n\r\n" in server.received:
+                    self.request.sendall(server.answer)
+                    self.request.settimeout(0.5)
+                    answered = True
+
+
+@contextlib.contextmanager
+def _canned(answer: bytes) -> Iterator[_Canned]:
+    server = _Canned(answer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _canned_opener(server: _Canned):  # type: ignore[no-untyped-def]
+    @contextlib.asynccontextmanager
+    async def open_stream() -> AsyncIterator[anyio.abc.ByteStream]:
+        async with await anyio.connect_tcp(*server.server_address[:2]) as stream:
+            yield stream
+
+    return open_stream
+
+
+@pytest.mark.parametrize("answer", [
+    b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (70 * 1024) + b"\r\n\r\n",
+    b"\x00\xff\xfe garbage\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n",
+    b"HTTP/1.1 200 OK\nContent-Length: 2\n\nok",
+    b"HTTP/1.1 200 OK\r\nX-Nul: a\x00b\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\n X-Folded: a\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nX Space: a\r\n\r\n",
+    b"HTTP/1.1 2000 OK\r\n\r\n",
+    b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: raw\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Le",
+], ids=["too-large", "not-http", "length-and-chunked", "two-lengths", "bare-lf", "nul",
+        "folded", "space-in-name", "bad-status", "unasked-switch", "cut-short"])
+async def test_broken_answer_is_a_502(proxy: PortProxy, answer: bytes) -> None:
+    """An answer head the proxy cannot pass safely is a 502, with none of it."""
+    with _canned(answer) as server:
+        exposed = await proxy.expose("sb", 80, _canned_opener(server))
+        got = await _send(exposed.base_url, b"GET / HTTP/1.1\r\nX-Psdk-Token: "
+                          + exposed.token.reveal().encode() + b"\r\n\r\n")
+    assert got.startswith(b"HTTP/1.1 502 "), got[:120]
+    assert answer[:40] not in got
+
+
+async def test_interim_head_passes_and_the_final_one_is_edited(proxy: PortProxy) -> None:
+    """After ``100 Continue`` the final head still says ``Connection: close``; no head
+    keeps a ``psdk_token`` cookie of the sandbox's, the application's cookies stay."""
+    answer = (b"HTTP/1.1 100 Continue\r\nSet-Cookie: psdk_token_1=forged\r\n\r\n"
+              b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nSet-Cookie: PSDK_TOKEN=forged\r\n"
+              b"Set-Cookie: app=1\r\nContent-Length: 2\r\n\r\nok")
+    with _canned(answer) as server:
+        exposed = await proxy.expose("sb", 80, _canned_opener(server))
+        got = await _send(exposed.base_url, b"GET / HTTP/1.1\r\nX-Psdk-Token: "
+                          + exposed.token.reveal().encode() + b"\r\n\r\n")
+    interim, final, body = got.split(b"\r\n\r\n")
+    assert interim == b"HTTP/1.1 100 Continue"
+    assert final.split(b"\r\n") == [b"HTTP/1.1 200 OK", b"Set-Cookie: app=1",
+                                    b"Content-Length: 2", b"Connection: close"]
+    assert body == b"ok"
+
+
+async def test_request_framed_two_ways_is_refused(proxy: PortProxy) -> None:
+    """A request with both ``Content-Length`` and ``Transfer-Encoding`` gets a 400 and
+    nothing reaches the sandbox."""
+    with _canned(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n") as server:
+        exposed = await proxy.expose("sb", 80, _canned_opener(server))
+        got = await _send(exposed.base_url, b"POST / HTTP/1.1\r\nX-Psdk-Token: "
+                          + exposed.token.reveal().encode() + b"\r\nContent-Length: 5\r\n"
+                          b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+        assert got.startswith(b"HTTP/1.1 400 "), got[:120]
+        assert server.received == b""
+
+
+async def test_nothing_past_the_request_body_is_forwarded(proxy: PortProxy) -> None:
+    """The body's ``Content-Length`` bytes are forwarded; a request pipelined after
+    them, token and all, is not."""
+    with _canned(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n") as server:
+        exposed = await proxy.expose("sb", 80, _canned_opener(server))
+        token = exposed.token.reveal().encode()
+        second = b"GET /second HTTP/1.1\r\nX-Psdk-Token: " + token + b"\r\n\r\n"
+        got = await _send(exposed.base_url, b"POST / HTTP/1.1\r\nX-Psdk-Token: " + token
+                          + b"\r\nContent-Length: 4\r\n\r\nbody" + second)
+        assert got.startswith(b"HTTP/1.1 200 "), got[:120]
+        await eventually(lambda: _true(server.received.endswith(b"body")),
+                         what="the body reached the server")
+        assert token not in server.received
+        assert b"/second" not in server.received
+
+
+async def _true(value: bool) -> bool:
+    return value
