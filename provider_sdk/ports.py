@@ -13,8 +13,10 @@ channel (an *opener* the provider gives) and relays bytes both ways, which carri
 WebSockets and any other upgrade. A request that is not an upgrade is forwarded with
 ``Connection: close``, and its answer's head gets ``Connection: close`` too, so every
 request is checked and stripped on a connection of its own; what the client sends past
-the request's body (a pipelined request) is not forwarded, and a request whose body is
-framed two ways (``Content-Length`` and ``Transfer-Encoding``) is refused (``400``).
+the request's body (a pipelined request) is not forwarded where the body's end is known
+(none, or ``Content-Length``; a chunked body is relayed to the connection's end), and a
+request whose body is framed two ways (``Content-Length`` and ``Transfer-Encoding``) is
+refused (``400``).
 
 The server in the sandbox is as untrusted as the code that runs it. Its answer's head is
 read (at most :data:`RESPONSE_HEAD` bytes) and checked before any of it passes: a head
@@ -419,7 +421,7 @@ async def _relay(client: anyio.abc.ByteStream, tunnel: anyio.abc.ByteStream, *,
     """Relay both ways until either side ends or fails: a client's end of stream ends
     its exchange (nothing is left waiting on a server that never answers). What the
     client sends is forwarded up to ``body`` more bytes (``None``: all of it), so a
-    request pipelined after the checked one never reaches the sandbox. The sandbox's
+    request pipelined after a body of known length never reaches the sandbox. The sandbox's
     answer passes only once its head is checked (:func:`_pass_head`)."""
     async with anyio.create_task_group() as tg:
         async def from_client() -> None:
