@@ -6,10 +6,10 @@ record is *broken*: listing reports it (state ``ERROR``, ``extra["broken"]`` say
 why) beside the good ones, and ``kill`` removes it. A record its creator is still
 making holds the directory's lock and is not broken (see ``Home.claim``).
 
-A snapshot's record is a :class:`SnapshotRecord`, a volume's a :class:`VolumeRecord`
-(:func:`read_snapshot`, :func:`read_volume`). A good sandbox record is a
-:class:`SandboxRecord`, a good template record a :class:`TemplateRecord`
-(:func:`read_template`, checked like a sandbox's: a broken one is named with why);
+A good sandbox record is a :class:`SandboxRecord`, a good template record a
+:class:`TemplateRecord` (:func:`read_template`), a snapshot's a :class:`SnapshotRecord`
+(:func:`read_snapshot`) and a volume's a :class:`VolumeRecord` (:func:`read_volume`),
+each checked like a sandbox's: a broken one is named with why (never with its values);
 what each holds on disk is what its ``to_json`` gives, the same keys as every earlier
 version wrote, so a home's existing records keep loading. This module reads and judges
 records; it changes nothing.
@@ -25,15 +25,17 @@ from typing import Any
 
 import attrs
 
-from provider_sdk.local._home import Home, read_meta
+from provider_sdk.local._home import Home
 from provider_sdk.local._launch import Launched
 from provider_sdk.models import Resources, SandboxInfo, SandboxState
 
 
 class BrokenRecordWarning(RuntimeWarning):
-    """A sandbox's or a template's record in the local provider's home is unreadable or
-    incomplete: the sandbox is listed as broken (``SandboxState.ERROR``) until killed;
-    the template is left out of listings, and refused, until deleted or built again."""
+    """A sandbox's, template's, snapshot's or volume's record in the local provider's
+    home is unreadable or incomplete: the sandbox is listed as broken
+    (``SandboxState.ERROR``) until killed; the template is left out of listings, and
+    refused, until deleted or built again; the snapshot or volume is left out of
+    listings, and refused, until deleted."""
 
 
 @attrs.frozen
@@ -119,11 +121,13 @@ class SnapshotRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SnapshotRecord:
+        """The record of a parsed ``meta.json`` that :func:`read_snapshot` found good."""
         return cls(id=data["id"], sandbox_id=data["sandbox_id"],
                    created_at=dt.datetime.fromisoformat(data["created_at"]),
                    template=data["template"])
 
     def to_json(self) -> dict[str, Any]:
+        """What ``meta.json`` holds: the keys and shapes every version reads."""
         return {"id": self.id, "sandbox_id": self.sandbox_id,
                 "created_at": self.created_at.isoformat(), "template": self.template}
 
@@ -138,10 +142,12 @@ class VolumeRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> VolumeRecord:
+        """The record of a parsed ``meta.json`` that :func:`read_volume` found good."""
         return cls(name=data["name"], created_at=dt.datetime.fromisoformat(data["created_at"]),
                    disk_mb=data.get("disk_mb"))
 
     def to_json(self) -> dict[str, Any]:
+        """What ``meta.json`` holds: the keys and shapes every version reads."""
         data: dict[str, Any] = {"name": self.name, "created_at": self.created_at.isoformat()}
         if self.disk_mb is not None:
             data["disk_mb"] = self.disk_mb
@@ -187,18 +193,6 @@ class TemplateRecord:
                 "start_cmd": self.start_cmd, "ready_cmd": self.ready_cmd}
 
 
-def read_snapshot(directory: Path) -> SnapshotRecord | None:
-    """A snapshot's record, or ``None`` if it does not exist (or is half made)."""
-    meta = read_meta(directory)
-    return SnapshotRecord.from_json(meta) if meta is not None else None
-
-
-def read_volume(directory: Path) -> VolumeRecord | None:
-    """A volume's record, or ``None`` if it does not exist (or is half made)."""
-    meta = read_meta(directory)
-    return VolumeRecord.from_json(meta) if meta is not None else None
-
-
 _REQUIRED: dict[str, tuple[type, ...]] = {
     "id": (str,),
     "created_at": (str,),
@@ -226,10 +220,18 @@ _TEMPLATE_OPTIONAL: dict[str, tuple[type, ...]] = {
     "cpu": (int, float, type(None)), "memory_mb": (int, type(None)),
     "start_cmd": (str, type(None)), "ready_cmd": (str, type(None)),
 }
+_SNAPSHOT_REQUIRED: dict[str, tuple[type, ...]] = {
+    "id": (str,), "sandbox_id": (str,), "created_at": (str,), "template": (str,),
+}
+_VOLUME_REQUIRED: dict[str, tuple[type, ...]] = {"name": (str,), "created_at": (str,)}
+_VOLUME_OPTIONAL: dict[str, tuple[type, ...]] = {"disk_mb": (int, type(None))}
 _LAUNCH: dict[str, tuple[type, ...]] = {  # the fields of _launch.Launched
     "init_pid": (int,), "init_start": (int,), "pid_namespace": (int, type(None)),
     "agent_pid": (int, type(None)), "agent_start": (int,), "token": (str,),
 }
+
+
+_UNFINISHED = "it has no meta.json (its creator stopped before finishing it)"
 
 
 def _load(directory: Path) -> tuple[Any, str | None, bool]:
@@ -240,7 +242,7 @@ def _load(directory: Path) -> tuple[Any, str | None, bool]:
     except (FileNotFoundError, NotADirectoryError):
         if not directory.is_dir():
             return None, None, False
-        return None, "it has no meta.json (its creator stopped before finishing it)", True
+        return None, _UNFINISHED, True
     except (OSError, UnicodeDecodeError) as exc:
         return None, f"its meta.json cannot be read ({type(exc).__name__})", True
     try:
@@ -270,6 +272,31 @@ def read_template(directory: Path, template_id: str
     return (None, reason) if reason else (TemplateRecord.from_json(meta), None)
 
 
+def read_snapshot(directory: Path, snapshot_id: str
+                  ) -> tuple[SnapshotRecord | None, str | None]:
+    """A snapshot's record and, if it is broken, why (``(None, None)``: there is no
+    such snapshot, or it is still being taken: its record is written last)."""
+    meta, reason, exists = _load(directory)
+    if not exists or reason == _UNFINISHED:
+        return None, None
+    reason = reason or _typed(meta, _SNAPSHOT_REQUIRED, {})
+    if reason is None and meta["id"] != snapshot_id:
+        reason = "its meta.json names another snapshot"
+    return (None, reason) if reason else (SnapshotRecord.from_json(meta), None)
+
+
+def read_volume(directory: Path, name: str) -> tuple[VolumeRecord | None, str | None]:
+    """A volume's record and, if it is broken, why (``(None, None)``: there is no such
+    volume, or it is still being made: its record is written last)."""
+    meta, reason, exists = _load(directory)
+    if not exists or reason == _UNFINISHED:
+        return None, None
+    reason = reason or _typed(meta, _VOLUME_REQUIRED, _VOLUME_OPTIONAL)
+    if reason is None and meta["name"] != name:
+        reason = "its meta.json names another volume"
+    return (None, reason) if reason else (VolumeRecord.from_json(meta), None)
+
+
 def _typed(meta: Any, required: dict[str, tuple[type, ...]],
            optional: dict[str, tuple[type, ...]]) -> str | None:
     """Why a parsed record is not an object with the keys and JSON types it needs."""
@@ -282,7 +309,7 @@ def _typed(meta: Any, required: dict[str, tuple[type, ...]],
         if key in meta and (not isinstance(meta[key], types) or (
                 isinstance(meta[key], bool) and bool not in types)):
             return f"its meta.json has a {type(meta[key]).__name__} for {key!r}"
-    if not all(isinstance(v, str) for v in meta["env"].values()):
+    if "env" in required and not all(isinstance(v, str) for v in meta["env"].values()):
         return "its meta.json has non-string env values"
     try:
         dt.datetime.fromisoformat(meta["created_at"])
@@ -364,6 +391,13 @@ def warn_template(template_id: str, reason: str, home: Path) -> None:
     warnings.warn(f"local template {template_id} in {home} is broken: {reason}; delete it "
                   "(psdk template rm, or provider.delete_template) or build it again",
                   BrokenRecordWarning, stacklevel=5)
+
+
+def warn_stored(kind: str, ident: str, reason: str, home: Path) -> None:
+    """Say, as a listing passes it, that a snapshot's or a volume's record is broken."""
+    warnings.warn(f"local {kind} {ident} in {home} is broken: {reason}; delete it "
+                  f"(psdk {kind} rm, or provider.delete_{kind})",
+                  BrokenRecordWarning, stacklevel=4)
 
 
 def template_of(directory: Path) -> str | None:

@@ -4,6 +4,10 @@ A snapshot is a copy of a sandbox's own files (its root, or its overlay layer ov
 template), taken with the sandbox frozen; a volume is a directory bind-mounted into the
 sandboxes that name it: where mounting is possible, the root of a filesystem of its own
 (see ``_disk``).
+
+Each has a ``meta.json`` record, written last (a directory without one is still being
+made). A broken record is left out of listings with a ``BrokenRecordWarning``, refused
+as ``SnapshotNotFound`` or ``VolumeNotFound`` saying why, and deleted like a good one.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import anyio
 
 from provider_sdk import disks, errors
 from provider_sdk.local import _disk, _launch, _records
-from provider_sdk.local._home import Home, now, read_meta, write_meta
+from provider_sdk.local._home import Home, now, write_meta
 from provider_sdk.local._records import SandboxRecord, SnapshotRecord, VolumeRecord
 from provider_sdk.local._trees import copy_tree
 from provider_sdk.models import SandboxInfo, SandboxState, Snapshot, Volume
@@ -80,17 +84,41 @@ class StorageMixin:
             raise
         return self._to_snapshot(snap)
 
-    async def _list_snapshots(self, sandbox_id: str | None) -> list[Snapshot]:
-        snaps = [_records.read_snapshot(self._home.snapshot(s))
-                 for s in self._home.ids("snapshots")]
-        return [self._to_snapshot(s) for s in snaps
-                if s is not None and sandbox_id in (None, s.sandbox_id)]
+    def _read_snapshot(self, snapshot_id: str) -> tuple[SnapshotRecord | None, str | None]:
+        """A snapshot's record and why it is broken (see ``_records.read_snapshot``)."""
+        if not _stored_name(snapshot_id):
+            return None, None
+        return _records.read_snapshot(self._home.snapshot(snapshot_id), snapshot_id)
 
-    async def _delete_snapshot(self, snapshot_id: str) -> None:
-        target = self._home.snapshot(snapshot_id)
-        if read_meta(target) is None:
+    def _snapshot_record(self, snapshot_id: str) -> SnapshotRecord:
+        """A snapshot's good record; ``SnapshotNotFound`` if there is none, saying why
+        if its record is broken."""
+        record, reason = self._read_snapshot(snapshot_id)
+        if reason is not None:
+            raise errors.SnapshotNotFound(
+                f"snapshot {snapshot_id!r} is broken: {reason}; delete it",
+                provider=self.name)
+        if record is None:
             raise errors.SnapshotNotFound(f"snapshot {snapshot_id!r} does not exist",
                                           provider=self.name)
+        return record
+
+    async def _list_snapshots(self, sandbox_id: str | None) -> list[Snapshot]:
+        found: list[Snapshot] = []
+        for snapshot_id in self._home.ids("snapshots"):
+            record, reason = self._read_snapshot(snapshot_id)
+            if reason is not None:
+                _records.warn_stored("snapshot", snapshot_id, reason, self._home.path)
+            elif record is not None and sandbox_id in (None, record.sandbox_id):
+                found.append(self._to_snapshot(record))
+        return found
+
+    async def _delete_snapshot(self, snapshot_id: str) -> None:
+        record, reason = self._read_snapshot(snapshot_id)
+        if record is None and reason is None:
+            raise errors.SnapshotNotFound(f"snapshot {snapshot_id!r} does not exist",
+                                          provider=self.name)
+        target = self._home.snapshot(snapshot_id)
         await anyio.to_thread.run_sync(lambda: shutil.rmtree(target, ignore_errors=True))
 
     def _to_snapshot(self, meta: SnapshotRecord) -> Snapshot:
@@ -134,21 +162,44 @@ class StorageMixin:
             disks.unmount(directory / "data")
         shutil.rmtree(directory, ignore_errors=True)
 
+    def _read_volume(self, name: str) -> tuple[VolumeRecord | None, str | None]:
+        """A volume's record and why it is broken (see ``_records.read_volume``)."""
+        if not _stored_name(name):
+            return None, None
+        return _records.read_volume(self._home.volume(name), name)
+
+    def _volume_record(self, name: str) -> VolumeRecord:
+        """A volume's good record; ``VolumeNotFound`` if there is none, saying why if
+        its record is broken."""
+        record, reason = self._read_volume(name)
+        if reason is not None:
+            raise errors.VolumeNotFound(f"volume {name!r} is broken: {reason}; delete it",
+                                        provider=self.name)
+        if record is None:
+            raise errors.VolumeNotFound(f"volume {name!r} does not exist", provider=self.name)
+        return record
+
     async def _get_volume(self, name: str) -> Volume:
         self._check_volume_name(name)
-        meta = _records.read_volume(self._home.volume(name))
-        if meta is None:
-            raise errors.VolumeNotFound(f"volume {name!r} does not exist", provider=self.name)
+        meta = self._volume_record(name)
         # Its files reachable at extra["path"] again after a host restart.
         await anyio.to_thread.run_sync(_disk.ensure_volume_mounted, self._home.volume(name))
         return self._to_volume(meta)
 
     async def _list_volumes(self) -> list[Volume]:
-        metas = [_records.read_volume(self._home.volume(v)) for v in self._home.ids("volumes")]
-        return [self._to_volume(m) for m in metas if m is not None]
+        found: list[Volume] = []
+        for name in self._home.ids("volumes"):
+            record, reason = self._read_volume(name)
+            if reason is not None:
+                _records.warn_stored("volume", name, reason, self._home.path)
+            elif record is not None:
+                found.append(self._to_volume(record))
+        return found
 
     async def _delete_volume(self, name: str) -> None:
-        await self._get_volume(name)
+        self._check_volume_name(name)
+        if self._read_volume(name) == (None, None):
+            raise errors.VolumeNotFound(f"volume {name!r} does not exist", provider=self.name)
         for info in await self._list(metadata={}, state=None):
             meta, _reason = _records.read(self._home.sandbox(info.id), info.id)
             if info.state in (SandboxState.RUNNING, SandboxState.PAUSED) and meta and \
@@ -162,3 +213,9 @@ class StorageMixin:
                       created_at=meta.created_at,
                       extra={"path": str(self._home.volume(meta.name) / "data"),
                              "disk_mb": meta.disk_mb})
+
+
+def _stored_name(name: str) -> bool:
+    """Whether a snapshot id or a volume name can be a record's directory in the home
+    (one path component, not a hidden one)."""
+    return bool(name) and "/" not in name and "\0" not in name and not name.startswith(".")

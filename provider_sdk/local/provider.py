@@ -45,7 +45,7 @@ from provider_sdk.local import _disk, _launch, _records, _seccomp, _users
 from provider_sdk.local._calls import CallsMixin
 from provider_sdk.local._capabilities import PROVIDER_CAPABILITIES
 from provider_sdk.local._client import AgentClient
-from provider_sdk.local._home import Home, now, read_meta, write_meta
+from provider_sdk.local._home import Home, now, write_meta
 from provider_sdk.local._records import BrokenRecordWarning, SandboxRecord, VolumeBinding
 from provider_sdk.local._startup import WORKDIR, StartupMixin
 from provider_sdk.local._storage import StorageMixin
@@ -246,10 +246,7 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         """The template a new sandbox runs on: the spec's, or its snapshot's."""
         wanted = spec.template or "default"
         if spec.snapshot is not None:
-            snap = _records.read_snapshot(self._home.snapshot(spec.snapshot))
-            if snap is None:
-                raise errors.SnapshotNotFound(f"snapshot {spec.snapshot!r} does not exist",
-                                              provider=self.name)
+            snap = self._snapshot_record(spec.snapshot)
             if wanted not in ("default", snap.template):
                 raise errors.InvalidInput(
                     f"snapshot {spec.snapshot!r} was taken on template {snap.template!r}, "
@@ -278,14 +275,11 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
 
     def _check_create(self, spec: SandboxSpec) -> None:
         """What the core cannot check (it checked the capabilities): that the spec's
-        volumes and snapshot exist."""
+        volumes and snapshot exist, with good records."""
         for mount in spec.volumes:
-            if read_meta(self._home.volume(mount.volume)) is None:
-                raise errors.VolumeNotFound(f"volume {mount.volume!r} does not exist",
-                                            provider=self.name)
-        if spec.snapshot is not None and read_meta(self._home.snapshot(spec.snapshot)) is None:
-            raise errors.SnapshotNotFound(f"snapshot {spec.snapshot!r} does not exist",
-                                          provider=self.name)
+            self._volume_record(mount.volume)
+        if spec.snapshot is not None:
+            self._snapshot_record(spec.snapshot)
 
     def _status_path(self, sandbox_id: str, token: str) -> Path:
         """Where the host-side launcher records the sandbox's exit status (a file outside
