@@ -1,14 +1,18 @@
 """A process tree built to escape a kill, and how to find what is left of it: shared by
-the vendor providers' hostile tests (each runs it through its own provider)."""
+the vendor providers' hostile tests (each runs it through its own provider); and the
+state of a host process, as /proc shows it, for the tests that stop or end one."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import anyio
 import pytest
 
 from provider_sdk.sandbox import Sandbox
 
-__all__ = ["ODD", "TREE", "first_chunk", "sleepers", "until_started"]
+__all__ = ["ENDED", "ODD", "TREE", "first_chunk", "host_state", "running", "sleepers",
+           "until_started"]
 
 ODD = "a) R 1 1 1 (b"
 """A command name that a parse of /proc/PID/stat from the first ")" reads as child of 1."""
@@ -42,3 +46,26 @@ async def first_chunk(sandbox: Sandbox, path: str) -> bytes:
     async for chunk in sandbox.files.stream(path):
         return chunk
     return b""
+
+
+ENDED = frozenset({"Z", "X", "x"})
+"""States of a process that has ended and cannot run again: a zombie (not yet reaped
+by its parent) and a dead one."""
+
+
+def host_state(pid: int) -> str | None:
+    """The state letter of host process ``pid`` in ``/proc/PID/stat`` (``R``, ``S``,
+    ``T``, ``Z``...), or ``None`` once it is gone. The state follows the last ``)``:
+    the command name before it may hold any character."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return stat.rpartition(")")[2].split()[0]
+
+
+def running(pid: int) -> bool:
+    """Whether host process ``pid`` can still run: gone, or ended and not yet reaped
+    (a zombie), is not."""
+    state = host_state(pid)
+    return state is not None and state not in ENDED

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from memory_provider import STORE, Store
+from process_trees import running
 
 from provider_sdk import ProcessExit, ProcessOutput
 from provider_sdk.capabilities import Capability
@@ -201,17 +202,8 @@ def test_interrupted_exec_kills_the_command_before_returning(sandbox: SyncSandbo
     with pytest.raises(KeyboardInterrupt):
         sandbox.exec(["sh", "-c", "echo $$ > pid; exec sleep 60"])
     pid = int(pid_file.read_text())
-    assert not _alive(pid), "the command outlived the interrupted call"
+    assert not running(pid), "the command outlived the interrupted call"
     assert sandbox.exec(["true"]).ok  # the facade still works afterwards
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` still runs: gone, or killed and not yet reaped (a zombie), is not."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def test_lifecycle_methods_update_info(sandbox: SyncSandbox) -> None:
