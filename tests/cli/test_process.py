@@ -149,18 +149,19 @@ def test_run_timeout_exits_124() -> None:
     assert "timed out" in _one_error_line(result.stderr)
 
 
-def test_output_streams_and_ctrl_c_kills_the_command(tmp_path: Path) -> None:
-    pid_file = tmp_path / "pid"
+def test_output_streams_and_ctrl_c_kills_the_command() -> None:
+    # The command runs in the sandbox's PID namespace; the host finds it by its argv.
+    script = "echo first; sleep 60; echo never"
+    marker = f"psdk-ctrl-c-{os.getpid()}-{time.monotonic_ns()}"
     proc = subprocess.Popen(
         [sys.executable, "-c", _WITH_MEMORY, str(TESTS), "run", "--provider", "memory",
-         "--", "sh", "-c", f"echo $$ > {pid_file}; echo first; exec sleep 60"],
+         "--", "sh", "-c", script, marker],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
         env=_env(), text=True)
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "first\n"  # arrives while the command still runs
-        pid = int(pid_file.read_text())
-        assert _alive(pid)
+        assert _running(["sh", "-c", script, marker])
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -168,7 +169,20 @@ def test_output_streams_and_ctrl_c_kills_the_command(tmp_path: Path) -> None:
             proc.kill()
     assert proc.returncode == 130
     assert "interrupted" in _one_error_line(err)
-    _wait_for(lambda: not _alive(pid), "the command was killed")
+    _wait_for(lambda: not _running(["sh", "-c", script, marker]), "the command was killed")
+
+
+def _running(argv: list[str]) -> list[int]:
+    """Host pids of the live processes whose command line is ``argv``."""
+    wanted = "\0".join(argv).encode() + b"\0"
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if (entry / "cmdline").read_bytes() == wanted and _alive(int(entry.name)):
+                found.append(int(entry.name))
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 def test_contract_without_the_suite_says_what_to_install(tmp_path: Path) -> None:

@@ -90,6 +90,8 @@ async def test_a_spec_part_not_declared_is_refused_before_the_create_hook(
 async def test_the_same_spec_part_declared_reaches_the_create_hook(
         memory: Store, capability: Capability, spec: SandboxSpec) -> None:
     provider = _with(capability)
+    for mount in spec.volumes:
+        await provider.create_volume(mount.volume)
     sandbox = await provider.create(spec)
     assert provider.calls == ["_create"]
     await sandbox.kill()

@@ -222,22 +222,23 @@ async def test_failed_download_leaves_the_local_file_alone(memory: Store,
     assert [p.name async for p in anyio.Path(tmp_path).iterdir()] == ["keep.txt"]
 
 
-async def test_emulated_shell_keeps_cwd_and_exports(memory: Store, tmp_path: Path) -> None:
-    async with open_provider("memory") as provider, provider.create() as sandbox, \
-            await EmulatedShell.open(sandbox, cwd=str(tmp_path), env={"START": "s"}) as shell:
-        assert (await shell.run("pwd; echo $START")).stdout == f"{tmp_path}\ns\n"
-        await shell.run("mkdir -p sub && cd sub && export ADDED=a; exit 3")
-        result = await shell.run("pwd; echo $ADDED")
-        assert result.stdout == f"{tmp_path}/sub\na\n"
-        assert (await shell.run("LOCAL=x; true")).ok
-        assert (await shell.run("echo \"[$LOCAL]\"")).stdout == "[]\n"
+async def test_emulated_shell_keeps_cwd_and_exports(memory: Store) -> None:
+    async with open_provider("memory") as provider, provider.create() as sandbox:
+        await sandbox.files.mkdir("/tmp/start")
+        async with await EmulatedShell.open(sandbox, cwd="/tmp/start",
+                                            env={"START": "s"}) as shell:
+            assert (await shell.run("pwd; echo $START")).stdout == "/tmp/start\ns\n"
+            await shell.run("mkdir -p sub && cd sub && export ADDED=a; exit 3")
+            result = await shell.run("pwd; echo $ADDED")
+            assert result.stdout == "/tmp/start/sub\na\n"
+            assert (await shell.run("LOCAL=x; true")).ok
+            assert (await shell.run("echo \"[$LOCAL]\"")).stdout == "[]\n"
 
 
-async def test_emulated_shell_in_a_missing_directory_is_invalid_input(
-        memory: Store, tmp_path: Path) -> None:
+async def test_emulated_shell_in_a_missing_directory_is_invalid_input(memory: Store) -> None:
     async with open_provider("memory") as provider, provider.create() as sandbox:
         with pytest.raises(InvalidInput, match="shell"):
-            await EmulatedShell.open(sandbox, cwd=str(tmp_path / "absent"), env={})
+            await EmulatedShell.open(sandbox, cwd="/tmp/absent", env={})
 
 
 def test_exit_status_above_128_reads_as_a_signal() -> None:
