@@ -145,14 +145,19 @@ class Store:
             os.symlink(link_to, where)
 
     def reset(self) -> None:
+        """Kill every sandbox and forget every record; the files go with them."""
+        self.clear()
+        self.__init__()  # type: ignore[misc]
+
+    def clear(self) -> None:
+        """Kill every sandbox and remove everything under :attr:`base`."""
         for box in self.boxes.values():
             _stop(box)
         shutil.rmtree(self.base, ignore_errors=True)
-        self.__init__()  # type: ignore[misc]
 
 
 STORE = Store()
-atexit.register(STORE.reset)
+atexit.register(STORE.clear)
 # bubblewrap dies with the thread that started it: one that lives as long as the process.
 _SPAWNER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="psdk-memory")
 
