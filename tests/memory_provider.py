@@ -7,6 +7,7 @@ as long as it lives, with ``/usr`` read-only from the host, its own ``/proc`` an
 namespaces with ``nsenter``, so they see nothing of the host. The files API works on the
 same tree as the commands, as they see it (``/proc/<pid>/root``), resolving every path
 inside it (``openat2`` with ``RESOLVE_IN_ROOT``): neither ``..`` nor a symlink leads out.
+Pause stops every process of the sandbox (``SIGSTOP``) and resume lets them go on.
 The records (sandboxes, snapshots as copies of a root, volumes) live in this process
 (``STORE``), shared by every instance, so consecutive ``psdk`` invocations in one test
 see the same sandboxes, as they would with a real backend. Linux with ``bwrap`` and
@@ -231,11 +232,16 @@ class MemoryProvider(SandboxProvider):
 
     async def _pause(self, sandbox_id: str) -> SandboxInfo:
         box = _running(sandbox_id)
+        _freeze(box)
         box.info = attrs.evolve(box.info, state=SandboxState.PAUSED)
         return _public(box.info)
 
     async def _resume(self, sandbox_id: str) -> SandboxInfo:
         box = _box(sandbox_id)
+        if box.info.state == SandboxState.PAUSED:
+            for pid in _members(box):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGCONT)
         box.info = attrs.evolve(box.info, state=SandboxState.RUNNING)
         return _public(box.info)
 
@@ -578,6 +584,27 @@ def _members(box: _Box) -> Iterator[str]:
         with contextlib.suppress(OSError):
             if pid.isdigit() and os.readlink(f"/proc/{pid}/ns/pid") == namespace:
                 yield pid
+
+
+def _freeze(box: _Box) -> None:
+    """Stop every process of the sandbox, memory kept, sweeping again until a sweep finds
+    none it had not stopped (one may fork while the first are stopped)."""
+    stopped: set[str] = set()
+    while more := set(_members(box)) - stopped:
+        for pid in more:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGSTOP)
+        while any(_state(pid) not in ("T", "Z", "X", "") for pid in more):
+            time.sleep(0.001)  # the signal takes effect a moment later
+        stopped |= more
+
+
+def _state(pid: str) -> str:
+    """A process's state letter (``T``: stopped), or empty once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return ""
 
 
 def _usage(box: _Box) -> tuple[int, float]:
