@@ -36,7 +36,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import attrs
@@ -333,7 +333,9 @@ class MemoryProvider(SandboxProvider):
                     _killpg(proc.pid)
                     with anyio.CancelScope(shield=True):
                         await proc.wait()
-        result = ExecResult(exit_code=proc.returncode if not timed_out else -9,
+        code = proc.returncode
+        assert code is not None
+        result = ExecResult(exit_code=code if not timed_out else -9,
                             stdout_bytes=out.value(), stderr_bytes=err.value(),
                             stdout_truncated=out.dropped, stderr_truncated=err.dropped,
                             duration=anyio.current_time() - start)
@@ -354,8 +356,9 @@ class MemoryProvider(SandboxProvider):
         proc = _proc(sandbox_id, pid)
         # Read from files on the host, a chunk at a time: whatever the process prints,
         # this holds one chunk, and a reader that pauses loses nothing.
-        fds = {"stdout": os.open(proc.out_path, os.O_RDONLY | os.O_CLOEXEC),
-               "stderr": os.open(proc.err_path, os.O_RDONLY | os.O_CLOEXEC)}
+        fds: dict[Literal["stdout", "stderr"], int] = {
+            "stdout": os.open(proc.out_path, os.O_RDONLY | os.O_CLOEXEC),
+            "stderr": os.open(proc.err_path, os.O_RDONLY | os.O_CLOEXEC)}
         try:
             while True:
                 code = proc.popen.poll()
