@@ -11,7 +11,7 @@ import pytest
 
 from provider_sdk.sandbox import Sandbox
 
-__all__ = ["ENDED", "ODD", "TREE", "first_chunk", "host_state", "running", "sleepers",
+__all__ = ["ENDED", "ODD", "TREE", "first_chunk", "host_state", "sleepers",
            "until_started"]
 
 ODD = "a) R 1 1 1 (b"
@@ -62,10 +62,3 @@ def host_state(pid: int) -> str | None:
     except (FileNotFoundError, ProcessLookupError):
         return None
     return stat.rpartition(")")[2].split()[0]
-
-
-def running(pid: int) -> bool:
-    """Whether host process ``pid`` can still run: gone, or ended and not yet reaped
-    (a zombie), is not."""
-    state = host_state(pid)
-    return state is not None and state not in ENDED
