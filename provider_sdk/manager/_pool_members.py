@@ -20,8 +20,8 @@ from provider_sdk.provider import Command, SandboxProvider
 from provider_sdk.sandbox import Sandbox, Shell
 
 __all__ = ["EXPIRES_LABEL", "POOL_LABEL", "SPEC_LABEL", "TAKEN_LABEL", "TAKEN_TTL",
-           "ClaimedSandbox", "LIVE", "OWN_LABELS", "alive_claim", "created_time", "expiry",
-           "fingerprint", "refill_claim", "taken_claim"]
+           "ClaimedSandbox", "LIVE", "MADE_TOKEN", "OWN_LABELS", "alive_claim", "created_time",
+           "expiry", "fingerprint", "made_claim", "refill_claim", "taken_claim"]
 
 POOL_LABEL = "psdk.pool"
 """The label each member carries, holding its pool's name."""
@@ -46,6 +46,20 @@ LIVE = frozenset({SandboxState.STARTING, SandboxState.RUNNING, SandboxState.PAUS
 def taken_claim(sandbox_id: str) -> str:
     """The claim that hands out (or kills) the pool member ``sandbox_id``."""
     return f"pool-taken:{sandbox_id}"
+
+
+def made_claim(sandbox_id: str) -> str:
+    """The claim that records, in the store of the pool that made it, that the member
+    ``sandbox_id`` was made through that store (held by :data:`MADE_TOKEN`).
+
+    Where labels cannot change after create, a member is free only for a store that
+    holds this claim and not its :func:`taken_claim`: any other store cannot know
+    whether it was handed out."""
+    return f"pool-made:{sandbox_id}"
+
+
+MADE_TOKEN = "made"
+"""The token of every :func:`made_claim`, so that any pool or reaper can release it."""
 
 
 def refill_claim(name: str) -> str:

@@ -19,6 +19,9 @@ they share a ``name``, a provider and a binding store (and agree on the spec):
 - a member is handed out by taking its claim in the store (:func:`taken_claim`), which
   exactly one caller wins; that claim stays, so the member is never handed out again
   (where labels change after create it also gets :data:`TAKEN_LABEL`);
+- where labels cannot change after create, only the store a member was made through
+  knows whether it was handed out: a pool records the members it makes
+  (:func:`made_claim`) and hands out, drains and kills only those its store made;
 - members are made only while holding the pool's refill claim (:func:`refill_claim`),
   and the refiller counts the free members first, so the pool keeps at most ``size``
   however many replicas run it (a refiller that dies mid-round can leave extras; the
@@ -56,12 +59,13 @@ import anyio.abc
 import attrs
 
 from provider_sdk.capabilities import Capability
-from provider_sdk.errors import InvalidInput, SandboxError
+from provider_sdk.errors import InvalidInput, SandboxError, SandboxNotFound
 from provider_sdk.events import span
 from provider_sdk.labels import check_labels
 from provider_sdk.manager._pool_members import (
     EXPIRES_LABEL,
     LIVE,
+    MADE_TOKEN,
     OWN_LABELS,
     POOL_LABEL,
     SPEC_LABEL,
@@ -72,6 +76,7 @@ from provider_sdk.manager._pool_members import (
     created_time,
     expiry,
     fingerprint,
+    made_claim,
     refill_claim,
     taken_claim,
 )
@@ -100,7 +105,8 @@ class WarmPool:
         size: how many free members to keep, at most, across every replica.
         store: where claims live; share one (SQLite, Redis, PostgreSQL) between
             processes and replicas that run the same pool. Default: this process's
-            memory.
+            memory. Where the provider cannot label members after create, a pool
+            touches only the members made through its store, and leaves the others.
         name: the pool's name; pools that share it, the provider and the store are one.
         max_age: seconds after which a member is no longer handed out, but replaced.
         paused: keep members paused (needs ``pause.memory``, so what the template
@@ -354,7 +360,7 @@ class WarmPool:
         killed = 0
         for info in await self.provider.list(metadata={POOL_LABEL: self.name}):
             if info.id not in self._taken and TAKEN_LABEL not in info.metadata \
-                    and await self._kill_free(info.id):
+                    and await self._made_here(info.id) and await self._kill_free(info.id):
                 killed += 1
         return killed
 
@@ -405,6 +411,8 @@ class WarmPool:
             if TAKEN_LABEL in info.metadata:
                 self._taken.add(info.id)
                 continue
+            if not await self._made_here(info.id):
+                continue  # its store may have handed it out: not this pool's to touch
             if await self.store.claimed(taken_claim(info.id)):
                 self._taken.add(info.id)
                 continue
@@ -420,6 +428,14 @@ class WarmPool:
             killed += await self._kill_free(sandbox_id)
         self._free = {i.id: i for i in free[:self.size] if i.id not in self._taken}
         return killed
+
+    async def _made_here(self, sandbox_id: str) -> bool:
+        """Whether this pool's store can tell if the member was handed out: always
+        where the provider labels members as it hands them out (``metadata.update``),
+        elsewhere only if the member was made through this store (:func:`made_claim`).
+        A member it cannot tell about is never handed out, drained or killed."""
+        return self.provider.supports(Capability.METADATA_UPDATE) \
+            or await self.store.claimed(made_claim(sandbox_id))
 
     def _refill_soon(self) -> None:
         if self._wake is not None:
@@ -474,6 +490,8 @@ class WarmPool:
         except SandboxError:
             return None
         try:
+            if not self.provider.supports(Capability.METADATA_UPDATE):
+                await self.store.claim(made_claim(sandbox.id), MADE_TOKEN, TAKEN_TTL)
             # A first command warms what the provider sets up on first use (a
             # connection, a login shell's files); what it says does not matter.
             with contextlib.suppress(SandboxError):
@@ -492,18 +510,28 @@ class WarmPool:
         if not await self.store.claim(taken_claim(sandbox_id), token, self.claim_ttl):
             self._taken.add(sandbox_id)
             return False
+        gone = False
         try:
-            await self._kill_quietly(sandbox_id)
+            gone = await self._kill_quietly(sandbox_id)
         finally:
             with anyio.CancelScope(shield=True):
+                if gone:  # else the next round tries again
+                    await self.store.release(made_claim(sandbox_id), MADE_TOKEN)
                 await self.store.release(taken_claim(sandbox_id), token)
         return True
 
-    async def _kill_quietly(self, sandbox_id: str) -> None:
-        """Kill a sandbox, ignoring errors, even when cancelled (for a while)."""
-        with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _KILL_BOUND), \
-                contextlib.suppress(SandboxError):
-            await self.provider.kill(sandbox_id)
+    async def _kill_quietly(self, sandbox_id: str) -> bool:
+        """Kill a sandbox, ignoring errors, even when cancelled (for a while); whether
+        it is gone."""
+        with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _KILL_BOUND):
+            try:
+                await self.provider.kill(sandbox_id)
+            except SandboxNotFound:
+                return True
+            except SandboxError:
+                return False
+            return True
+        return False
 
     async def _fingerprint(self) -> str:
         """The spec's fingerprint, with the id and content of the template it names

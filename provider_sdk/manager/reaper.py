@@ -8,7 +8,10 @@ while its binding holds it, and, with ``older_than``, while it is younger than t
 Members of a :class:`~provider_sdk.manager.WarmPool` (the label ``psdk.pool``) are
 reaped only when nobody runs their pool, they were never handed out (by the store's
 claim, or the label ``psdk.pool.taken``), no binding holds them, and they are past their
-maximum age. This module must not create anything.
+maximum age. Where the provider cannot label a member after create
+(no ``metadata.update``), only the store the member was made through can tell that it
+was never handed out, so a member is reaped there only if ``store`` says it made it.
+This module must not create anything.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from __future__ import annotations
 import datetime as dt
 import time
 
+from provider_sdk.capabilities import Capability
 from provider_sdk.errors import InvalidInput
 from provider_sdk.events import span
 from provider_sdk.manager._claims import owner_claim
+from provider_sdk.manager._pool_members import MADE_TOKEN, made_claim
 from provider_sdk.manager.manager import OWNER_LABEL
 from provider_sdk.manager.pool import (
     EXPIRES_LABEL,
@@ -39,6 +44,10 @@ async def reap(provider: SandboxProvider, store: BindingStore, *,
                older_than: float | None = None, dry_run: bool = False) -> list[SandboxInfo]:
     """Kill the sandboxes tagged with ``owner_key`` that no binding in ``store`` holds,
     and the free members, past their maximum age, of warm pools nobody runs.
+
+    Where the provider cannot label a pool member after create (no
+    ``metadata.update``: Docker, E2B, Cube), a member counts as free only in the store
+    its pool made it through: give the pools' store, or such members are spared.
 
     Args:
         provider: whose sandboxes to look at.
@@ -72,7 +81,7 @@ async def reap(provider: SandboxProvider, store: BindingStore, *,
                 assert pool is not None
                 if bound is None:
                     bound = {b.sandbox_id for b in await store.list()}
-                if not await _pool_member_done(store, info, pool, bound):
+                if not await _pool_member_done(provider, store, info, pool, bound):
                     continue
             else:
                 binding = await store.get(owner)
@@ -83,19 +92,25 @@ async def reap(provider: SandboxProvider, store: BindingStore, *,
             victims.append(info)
             if not dry_run:
                 await provider.kill(info.id)
+                if pool is not None:
+                    await store.release(made_claim(info.id), MADE_TOKEN)
         ev["reaped"] = [i.id for i in victims]
     return victims
 
 
-async def _pool_member_done(store: BindingStore, info: SandboxInfo, pool: str,
-                            bound: set[str]) -> bool:
-    """Whether a pool member may go: free, of a pool nobody runs, past its age."""
+async def _pool_member_done(provider: SandboxProvider, store: BindingStore,
+                            info: SandboxInfo, pool: str, bound: set[str]) -> bool:
+    """Whether a pool member may go: free (as far as ``store`` can tell), of a pool
+    nobody runs, past its age."""
     try:
         expires = float(info.metadata.get(EXPIRES_LABEL, "inf"))
     except ValueError:
         expires = 0.0
     if expires > time.time() or info.id in bound or TAKEN_LABEL in info.metadata:
         return False
+    if not provider.supports(Capability.METADATA_UPDATE) \
+            and not await store.claimed(made_claim(info.id)):
+        return False  # another store may have handed it out
     return not (await store.claimed(alive_claim(pool))
                 or await store.claimed(taken_claim(info.id)))
 

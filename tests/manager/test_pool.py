@@ -148,12 +148,51 @@ async def test_the_pool_never_keeps_more_than_its_size(memory: Store) -> None:
 
 
 async def test_extra_members_are_killed(memory: Store) -> None:
-    provider = MemoryProvider()
-    async with WarmPool(provider, size=4, interval=60) as pool:
+    provider, store = MemoryProvider(), MemoryStore()
+    async with WarmPool(provider, size=4, store=store, interval=60) as pool:
         await pool.wait_filled(BOUND)
-    async with WarmPool(provider, size=2, interval=60) as smaller:
+    async with WarmPool(provider, size=2, store=store, interval=60) as smaller:
         await smaller.wait_filled(BOUND)
         assert len(_members(memory)) == 2
+
+
+async def test_a_pool_with_another_store_leaves_the_members_alone(memory: Store) -> None:
+    # This provider's labels are fixed at create: only the store a member was made
+    # through knows whether it was handed out.
+    provider = MemoryProvider()
+    async with WarmPool(provider, size=2, interval=60, max_age=1.0) as first:
+        await first.wait_filled(BOUND)
+        alice = await first.claim()
+        await first.wait_filled(BOUND)
+    made = {i.id for i in _members(memory)}
+    assert len(made) == 3
+    async with WarmPool(provider, size=1, interval=60) as again:
+        await again.wait_filled(BOUND)
+        await again.check()  # a round that counts extras
+        bob = await again.claim()
+        assert bob.id not in made
+        await again.drain()
+    await anyio.sleep(1.0)  # the first run's members are past max_age
+    assert not {i.id for i in await reap(provider, MemoryStore())} & made
+    assert made <= {i.id for i in _members(memory)}
+    assert alice.id in memory.boxes
+
+
+async def test_pools_sharing_a_store_reuse_its_free_members(memory: Store) -> None:
+    provider, store = MemoryProvider(), MemoryStore()
+    async with WarmPool(provider, size=2, store=store, interval=60, max_age=1.0) as first:
+        await first.wait_filled(BOUND)
+        alice = await first.claim()
+        await first.wait_filled(BOUND)
+    free = {i.id for i in _members(memory)} - {alice.id}
+    async with WarmPool(provider, size=2, store=store, interval=60) as again:
+        await again.wait_filled(BOUND)
+        assert (await again.claim()).id in free
+    await anyio.sleep(1.0)
+    reaped = {i.id for i in await reap(provider, store)}
+    assert reaped
+    assert reaped <= free
+    assert alice.id in memory.boxes
 
 
 async def test_drain_kills_free_members_only(memory: Store) -> None:
