@@ -92,6 +92,10 @@ _SETTLE = 0.2  # seconds a round waits after a claim wakes it
 _KILL_BOUND = 60.0  # seconds a kill of a member may hold the pool
 
 
+class _HandedOut(Exception):
+    """A member a claim took turned out to be handed out already."""
+
+
 class WarmPool:
     """Keeps ``size`` ready sandboxes for ``spec`` and hands them out at once.
 
@@ -308,6 +312,8 @@ class WarmPool:
                 return Sandbox(self.provider, info)
             try:
                 sandbox = await self._ready(sandbox_id)
+            except _HandedOut:
+                continue  # through another store, since the last round: its caller's
             except BaseException:  # the caller gave up: the member is nobody's
                 await self._discard(sandbox_id)
                 raise
@@ -319,10 +325,19 @@ class WarmPool:
 
     async def _ready(self, sandbox_id: str) -> Sandbox | None:
         """The member taken, resumed if paused and, with ``check_on_claim``, answering
-        a first command, within ``check_timeout``; ``None`` if it is not."""
+        a first command, within ``check_timeout``; ``None`` if it is not.
+
+        Raises:
+            _HandedOut: it carries :data:`TAKEN_LABEL` now (handed out through another
+                store since the last round); it is left as it is.
+        """
         with anyio.move_on_after(self.check_timeout):
             try:
-                sandbox = await self.provider.connect(sandbox_id, resume=True)
+                sandbox = await self.provider.connect(sandbox_id, resume=False)
+                if TAKEN_LABEL in sandbox.info.metadata:
+                    raise _HandedOut
+                if sandbox.info.state in (SandboxState.PAUSED, SandboxState.PAUSING):
+                    await sandbox.resume()
                 if sandbox.info.state != SandboxState.RUNNING:
                     return None
                 if self.check_on_claim and not (await sandbox.exec(

@@ -44,6 +44,25 @@ async def test_a_claimed_member_has_the_callers_environment(provider: LocalProvi
             assert result.stdout == "alice pool\n"
 
 
+async def test_a_member_handed_out_through_another_store_is_not_handed_out_again(
+        provider: LocalProvider) -> None:
+    # Two pools of one name, each with a store of its own (two processes' memory), that
+    # both saw the same free members: what one hands out carries the taken label, which
+    # the other reads as it claims.
+    async with WarmPool(provider, size=1, interval=60) as first:
+        await first.wait_filled(BOUND)
+        async with WarmPool(provider, size=1, interval=60) as second:
+            await second.wait_filled(BOUND)
+            assert second._free.keys() == first._free.keys()
+            alice = await first.claim()
+            bob = await second.claim()  # made for bob: the one it knew is alice's
+            assert bob.id != alice.id
+            assert (await alice.exec("echo alice")).stdout == "alice\n"
+            await bob.kill()
+        await alice.kill()
+        await first.drain()
+
+
 async def test_paused_members_come_back_running(provider: LocalProvider) -> None:
     async with WarmPool(provider, size=1, paused=True) as pool:
         await pool.wait_filled(BOUND)
