@@ -75,6 +75,10 @@ class ProviderHooks(abc.ABC):
     """Label keys this provider sets on its sandboxes for its own bookkeeping: refused in
     what callers pass and never shown in :attr:`SandboxInfo.metadata
     <provider_sdk.models.SandboxInfo.metadata>` (see :mod:`provider_sdk.labels`)."""
+    start_closes_stdin: ClassVar[bool] = False
+    """Whether ``_start`` starts a process with its stdin closed when the command's
+    ``keep_stdin`` is false; else :meth:`Sandbox.start
+    <provider_sdk.sandbox.Sandbox.start>` closes it with ``_close_stdin`` right after."""
     _why_lacking: Mapping[Capability, str] = MappingProxyType({})
     template_support: ClassVar[TemplateSupport] = TemplateSupport()
     """What this provider's template builder does with a Dockerfile (``templates.build``):
@@ -311,7 +315,10 @@ class ProviderHooks(abc.ABC):
     # overrides exactly the hooks of the capabilities it declares.
 
     async def _start(self, sandbox_id: str, command: Command) -> int:
-        """Start a background process; return its pid. (``process.background``)"""
+        """Start a background process; return its pid. (``process.background``)
+
+        Its stdin stays open unless ``command.keep_stdin`` is false and the provider
+        sets :attr:`start_closes_stdin`."""
         raise self._unsupported(Capability.PROCESS_BACKGROUND, sandbox_id)
 
     def _process_events(self, sandbox_id: str, pid: int) -> AsyncIterator[ProcessEvent]:

@@ -38,6 +38,10 @@ class Command:
     output_limit: int = DEFAULT_OUTPUT_LIMIT
     """Bytes of each of stdout and stderr the result keeps; the rest is counted in
     ``ExecResult.stdout_truncated``/``stderr_truncated`` (use :meth:`buffers`)."""
+    keep_stdin: bool = True
+    """Background processes only (``_start``): whether stdin stays open for writing.
+    ``False``: the process reads end of file at once; a provider whose ``_start`` does
+    not see to that (``start_closes_stdin`` false) has it closed right after."""
     on_stdout: OutputCallback | None = attrs.field(default=None, eq=False, repr=False)
     on_stderr: OutputCallback | None = attrs.field(default=None, eq=False, repr=False)
 

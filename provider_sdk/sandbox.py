@@ -188,16 +188,23 @@ class Sandbox:
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         user: str | None = None,
+        stdin: bool = True,
     ) -> Process:
         """Start a background process and return it at once (``process.background``).
 
-        Its stdin stays open until :meth:`Process.close_stdin`.
+        Its stdin stays open until :meth:`Process.close_stdin`; with ``stdin=False`` it
+        is closed from the start (the process reads end of file, as an exec's without
+        input does), and nothing written to it later reaches the process.
         """
         self.provider.require(Capability.PROCESS_BACKGROUND, sandbox_id=self.id)
         command = self._command(cmd, env=env, cwd=cwd, user=user, timeout=None, stdin=None,
                                 output_limit=None)
+        if not stdin:
+            command = attrs.evolve(command, keep_stdin=False)
         async with span("process.start", self.provider.name, self.id):
             pid = await self.provider._start(self.id, _traced(command))
+            if not stdin and not self.provider.start_closes_stdin:
+                await self.provider._close_stdin(self.id, pid)
         return Process(self, pid)
 
     def process(self, pid: int) -> Process:

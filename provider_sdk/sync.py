@@ -380,9 +380,12 @@ class SyncSandbox:
                               on_stderr=on_stderr, output_limit=output_limit)
 
     def start(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None = None,
-              cwd: str | None = None, user: str | None = None) -> SyncProcess:
-        """Start a background process and return it at once (``process.background``)."""
-        process = self._run.call(self._sandbox.start, cmd, env=env, cwd=cwd, user=user)
+              cwd: str | None = None, user: str | None = None,
+              stdin: bool = True) -> SyncProcess:
+        """Start a background process and return it at once (``process.background``);
+        ``stdin=False`` closes its stdin from the start."""
+        process = self._run.call(self._sandbox.start, cmd, env=env, cwd=cwd, user=user,
+                                 stdin=stdin)
         return SyncProcess(self, process)
 
     def process(self, pid: int) -> SyncProcess:

@@ -74,6 +74,16 @@ class ProcessContract(ContractBase):
         assert (result.exit_code, result.stdout) == (0, "hello wörld\n"), result
 
     @requires(Capability.PROCESS_BACKGROUND)
+    async def test_process_started_without_stdin_reads_end_of_file(
+            self, sandbox: Sandbox) -> None:
+        """``start(stdin=False)``: the process reads end of file at once, with no
+        ``close_stdin``."""
+        process = await sandbox.start(["/bin/sh", "-c", "cat; echo done"], stdin=False)
+        with anyio.fail_after(30):
+            result = await process.wait()
+        assert (result.exit_code, result.stdout) == (0, "done\n"), result
+
+    @requires(Capability.PROCESS_BACKGROUND)
     async def test_process_wait_returns_exit_code_and_output(self, sandbox: Sandbox) -> None:
         """``wait`` returns the exit code with stdout and stderr kept apart."""
         process = await sandbox.start(["sh", "-c", "echo out; echo err >&2; exit 5"])

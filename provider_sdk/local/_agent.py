@@ -346,14 +346,15 @@ class Agent(FileOps):
         return {"exit_code": code, "timed_out": timed_out}
 
     def op_start(self, conn: Conn, req: dict[str, Any]) -> dict[str, Any]:
-        run = self.spawn(req, stdin=True)
+        stdin = req.get("stdin", True) is not False  # False: empty, as exec's without
+        run = self.spawn(req, stdin=stdin)
         bg = _procs.Background(run, self.forget)
         with self.lock:
             self.procs[run.pid] = bg
             finished = [p for p, b in self.procs.items() if b.exit_code is not None]
             for pid in finished[:-FINISHED_KEPT]:
                 del self.procs[pid]
-        return {"pid": run.pid}
+        return {"pid": run.pid, "stdin": stdin}
 
     def forget(self, pid: int) -> None:
         """A command has exited: it is no longer one to kill."""

@@ -57,8 +57,13 @@ class CallsMixin:
 
     async def _start(self, sandbox_id: str, command: Command) -> int:
         started = await self._agent(sandbox_id, lambda c: c.call(
-            "start", argv=list(command.argv), env=dict(command.env), cwd=command.cwd))
-        return int(started["pid"])
+            "start", argv=list(command.argv), env=dict(command.env), cwd=command.cwd,
+            stdin=command.keep_stdin))
+        pid = int(started["pid"])
+        if not command.keep_stdin and started.get("stdin") is not False:
+            # An agent from before ``stdin`` in ``start`` opened one all the same.
+            await self._close_stdin(sandbox_id, pid)
+        return pid
 
     async def _process_events(self, sandbox_id: str, pid: int) -> AsyncIterator[ProcessEvent]:
         client = self._running(sandbox_id)

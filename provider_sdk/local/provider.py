@@ -131,6 +131,7 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
     name: ClassVar[str] = "local"
     capabilities: ClassVar[frozenset[Capability]] = PROVIDER_CAPABILITIES["LocalProvider"]
     template_support: ClassVar[TemplateSupport] = TEMPLATE_SUPPORT
+    start_closes_stdin: ClassVar[bool] = True
 
     def __init__(self, *, home: str | os.PathLike[str] | None = None,
                  unisolated: bool = False) -> None:

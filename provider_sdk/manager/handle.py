@@ -144,10 +144,11 @@ class ManagedSandbox(Sandbox):
             on_stdout=on_stdout, on_stderr=on_stderr, output_limit=output_limit))
 
     async def start(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None = None,
-                    cwd: str | None = None, user: str | None = None) -> Process:
+                    cwd: str | None = None, user: str | None = None,
+                    stdin: bool = True) -> Process:
         """Start a background process with the owner's environment under ``env``."""
         return await self._guarded(lambda: Sandbox.start(self, cmd, env=env, cwd=cwd,
-                                                         user=user))
+                                                         user=user, stdin=stdin))
 
     async def shell(self, *, cwd: str | None = None,
                     env: Mapping[str, str] | None = None) -> Shell:

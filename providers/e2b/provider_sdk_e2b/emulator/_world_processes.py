@@ -65,9 +65,8 @@ class ProcessesMixin:
             cols, rows = pty
             command = [SCRIPT, "-q", "-e", "-f", "-c",
                        f"stty cols {cols} rows {rows}; exec {shlex.join(argv)}", "/dev/null"]
-        process = await record.sandbox.start(command, env=env, cwd=cwd, user=user)
-        if not stdin and pty is None:
-            await process.close_stdin()
+        process = await record.sandbox.start(command, env=env, cwd=cwd, user=user,
+                                             stdin=stdin or pty is not None)
         config: dict[str, Any] = {"cmd": argv[0], "args": argv[1:], "envs": env}
         if cwd:
             config["cwd"] = cwd
