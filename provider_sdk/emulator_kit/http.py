@@ -175,12 +175,15 @@ class Request:
 @attrs.frozen
 class Response:
     """A response; ``body`` bytes are sent with a length, an iterator chunked.
-    ``reason`` is the status line's phrase (h11 leaves it empty when not given)."""
+    ``reason`` is the status line's phrase (h11 leaves it empty when not given).
+    ``opening``: the first chunk of a streamed body, known when the response starts,
+    sent in one write with the head."""
 
     status: int
     headers: tuple[tuple[str, str], ...] = ()
     body: bytes | AsyncIterable[bytes] = b""
     reason: str = ""
+    opening: bytes = b""
 
 
 @attrs.frozen
@@ -229,6 +232,12 @@ class _Connection:
         if data:
             await self.stream.send(data)
 
+    async def send_all(self, *events: Any) -> None:
+        """Send ``events`` in one write."""
+        data = b"".join(self.h11.send(event) or b"" for event in events)
+        if data:
+            await self.stream.send(data)
+
     async def body(self) -> AsyncIterator[bytes]:
         if self.h11.they_are_waiting_for_100_continue:
             await self.send(h11.InformationalResponse(status_code=100, headers=[]))
@@ -255,15 +264,17 @@ class _Connection:
 async def _send_response(conn: _Connection, response: Response) -> None:
     headers = [(k.encode(), v.encode()) for k, v in response.headers]
     if isinstance(response.body, bytes):
+        # Head, body and end in one write, as a buffered server sends a small answer:
+        # one segment, one wake-up of the client.
         headers.append((b"content-length", str(len(response.body)).encode()))
-        await conn.send(h11.Response(status_code=response.status, headers=headers,
-                                     reason=response.reason.encode("latin-1", "replace")))
-        if response.body:
-            await conn.send(h11.Data(data=response.body))
-        await conn.send(h11.EndOfMessage())
+        await conn.send_all(h11.Response(status_code=response.status, headers=headers,
+                                         reason=response.reason.encode("latin-1", "replace")),
+                            *([h11.Data(data=response.body)] if response.body else []),
+                            h11.EndOfMessage())
         return
-    await conn.send(h11.Response(status_code=response.status, headers=headers,
-                                 reason=response.reason.encode("latin-1", "replace")))
+    await conn.send_all(h11.Response(status_code=response.status, headers=headers,
+                                     reason=response.reason.encode("latin-1", "replace")),
+                        *([h11.Data(data=response.opening)] if response.opening else []))
     chunks = response.body
     async with anyio.create_task_group() as tg:
         if conn.h11.their_state is h11.DONE:
@@ -378,15 +389,11 @@ async def _send_error(conn: _Connection, status: int, message: str) -> None:
     if conn.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
         return  # a response is already under way
     body = json.dumps({"code": status, "message": message}).encode()
-    try:
-        await conn.send(h11.Response(status_code=status, headers=[
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError,
+                             ConnectionError, h11.LocalProtocolError):
+        await conn.send_all(h11.Response(status_code=status, headers=[
             (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-            (b"connection", b"close")]))
-        await conn.send(h11.Data(data=body))
-        await conn.send(h11.EndOfMessage())
-    except (anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError,
-            h11.LocalProtocolError):
-        pass
+            (b"connection", b"close")]), h11.Data(data=body), h11.EndOfMessage())
 
 
 class _SocketStream(anyio.abc.ByteStream):

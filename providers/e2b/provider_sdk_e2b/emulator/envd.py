@@ -197,8 +197,6 @@ class Envd(ProcessService, FilesystemService):
             try:
                 if failed is not None:
                     raise failed
-                if first is not None:
-                    yield envelope(first)
                 if items is not None:
                     async for item in items:
                         yield envelope(item)
@@ -214,7 +212,10 @@ class Envd(ProcessService, FilesystemService):
                     await aclose()
             yield end_stream()
 
-        return Response(200, (("content-type", "application/connect+json"),), body())
+        # The first message goes out with the head, as it is known already.
+        opening = envelope(first) if first is not None and failed is None else b""
+        return Response(200, (("content-type", "application/connect+json"),), body(),
+                        opening=opening)
 
     # ------------------------------------------------------------------ /files
 
