@@ -16,9 +16,9 @@ The agent writes nothing to its stdout or stderr: they are a pipe the host reads
 while the sandbox starts. It ends the sandbox after its idle timeout by exiting with
 status 75, which the host-side launcher records where the sandbox cannot write.
 
-Its file operations and paths are ``_fileops.py``, its process model ``_procs.py``: both
-are copied in beside it. This module must not import anything outside the standard
-library, and must not trust anything the sandbox can change.
+Its file operations and paths are ``_fileops.py``, its process model ``_procs.py`` and
+``_spawner.py``: all are copied in beside it. This module must not import anything
+outside the standard library, and must not trust anything the sandbox can change.
 """
 
 from __future__ import annotations
@@ -37,11 +37,12 @@ import time
 from typing import Any
 
 try:  # on the host: type checks, unisolated agents
-    from provider_sdk.local import _procs
+    from provider_sdk.local import _procs, _spawner
     from provider_sdk.local._fileops import FileOps, OpError, drain_client
 except ImportError:  # inside a sandbox: the copies beside this file
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import _procs  # type: ignore[import-not-found,no-redef]
+    import _spawner  # type: ignore[import-not-found,no-redef]
     from _fileops import FileOps, OpError, drain_client  # type: ignore[import-not-found,no-redef]
 
 HEADER = struct.Struct(">cI")
@@ -122,13 +123,13 @@ class Agent(FileOps):
         self.lock = threading.Lock()
         user = config.get("user")  # set when this agent is not the sandbox user
         self.user: tuple[int, int] | None = (int(user[0]), int(user[1])) if user else None
-        self.spawner: _procs.Spawner | None = None
+        self.spawner: _spawner.Spawner | None = None
 
     # ---------------------------------------------------------------- serving
 
     def serve(self, listener: socket.socket) -> None:
         # Forked before any thread starts: forking a threaded process is not safe.
-        self.spawner = _procs.Spawner(self.user, keep=[listener.fileno()])
+        self.spawner = _spawner.Spawner(self.user, keep=[listener.fileno()])
         if self.idle_timeout:
             threading.Thread(target=self.idle_watch, daemon=True).start()
         while True:

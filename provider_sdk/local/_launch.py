@@ -43,6 +43,8 @@ PROCS_SOURCE = AGENT_SOURCE.with_name("_procs.py")
 SANDBOX_PROCS = "/etc/psdk/_procs.py"
 FILEOPS_SOURCE = AGENT_SOURCE.with_name("_fileops.py")
 SANDBOX_FILEOPS = "/etc/psdk/_fileops.py"
+SPAWNER_SOURCE = AGENT_SOURCE.with_name("_spawner.py")
+SANDBOX_SPAWNER = "/etc/psdk/_spawner.py"
 # Host /etc entries that change as packages are installed: shown read-only, live.
 ETC_LIVE = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives")
 # Top-level host directories a shell and Python need, shown read-only (or as the same
@@ -197,6 +199,7 @@ AGENT_FD = "{agent_fd}"
 CONFIG_FD = "{config_fd}"
 PROCS_FD = "{procs_fd}"
 FILEOPS_FD = "{fileops_fd}"
+SPAWNER_FD = "{spawner_fd}"
 USERNS_FD = "{userns_fd}"
 AGENT_NS_PID = 2
 """The agent's pid inside an isolated sandbox: bubblewrap's init is 1, and its first
@@ -305,6 +308,7 @@ def agent_data_args() -> list[str]:
     """bubblewrap options that copy the agent and its configuration into the sandbox."""
     return ["--ro-bind-data", AGENT_FD, SANDBOX_AGENT, "--ro-bind-data", PROCS_FD,
             SANDBOX_PROCS, "--ro-bind-data", FILEOPS_FD, SANDBOX_FILEOPS,
+            "--ro-bind-data", SPAWNER_FD, SANDBOX_SPAWNER,
             "--ro-bind-data", CONFIG_FD, SANDBOX_CONFIG]
 
 

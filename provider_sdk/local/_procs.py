@@ -1,11 +1,12 @@
 """How the agent starts commands and contains everything they start.
 
-The agent forks one small helper, the spawner, before it starts any thread. For each
-``exec`` and ``start`` the spawner forks a supervisor, which marks itself a child
-subreaper and forks the command. Every orphan the command leaves (``setsid``, double
-fork, ``nohup``, a cleared environment, closed stdio) is reparented to that supervisor,
-so "everything the command started" is exactly the supervisor's subtree: no session,
-process group or environment variable is trusted. Where the agent runs as the sandbox's
+The agent forks one small helper, the spawner (``_spawner.py``), before it starts any
+thread. For each ``exec`` and ``start`` the spawner hands the command to a supervisor
+(:func:`supervise`), which marks itself a child subreaper and forks the command. Every
+orphan the command leaves (``setsid``, double fork, ``nohup``, a cleared environment,
+closed stdio) is reparented to that supervisor, so "everything the command started" is
+exactly the supervisor's subtree: no session, process group or environment variable is
+trusted. Where the agent runs as the sandbox's
 root (see ``docs/local-provider.md``) spawner and supervisors stay root, so the
 command, which runs as the sandbox user, can neither signal nor trace them.
 
@@ -144,129 +145,9 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-class Spawner:
-    """The agent's handle on its spawner process (made before any thread starts)."""
-
-    def __init__(self, user: tuple[int, int] | None, keep: list[int]) -> None:
-        """``user``: the uid and gid commands run as (when the agent may switch to
-        them); ``keep``: descriptors the spawner closes (the agent's own)."""
-        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        pid = os.fork()
-        if pid == 0:
-            try:
-                self.sock.close()
-                for fd in keep:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
-                _spawner_main(theirs, user)
-            finally:
-                os._exit(70)
-        theirs.close()
-        self.pid = pid
-
-    def spawn(self, request: dict[str, Any], stdin: int, stdout: int,
-              stderr: int) -> socket.socket:
-        """Start a command under a new supervisor; returns the supervisor's control
-        socket. The caller still owns (and closes) the three descriptors."""
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            send_packet(self.sock, request, [stdin, stdout, stderr, theirs.fileno()])
-        except OSError:
-            mine.close()
-            raise
-        finally:
-            theirs.close()
-        return mine
-
-
-def _spawner_main(sock: socket.socket, user: tuple[int, int] | None) -> None:
-    prctl(PR_SET_CHILD_SUBREAPER, 1)
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    supervisors: set[int] = set()
-    sel = selectors.DefaultSelector()
-    sel.register(sock, selectors.EVENT_READ)
-    sel.register(wake_r, selectors.EVENT_READ)
-    while True:
-        for key, _ in sel.select():
-            if key.fd == wake_r:
-                with contextlib.suppress(BlockingIOError):
-                    os.read(wake_r, 4096)
-                _reap_orphans(supervisors)
-                continue
-            try:
-                request, fds = recv_packet(sock)
-            except (OSError, ValueError):
-                continue  # a malformed request must not end the spawner
-            if request is None:  # the agent is gone, and so is the sandbox
-                os._exit(0)
-            if len(fds) != 4:
-                for fd in fds:
-                    os.close(fd)
-                continue
-            pid = _fork_or_report(fds[3])
-            if pid < 0:
-                for fd in fds:
-                    os.close(fd)
-                continue
-            if pid == 0:
-                try:
-                    sel.close()
-                    sock.close()
-                    for fd in (wake_r, wake_w):
-                        os.close(fd)
-                    signal.set_wakeup_fd(-1)
-                    _supervise(request, fds, user)
-                finally:
-                    os._exit(70)
-            supervisors.add(pid)
-            for fd in fds:
-                os.close(fd)
-
-
-def _fork_or_report(ctl: int) -> int:
-    """``os.fork()``, retried while the pids limit is full (a killed tree frees it soon);
-    -1 after reporting the failure on the control socket ``ctl``."""
-    for attempt in range(FORK_ATTEMPTS):
-        try:
-            return os.fork()
-        except BlockingIOError as exc:
-            if attempt == FORK_ATTEMPTS - 1:
-                with contextlib.suppress(OSError), socket.socket(fileno=os.dup(ctl)) as sock:
-                    send_packet(sock, {"error": {"errno": exc.errno,
-                                                 "message": f"cannot fork: {exc.strerror}"}})
-            else:
-                time.sleep(0.01 * (attempt + 1))
-    return -1
-
-
-def _reap_orphans(supervisors: set[int]) -> None:
-    """Reap ended supervisors; kill whatever a supervisor that died left behind."""
-    lost = False
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            break
-        if pid == 0:
-            break
-        supervisors.discard(pid)
-        lost = True
-    if not lost:
-        return
-    me = os.getpid()
-    for pid in children_of().get(me, []):
-        if pid not in supervisors:
-            # Reparented here: its supervisor was killed, so no one contains it.
-            for victim in [pid, *descendants(pid)]:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(victim, signal.SIGKILL)
-
-
-def _supervise(request: dict[str, Any], fds: list[int], user: tuple[int, int] | None) -> None:
+def supervise(request: dict[str, Any], fds: list[int], user: tuple[int, int] | None) -> None:
+    """Start the command of ``request`` (its stdin, stdout, stderr and control socket
+    in ``fds``), report on it and contain its subtree, as a supervisor does."""
     ctl = socket.socket(fileno=fds[3])
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     # Under the sandbox's memory limit the OOM killer must pick commands, never the

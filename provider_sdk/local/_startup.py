@@ -144,7 +144,7 @@ class StartupMixin:
                 (staging / name).touch()
         (staging / "psdk").mkdir()
         for name in (_launch.SANDBOX_AGENT, _launch.SANDBOX_PROCS, _launch.SANDBOX_FILEOPS,
-                     _launch.SANDBOX_CONFIG):
+                     _launch.SANDBOX_SPAWNER, _launch.SANDBOX_CONFIG):
             (staging / "psdk" / name.rsplit("/", 1)[1]).touch()
         (staging / "passwd").write_text(PASSWD)
         (staging / "group").write_text(GROUP)
@@ -212,6 +212,7 @@ class StartupMixin:
                 data = {_launch.AGENT_FD: _launch.AGENT_SOURCE.read_bytes(),
                         _launch.PROCS_FD: _launch.PROCS_SOURCE.read_bytes(),
                         _launch.FILEOPS_FD: _launch.FILEOPS_SOURCE.read_bytes(),
+                        _launch.SPAWNER_FD: _launch.SPAWNER_SOURCE.read_bytes(),
                         _launch.CONFIG_FD: config_bytes,
                         **_launch.etc_data(etc, None if meta.template == "default"
                                            else ("hosts", "hostname"))}

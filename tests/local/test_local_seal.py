@@ -353,7 +353,8 @@ async def test_the_agents_modules_are_copied_in_where_no_command_may_change_them
     command can neither write, replace nor remove them."""
     shipped = {_launch.SANDBOX_AGENT: _launch.AGENT_SOURCE,
                _launch.SANDBOX_PROCS: _launch.PROCS_SOURCE,
-               _launch.SANDBOX_FILEOPS: _launch.FILEOPS_SOURCE}
+               _launch.SANDBOX_FILEOPS: _launch.FILEOPS_SOURCE,
+               _launch.SANDBOX_SPAWNER: _launch.SPAWNER_SOURCE}
     assert all(source.is_file() for source in shipped.values())
     async with provider.create() as sandbox:
         entries = {entry.path: entry for entry in await sandbox.files.list("/etc/psdk")}
