@@ -4,11 +4,12 @@ The agent forks it before it starts any thread (forking a threaded process is no
 and sends it each ``exec`` and ``start`` as one packet with the command's stdin, stdout
 and stderr and a control socket (``_procs.send_packet``). It hands the command to a
 supervisor (``_procs.supervise``) forked ahead: a spare waits for its command on a
-socket of its own, and the spawner forks the next once it has been quiet for
-:data:`SPARE_DELAY`, so a command does not wait for a fork of this interpreter. While
-the pids limit refuses a spare, each supervisor is forked when its command comes. The
-spawner is a child subreaper too: the orphans of a supervisor that died anyway reach
-it, and it kills them.
+socket of its own, and the spawner forks one whenever it has none and has been quiet
+for :data:`SPARE_DELAY`, so a command after a pause does not wait for a fork of this
+interpreter. A command that finds no spare (one soon after another, or while the pids
+limit refuses a spare) has its supervisor forked when it comes. The spawner is a child
+subreaper too: the orphans of a supervisor that died anyway reach it, and it kills
+them.
 
 Like ``_agent.py``, this module is copied into the sandbox and imports only the standard
 library.
@@ -30,7 +31,9 @@ try:  # on the host: type checks, unisolated agents
 except ImportError:  # inside a sandbox: the copy beside this file
     import _procs  # type: ignore[import-not-found,no-redef]
 
-SPARE_DELAY = 0.002  # seconds the spawner stays quiet before forking the next spare
+SPARE_DELAY = 0.02
+"""Seconds the spawner stays quiet before it forks a spare: not while the sandbox
+starts or a short command runs, whose CPU it would take."""
 
 
 class Spawner:
@@ -87,8 +90,8 @@ def _spawner_main(sock: socket.socket, user: tuple[int, int] | None) -> None:
             os.close(fd)
         signal.set_wakeup_fd(-1)
 
-    spare = _fork_spare(in_child, user, supervisors)
-    refill = False
+    spare: socket.socket | None = None
+    refill = True
     while True:
         events = sel.select(SPARE_DELAY if refill else None)
         if refill and not events:  # quiet again: make the next supervisor ready
