@@ -72,6 +72,26 @@ async def test_arguments_and_environment_up_to_the_kernels_limit_reach_the_comma
     assert "Argument list too long" in too_many.stderr, too_many
 
 
+async def test_a_command_after_a_pause_runs_under_a_supervisor_forked_ahead(
+        provider: LocalProvider) -> None:
+    """After a pause the spawner holds a supervisor forked ahead of the next command:
+    that command's parent started well before it (a supervisor forked for it would
+    have started in the same clock tick), and one soon after another still runs."""
+    starts = ('read -r p < /proc/$PPID/stat; read -r c < /proc/$$/stat; '
+              'echo "${p##*) }"; echo "${c##*) }"')
+    async with provider.create() as sandbox:
+        for _ in range(2):
+            await anyio.sleep(0.5)
+            ran = await sandbox.exec(["sh", "-c", starts])
+            assert ran.exit_code == 0, ran
+            # Fields after the command name: the start time (in ticks) is the 20th.
+            parent, command = (int(line.split()[19]) for line in ran.stdout.splitlines())
+            ticks = os.sysconf("SC_CLK_TCK")
+            assert command - parent >= ticks // 5, (parent, command)  # 200 ms at least
+        quick = [await sandbox.exec(["true"]) for _ in range(3)]
+        assert [r.exit_code for r in quick] == [0, 0, 0], quick
+
+
 async def test_sandbox_sees_only_its_own_processes(provider: LocalProvider) -> None:
     """The PID namespace holds bubblewrap's init, the agent and the command itself."""
     async with provider.create() as sandbox:
