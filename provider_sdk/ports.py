@@ -12,11 +12,14 @@ forwarded; then the proxy opens a stream into the sandbox through the provider's
 channel (an *opener* the provider gives) and relays bytes both ways, which carries
 WebSockets and any other upgrade. A request that is not an upgrade is forwarded with
 ``Connection: close``, and its answer's head gets ``Connection: close`` too, so every
-request is checked and stripped on a connection of its own; what the client sends past
-the request's body (a pipelined request) is not forwarded where the body's end is known
-(none, or ``Content-Length``; a chunked body is relayed to the connection's end), and a
-request whose body is framed two ways (``Content-Length`` and ``Transfer-Encoding``) is
-refused (``400``).
+request is checked and stripped on a connection of its own: what the client sends past
+the request's body (a pipelined request) is never forwarded. The body's end is found as
+it streams, never holding it whole, whatever its framing: none, ``Content-Length``, or
+chunked (decoded, and sent on in chunks of the proxy's making, without extensions or
+trailers). A request whose body is framed two ways (``Content-Length`` and
+``Transfer-Encoding``), whose codings do not end in ``chunked``, or whose chunked
+framing is malformed (a size line or trailer past its bound too) is refused (``400``)
+and its connection closed.
 
 The server in the sandbox is as untrusted as the code that runs it. Its answer's head is
 read (at most :data:`RESPONSE_HEAD` bytes) and checked before any of it passes: a head
@@ -58,6 +61,7 @@ import attrs
 import structlog
 
 from provider_sdk import errors
+from provider_sdk._chunked import ChunkedError, RequestBody
 from provider_sdk.events import logger
 from provider_sdk.models import ExposedPort
 
@@ -250,7 +254,11 @@ class PortProxy:
         if request is None:
             await _answer(client, 400, "malformed request head")
             return
-        body = request.body_length()
+        body = request.body()
+        try:
+            first = body.take(rest) if not isinstance(body, str) else b""
+        except ChunkedError as exc:
+            body = f"malformed chunked body: {exc}"
         if isinstance(body, str):
             await _answer(client, 400, body)
             return
@@ -267,9 +275,9 @@ class PortProxy:
         try:
             async with entry.opener() as tunnel:
                 opened = True
-                await tunnel.send(request.forwarded(entry.token) + rest[:body])
+                await tunnel.send(request.forwarded(entry.token) + first)
                 await _relay(client, tunnel, cookie=cookie, upgrade=request.upgrade,
-                             body=None if body is None else body - len(rest[:body]))
+                             body=body)
         except errors.SandboxNotFound:
             if not opened:
                 await _answer(client, 502, "the sandbox is gone")
@@ -345,17 +353,23 @@ class _Request:
     def values(self, name: bytes) -> list[bytes]:
         return [v for n, v in self.headers if n.lower() == name]
 
-    def body_length(self) -> int | str | None:
-        """How many bytes of body follow the head (``None``: as many as come, for a
-        chunked body or an upgrade), or why the framing is refused: a body framed two
-        ways is how a second request is smuggled past a proxy."""
+    def body(self) -> RequestBody | str:
+        """The body that follows the head (after an upgrade, everything that comes), or
+        why its framing is refused: a body framed two ways, or with codings that do not
+        end in ``chunked``, is how a second request is smuggled past a proxy."""
         problem = _framing_problem(self.headers)
         if problem is not None:
             return f"ambiguous request body: {problem}"
-        if self.upgrade or self.values(b"transfer-encoding"):
-            return None
+        if self.upgrade:
+            return RequestBody(None)
+        codings = [coding.strip().lower() for value in self.values(b"transfer-encoding")
+                   for coding in value.split(b",")]
+        if codings:
+            if codings[-1] != b"chunked" or codings.count(b"chunked") > 1:
+                return "ambiguous request body: a Transfer-Encoding not ending in chunked"
+            return RequestBody(None, chunked=True)
         lengths = self.values(b"content-length")
-        return int(lengths[0].split(b",")[0]) if lengths else 0
+        return RequestBody(int(lengths[0].split(b",")[0]) if lengths else 0)
 
     def authenticate(self, token: str) -> bool | None:
         """``True`` if the token came in the query, ``False`` if in a header or
@@ -417,70 +431,81 @@ class _Request:
 
 
 async def _relay(client: anyio.abc.ByteStream, tunnel: anyio.abc.ByteStream, *,
-                 cookie: bytes | None, upgrade: bool, body: int | None) -> None:
+                 cookie: bytes | None, upgrade: bool, body: RequestBody) -> None:
     """Relay both ways until either side ends or fails: a client's end of stream ends
     its exchange (nothing is left waiting on a server that never answers). What the
-    client sends is forwarded up to ``body`` more bytes (``None``: all of it), so a
-    request pipelined after a body of known length never reaches the sandbox. The sandbox's
-    answer passes only once its head is checked (:func:`_pass_head`)."""
+    client sends is forwarded as far as ``body`` goes, so a request pipelined after it
+    never reaches the sandbox; malformed chunked framing ends the exchange, with a
+    ``400`` unless the answer has begun. The sandbox's answer passes only once its head
+    is checked (:func:`_pass_head`)."""
+    answering = anyio.Event()
+    refused: list[str] = []
     async with anyio.create_task_group() as tg:
         async def from_client() -> None:
-            left = body
             with contextlib.suppress(anyio.EndOfStream, *_GONE):
                 while True:
                     data = await client.receive(CHUNK)
-                    if left is None:
+                    if not body.done:
+                        try:
+                            data = body.take(data)
+                        except ChunkedError as exc:
+                            refused.append(f"malformed chunked body: {exc}")
+                            break
                         await tunnel.send(data)
-                    elif left:
-                        await tunnel.send(data[:left])
-                        left -= min(left, len(data))
             tg.cancel_scope.cancel()
 
         tg.start_soon(from_client)
         with contextlib.suppress(anyio.EndOfStream, *_GONE):
-            if await _pass_head(client, tunnel, cookie=cookie, upgrade=upgrade):
+            if await _pass_head(client, tunnel, cookie=cookie, upgrade=upgrade,
+                                answering=answering):
                 while True:
                     await client.send(await tunnel.receive(CHUNK))
         tg.cancel_scope.cancel()
+    if refused and not answering.is_set():
+        await _answer(client, 400, refused[0])
 
 
 async def _pass_head(client: anyio.abc.ByteStream, tunnel: anyio.abc.ByteStream, *,
-                     cookie: bytes | None, upgrade: bool) -> bool:
+                     cookie: bytes | None, upgrade: bool, answering: anyio.Event) -> bool:
     """Pass the answer's heads to the client, checked and edited; ``True`` when the rest
     may follow as it comes, ``False`` when the answer was refused with a ``502``.
 
     No head keeps a ``psdk_token`` cookie the sandbox tries to set. Interim heads
     (``1xx``) pass, the next is read after them; ``101`` ends the checks (only for a
     request that asked for an upgrade). The final head gets ``cookie`` and
-    ``Connection: close``."""
+    ``Connection: close``. ``answering`` is set as the final answer (or the ``502``)
+    begins."""
+
+    async def refuse(reason: str) -> bool:
+        answering.set()
+        await _answer(client, 502, reason)
+        return False
+
     data = bytearray()
     while True:
         end = data.find(b"\r\n\r\n")
         if end > RESPONSE_HEAD or (end < 0 and len(data) > RESPONSE_HEAD):
-            await _answer(client, 502, "the answer's head from the sandbox is too large")
-            return False
+            return await refuse("the answer's head from the sandbox is too large")
         if _BARE_LF.search(data, 0, end if end >= 0 else len(data)):  # ends it early for some
-            await _answer(client, 502, "malformed answer from the sandbox: a line not "
-                                       "ended by CRLF")
-            return False
+            return await refuse("malformed answer from the sandbox: a line not ended by "
+                                "CRLF")
         if end < 0:
             try:
                 data += await tunnel.receive(CHUNK)
             except anyio.EndOfStream:
-                await _answer(client, 502, "the server in the sandbox ended the connection "
-                                           "without a complete answer")
-                return False
+                return await refuse("the server in the sandbox ended the connection "
+                                    "without a complete answer")
             continue
         head, data = bytes(data[:end]), data[end + 4:]
         checked = _checked_head(head, upgrade)
         if isinstance(checked, str):
-            await _answer(client, 502, f"malformed answer from the sandbox: {checked}")
-            return False
+            return await refuse(f"malformed answer from the sandbox: {checked}")
         status, headers = checked
         status_line = head.partition(b"\r\n")[0]
         if 100 <= status < 200 and status != 101:
             await client.send(_edited(status_line, headers, None, close=False) + b"\r\n\r\n")
             continue
+        answering.set()
         if status != 101:
             head = _edited(status_line, headers, cookie, close=True)
         await client.send(head + b"\r\n\r\n" + bytes(data))

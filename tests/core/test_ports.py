@@ -15,6 +15,7 @@ import pytest
 from provider_sdk_contract.support import eventually
 
 from provider_sdk import errors
+from provider_sdk._chunked import ChunkedDecoder
 from provider_sdk.ports import MAX_HEAD, PortProxy
 
 pytestmark = pytest.mark.anyio
@@ -267,9 +268,10 @@ class _Canned(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, answer: bytes) -> None:
+    def __init__(self, answer: bytes, idle: float = 0.5) -> None:
         super().__init__(("127.0.0.1", 0), _CannedHandler)
         self.answer = answer
+        self.idle = idle
         self.received = b""
 
 
@@ -283,13 +285,13 @@ class _CannedHandler(socketserver.BaseRequestHandler):
                 server.received += data
                 if not answered and b"\r\n\r\n" in server.received:
                     self.request.sendall(server.answer)
-                    self.request.settimeout(0.5)
+                    self.request.settimeout(server.idle)
                     answered = True
 
 
 @contextlib.contextmanager
-def _canned(answer: bytes) -> Iterator[_Canned]:
-    server = _Canned(answer)
+def _canned(answer: bytes, idle: float = 0.5) -> Iterator[_Canned]:
+    server = _Canned(answer, idle)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -379,3 +381,101 @@ async def test_nothing_past_the_request_body_is_forwarded(proxy: PortProxy) -> N
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_nothing_past_a_chunked_body_is_forwarded(proxy: PortProxy) -> None:
+    """A chunked body reaches the server re-framed (extensions and trailers dropped),
+    up to its last chunk; a request pipelined after it, token, other ports' cookies and
+    all, does not, however the client splits what it sends."""
+    with _canned(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n") as server:
+        exposed = await proxy.expose("sb", 80, _canned_opener(server))
+        token = exposed.token.reveal().encode()
+        second = (b"GET /second HTTP/1.1\r\nX-Psdk-Token: " + token
+                  + b"\r\nCookie: psdk_token_1=other\r\n\r\n")
+        body = (b"4;ext=1\r\nbody\r\n6\r\n-more-\r\n0\r\nX-Trailer: " + token
+                + b"\r\n\r\n")
+        head = (b"POST / HTTP/1.1\r\nX-Psdk-Token: " + token
+                + b"\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for split in (len(head), len(head) + 9, len(head) + len(body) - 3):
+            server.received = b""
+            got = await _send_in_two(exposed.base_url, head + body + second, split)
+            assert got.startswith(b"HTTP/1.1 200 "), got[:120]
+            await eventually(lambda: _true(server.received.endswith(b"0\r\n\r\n")),
+                             what="the body reached the server")
+            decoded, past = ChunkedDecoder().feed(server.received.partition(b"\r\n\r\n")[2])
+            assert (decoded, past) == (b"body-more-", b"")
+            assert token not in server.received
+            assert b"/second" not in server.received
+            assert b"other" not in server.received
+
+
+async def _send_in_two(url: str, raw: bytes, split: int) -> bytes:
+    """Send ``raw`` in two pieces, a moment apart; return all the proxy answers."""
+    with anyio.fail_after(20):
+        async with await anyio.connect_tcp(*_address(url)) as stream:
+            answer = b""
+            with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                await stream.send(raw[:split])
+                await anyio.sleep(0.1)
+                await stream.send(raw[split:])
+                while True:
+                    answer += await stream.receive()
+            return answer
+
+
+@pytest.mark.parametrize("body", [b"5\r\nhello\r\nzz\r\n", b"5\r\nhelloGET / HTTP/1.1\r\n",
+                                  b"0\r\nno colon\r\n\r\n", b"5\nhello\r\n0\r\n\r\n",
+                                  b"1;" + b"a" * 5000 + b"\r\n"],
+                         ids=["bad-size", "no-crlf-after-data", "bad-trailer", "bare-lf",
+                              "long-line"])
+async def test_malformed_chunked_body_is_refused(proxy: PortProxy, body: bytes) -> None:
+    """Malformed chunked framing in what came with the head is a 400 before anything
+    reaches the sandbox; the connection closes."""
+    with _canned(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n") as server:
+        exposed = await proxy.expose("sb", 80, _canned_opener(server))
+        got = await _send(exposed.base_url, b"POST / HTTP/1.1\r\nX-Psdk-Token: "
+                          + exposed.token.reveal().encode()
+                          + b"\r\nTransfer-Encoding: chunked\r\n\r\n" + body)
+        assert got.startswith(b"HTTP/1.1 400 "), got[:120]
+        assert b"malformed chunked body" in got
+        assert server.received == b""
+
+
+async def test_malformed_chunked_body_midway_is_a_400(proxy: PortProxy) -> None:
+    """Malformed framing after the first chunks reached a server that has not answered
+    yet ends the exchange with a 400; nothing of it or after it reaches the server."""
+    with _canned(b"", idle=10) as server:
+        exposed = await proxy.expose("sb", 80, _canned_opener(server))
+        token = exposed.token.reveal().encode()
+        head = (b"POST / HTTP/1.1\r\nX-Psdk-Token: " + token
+                + b"\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        rest = b"5\r\nworldGET /second HTTP/1.1\r\nX-Psdk-Token: " + token + b"\r\n\r\n"
+        with anyio.fail_after(20):
+            async with await anyio.connect_tcp(*_address(exposed.base_url)) as stream:
+                await stream.send(head)
+                await eventually(lambda: _true(server.received.endswith(b"hello\r\n")),
+                                 what="the first chunk reached the server")
+                await stream.send(rest)
+                got = b""
+                with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                    while True:
+                        got += await stream.receive()
+        assert got.startswith(b"HTTP/1.1 400 "), got[:120]
+        assert server.received.endswith(b"\r\n\r\n5\r\nhello\r\n"), server.received[-40:]
+        assert b"world" not in server.received
+        assert token not in server.received
+
+
+@pytest.mark.parametrize("coding", [b"gzip", b"chunked, gzip", b"chunked, chunked",
+                                    b"chunked,"])
+async def test_transfer_coding_not_ending_in_chunked_is_refused(
+        proxy: PortProxy, coding: bytes) -> None:
+    """A body whose end cannot be found (codings that do not end in ``chunked``) is a
+    400, and nothing reaches the sandbox."""
+    with _canned(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n") as server:
+        exposed = await proxy.expose("sb", 80, _canned_opener(server))
+        got = await _send(exposed.base_url, b"POST / HTTP/1.1\r\nX-Psdk-Token: "
+                          + exposed.token.reveal().encode() + b"\r\nTransfer-Encoding: "
+                          + coding + b"\r\n\r\n0\r\n\r\n")
+        assert got.startswith(b"HTTP/1.1 400 "), got[:120]
+        assert server.received == b""
