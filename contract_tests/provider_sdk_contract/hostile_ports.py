@@ -449,6 +449,43 @@ class HostilePortsContract(ContractBase):
         assert b"/smuggled" not in received, "a smuggled request reached the server"
 
     @requires(Capability.PORTS_EXPOSE, Capability.PROCESS_BACKGROUND)
+    async def test_hostile_port_nothing_pipelined_after_a_chunked_body_reaches_the_server(
+            self, factory: Factory) -> None:
+        """A request with a chunked body (extensions, a trailer carrying the token),
+        followed on its connection by a request carrying the token and another port's
+        cookie: the server gets the body, sent whole or split mid-chunk, and none of
+        the token, the cookie or the second request."""
+        sandbox, exposed = await self._hostile(factory)
+        url, headers = _credentials(exposed)
+        token = exposed.token.reveal()
+        stolen = secrets.token_urlsafe(24)  # another port's cookie, as a browser sends it
+        cookie = {"Cookie": f"psdk_token_1={stolen}; psdk_token_{PORT}={token}; app=1"}
+        second = _request_bytes(url, {**headers, **cookie}, "pipelined")
+        for number, split in enumerate((None, 15)):
+            marker = f"body-{number}-".encode()
+            body = (b"5;ext=\"a b\"\r\nfirst\r\n%x\r\n%b\r\n0\r\nX-Trailer: %b\r\n\r\n"
+                    % (len(marker), marker, token.encode()))
+            first = _request_bytes(url, headers, "silent", method="POST", body=body,
+                                   extra=["Transfer-Encoding: chunked"])
+            at = len(first) - len(body) + split if split is not None else len(first)
+            with anyio.fail_after(PROMPT):
+                async with await _connect(url) as stream:
+                    await stream.send(first[:at])
+                    await anyio.sleep(0.2)
+                    await stream.send(first[at:] + second)
+
+                    async def arrived(marker: bytes = marker) -> bool:
+                        return marker in await _received(sandbox)
+
+                    await eventually(arrived, what="the chunked body reached the server")
+                    await anyio.sleep(0.5)  # what follows it would arrive meanwhile
+        received = await _received(sandbox)
+        assert b"first" in received, "the server got none of the first chunk"
+        assert token.encode() not in received, "the server in the sandbox got the token"
+        assert stolen.encode() not in received, "the server got another port's cookie"
+        assert b"/pipelined" not in received, "a request after a chunked body got through"
+
+    @requires(Capability.PORTS_EXPOSE, Capability.PROCESS_BACKGROUND)
     async def test_hostile_port_request_never_reaches_another_port(
             self, factory: Factory) -> None:
         """Whatever a request names (an absolute target, ``Host``, ``CONNECT``,
