@@ -9,10 +9,10 @@ chunked``) without ever holding the body whole: each chunk's bytes pass as they 
 and only a chunk's size line or a trailer line is held, up to a bound. A framing error
 is a :class:`ChunkedError`, whose message never quotes what the client sent.
 
-:class:`RequestBody` is the proxy's view of one body: of a known length, chunked (the
+:class:`RequestBody` is the proxy's view of one body: of a known length, or chunked (the
 sandbox gets the decoded bytes in chunks of the proxy's own making, so a server that
 parses chunked framing differently sees nothing it could read otherwise; extensions and
-trailers are dropped), or, after an upgrade, everything that comes.
+trailers are dropped).
 """
 
 from __future__ import annotations
@@ -127,38 +127,34 @@ class ChunkedDecoder:
 
 class RequestBody:
     """Which of the bytes a client sends past a request's head are its body, as the
-    server in the sandbox gets them: :meth:`take` returns what to forward of each piece
-    that comes, nothing once the body has ended.
+    server in the sandbox gets them: :meth:`take` splits each piece that comes into
+    what to forward and what came past the body's end.
 
-    ``length`` bytes of body, or with ``chunked`` a chunked body, re-framed; with
-    neither (``length=None``), everything (the bytes of an upgraded connection).
+    ``length`` bytes of body, or with ``chunked`` a chunked body, re-framed.
     """
 
-    def __init__(self, length: int | None, *, chunked: bool = False) -> None:
+    def __init__(self, length: int = 0, *, chunked: bool = False) -> None:
         self._left = length
         self._decoder = ChunkedDecoder() if chunked else None
 
     @property
     def done(self) -> bool:
         """Whether the body has ended: nothing more will be forwarded."""
-        if self._decoder is not None:
-            return self._decoder.done
-        return self._left == 0
+        return self._decoder.done if self._decoder is not None else self._left == 0
 
-    def take(self, data: bytes) -> bytes:
-        """What of ``data`` (the next bytes from the client) to forward.
+    def take(self, data: bytes) -> tuple[bytes, bytes]:
+        """What of ``data`` (the next bytes from the client) to forward, and what came
+        past the body's end (all of it once the body has ended).
 
         Raises:
             ChunkedError: a chunked body's framing is malformed.
         """
         if self._decoder is not None:
             if self._decoder.done:
-                return b""
-            payload, _ = self._decoder.feed(data)
+                return b"", data
+            payload, past = self._decoder.feed(data)
             out = b"%x\r\n%b\r\n" % (len(payload), payload) if payload else b""
-            return out + b"0\r\n\r\n" if self._decoder.done else out
-        if self._left is None:
-            return data
+            return (out + b"0\r\n\r\n" if self._decoder.done else out), past
         taken = data[:self._left]
         self._left -= len(taken)
-        return taken
+        return taken, data[len(taken):]

@@ -33,44 +33,65 @@ _GONE = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
 
 
 async def relay(client: anyio.abc.ByteStream, tunnel: anyio.abc.ByteStream, *,
-                 cookie: bytes | None, upgrade: bool, body: RequestBody) -> None:
+                cookie: bytes | None, upgrade: bool, body: RequestBody,
+                held: bytes = b"") -> None:
     """Relay both ways until either side ends or fails: a client's end of stream ends
     its exchange (nothing is left waiting on a server that never answers). What the
     client sends is forwarded as far as ``body`` goes, so a request pipelined after it
     never reaches the sandbox; malformed chunked framing ends the exchange, with a
-    ``400`` unless the answer has begun. The sandbox's answer passes only once its head
-    is checked (:func:`_pass_head`)."""
+    ``400`` unless the answer has begun. With ``upgrade``, what comes past the body
+    (``held`` first) is held back, reading no more past :data:`CHUNK` bytes, until the
+    answer: after a ``101`` it is forwarded, and all that follows as it comes; after
+    any other answer, never. The sandbox's answer passes only once its head is checked
+    (:func:`_pass_head`)."""
     answering = anyio.Event()
     refused: list[str] = []
+    pending = bytearray(held if upgrade else b"")
+    reading = anyio.CancelScope()  # cancelled when the answer switches protocols
+    switched = False
     async with anyio.create_task_group() as tg:
         async def from_client() -> None:
             with contextlib.suppress(anyio.EndOfStream, *_GONE):
-                while True:
-                    data = await client.receive(CHUNK)
-                    if not body.done:
+                with reading:
+                    while True:
+                        if len(pending) > CHUNK:  # no more until the answer comes
+                            await anyio.sleep_forever()
+                        data = await client.receive(CHUNK)
                         try:
-                            data = body.take(data)
+                            forward, past = body.take(data)
                         except ChunkedError as exc:
                             refused.append(f"malformed chunked body: {exc}")
                             break
-                        await tunnel.send(data)
+                        if upgrade:
+                            pending.extend(past)
+                        if forward:
+                            await tunnel.send(forward)
+                if switched:
+                    if pending:
+                        await tunnel.send(bytes(pending))
+                        pending.clear()
+                    while True:
+                        await tunnel.send(await client.receive(CHUNK))
             tg.cancel_scope.cancel()
 
         tg.start_soon(from_client)
         with contextlib.suppress(anyio.EndOfStream, *_GONE):
-            if await _pass_head(client, tunnel, cookie=cookie, upgrade=upgrade,
-                                answering=answering):
-                while True:
-                    await client.send(await tunnel.receive(CHUNK))
+            status = await _pass_head(client, tunnel, cookie=cookie, upgrade=upgrade,
+                                      answering=answering)
+            if status == 101:
+                switched = True
+                reading.cancel()
+            while status:
+                await client.send(await tunnel.receive(CHUNK))
         tg.cancel_scope.cancel()
     if refused and not answering.is_set():
         await answer(client, 400, refused[0])
 
 
 async def _pass_head(client: anyio.abc.ByteStream, tunnel: anyio.abc.ByteStream, *,
-                     cookie: bytes | None, upgrade: bool, answering: anyio.Event) -> bool:
-    """Pass the answer's heads to the client, checked and edited; ``True`` when the rest
-    may follow as it comes, ``False`` when the answer was refused with a ``502``.
+                     cookie: bytes | None, upgrade: bool, answering: anyio.Event) -> int:
+    """Pass the answer's heads to the client, checked and edited; the final status when
+    the rest may follow as it comes, ``0`` when the answer was refused with a ``502``.
 
     No head keeps a ``psdk_token`` cookie the sandbox tries to set. Interim heads
     (``1xx``) pass, the next is read after them; ``101`` ends the checks (only for a
@@ -78,10 +99,10 @@ async def _pass_head(client: anyio.abc.ByteStream, tunnel: anyio.abc.ByteStream,
     ``Connection: close``. ``answering`` is set as the final answer (or the ``502``)
     begins."""
 
-    async def refuse(reason: str) -> bool:
+    async def refuse(reason: str) -> int:
         answering.set()
         await answer(client, 502, reason)
-        return False
+        return 0
 
     data = bytearray()
     while True:
@@ -111,7 +132,7 @@ async def _pass_head(client: anyio.abc.ByteStream, tunnel: anyio.abc.ByteStream,
         if status != 101:
             head = _edited(status_line, headers, cookie, close=True)
         await client.send(head + b"\r\n\r\n" + bytes(data))
-        return True
+        return status
 
 
 _STATUS = re.compile(rb"HTTP/1\.[01] ([1-5][0-9][0-9])(?:[ \t][^\x00-\x08\x0a-\x1f\x7f]*)?")

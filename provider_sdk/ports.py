@@ -250,7 +250,7 @@ class PortProxy:
             return
         body = request.body()
         try:
-            first = body.take(rest) if not isinstance(body, str) else b""
+            first, past = body.take(rest) if not isinstance(body, str) else (b"", b"")
         except ChunkedError as exc:
             body = f"malformed chunked body: {exc}"
         if isinstance(body, str):
@@ -271,7 +271,7 @@ class PortProxy:
                 opened = True
                 await tunnel.send(request.forwarded(entry.token) + first)
                 await relay(client, tunnel, cookie=cookie, upgrade=request.upgrade,
-                             body=body)
+                            body=body, held=past)
         except errors.SandboxNotFound:
             if not opened:
                 await answer(client, 502, "the sandbox is gone")
@@ -348,20 +348,18 @@ class _Request:
         return [v for n, v in self.headers if n.lower() == name]
 
     def body(self) -> RequestBody | str:
-        """The body that follows the head (after an upgrade, everything that comes), or
-        why its framing is refused: a body framed two ways, or with codings that do not
-        end in ``chunked``, is how a second request is smuggled past a proxy."""
+        """The body that follows the head (after it, an upgrade's bytes), or why its
+        framing is refused: a body framed two ways, or with codings that do not end in
+        ``chunked``, is how a second request is smuggled past a proxy."""
         problem = framing_problem(self.headers)
         if problem is not None:
             return f"ambiguous request body: {problem}"
-        if self.upgrade:
-            return RequestBody(None)
         codings = [coding.strip().lower() for value in self.values(b"transfer-encoding")
                    for coding in value.split(b",")]
         if codings:
             if codings[-1] != b"chunked" or codings.count(b"chunked") > 1:
                 return "ambiguous request body: a Transfer-Encoding not ending in chunked"
-            return RequestBody(None, chunked=True)
+            return RequestBody(chunked=True)
         lengths = self.values(b"content-length")
         return RequestBody(int(lengths[0].split(b",")[0]) if lengths else 0)
 

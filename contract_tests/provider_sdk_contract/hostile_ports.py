@@ -451,10 +451,11 @@ class HostilePortsContract(ContractBase):
     @requires(Capability.PORTS_EXPOSE, Capability.PROCESS_BACKGROUND)
     async def test_hostile_port_nothing_pipelined_after_a_chunked_body_reaches_the_server(
             self, factory: Factory) -> None:
-        """A request with a chunked body (extensions, a trailer carrying the token),
-        followed on its connection by a request carrying the token and another port's
-        cookie: the server gets the body, sent whole or split mid-chunk, and none of
-        the token, the cookie or the second request."""
+        """A request with a chunked body (extensions, a trailer carrying the token), or
+        one that asks for an upgrade the server never answers, followed on its
+        connection by a request carrying the token and another port's cookie: the
+        server gets the body, sent whole or split mid-chunk, and none of the token, the
+        cookie or the second request."""
         sandbox, exposed = await self._hostile(factory)
         url, headers = _credentials(exposed)
         token = exposed.token.reveal()
@@ -479,6 +480,17 @@ class HostilePortsContract(ContractBase):
 
                     await eventually(arrived, what="the chunked body reached the server")
                     await anyio.sleep(0.5)  # what follows it would arrive meanwhile
+        upgrade = _request_bytes(url, headers, "silent", extra=[
+            "Upgrade: websocket", "Connection: Upgrade", "X-Marker: upgrade"])
+        with anyio.fail_after(PROMPT):
+            async with await _connect(url) as stream:
+                await stream.send(upgrade + second)
+
+                async def asked() -> bool:
+                    return b"X-Marker: upgrade" in await _received(sandbox)
+
+                await eventually(asked, what="the upgrade request reached the server")
+                await anyio.sleep(0.5)
         received = await _received(sandbox)
         assert b"first" in received, "the server got none of the first chunk"
         assert token.encode() not in received, "the server in the sandbox got the token"

@@ -75,10 +75,12 @@ def test_the_reframed_body_is_the_same_body(case: tuple[bytes, bytes],
     """What :class:`RequestBody` forwards is itself a well-formed chunked body of the
     same bytes, ending in the last chunk, with nothing of what follows."""
     body, encoded = case
-    framing = RequestBody(None, chunked=True)
-    forwarded = b"".join(framing.take(piece)
-                         for piece in _split(encoded + b"GET /next HTTP/1.1\r\n\r\n", cuts))
+    framing = RequestBody(chunked=True)
+    after = b"GET /next HTTP/1.1\r\n\r\n"
+    taken = [framing.take(piece) for piece in _split(encoded + after, cuts)]
+    forwarded = b"".join(forward for forward, _ in taken)
     assert framing.done
+    assert b"".join(past for _, past in taken) == after
     assert forwarded.endswith(b"0\r\n\r\n")
     decoded, rest, done = _decode([forwarded])
     assert (decoded, rest, done) == (body, b"", True)
@@ -162,19 +164,16 @@ def test_a_huge_chunk_streams() -> None:
 
 def test_a_length_body_forwards_its_length_only() -> None:
     framing = RequestBody(4)
-    assert framing.take(b"bo") == b"bo"
+    assert framing.take(b"bo") == (b"bo", b"")
     assert not framing.done
-    assert framing.take(b"dyGET / HTTP/1.1\r\n") == b"dy"
+    assert framing.take(b"dyGET / HTTP/1.1\r\n") == (b"dy", b"GET / HTTP/1.1\r\n")
     assert framing.done
-    assert framing.take(b"more") == b""
-    assert RequestBody(0).done
-    upgraded = RequestBody(None)
-    assert upgraded.take(b"anything") == b"anything"
-    assert not upgraded.done
+    assert framing.take(b"more") == (b"", b"more")
+    assert RequestBody().done
 
 
 def test_the_reframed_chunks_drop_extensions_and_trailers() -> None:
-    framing = RequestBody(None, chunked=True)
+    framing = RequestBody(chunked=True)
     got = framing.take(b"3;ext=\"x\"\r\nabc\r\n0\r\nX-Token: secret\r\n\r\nGET /")
-    assert got == b"3\r\nabc\r\n0\r\n\r\n"
-    assert framing.take(b"next") == b""
+    assert got == (b"3\r\nabc\r\n0\r\n\r\n", b"GET /")
+    assert framing.take(b"next") == (b"", b"next")

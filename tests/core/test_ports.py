@@ -479,3 +479,51 @@ async def test_transfer_coding_not_ending_in_chunked_is_refused(
                           + coding + b"\r\n\r\n0\r\n\r\n")
         assert got.startswith(b"HTTP/1.1 400 "), got[:120]
         assert server.received == b""
+
+
+_UPGRADE = b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nX-Psdk-Token: "
+
+
+async def test_nothing_after_an_upgrade_request_passes_without_a_101(
+        proxy: PortProxy) -> None:
+    """What a client sends after a request that asks for an upgrade waits for the
+    answer: an answer that is not ``101`` (or none yet) lets none of it through, so a
+    request pipelined there, token and all, never reaches the sandbox."""
+    for answer in (b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", b""):
+        with _canned(answer, idle=10) as server:
+            exposed = await proxy.expose("sb", 80, _canned_opener(server))
+            token = exposed.token.reveal().encode()
+            second = b"GET /second HTTP/1.1\r\nX-Psdk-Token: " + token + b"\r\n\r\n"
+            with anyio.fail_after(20):
+                async with await anyio.connect_tcp(*_address(exposed.base_url)) as stream:
+                    await stream.send(_UPGRADE + token + b"\r\n\r\n" + second)
+                    await eventually(lambda: _true(b"/ws" in server.received),
+                                     what="the upgrade request reached the server")
+                    await anyio.sleep(0.3)
+                    await stream.send(second)
+                    await anyio.sleep(0.3)
+            assert token not in server.received
+            assert b"/second" not in server.received
+            await proxy.unexpose("sb", 80)
+
+
+async def test_after_a_101_the_upgraded_connection_carries_everything(
+        proxy: PortProxy) -> None:
+    """Once the sandbox answers ``101``, what the client sent after its request (held
+    until then) and all that follows pass as they come."""
+    switch = (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+              b"Connection: Upgrade\r\n\r\n")
+    with _canned(switch, idle=10) as server:
+        exposed = await proxy.expose("sb", 80, _canned_opener(server))
+        token = exposed.token.reveal().encode()
+        with anyio.fail_after(20):
+            async with await anyio.connect_tcp(*_address(exposed.base_url)) as stream:
+                await stream.send(_UPGRADE + token + b"\r\n\r\nearly-")
+                got = b""
+                while b"\r\n\r\n" not in got:
+                    got += await stream.receive()
+                assert got.startswith(b"HTTP/1.1 101 "), got[:120]
+                await stream.send(b"late")
+                await eventually(lambda: _true(server.received.endswith(b"early-late")),
+                                 what="the upgraded connection's bytes reached the server")
+        assert token not in server.received
