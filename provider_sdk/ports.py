@@ -19,7 +19,9 @@ chunked (decoded, and sent on in chunks of the proxy's making, without extension
 trailers). A request whose body is framed two ways (``Content-Length`` and
 ``Transfer-Encoding``), whose codings do not end in ``chunked``, or whose chunked
 framing is malformed (a size line or trailer past its bound too) is refused (``400``)
-and its connection closed.
+and its connection closed. After a request that asks for an upgrade, what the client
+sends past its body waits for the answer: after a ``101`` it passes, and all that
+follows as it comes; after any other answer, none of it does.
 
 The server in the sandbox is as untrusted as the code that runs it. Its answer's head is
 read (at most 64 KiB) and checked before any of it passes: a head too large, not
