@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
+from provider_sdk.manager._env_handle import EnvSandbox
 from provider_sdk.models import SandboxInfo, SandboxSpec, SandboxState
-from provider_sdk.provider import Command, SandboxProvider
-from provider_sdk.sandbox import Sandbox, Shell
 
 __all__ = ["EXPIRES_LABEL", "POOL_LABEL", "SPEC_LABEL", "TAKEN_LABEL", "TAKEN_TTL",
            "ClaimedSandbox", "LIVE", "MADE_TOKEN", "OWN_LABELS", "alive_claim", "created_time",
@@ -72,32 +71,10 @@ def alive_claim(name: str) -> str:
     return f"pool-alive:{name}"
 
 
-class ClaimedSandbox(Sandbox):
+class ClaimedSandbox(EnvSandbox):
     """A sandbox handed out by a :class:`WarmPool`, with the environment the claim gave
-    it applied under every command's own ``env``. It is the caller's: ``async with``
-    kills it, as for any sandbox the caller made."""
-
-    def __init__(self, provider: SandboxProvider, info: SandboxInfo, *,
-                 env: Mapping[str, str]) -> None:
-        super().__init__(provider, info)
-        self._env = dict(env)
-
-    @property
-    def env(self) -> Mapping[str, str]:
-        """The environment the claim gave (a copy)."""
-        return dict(self._env)
-
-    def _command(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None,
-                 cwd: str | None, user: str | None, timeout: float | None,
-                 stdin: bytes | str | None, output_limit: int | None) -> Command:
-        merged = {**self._env, **(env or {})} if self._env else env
-        return super()._command(cmd, env=merged, cwd=cwd, user=user, timeout=timeout,
-                                stdin=stdin, output_limit=output_limit)
-
-    async def shell(self, *, cwd: str | None = None,
-                    env: Mapping[str, str] | None = None) -> Shell:
-        """Open a persistent shell that starts with the claim's environment."""
-        return await super().shell(cwd=cwd, env={**self._env, **(env or {})})
+    it (``env``) applied under every command's own ``env``. It is the caller's:
+    ``async with`` kills it, as for any sandbox the caller made."""
 
 
 def fingerprint(spec: SandboxSpec, template: Any = None) -> str:

@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from provider_sdk.capabilities import Capability
 from provider_sdk.errors import SandboxNotFound, SandboxNotRunning, Unavailable
+from provider_sdk.manager._env_handle import EnvSandbox
 from provider_sdk.models import ExecResult, FileInfo, SandboxInfo, _env_map
-from provider_sdk.provider import Command, OutputCallback
-from provider_sdk.sandbox import Data, Files, Process, Sandbox, Shell
+from provider_sdk.provider import OutputCallback
+from provider_sdk.sandbox import Data, Files, Process, Sandbox
 
 if TYPE_CHECKING:
     from provider_sdk.provider import SandboxProvider
@@ -66,7 +67,7 @@ class ManagerLink(Protocol):
         """The sandbox is gone: drop what this process remembers of it."""
 
 
-class ManagedSandbox(Sandbox):
+class ManagedSandbox(EnvSandbox):
     """A sandbox bound to an owner by a :class:`~provider_sdk.manager.SandboxManager`.
 
     Attributes:
@@ -75,10 +76,9 @@ class ManagedSandbox(Sandbox):
 
     def __init__(self, provider: SandboxProvider, info: SandboxInfo, *,
                  manager: ManagerLink, owner: str, env: Mapping[str, str]) -> None:
-        super().__init__(provider, info)
+        super().__init__(provider, info, env=env)
         self.owner = owner
         self._manager = manager
-        self._env: dict[str, str] = dict(env)
         self._keep = True  # resident: ``async with`` must not kill it
         # File operations count as use, like commands.
         self._files = _ManagedFiles(self)
@@ -117,13 +117,6 @@ class ManagedSandbox(Sandbox):
 
     # ----------------------------------------------------------------- exec
 
-    def _command(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None,
-                 cwd: str | None, user: str | None, timeout: float | None,
-                 stdin: bytes | str | None, output_limit: int | None) -> Command:
-        merged = {**self._env, **(env or {})} if self._env else env
-        return super()._command(cmd, env=merged, cwd=cwd, user=user, timeout=timeout,
-                                stdin=stdin, output_limit=output_limit)
-
     async def exec(
         self,
         cmd: str | Sequence[str],
@@ -149,11 +142,6 @@ class ManagedSandbox(Sandbox):
         """Start a background process with the owner's environment under ``env``."""
         return await self._guarded(lambda: Sandbox.start(self, cmd, env=env, cwd=cwd,
                                                          user=user, stdin=stdin))
-
-    async def shell(self, *, cwd: str | None = None,
-                    env: Mapping[str, str] | None = None) -> Shell:
-        """Open a persistent shell that starts with the owner's environment."""
-        return await super().shell(cwd=cwd, env={**self._env, **(env or {})})
 
     async def _guarded(self, call: Callable[[], Awaitable[T]]) -> T:
         """Run one call: count it as use; if the provider refused it because the sandbox

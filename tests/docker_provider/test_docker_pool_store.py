@@ -122,12 +122,12 @@ async def test_the_same_sqlite_store_reuses_free_members_and_another_leaves_them
     await _still_alices(alice)
     async with SQLiteStore(path) as same:
         async with WarmPool(provider, SPEC, size=2, store=same, name=name, interval=60,
-                            max_age=1) as again:
+                            max_age=AGE) as again:
             await again.wait_filled(BOUND)
             bob = await again.claim()
             assert bob.id in free  # reused: made in the first run, never handed out
-            await again.wait_filled(BOUND)  # one of its own, young for a second only
-        await anyio.sleep(1.5)
+            await again.wait_filled(BOUND)  # one of its own, young for AGE seconds only
+        await anyio.sleep(AGE + 0.5)
         left = {i.id for i in await provider.list(metadata={POOL_LABEL: name})}
         assert not {v.id for v in await reap(provider, MemoryStore())} & left
         reaped = {v.id for v in await reap(provider, same)}

@@ -33,6 +33,8 @@ pytestmark = pytest.mark.anyio
 
 FAST = 0.05  # seconds between rounds
 BOUND = 10.0  # seconds any wait may take on a loaded machine
+AGE = 3.0  # max_age of pools whose members must expire: room for a loaded machine to
+# claim one first
 
 
 def _members(memory: Store, name: str = "default") -> list[SandboxInfo]:
@@ -160,7 +162,7 @@ async def test_a_pool_with_another_store_leaves_the_members_alone(memory: Store)
     # This provider's labels are fixed at create: only the store a member was made
     # through knows whether it was handed out.
     provider = MemoryProvider()
-    async with WarmPool(provider, size=2, interval=60, max_age=1.0) as first:
+    async with WarmPool(provider, size=2, interval=60, max_age=AGE) as first:
         await first.wait_filled(BOUND)
         alice = await first.claim()
         await first.wait_filled(BOUND)
@@ -172,7 +174,7 @@ async def test_a_pool_with_another_store_leaves_the_members_alone(memory: Store)
         bob = await again.claim()
         assert bob.id not in made
         await again.drain()
-    await anyio.sleep(1.0)  # the first run's members are past max_age
+    await anyio.sleep(AGE)  # the first run's members are past max_age
     assert not {i.id for i in await reap(provider, MemoryStore())} & made
     assert made <= {i.id for i in _members(memory)}
     assert alice.id in memory.boxes
@@ -180,7 +182,7 @@ async def test_a_pool_with_another_store_leaves_the_members_alone(memory: Store)
 
 async def test_pools_sharing_a_store_reuse_its_free_members(memory: Store) -> None:
     provider, store = MemoryProvider(), MemoryStore()
-    async with WarmPool(provider, size=2, store=store, interval=60, max_age=1.0) as first:
+    async with WarmPool(provider, size=2, store=store, interval=60, max_age=AGE) as first:
         await first.wait_filled(BOUND)
         alice = await first.claim()
         await first.wait_filled(BOUND)
@@ -188,7 +190,7 @@ async def test_pools_sharing_a_store_reuse_its_free_members(memory: Store) -> No
     async with WarmPool(provider, size=2, store=store, interval=60) as again:
         await again.wait_filled(BOUND)
         assert (await again.claim()).id in free
-    await anyio.sleep(1.0)
+    await anyio.sleep(AGE)
     reaped = {i.id for i in await reap(provider, store)}
     assert reaped
     assert reaped <= free

@@ -49,6 +49,8 @@ from provider_sdk.sandbox import Sandbox
 pytestmark = pytest.mark.anyio
 
 BOUND = 60.0  # seconds a wait may take on a loaded machine
+AGE = 3.0  # max_age of pools whose members must expire: room for a loaded machine to
+# claim one first
 CHECK = 2.0  # the pools' check_timeout here
 
 KILL_ALL = "kill -9 -1"
@@ -281,7 +283,7 @@ async def test_a_member_handed_out_stays_its_claimers_when_the_store_forgets(
     """Each pool here has a store of its own in memory, as after a restart: the member
     handed out carries the mark itself, so no later pool hands it out, drains it, or
     lets the reaper kill it."""
-    async with WarmPool(provider, size=1, interval=60, max_age=1) as first:
+    async with WarmPool(provider, size=1, interval=60, max_age=AGE) as first:
         await first.wait_filled(BOUND)
         alice = await first.claim()
         await alice.exec("echo alice-private > /tmp/note")
@@ -293,7 +295,7 @@ async def test_a_member_handed_out_stays_its_claimers_when_the_store_forgets(
             assert bob.id != alice.id
             assert not await bob.files.exists("/tmp/note")
         await second.drain()
-    await anyio.sleep(1.1)  # alice's member is past the first pool's max_age
+    await anyio.sleep(AGE + 0.1)  # alice's member is past the first pool's max_age
     assert alice.id not in {i.id for i in await reap(provider, MemoryStore())}
     assert (await alice.exec("cat /tmp/note")).stdout == "alice-private\n"
     await alice.kill()

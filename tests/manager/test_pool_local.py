@@ -27,6 +27,8 @@ from provider_sdk.models import SandboxSpec, SandboxState
 pytestmark = pytest.mark.anyio
 
 BOUND = 60.0
+AGE = 3.0  # max_age of pools whose members must expire: room for a loaded machine to
+# claim one first
 WORKER = Path(__file__).with_name("pool_worker.py")
 
 
@@ -114,7 +116,7 @@ async def test_psdk_reap_kills_free_members_of_a_pool_nobody_runs(
     monkeypatch.setenv("PSDK_HOME", str(provider.home))
     monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # psdk sets it
     async with SQLiteStore(db_path) as store:
-        async with WarmPool(provider, size=2, store=store, max_age=1) as pool:
+        async with WarmPool(provider, size=2, store=store, max_age=AGE) as pool:
             await pool.wait_filled(BOUND)
             (kept, member) = pool._free
             claimed = await pool.take()
@@ -123,7 +125,7 @@ async def test_psdk_reap_kills_free_members_of_a_pool_nobody_runs(
         # Free: every member but the one taken (and a refill may have added one).
         free = set(await _members(provider)) - {kept}
         assert member in free
-        await anyio.sleep(1.1)  # past max_age
+        await anyio.sleep(AGE + 0.1)  # past max_age
     argv = ["reap", "--provider", "local", "--store", f"sqlite://{db_path}"]
     assert await anyio.to_thread.run_sync(main, argv) == 0  # psdk runs its own loop
     out = capsys.readouterr().out
