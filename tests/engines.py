@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import subprocess
 
 import pytest
 
@@ -51,6 +52,28 @@ def require_bwrap() -> None:
     """Skip the calling test (fail it under CI) without bubblewrap."""
     if shutil.which("bwrap") is None:
         missing("bubblewrap (bwrap) is not installed: the local provider needs it")
+
+
+@functools.cache
+def bubblewrap_problem() -> str | None:
+    """Why the local provider cannot isolate sandboxes here, or ``None`` if it can."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bubblewrap (bwrap) is not installed: the local provider needs it"
+    probe = subprocess.run([bwrap, "--unshare-all", "--ro-bind", "/", "/", "/bin/true"],
+                           capture_output=True, check=False)
+    if probe.returncode != 0:
+        return ("bubblewrap cannot create namespaces here: "
+                f"{probe.stderr.decode(errors='replace').strip()}")
+    return None
+
+
+def require_namespaces() -> None:
+    """Skip the calling test (fail it under CI) where :func:`bubblewrap_problem` says
+    why the local provider cannot isolate sandboxes."""
+    problem = bubblewrap_problem()
+    if problem is not None:
+        missing(problem)
 
 
 def require_docker() -> None:

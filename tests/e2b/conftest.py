@@ -13,15 +13,12 @@ except under CI (``CI=true``), where that is a failure: CI installs it.
 
 from __future__ import annotations
 
-import functools
-import os
-import shutil
-import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
+from engines import require_namespaces
 from provider_sdk_e2b.emulator import run_in_thread
 
 from provider_sdk.emulators import EmulatorOptions, RunningEmulator
@@ -36,29 +33,11 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@functools.cache
-def bubblewrap_problem() -> str | None:
-    """Why the local backend cannot isolate sandboxes here, or ``None`` if it can."""
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
-        return "bubblewrap (bwrap) is not installed: the emulator's local backend needs it"
-    probe = subprocess.run([bwrap, "--unshare-all", "--ro-bind", "/", "/", "/bin/true"],
-                           capture_output=True, check=False)
-    if probe.returncode != 0:
-        return ("bubblewrap cannot create namespaces here: "
-                f"{probe.stderr.decode(errors='replace').strip()}")
-    return None
-
-
 @pytest.fixture
 def local_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh state directory for the local backend; skips where bubblewrap is
     missing or unusable."""
-    problem = bubblewrap_problem()
-    if problem is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{problem}; CI must provide it")
-        pytest.skip(problem)
+    require_namespaces()
     home = tmp_path / "psdk-home"
     monkeypatch.setenv("PSDK_HOME", str(home))
     monkeypatch.delenv("PSDK_CONFIG", raising=False)
