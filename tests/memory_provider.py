@@ -169,7 +169,8 @@ class MemoryProvider(SandboxProvider):
     name = NAME
     capabilities = frozenset({
         Capability.EXEC_STREAM, Capability.PROCESS_BACKGROUND, Capability.SHELL_PERSISTENT,
-        Capability.PAUSE, Capability.SNAPSHOT_FILESYSTEM, Capability.VOLUMES,
+        Capability.PAUSE, Capability.PAUSE_MEMORY, Capability.SNAPSHOT_FILESYSTEM,
+        Capability.VOLUMES, Capability.VOLUMES_SHARED, Capability.VOLUMES_READ_ONLY,
         Capability.METRICS,
         Capability.TEMPLATES,  # any name: it is recorded, and every sandbox is alike
     })

@@ -295,7 +295,8 @@ def test_kill_unknown_is_an_error(psdk: Psdk, memory: Store) -> None:
 
 def test_unsupported_capability_is_one_line(psdk: Psdk, memory: Store) -> None:
     class NoPause(MemoryProvider):
-        capabilities = MemoryProvider.capabilities - {Capability.PAUSE}
+        capabilities = MemoryProvider.capabilities - {Capability.PAUSE,
+                                                      Capability.PAUSE_MEMORY}
         _pause = SandboxProvider._pause
         _resume = SandboxProvider._resume
 

@@ -30,10 +30,11 @@ _LOOPBACK = ("127.0.0.1/32",)
 
 
 class Recording(MemoryProvider):
-    """The memory provider, recording the hooks the core calls, without templates and
-    with the default network policy."""
+    """The memory provider, recording the hooks the core calls, without templates or
+    read-only volumes (which it does) and with the default network policy."""
 
-    capabilities = (MemoryProvider.capabilities - {Capability.TEMPLATES}) | {
+    capabilities = (MemoryProvider.capabilities
+                    - {Capability.TEMPLATES, Capability.VOLUMES_READ_ONLY}) | {
         Capability.NETWORK_POLICY}
     calls: list[str]
 
@@ -168,7 +169,7 @@ class Narrowing(Recording):
 
 
 async def test_an_instance_answers_for_what_it_holds(memory: Store) -> None:
-    lacking = {Capability.VOLUMES, Capability.VOLUMES_READ_ONLY}
+    lacking = {Capability.VOLUMES, Capability.VOLUMES_SHARED, Capability.VOLUMES_READ_ONLY}
     narrowed = Narrowing(Narrowing.capabilities - lacking,
                          why={Capability.VOLUMES: "no volumes in this mode"})
     whole = Narrowing(Narrowing.capabilities)
@@ -185,4 +186,4 @@ def test_an_instance_cannot_hold_more_or_break_what_a_capability_needs() -> None
     with pytest.raises(TypeError, match=r"network\.update"):
         Narrowing(Recording.capabilities | {Capability.NETWORK_UPDATE})
     with pytest.raises(TypeError, match=r"volumes\.read_only needs volumes"):
-        Narrowing(Narrowing.capabilities - {Capability.VOLUMES})
+        Narrowing(Narrowing.capabilities - {Capability.VOLUMES, Capability.VOLUMES_SHARED})

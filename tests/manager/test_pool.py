@@ -205,13 +205,21 @@ async def test_drain_kills_free_members_only(memory: Store) -> None:
         assert {i.id for i in _members(memory)} == {claimed.id}
 
 
+class _PauseLosesMemory(MemoryProvider):
+    """The in-memory provider as a backend whose pause does not keep memory."""
+
+    capabilities = MemoryProvider.capabilities - {Capability.PAUSE_MEMORY}
+
+
 async def test_the_pools_labels_are_refused_in_its_spec(memory: Store) -> None:
     with pytest.raises(InvalidInput, match=r"psdk\.pool"):
         WarmPool(MemoryProvider(), SandboxSpec(metadata={SPEC_LABEL: "x"}), size=1)
     with pytest.raises(InvalidInput, match="size"):
         WarmPool(MemoryProvider(), size=0)
-    with pytest.raises(UnsupportedCapability):
-        WarmPool(MemoryProvider(), size=1, paused=True)  # no pause.memory
+    with pytest.raises(UnsupportedCapability) as caught:
+        WarmPool(_PauseLosesMemory(), size=1, paused=True)
+    assert caught.value.capability == "pause.memory"
+    WarmPool(MemoryProvider(), size=1, paused=True)  # it keeps memory: accepted
 
 
 async def test_the_manager_takes_a_new_owners_sandbox_from_the_pool(memory: Store) -> None:
