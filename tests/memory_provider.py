@@ -8,6 +8,10 @@ namespaces with ``nsenter``, so they see nothing of the host. The files API work
 same tree as the commands, as they see it (``/proc/<pid>/root``), resolving every path
 inside it (``openat2`` with ``RESOLVE_IN_ROOT``): neither ``..`` nor a symlink leads out.
 Pause stops every process of the sandbox (``SIGSTOP``) and resume lets them go on.
+Every command is a child subreaper, so what it leaves running (``setsid``, a double
+fork) stays in its tree, and a timeout, a cancelled exec or a kill ends that whole tree
+with the core's tree kill (:mod:`provider_sdk.scripts`); the sandbox's pid 1 reaps what
+is left to it and, as its namespace's init, survives ``kill -KILL -1`` from inside.
 The records (sandboxes, snapshots as copies of a root, volumes) live in this process
 (``STORE``), shared by every instance, so consecutive ``psdk`` invocations in one test
 see the same sandboxes, as they would with a real backend. Linux with ``bwrap`` and
@@ -41,6 +45,7 @@ from typing import Any, Literal
 import anyio
 import attrs
 
+from provider_sdk import scripts
 from provider_sdk.capabilities import Capability
 from provider_sdk.errors import (
     CommandTimeout,
@@ -85,6 +90,26 @@ SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 # Every namespace of the sandbox, its root and its working directory (``/``).
 ENTER = ("-U", "-m", "-p", "-n", "-i", "-u", "-C", "-r", "-w")
 IN_CWD = 'cd -- "$0" && exec "$@"'
+PYTHON = "/usr/bin/python3"
+# Every command starts as a child subreaper (kept across exec): whatever it leaves behind
+# (setsid, a double fork) is reparented to it, inside its tree, not to the sandbox's init.
+# Python ignores SIGPIPE and SIGXFSZ, which exec would pass on: they are reset first.
+SUBREAPER = ("import ctypes, os, signal, sys\n"
+             "for s in (signal.SIGPIPE, signal.SIGXFSZ):\n"
+             "    signal.signal(s, signal.SIG_DFL)\n"
+             "ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)\n"
+             "os.execv(sys.argv[1], sys.argv[1:])\n")
+# The sandbox's pid 1: it reaps whatever is reparented to it and, as a namespace's init,
+# ignores SIGKILL and SIGSTOP from inside (``kill -KILL -1`` leaves the sandbox up).
+INIT = ("import os, signal\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})\n"
+        "while True:\n"
+        "    try:\n"
+        "        while os.waitpid(-1, os.WNOHANG)[0]:\n"
+        "            pass\n"
+        "    except ChildProcessError:\n"
+        "        pass\n"
+        "    signal.sigwait({signal.SIGCHLD})\n")
 
 
 @attrs.define(eq=False)
@@ -168,10 +193,10 @@ class MemoryProvider(SandboxProvider):
 
     name = NAME
     capabilities = frozenset({
-        Capability.EXEC_STREAM, Capability.PROCESS_BACKGROUND, Capability.SHELL_PERSISTENT,
-        Capability.PAUSE, Capability.PAUSE_MEMORY, Capability.SNAPSHOT_FILESYSTEM,
-        Capability.VOLUMES, Capability.VOLUMES_SHARED, Capability.VOLUMES_READ_ONLY,
-        Capability.METRICS,
+        Capability.EXEC_STREAM, Capability.EXEC_CONTAINED, Capability.PROCESS_BACKGROUND,
+        Capability.SHELL_PERSISTENT, Capability.PAUSE, Capability.PAUSE_MEMORY,
+        Capability.SNAPSHOT_FILESYSTEM, Capability.VOLUMES, Capability.VOLUMES_SHARED,
+        Capability.VOLUMES_READ_ONLY, Capability.METRICS,
         Capability.TEMPLATES,  # any name: it is recorded, and every sandbox is alike
     })
 
@@ -303,39 +328,23 @@ class MemoryProvider(SandboxProvider):
         box = _running(sandbox_id)
         out, err = command.buffers()
         start = anyio.current_time()
-        async with await anyio.open_process(
-                _enter(box, command), env=_env(box, command), stdin=subprocess.PIPE,
-                start_new_session=True) as proc:
-            async def pump(stream: Any, sink: OutputBuffer, callback: Any) -> None:
-                async for chunk in stream:
-                    sink.append(chunk)
-                    if callback is not None:
-                        maybe = callback(chunk)
-                        if maybe is not None:
-                            await maybe
-
-            async def feed() -> None:
-                assert proc.stdin is not None
-                if command.stdin:
-                    await proc.stdin.send(command.stdin)
-                await proc.stdin.aclose()
-
-            timed_out = False
-            try:
-                with anyio.move_on_after(command.timeout) as scope:
-                    async with anyio.create_task_group() as tg:
-                        tg.start_soon(feed)
-                        tg.start_soon(pump, proc.stdout, out, command.on_stdout)
-                        tg.start_soon(pump, proc.stderr, err, command.on_stderr)
-                        await proc.wait()
-                timed_out = scope.cancelled_caught
-            finally:
-                if proc.returncode is None:
-                    _killpg(proc.pid)
-                    with anyio.CancelScope(shield=True):
-                        await proc.wait()
-        code = proc.returncode
-        assert code is not None
+        # The output pipes are this provider's own, so that after a timeout or a
+        # cancellation it finds whatever still holds them open (a child that left the
+        # command's tree after the command ended) and kills that too.
+        pipes = [os.pipe2(os.O_CLOEXEC) for _ in range(2)]
+        try:
+            async with await anyio.open_process(
+                    _enter(box, command), env=_env(box, command), stdin=subprocess.PIPE,
+                    stdout=pipes[0][1], stderr=pipes[1][1], start_new_session=True) as proc:
+                for _read, write in pipes:
+                    os.close(write)
+                pipes = [(read, -1) for read, _write in pipes]
+                code, timed_out = await self._run(box, proc, command, pipes, (out, err))
+        finally:
+            for read, write in pipes:
+                for fd in (read, write):
+                    if fd >= 0:
+                        os.close(fd)
         result = ExecResult(exit_code=code if not timed_out else -9,
                             stdout_bytes=out.value(), stderr_bytes=err.value(),
                             stdout_truncated=out.dropped, stderr_truncated=err.dropped,
@@ -344,6 +353,55 @@ class MemoryProvider(SandboxProvider):
             raise CommandTimeout(f"command timed out after {command.timeout:g}s",
                                  result=result, provider=NAME, sandbox_id=sandbox_id)
         return result
+
+    async def _run(self, box: _Box, proc: anyio.abc.Process, command: Command,
+                   pipes: builtins.list[tuple[int, int]],
+                   sinks: tuple[OutputBuffer, OutputBuffer]) -> tuple[int, bool]:
+        """Feed, read and wait for an exec's process: its exit status, and whether it
+        timed out. Unless it ended by itself, its tree and every holder of its output
+        are killed before this returns or raises."""
+        async def pump(fd: int, sink: OutputBuffer, callback: Any) -> None:
+            os.set_blocking(fd, False)
+            while True:
+                await anyio.wait_readable(fd)
+                try:
+                    chunk = os.read(fd, CHUNK)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    return
+                sink.append(chunk)
+                if callback is not None:
+                    maybe = callback(chunk)
+                    if maybe is not None:
+                        await maybe
+
+        async def feed() -> None:
+            assert proc.stdin is not None
+            if command.stdin:
+                await proc.stdin.send(command.stdin)
+            await proc.stdin.aclose()
+
+        ended = False
+        try:
+            with anyio.move_on_after(command.timeout) as scope:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(feed)
+                    tg.start_soon(pump, pipes[0][0], sinks[0], command.on_stdout)
+                    tg.start_soon(pump, pipes[1][0], sinks[1], command.on_stderr)
+                    await proc.wait()
+            ended = not scope.cancelled_caught
+        finally:
+            with anyio.CancelScope(shield=True):
+                if proc.returncode is None:
+                    await anyio.to_thread.run_sync(_kill_tree, proc.pid)
+                    _killpg(proc.pid)  # and, whatever the tree kill missed, its group
+                if not ended:
+                    held = {os.fstat(read).st_ino for read, _write in pipes}
+                    await anyio.to_thread.run_sync(_kill_holders, box, held)
+                await proc.wait()
+        assert proc.returncode is not None
+        return proc.returncode, not ended
 
     async def _start(self, sandbox_id: str, command: Command) -> int:
         box = _running(sandbox_id)
@@ -393,6 +451,7 @@ class MemoryProvider(SandboxProvider):
 
     async def _kill_process(self, sandbox_id: str, pid: int) -> None:
         proc = _proc(sandbox_id, pid)
+        await anyio.to_thread.run_sync(_kill_tree, pid)
         _killpg(pid)
         await anyio.to_thread.run_sync(proc.popen.wait)
 
@@ -525,7 +584,7 @@ def _launch(box: _Box, mounts: list[str]) -> None:
             argv += ["--ro-bind", "/" + name, "/" + name]
     read, write = os.pipe()
     argv += ["--proc", "/proc", "--dev", "/dev", *mounts, "--info-fd", str(write),
-             "--chdir", "/", "sleep", "infinity"]
+             "--chdir", "/", "--as-pid-1", PYTHON, "-I", "-S", "-c", INIT]
     try:
         box.bwrap = subprocess.Popen(argv, env={"PATH": PATH}, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -542,12 +601,15 @@ def _launch(box: _Box, mounts: list[str]) -> None:
     box.bwrap.stderr.close()
     box.init = json.loads(data)["child-pid"]
     # bubblewrap reports its pid 1 before that has made the sandbox's / its root and
-    # working directory (which nsenter's -r and -w take).
+    # working directory (which nsenter's -r and -w take); it runs INIT once it has.
     want = os.stat(box.root)
     for _ in range(10_000):
         with contextlib.suppress(FileNotFoundError):
             seen = [os.stat(f"/proc/{box.init}/{link}") for link in ("root", "cwd")]
-            if all((s.st_dev, s.st_ino) == (want.st_dev, want.st_ino) for s in seen):
+            started = Path(f"/proc/{box.init}/cmdline").read_bytes().startswith(
+                os.fsencode(PYTHON) + b"\0")
+            if started and all((s.st_dev, s.st_ino) == (want.st_dev, want.st_ino)
+                               for s in seen):
                 break
         time.sleep(0.001)
     else:
@@ -559,7 +621,7 @@ def _stop(box: _Box) -> None:
     """End every process of the sandbox and remove its root."""
     for pid, proc in box.procs.items():
         if proc.popen.poll() is None:
-            _killpg(pid)
+            _killpg(pid)  # the rest of its tree dies with the sandbox's init, below
         proc.popen.wait()
         if proc.popen.stdin is not None:
             proc.popen.stdin.close()
@@ -637,8 +699,8 @@ def _disk_usage(root: str) -> int:
 def _enter(box: _Box, command: Command) -> list[str]:
     """The host argv that runs ``command`` inside the sandbox, in its working directory."""
     cwd = posixpath.normpath(posixpath.join(box.workdir, command.cwd or "."))
-    return [NSENTER, "-t", str(box.init), *ENTER, "--", "/bin/sh", "-c", IN_CWD, cwd,
-            *command.argv]
+    return [NSENTER, "-t", str(box.init), *ENTER, "--", PYTHON, "-I", "-S", "-c", SUBREAPER,
+            "/bin/sh", "-c", IN_CWD, cwd, *command.argv]
 
 
 def _env(box: _Box, command: Command) -> dict[str, str]:
@@ -658,6 +720,25 @@ def _spawn(argv: list[str], env: dict[str, str], out: int,
 def _killpg(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
+
+
+def _kill_holders(box: _Box, pipes: set[int]) -> None:
+    """Kill (with their trees) the sandbox's processes that hold one of ``pipes`` (by
+    inode) open."""
+    links = {f"pipe:[{inode}]" for inode in pipes}
+    for pid in _members(box):
+        with contextlib.suppress(OSError):
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") in links
+                   for fd in os.listdir(f"/proc/{pid}/fd")):
+                _kill_tree(int(pid))
+
+
+def _kill_tree(pid: int) -> None:
+    """Kill the command whose host process (``nsenter``) is ``pid`` and every process it
+    started, ``setsid`` and double forks included (the core's tree kill, run on the host:
+    the command's orphans are reparented inside its tree, see :data:`SUBREAPER`)."""
+    subprocess.run(scripts.kill_tree_argv(pid), stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
 
 
 # ------------------------------------------------------------------- paths
