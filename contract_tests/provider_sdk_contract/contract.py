@@ -76,6 +76,7 @@ class ProviderContract(
 class EventLoopContract(
     HostileEscapeContract,
     HostileOutputContract,
+    HostilePortsContract,
     PortsContract,
     ShellContract,
     ProcessContract,
@@ -83,7 +84,8 @@ class EventLoopContract(
 ):
     """The sections whose tests lean on the event loop most: timeouts and cancellation,
     streamed output and stdin, output floods, background processes, sessions, port
-    proxies. For a second run on another loop (``async_backend = "trio"``) where the
-    whole suite would cost too much; subclass it as :class:`ProviderContract`."""
+    proxies and the servers that attack them. For a second run on another loop
+    (``async_backend = "trio"``) where the whole suite would cost too much; subclass it
+    as :class:`ProviderContract`."""
 
     pytestmark = pytest.mark.anyio

@@ -40,3 +40,9 @@ class TestMemoryContract(ProviderContract):
             return await none_marked(sandbox, marker)
 
         await eventually(gone, what=f"no process marked {marker} alive", timeout=10)
+
+
+class TestMemoryContractOnTrio(TestMemoryContract):
+    """The whole suite again, on trio: the provider is anyio throughout."""
+
+    async_backend = "trio"
