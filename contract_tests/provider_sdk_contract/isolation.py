@@ -10,7 +10,7 @@ import anyio
 
 from provider_sdk.sandbox import Sandbox
 from provider_sdk_contract.base import ContractBase, Factory
-from provider_sdk_contract.support import marked_processes, new_marker
+from provider_sdk_contract.support import eventually, marked_processes, new_marker
 
 _SEPARATOR = "--psdk-cmdline-end--"
 _ALL_CMDLINES = f'for f in /proc/[0-9]*/cmdline; do cat "$f" 2>/dev/null; echo {_SEPARATOR}; done'
@@ -47,8 +47,11 @@ class IsolationContract(ContractBase):
                 [sys.executable, "-c", "import sys; sys.stdin.read()", marker],
                 env=env) as host:
             try:
-                cmdline = await anyio.Path(f"/proc/{host.pid}/cmdline").read_bytes()
-                assert marker.encode() in cmdline
+                async def started() -> bool:  # the child has exec'd: its argv is its own
+                    path = anyio.Path(f"/proc/{host.pid}/cmdline")
+                    return marker.encode() in await path.read_bytes()
+
+                await eventually(started, what="the marked host process started")
                 assert await marked_processes(sandbox, marker) == []
             finally:
                 host.kill()

@@ -65,7 +65,9 @@ async def test_the_switch_gives_up_after_busy_timeout_with_a_typed_error(
         started = anyio.current_time()
         with pytest.raises(Unavailable, match="WAL") as caught:
             await store.get("alice")
-        assert 0.3 <= anyio.current_time() - started < 5
+        # Retried, not refused at once: its last attempt fits in the wait, so it may
+        # end a backoff step before the whole 0.5 s.
+        assert 0.2 <= anyio.current_time() - started < 5
         message = str(caught.value)
         assert str(db_path) in message
         assert "0.5 s" in message
