@@ -5,8 +5,10 @@ real neutral provider (``local`` by default).
 The unmodified ``daytona`` SDK, sync and async, talks to it with
 ``DaytonaConfig(api_url="http://127.0.0.1:PORT/api", api_key=KEY)``. Every request must
 carry ``Authorization: Bearer KEY``, except a signed file URL, whose signature is checked
-instead (``_signed``); preview URLs are served by the preview proxy, which takes the
-sandbox's access token or a signed token (``_preview``, ``_preview_proxy``). Faults
+instead (``_signed``), and the Socket.IO notification gateway, whose clients give the
+key in their ``CONNECT`` packet (``_events``); preview URLs are served by the preview
+proxy, which takes the sandbox's access token or a signed token (``_preview``,
+``_preview_proxy``). Faults
 (see :data:`FAULTS`) are set with ``--fault NAME=VALUE`` or, while it runs, ``POST
 /_emulator/faults`` with ``{"NAME": VALUE}``; ``GET /_emulator/faults`` reports what
 was set and served. Sessions are a real long-lived shell in the sandbox (see ``_sessions``).
@@ -18,7 +20,7 @@ builds templates (``docker``; elsewhere the build fails and says why); give sand
 network (they have loopback only, whatever ``networkBlockAll`` says); enforce resources;
 or archive stopped sandboxes by itself (auto-stop and auto-delete are kept, on a clock
 whose minute fault ``minute_seconds`` can shorten). The routes of what is not served
-(Socket.IO events, PTYs, git, LSP, SSH access...) are in one table, ``_unsupported``;
+(git, LSP, SSH access...) are in one table, ``_unsupported``;
 each answers as Daytona answers a route it does not know, naming the feature.
 
 As a service it holds bounded memory: a JSON body is read to
@@ -44,6 +46,7 @@ from provider_sdk.errors import SandboxError
 from provider_sdk.settings import Settings
 from provider_sdk_daytona.emulator import _coderun as coderun
 from provider_sdk_daytona.emulator import _control as api
+from provider_sdk_daytona.emulator import _events as events
 from provider_sdk_daytona.emulator import _interpreter as interpreter
 from provider_sdk_daytona.emulator import _metrics as metrics
 from provider_sdk_daytona.emulator import _preview as preview
@@ -53,7 +56,7 @@ from provider_sdk_daytona.emulator import _search as search
 from provider_sdk_daytona.emulator import _signed as signed
 from provider_sdk_daytona.emulator import _toolbox as toolbox
 from provider_sdk_daytona.emulator import _unsupported as unsupported
-from provider_sdk_daytona.emulator._http import FAULTS, Context, Handler, front_door
+from provider_sdk_daytona.emulator._http import EVENTS_ROUTE, FAULTS, Context, Handler, front_door
 from provider_sdk_daytona.emulator._store import Store
 
 __all__ = ["FAULTS", "daytona_emulator", "routes"]
@@ -83,6 +86,7 @@ def routes() -> list[tuple[str, str, Handler]]:
         ("POST", f"{_SANDBOX}/snapshot", api.snapshot_sandbox),
         ("GET", f"{_SANDBOX}/telemetry/metrics", metrics.telemetry_metrics),
         ("GET", "/api/config", metrics.config),
+        ("GET", EVENTS_ROUTE, events.gateway),
         ("GET", f"{_SANDBOX}/signing-key", signed.signing_key),
         ("POST", f"{_SANDBOX}/signing-key/rotate", signed.rotate_signing_key),
         ("GET", _SANDBOX + "/ports/{port}/preview-url", preview.preview_url),
@@ -168,6 +172,7 @@ async def daytona_emulator(options: EmulatorOptions) -> AsyncIterator[RunningEmu
                     http.serve(front_door(ctx, Router(routes())), port=options.port) as port, \
                     preview_proxy.serve(ctx) as preview_url:
                 ctx.base_url = f"http://127.0.0.1:{port}"  # loopback only, always
+                ctx.store.notifications.toolbox_url = ctx.toolbox_url
                 ctx.preview_url = preview_url
                 tg.start_soon(api.reap, ctx)
                 yield RunningEmulator(

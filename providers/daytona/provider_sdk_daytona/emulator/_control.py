@@ -55,11 +55,8 @@ _PROVISION = (f'mkdir -p "{_BIN}" && if ! command -v python >/dev/null 2>&1 && '
 
 
 def _dto(request: Request, record: SandboxRecord, *, listing: bool = False) -> dict[str, Any]:
-    ctx = context(request)
-    state = record.state
-    if state == "started" and asyncio.get_running_loop().time() < record.started_at:
-        state = "starting"
-    return record.to_json(ctx.toolbox_url, state=state, listing=listing)
+    return record.to_json(context(request).toolbox_url, state=record.shown_state(),
+                          listing=listing)
 
 
 def _sandbox(request: Request) -> SandboxRecord:
@@ -123,6 +120,7 @@ async def boot(request: Request, record: SandboxRecord) -> None:
         raise HttpError(404, exc.message) from exc
     except SandboxError as exc:
         raise HttpError(500, f"the backend failed to start the sandbox: {exc.message}") from exc
+    old = record.shown_state()
     record.backend_id = handle.id
     record.handle = handle
     record.state = "started"
@@ -132,6 +130,8 @@ async def boot(request: Request, record: SandboxRecord) -> None:
     if ctx.faults.value("start_delay") > 0:
         ctx.faults.served("start_delay")
     record.toolbox_502 = ctx.faults.count("toolbox_502_after_start")
+    if record.id in store.sandboxes:  # a new one is announced once it is created
+        store.notifications.changed(record, old)
 
 
 async def _close_sessions(record: SandboxRecord) -> None:
@@ -156,8 +156,9 @@ async def shut_down(store: Store, record: SandboxRecord) -> None:
         with contextlib.suppress(NotFound):
             await store.backend.delete_snapshot(record.stopped_snapshot)
     record.backend_id = record.handle = record.stopped_snapshot = None
-    record.state = "destroyed"
+    old, record.state = record.shown_state(), "destroyed"
     store.sandboxes.pop(record.id, None)
+    store.notifications.changed(record, old)
 
 
 async def _stop(store: Store, record: SandboxRecord) -> None:
@@ -169,9 +170,10 @@ async def _stop(store: Store, record: SandboxRecord) -> None:
     await store.backend.kill(record.backend_id)
     record.stopped_snapshot = snap.id
     record.backend_id = record.handle = None
-    record.state = "stopped"
+    old, record.state = record.shown_state(), "stopped"
     record.updated_at = now()
     record.stopped_at = asyncio.get_running_loop().time()
+    store.notifications.changed(record, old)
 
 
 async def reap(ctx: Context) -> None:
@@ -245,6 +247,7 @@ async def create_sandbox(request: Request) -> Response:
     )
     await boot(request, record)
     store.sandboxes[record.id] = record
+    store.notifications.created(record)
     state_changed(request)
     return json_response(_dto(request, record))
 
@@ -334,8 +337,9 @@ async def archive_sandbox(request: Request) -> Response:
     record = _sandbox(request)
     if record.state not in ("stopped", "archived"):
         raise HttpError(400, "Sandbox must be stopped before it is archived")
-    record.state = "archived"
+    old, record.state = record.state, "archived"
     record.updated_at = now()
+    context(request).store.notifications.changed(record, old)
     state_changed(request)
     return json_response(_dto(request, record))
 

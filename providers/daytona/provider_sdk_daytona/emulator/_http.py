@@ -139,6 +139,8 @@ def unknown_route(request: Request, feature: str | None = None) -> Response:
 
 
 SIGNED_ROUTE = re.compile(r"/toolbox/[^/]+/files/(download|upload-v2)")
+EVENTS_ROUTE = "/api/socket.io/"
+"""The notification gateway (``_events``), whose clients present the key in Socket.IO."""
 """The toolbox routes on which a signed URL's signature stands in for the API key."""
 
 
@@ -147,6 +149,8 @@ def _check_key(request: Request, ctx: Context) -> None:
     it is a signed file URL (``_signed`` checks its signature)."""
     if "signature" in request.query and SIGNED_ROUTE.fullmatch(request.path):
         return  # a signed file URL: its handler checks it
+    if request.path == EVENTS_ROUTE:
+        return  # the notification gateway: the key comes in its CONNECT packet
     given = request.headers.get("authorization", "")
     if not (given.startswith("Bearer ") and service.key_matches(given[7:], ctx.api_key)):
         what = "missing" if not given else "invalid"
@@ -160,7 +164,8 @@ def _admin_error(request: Request, status: int, message: str) -> Response:
 
 def front_door(ctx: Context, router: Router) -> Handler:
     """The handler the server runs for every request: the key, then faults (latency
-    and 429s; the admin API is exempt), then the route; errors in their envelope."""
+    and 429s; the admin API and the notification gateway are exempt), then the route;
+    errors in their envelope."""
 
     async def handle(request: Request) -> Response:
         request.state["context"] = ctx
@@ -168,9 +173,10 @@ def front_door(ctx: Context, router: Router) -> Handler:
             _check_key(request, ctx)
             if request.path.startswith(service.ADMIN_PREFIX):
                 return await service.admin(request, ctx.faults, _admin_error)
-            await service.inject_latency(ctx.faults)
-            if request.path.startswith("/api/") and ctx.take("rate_limit_429"):
-                raise HttpError(429, "ThrottlerException: Too Many Requests")
+            if request.path != EVENTS_ROUTE:  # faults are for the API's calls
+                await service.inject_latency(ctx.faults)
+                if request.path.startswith("/api/") and ctx.take("rate_limit_429"):
+                    raise HttpError(429, "ThrottlerException: Too Many Requests")
             found = router.resolve(request.method, request.path)
             if found.handler is None:
                 return unknown_route(request)

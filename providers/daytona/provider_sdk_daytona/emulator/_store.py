@@ -11,13 +11,16 @@ backend provider, named by ``backend_id``. Nothing here talks HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import json
 import secrets
 import uuid
 from typing import Any
 
 import anyio
 import attrs
+from anyio.streams.memory import MemoryObjectSendStream
 
 from provider_sdk.config import Secret
 from provider_sdk.emulator_usage import UsageMeter
@@ -132,6 +135,13 @@ class SandboxRecord:
         prefix = ["env", *(a for name in unset for a in ("-u", name)), "--"] if unset else []
         return prefix + argv, {**self.daemon_env, **(env or {})}
 
+    def shown_state(self) -> str:
+        """The state a client sees now: ``starting`` while fault ``start_delay`` holds
+        a started sandbox back."""
+        if self.state == "started" and asyncio.get_running_loop().time() < self.started_at:
+            return "starting"
+        return self.state
+
     def to_json(self, toolbox_url: str, *, state: str | None = None,
                 listing: bool = False) -> dict[str, Any]:
         """The ``Sandbox`` DTO (or, with ``listing``, a ``SandboxListItem``)."""
@@ -159,6 +169,46 @@ class SandboxRecord:
 def _desired(state: str) -> str:
     return {"stopped": "stopped", "stopping": "stopped", "archived": "archived",
             "destroyed": "destroyed", "destroying": "destroyed"}.get(state, "started")
+
+
+EVENT_BACKLOG = 256
+"""Events a connected client may fall behind by before the gateway drops it."""
+
+
+@attrs.define(eq=False)
+class Notifications:
+    """The organisation's event stream, as Daytona's notification gateway sends it:
+    every connected client (``_events``) gets every event, as the Engine.IO message that
+    carries it, in a bounded queue of its own."""
+
+    toolbox_url: str = ""
+    """What the sandbox DTOs in events carry as ``toolboxProxyUrl``."""
+    clients: set[MemoryObjectSendStream[str]] = attrs.field(factory=set)
+
+    def emit(self, event: str, payload: dict[str, Any]) -> None:
+        """Queue ``event`` for every client; one that fell :data:`EVENT_BACKLOG` events
+        behind is cut off (its stream closes, and its connection with it)."""
+        message = "42" + json.dumps([event, payload])  # Engine.IO message, Socket.IO event
+        for client in list(self.clients):
+            try:
+                client.send_nowait(message)
+            except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                client.close()
+                self.clients.discard(client)
+
+    def created(self, record: SandboxRecord) -> None:
+        """``sandbox.created``, with the sandbox's DTO."""
+        self.emit("sandbox.created", record.to_json(self.toolbox_url,
+                                                    state=record.shown_state()))
+
+    def changed(self, record: SandboxRecord, old: str) -> None:
+        """``sandbox.state.updated`` from ``old`` to the state shown now (nothing if it
+        is the same)."""
+        new = record.shown_state()
+        if new != old:
+            self.emit("sandbox.state.updated", {
+                "sandbox": record.to_json(self.toolbox_url, state=new),
+                "oldState": old, "newState": new})
 
 
 @attrs.define(kw_only=True)
@@ -219,6 +269,8 @@ class Store:
     sandboxes: dict[str, SandboxRecord] = attrs.field(factory=dict)
     volumes: dict[str, VolumeRecord] = attrs.field(factory=dict)
     snapshots: dict[str, SnapshotRecord] = attrs.field(factory=dict)
+    notifications: Notifications = attrs.field(factory=Notifications)
+    """What the notification gateway sends its clients."""
     signed_previews: dict[tuple[int, str], tuple[str, float]] = attrs.field(
         factory=dict, repr=False)
     """(port, signed preview token) to (sandbox id, the unix time it expires)."""

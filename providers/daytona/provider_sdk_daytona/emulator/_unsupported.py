@@ -34,7 +34,6 @@ UNSUPPORTED: tuple[tuple[str, str, str], ...] = (
     ("GET", f"{_SANDBOX}/build-logs-url", "build logs"),
     ("GET", "/api/snapshots/{snapshot}/build-logs-url", "build logs"),
     ("GET", "/api/object-storage/push-access", "build contexts (object storage)"),
-    ("GET", "/api/socket.io/", "Socket.IO events (the SDK polls instead)"),
     # toolbox
     ("GET", f"{_TOOLBOX}/process/session/entrypoint", "the entrypoint session"),
     ("GET", f"{_TOOLBOX}/process/session/entrypoint/logs", "the entrypoint session"),
