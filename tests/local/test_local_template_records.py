@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,16 +49,6 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Template]:
         return await LocalProvider(home=home).build_template(SPEC)
 
     return home, anyio.run(build)
-
-
-@pytest.fixture
-async def local(built: tuple[Path, Template]) -> AsyncIterator[LocalProvider]:
-    provider = LocalProvider(home=built[0])
-    try:
-        yield provider
-    finally:
-        for info in await provider.list():
-            await provider.kill(info.id)
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ import secrets
 import stat
 import sys
 import tarfile
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -70,19 +69,6 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Template]:
     assert Path(_launch.SANDBOX_PYTHON).exists()  # the host has the python3 the image lacks
     home = tmp_path_factory.mktemp("psdk-templates")
     return home, _build(home, TemplateSpec(name="psdk-test-local", dockerfile=DOCKERFILE))
-
-
-@pytest.fixture
-async def local(built: tuple[Path, Template]) -> AsyncIterator[LocalProvider]:
-    """A provider on the shared home; its sandboxes and snapshots are removed after."""
-    provider = LocalProvider(home=built[0])
-    try:
-        yield provider
-    finally:
-        for info in await provider.list():
-            await provider.kill(info.id)
-        for snap in await provider.list_snapshots():
-            await provider.delete_snapshot(snap.id)
 
 
 @pytest.fixture
