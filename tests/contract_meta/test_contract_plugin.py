@@ -295,3 +295,22 @@ def test_hung_test_fails_after_its_deadline(pytester: pytest.Pytester, log: Path
     lines = _log_lines(log)
     created = [line.split()[1] for line in lines if line.startswith("create ")]
     assert [f"kill {c}" in lines for c in created] == [True]
+
+
+def test_the_event_loop_sections_are_the_suite_s_and_only_those(
+        pytester: pytest.Pytester, log: Path) -> None:
+    """A subclass of ``EventLoopContract`` collects the sections that lean on the event
+    loop (commands, processes, shells, ports and their hostile ones) and no others."""
+    pytester.makepyfile(test_mini=CONTRACT.replace("ProviderContract", "EventLoopContract")
+                        .format(name="mini", known={}, log=str(log), extra=""))
+    loop = pytester.runpytest("--collect-only", "-q")
+    _contract(pytester, log)
+    whole = pytester.runpytest("--collect-only", "-q")
+    loop_tests = {line for line in loop.outlines if "::" in line}
+    whole_tests = {line for line in whole.outlines if "::" in line}
+    assert loop_tests < whole_tests
+    names = {line.rsplit("::", 1)[-1] for line in loop_tests}
+    for section in ("test_exec_", "test_process_", "test_shell_", "test_hostile_port"):
+        assert any(name.startswith(section) for name in names), section
+    for elsewhere in ("test_files_", "test_pause_", "test_snapshot", "test_volume"):
+        assert not any(name.startswith(elsewhere) for name in names), elsewhere

@@ -176,6 +176,28 @@ async def test_escaped_processes_die_at_the_next_timeout(sandbox: Sandbox,
     assert not [p for p in await _procs(sandbox) if "sleep 69" in p]
 
 
+async def test_a_command_is_in_its_own_cgroup_from_its_first_instruction(
+        sandbox: Sandbox) -> None:
+    # Held until moved: not even a command that forks at once has a moment outside.
+    for _ in range(10):
+        result = await sandbox.exec(["cat", "/proc/self/cgroup"])
+        freezer = next(line for line in result.stdout.splitlines() if ":freezer:" in line)
+        assert freezer.rsplit("/", 1)[-1].startswith("psdk-"), freezer
+    process = await sandbox.start(["cat", "/proc/self/cgroup"])
+    with anyio.fail_after(GRACE):
+        result = await process.wait()
+    freezer = next(line for line in result.stdout.splitlines() if ":freezer:" in line)
+    assert freezer.rsplit("/", 1)[-1].startswith("psdk-"), freezer
+
+
+async def test_the_hold_leaves_the_environment_as_given(sandbox: Sandbox) -> None:
+    # The shell that holds a command sets PWD; the command gets only what it was given.
+    plain = await sandbox.exec(["/usr/bin/env"], cwd="/tmp")
+    assert "PWD" not in {line.partition("=")[0] for line in plain.stdout.splitlines()}
+    given = await sandbox.exec(["/usr/bin/env"], cwd="/tmp", env={"PWD": "/elsewhere"})
+    assert "PWD=/elsewhere" in given.stdout.splitlines()
+
+
 # -------------------------------------------------------------------------- files
 
 async def test_write_never_replaces_a_directory(sandbox: Sandbox) -> None:

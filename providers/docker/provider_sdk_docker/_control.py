@@ -9,11 +9,13 @@ cleared environment or another user change nothing: a timeout or a kill freezes 
 cgroup, SIGKILLs every process in it from the host and thaws it. Nothing runs inside
 the container to do it: no image tool, no fork in a full pids cgroup, no Engine call.
 
-A process can get out of reach only in the few milliseconds between an exec's start and
-its move, by being orphaned to the container's PID 1 (or by another client's ``docker
-exec``). Such processes stay in the container's own cgroup as children of PID 1; every
-timeout or kill ends them too ("escaped"), sparing PID 1, the keep-alive process (its
-oldest child) and commands that other clients are still running.
+An exec starts held: a ``sh`` wrapper (:data:`~provider_sdk_docker._scripts.HOLD`)
+stops itself before it runs the command, is moved while stopped, and only then is let
+go (:meth:`HostControl.launch`), so not even a command that forks at once runs a moment
+outside its cgroup. What another client's ``docker exec`` orphans to the container's
+PID 1 stays in the container's own cgroup; every timeout or kill ends such processes too
+("escaped"), sparing PID 1, the keep-alive process (its oldest child) and commands that
+other clients are still running.
 
 Storage is the host's business too: whether the Engine can hold a container's files to a
 size (``storage_opt size``) depends on its storage driver and, for overlay2, on the
@@ -38,12 +40,15 @@ import docker
 import docker.errors
 import requests.exceptions
 
+from provider_sdk_docker._scripts import HOLD
+
 __all__ = ["GROUP_PREFIX", "HostControl", "disk_quotas_possible", "engine_has_disk_quotas",
            "host_control_possible"]
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 GROUP_PREFIX = "psdk-"
 _POLL = 0.01
+_HOLD_POLL = 0.0005
 STALE_AFTER = 120.0
 _MAX_CHAIN = 4096
 
@@ -179,6 +184,27 @@ class HostControl:
             if was == "THAWED":
                 _set_state(self.freezer, "THAWED", deadline)
 
+    def launch(self, name: str, pid: int, *, deadline: float) -> None:
+        """Move host process ``pid``, an exec held by its wrapper, into cgroup ``name``,
+        then let it run its command.
+
+        The move waits (until ``deadline``) for the runtime to have started the wrapper
+        and for the wrapper to have stopped itself. A wrapper that something else let go
+        early is contained as it runs, as :meth:`contain` does for any process.
+        """
+        seen = False
+        while time.monotonic() < deadline:
+            state = _hold_state(pid)
+            if state in ("held", "gone") or (state == "other" and seen):
+                break
+            seen = seen or state == "starting"
+            time.sleep(_HOLD_POLL)
+        try:
+            self.contain(name, pid, deadline=deadline)
+        finally:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGCONT)
+
     def _move_subtree(self, group: Path, pid: int) -> int:
         """Move what of ``pid``'s subtree is not in ``group``; how many were moved."""
         # Whatever is not moved yet is still in the container's own cgroup: only its
@@ -313,6 +339,25 @@ def _set_state(group: Path, state: str, deadline: float) -> None:
         except OSError:
             return
         time.sleep(_POLL)
+
+
+def _hold_state(pid: int) -> str:
+    """Where an exec held by its wrapper is: ``held`` (stopped by the wrapper),
+    ``starting`` (the wrapper on its way to stopping), ``other`` (not the wrapper: the
+    runtime still setting it up, or its command already) or ``gone``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            text = stat.read()
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            argv = cmdline.read().split(b"\0")
+    except OSError:
+        return "gone"
+    state = text[text.rfind(b")") + 2:][:1]
+    if state in (b"Z", b"X"):
+        return "gone"
+    if argv[2:3] != [HOLD.encode()]:
+        return "other"
+    return "held" if state == b"T" else "starting"
 
 
 def _table(pids: Iterable[int] | None = None) -> dict[int, tuple[int, int]]:

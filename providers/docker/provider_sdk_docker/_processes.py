@@ -1,8 +1,8 @@
 """Commands and background processes in a container: exec, timeouts, kills, output.
 
 Every command is an Engine exec, attached over a connection of its own. Where the
-Engine runs on this host (see :mod:`provider_sdk_docker._control`) each exec is moved
-into a cgroup of its own as it starts, and a timeout, a cancellation or
+Engine runs on this host (see :mod:`provider_sdk_docker._control`) each exec starts
+held, is moved into a cgroup of its own and only then runs its command; a timeout, a cancellation or
 ``Process.kill()`` freezes and SIGKILLs that cgroup from the host, while the exec's
 output keeps being drained, so neither the caller nor the Engine waits on the container.
 Elsewhere (a remote Engine) the kill runs inside the container, with a deadline, and the
@@ -20,7 +20,7 @@ import functools
 import inspect
 import secrets
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
@@ -99,8 +99,10 @@ class ProcessesMixin:
 
     async def _contain(self, control: HostControl, exec_id: str, group: str,
                        sandbox_id: str) -> None:
-        """Move a started exec's process tree into cgroup ``group``."""
-        with anyio.move_on_after(5):
+        """Move a started exec (held: see :func:`_held`) into cgroup ``group``, then let
+        it run. Cancellation waits for it (at most CONTAIN_DEADLINE): a held exec left
+        behind would be out of the kill's reach."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CONTAIN_DEADLINE):
             async for _ in Attempts(_PID_POLL):
                 state = await self._engine.api("exec_inspect", exec_id, kind="exec",
                                                sandbox_id=sandbox_id)
@@ -109,7 +111,7 @@ class ProcessesMixin:
                     break
             if pid > 0:
                 await anyio.to_thread.run_sync(functools.partial(
-                    control.contain, group, pid, deadline=time.monotonic() + CONTAIN_DEADLINE))
+                    control.launch, group, pid, deadline=time.monotonic() + CONTAIN_DEADLINE))
 
     async def _stop(self, sandbox_id: str, control: HostControl | None, group: str,
                     token: str) -> None:
@@ -136,7 +138,8 @@ class ProcessesMixin:
         env = dict(command.env)
         if control is None and kill:
             env.update(scripts.mark_env("x" + token))
-        exec_id = await self._exec_create(sandbox_id, list(command.argv), env=env,
+        argv = _held(command.argv, env) if control is not None else list(command.argv)
+        exec_id = await self._exec_create(sandbox_id, argv, env=env,
                                           cwd=command.cwd, user=command.user,
                                           stdin=command.stdin is not None)
         out, err = command.buffers()
@@ -240,8 +243,9 @@ class ProcessesMixin:
             self._proc_ready.add(sandbox_id)
         control = await self._control(sandbox_id)
         group = f"{GROUP_PREFIX}{secrets.token_hex(8)}"
+        argv = ["/bin/sh", "-c", _scripts.SUPERVISE, "psdk", *command.argv]
         exec_id = await self._exec_create(
-            sandbox_id, ["/bin/sh", "-c", _scripts.SUPERVISE, "psdk", *command.argv],
+            sandbox_id, _held(argv, command.env) if control is not None else argv,
             env=command.env, cwd=command.cwd, user=command.user)
         stream = await self._engine.attach(exec_id, sandbox_id=sandbox_id)
         try:
@@ -305,6 +309,12 @@ class ProcessesMixin:
     async def _open_shell(self, sandbox: Sandbox, *, cwd: str | None,
                           env: Mapping[str, str]) -> Shell:
         return await EmulatedShell.open(sandbox, cwd=cwd, env=env)
+
+
+def _held(argv: Sequence[str], env: Mapping[str, str]) -> builtins.list[str]:
+    """``argv`` behind the wrapper that holds it until the host lets it go."""
+    pwd = f"={env['PWD']}" if "PWD" in env else ""
+    return ["/bin/sh", "-c", _scripts.HOLD, "psdk-held", pwd, *argv]
 
 
 async def _pump(stream: ExecStream, stdin: bytes | None, out: OutputBuffer, err: OutputBuffer,

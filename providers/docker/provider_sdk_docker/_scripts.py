@@ -14,7 +14,7 @@ That is cooperation, not containment: such instances do not declare ``exec.conta
 
 from __future__ import annotations
 
-__all__ = ["FOLLOW", "KEEPALIVE", "LIST_DIR", "MKDIR", "PREPARE_PROC", "PROC_DIR", "RELAY",
+__all__ = ["FOLLOW", "HOLD", "KEEPALIVE", "LIST_DIR", "MKDIR", "PREPARE_PROC", "PROC_DIR", "RELAY",
            "REMOVE", "RENAME", "REPLACE", "SEND_STDIN", "SUPERVISE"]
 
 PROC_DIR = "/tmp/.psdk/proc"
@@ -25,6 +25,12 @@ PROC_DIR = "/tmp/.psdk/proc"
 #: started again. A separate init would not do: it exits when its child, which
 #: ``kill -KILL -1`` inside can reach, does.
 KEEPALIVE = "while :; do sleep 86400 & wait $!; done"
+
+#: Run "$2"... once let go: the wrapper stops itself first (SIGSTOP), so the host can move
+#: it into its cgroup before the command runs, then continues it (SIGCONT). ``kill`` is a
+#: builtin: nothing is forked before the stop. The shell sets ``PWD`` on its own; "$1"
+#: puts back what the command was given: ``=VALUE``, or empty for none.
+HOLD = 'kill -STOP $$; case $1 in =*) export PWD="${1#=}" ;; *) unset PWD ;; esac; shift; exec "$@"'
 
 #: Start "$@" in the background, supervised, and detach. The supervisor prints its pid
 #: (the process's pid as the SDK reports it) only once stdin is held open and the
