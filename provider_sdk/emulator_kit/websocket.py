@@ -46,7 +46,8 @@ closed with 1009."""
 
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 _CLOSE_WAIT = 5.0
-"""Seconds a closing socket waits for the client's own close frame."""
+"""Seconds a closing socket waits to send its close frame, and then for the client's own
+close frame."""
 _QUEUE = 64
 _RECEIVE = 65536
 
@@ -130,13 +131,20 @@ class WebSocket:
 
     async def close(self, code: int = CLOSE_OK, reason: str | bytes = b"") -> None:
         """Send a close frame (once; later calls do nothing). The client's own close is
-        awaited when the block that opened the socket exits."""
+        awaited when the block that opened the socket exits.
+
+        A client that does not read gets a few seconds for the frame to go out; after
+        them the socket counts as broken, and the connection ends with the block.
+        """
         if self._sent_close or self._broken:
             return
         raw = reason.encode() if isinstance(reason, str) else bytes(reason)
         payload = struct.pack(">H", code) + raw[:123]
-        with contextlib.suppress(WebSocketClosed):
+        with anyio.move_on_after(_CLOSE_WAIT) as waited, \
+                contextlib.suppress(WebSocketClosed):
             await self._send_frame(_CLOSE, payload)
+        if waited.cancelled_caught:
+            self._broken = True  # (maybe half a frame out: nothing more may follow)
         self._sent_close = True
 
     async def receive(self) -> Message:
@@ -268,7 +276,8 @@ async def open_websocket(stream: anyio.abc.ByteStream, initial: bytes,
                          max_message: int = MAX_MESSAGE) -> AsyncIterator[WebSocket]:
     """A :class:`WebSocket` over ``stream`` (whose handshake is done), with its reader
     running until the block exits; on exit the socket is closed (1000 unless a close
-    was sent) and the client's close awaited for a few seconds."""
+    was sent) and the client's close awaited for a few seconds. Each of those steps is
+    bounded, so a client that neither reads nor answers holds nothing up."""
     ws = WebSocket(stream, initial, protocol, max_message=max_message)
     async with anyio.create_task_group() as tg:
         tg.start_soon(ws._read)
@@ -278,7 +287,7 @@ async def open_websocket(stream: anyio.abc.ByteStream, initial: bytes,
             with anyio.CancelScope(shield=True):
                 await ws.close()
                 with anyio.move_on_after(_CLOSE_WAIT):
-                    while not ws._received_close.is_set():
+                    while not (ws._received_close.is_set() or ws._broken):
                         # (messages the handler left unread are dropped)
                         await ws.receive()
             tg.cancel_scope.cancel()

@@ -3,11 +3,9 @@ and the admin API that every emulator shares."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import gzip
 import json
-import os
 import socket
 import struct
 from collections.abc import AsyncIterator
@@ -16,9 +14,10 @@ import anyio
 import httpx
 import pytest
 from httpx_ws import aconnect_ws
+from raw_websocket import frame, handshake, read_frame
 
 from provider_sdk.config import Secret
-from provider_sdk.emulator_kit import service
+from provider_sdk.emulator_kit import service, websocket
 from provider_sdk.emulator_kit.http import NotAWebSocket, Request, Response, json_response, serve
 from provider_sdk.emulator_kit.routing import Router
 from provider_sdk.emulator_kit.websocket import MessageType, accept_key
@@ -196,65 +195,29 @@ def test_the_accept_key_is_the_one_rfc_6455_gives_for_its_example() -> None:
     assert accept_key("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
 
 
-def _handshake(port: int, path: str) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-    key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
-                 f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-                 "Sec-WebSocket-Version: 13\r\n\r\n".encode())
-    head = b""
-    while b"\r\n\r\n" not in head:
-        head += sock.recv(1)
-    assert head.startswith(b"HTTP/1.1 101"), head
-    assert f"sec-websocket-accept: {accept_key(key)}".encode().lower() in head.lower()
-    return sock
-
-
-def _frame(opcode: int, payload: bytes, *, fin: bool = True, masked: bool = True) -> bytes:
-    mask = os.urandom(4) if masked else b""
-    body = bytes(b ^ mask[i % 4] for i, b in enumerate(payload)) if masked else payload
-    return struct.pack(">BB", (0x80 if fin else 0) | opcode,
-                       (0x80 if masked else 0) | len(payload)) + mask + body
-
-
-def _read_frame(sock: socket.socket) -> tuple[int, bytes]:
-    def exactly(n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = sock.recv(n - len(data))
-            assert chunk, "the connection closed"
-            data += chunk
-        return data
-
-    first, size = exactly(2)
-    if size == 126:
-        size = struct.unpack(">H", exactly(2))[0]
-    return first & 0x0F, exactly(size)
-
-
 def _raw_session(port: int, path: str, frames: list[bytes]) -> list[tuple[int, bytes]]:
-    with _handshake(port, path) as sock:
-        for frame in frames:
-            sock.sendall(frame)
-        got = [_read_frame(sock)]
+    with handshake(port, path) as sock:
+        for each in frames:
+            sock.sendall(each)
+        got = [read_frame(sock)]
         while got[-1][0] != 0x8:
-            got.append(_read_frame(sock))
+            got.append(read_frame(sock))
         with contextlib.suppress(OSError):  # the close is answered, if still open
-            sock.sendall(_frame(0x8, got[-1][1][:2]))
+            sock.sendall(frame(0x8, got[-1][1][:2]))
         return got
 
 
 async def test_fragments_are_joined_and_pings_answered_while_the_handler_is_busy() -> None:
     def session(port: int) -> list[tuple[int, bytes]]:
-        with _handshake(port, "/busy") as sock:
-            sock.sendall(_frame(0x9, b"p1") + _frame(0x1, b"he", fin=False)
-                         + _frame(0x0, b"llo"))
+        with handshake(port, "/busy") as sock:
+            sock.sendall(frame(0x9, b"p1") + frame(0x1, b"he", fin=False)
+                         + frame(0x0, b"llo"))
             started = anyio.from_thread.run_sync(anyio.current_time)
-            got = [_read_frame(sock)]
+            got = [read_frame(sock)]
             pong_after = anyio.from_thread.run_sync(anyio.current_time) - started
-            got.append(_read_frame(sock))
-            sock.sendall(_frame(0x8, struct.pack(">H", 1000)))
-            got.append(_read_frame(sock))
+            got.append(read_frame(sock))
+            sock.sendall(frame(0x8, struct.pack(">H", 1000)))
+            got.append(read_frame(sock))
         assert pong_after < 0.9, "the pong waited for the handler"
         return got
 
@@ -267,7 +230,7 @@ async def test_fragments_are_joined_and_pings_answered_while_the_handler_is_busy
 async def test_an_unmasked_client_frame_is_a_protocol_error() -> None:
     async with serve(_echo) as port:
         got = await anyio.to_thread.run_sync(_raw_session, port, "/ws",
-                                             [_frame(0x1, b"x", masked=False)])
+                                             [frame(0x1, b"x", masked=False)])
     assert got[-1][0] == 0x8
     assert got[-1][1][:2] == struct.pack(">H", 1002)
 
@@ -276,3 +239,38 @@ async def test_the_handler_s_close_code_and_reason_reach_the_client() -> None:
     async with serve(_echo) as port:
         got = await anyio.to_thread.run_sync(_raw_session, port, "/bye", [])
     assert got == [(0x1, b"bye"), (0x8, struct.pack(">H", 4008) + b"timed out")]
+
+
+async def test_a_client_that_never_reads_does_not_hold_up_the_close(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task of the handler fills the socket of a client that reads nothing and is
+    still sending when the handler leaves the socket's block: the block ends all the
+    same (its close frame cannot go out), and the connection with it."""
+    monkeypatch.setattr(websocket, "_CLOSE_WAIT", 0.5)
+    left = anyio.Event()
+
+    async def flood(request: Request) -> Response:
+        async def send_forever(ws: websocket.WebSocket) -> None:
+            while True:
+                await ws.send_bytes(b"x" * 65536)
+
+        async with anyio.create_task_group() as tg:
+            async with request.websocket(None) as ws:
+                tg.start_soon(send_forever, ws)
+                await anyio.sleep(0.5)  # long past the client's full buffers
+            left.set()
+            tg.cancel_scope.cancel()
+        return Response(500)
+
+    def drained(sock: socket.socket) -> None:
+        with contextlib.suppress(ConnectionResetError):
+            while sock.recv(1 << 20):
+                pass
+
+    async with serve(flood) as port:
+        sock = await anyio.to_thread.run_sync(handshake, port, "/flood")
+        with sock:
+            with anyio.fail_after(10):
+                await left.wait()
+            # The connection is gone: reading what was sent ends.
+            await anyio.to_thread.run_sync(drained, sock)

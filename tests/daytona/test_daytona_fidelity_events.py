@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import secrets
+import socket
 import urllib.error
 import urllib.request
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import anyio
@@ -17,6 +19,9 @@ import socketio
 from daytona import AsyncDaytona, CreateSandboxFromSnapshotParams
 from daytona_emulator_fixtures import running, sdk_config
 from provider_sdk_daytona.emulator import _events
+from raw_websocket import frame, handshake, read_frame
+
+from provider_sdk.emulator_kit import websocket
 
 pytestmark = pytest.mark.anyio
 
@@ -140,3 +145,36 @@ async def test_a_client_that_stops_answering_pings_is_dropped(
                         await ws.send_str("3")
         assert pings == 3
         assert ws.closed or ws.close_code is not None
+
+
+async def test_a_client_that_stops_reading_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client with the key that reads nothing, while its pings' answers fill its
+    socket, is dropped all the same: neither the gateway's own ping nor its close can go
+    out, and the client learns of it only by the reset of what it goes on sending."""
+    # The socket is full long before the first ping.
+    monkeypatch.setattr(_events, "PING_INTERVAL", 0.5)
+    monkeypatch.setattr(_events, "PING_TIMEOUT", 0.3)
+    monkeypatch.setattr(websocket, "_CLOSE_WAIT", 0.5)
+    port = urlsplit(running().url).port
+    assert port is not None
+    connect = frame(0x1, ("40" + json.dumps({"token": running().api_key.reveal()})).encode())
+    ping = frame(0x1, b"2" + b"x" * 500_000)  # answered with as big a pong
+    pings = frame(0x1, b"2") * 1000  # then left unread, in the gateway's buffers
+
+    def flood(sock: socket.socket) -> None:
+        for _ in range(30):
+            sock.sendall(ping)
+        while True:
+            sock.sendall(pings)
+
+    def session() -> None:
+        with handshake(port, "/api/socket.io/?EIO=4&transport=websocket") as sock:
+            assert read_frame(sock)[1].startswith(b"0{")
+            sock.sendall(connect)
+            assert read_frame(sock)[1].startswith(b"40{")
+            # Hung up on (with what it sent unread: a reset), or still full after the
+            # socket's timeout of 10 s (a TimeoutError).
+            with pytest.raises((BrokenPipeError, ConnectionResetError)):
+                flood(sock)
+
+    await anyio.to_thread.run_sync(session)

@@ -25,7 +25,7 @@ import secrets
 from typing import Any
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream
+import anyio.abc
 
 from provider_sdk.emulator_kit import service
 from provider_sdk.emulator_kit.http import Request, Response
@@ -60,34 +60,35 @@ async def gateway(request: Request) -> Response:
 class _Client:
     """One connected client: its pings, its ``CONNECT``, and its events once connected."""
 
+    _tasks: anyio.abc.TaskGroup
+
     def __init__(self, request: Request, ws: WebSocket) -> None:
         self.ctx = context(request)
         self.ws = ws
         self.answered = anyio.Event()  # the last ping's pong
+        self.events, self._queued = anyio.create_memory_object_stream[str](EVENT_BACKLOG)
+        """Where the store puts this client's events, once it has connected."""
 
     async def serve(self) -> None:
         await self.ws.send_text(_OPEN + json.dumps({
             "sid": secrets.token_urlsafe(15), "upgrades": [],
             "pingInterval": int(PING_INTERVAL * 1000), "pingTimeout": int(PING_TIMEOUT * 1000),
             "maxPayload": _MAX_PAYLOAD}))
-        notifications = self.ctx.store.notifications
-        send, receive = anyio.create_memory_object_stream[str](EVENT_BACKLOG)
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._ping, tg.cancel_scope)
+            async with anyio.create_task_group() as self._tasks:
+                self._tasks.start_soon(self._ping)
                 async for message in self.ws:
                     if message.type is not MessageType.TEXT or not isinstance(message.data, str):
                         continue
-                    if not await self._packet(message.data, send, receive, tg):
+                    if not await self._packet(message.data):
                         break
-                tg.cancel_scope.cancel()
+                self._tasks.cancel_scope.cancel()
         finally:
-            notifications.clients.discard(send)
-            send.close()
-            receive.close()
+            self.ctx.store.notifications.clients.discard(self.events)
+            self.events.close()
+            self._queued.close()
 
-    async def _packet(self, text: str, send: Any, receive: MemoryObjectReceiveStream[str],
-                      tg: anyio.abc.TaskGroup) -> bool:
+    async def _packet(self, text: str) -> bool:
         """Act on one Engine.IO packet; ``False`` when the client is done."""
         kind, body = text[:1], text[1:]
         if kind == _PONG:
@@ -97,11 +98,10 @@ class _Client:
         elif kind == _CLOSE:
             return False
         elif kind == _MESSAGE:
-            return await self._message(body, send, receive, tg)
+            return await self._message(body)
         return True
 
-    async def _message(self, body: str, send: Any, receive: MemoryObjectReceiveStream[str],
-                       tg: anyio.abc.TaskGroup) -> bool:
+    async def _message(self, body: str) -> bool:
         kind, rest = body[:1], body[1:]
         namespace = "/"
         if rest.startswith("/"):
@@ -122,35 +122,36 @@ class _Client:
         if not (isinstance(token, str) and service.key_matches(token, self.ctx.api_key)):
             await self._send(_CONNECT_ERROR, prefix, {"message": "Unauthorized"})
             return True
-        if send not in self.ctx.store.notifications.clients:
+        if self.events not in self.ctx.store.notifications.clients:
             await self._send(_CONNECT, prefix, {"sid": secrets.token_urlsafe(15)})
-            self.ctx.store.notifications.clients.add(send)
-            tg.start_soon(self._forward, receive, tg.cancel_scope)
+            self.ctx.store.notifications.clients.add(self.events)
+            self._tasks.start_soon(self._forward)
         return True
 
     async def _send(self, kind: str, prefix: str, payload: dict[str, Any]) -> None:
         await self.ws.send_text(_MESSAGE + kind + prefix + json.dumps(payload))
 
-    async def _forward(self, receive: MemoryObjectReceiveStream[str],
-                       scope: anyio.CancelScope) -> None:
+    async def _forward(self) -> None:
         """Send the queued events; a queue cut off (the client fell behind) ends it."""
         try:
-            async for message in receive:
+            async for message in self._queued:
                 await self.ws.send_text(message)
         except WebSocketClosed:
             pass
-        scope.cancel()
+        self._tasks.cancel_scope.cancel()
 
-    async def _ping(self, scope: anyio.CancelScope) -> None:
+    async def _ping(self) -> None:
+        """Ping every PING_INTERVAL; a client that has not taken the ping and answered
+        it within PING_TIMEOUT (one that stopped reading, too) is dropped."""
         try:
             while True:
                 await anyio.sleep(PING_INTERVAL)
                 self.answered = anyio.Event()
-                await self.ws.send_text(_PING)
                 with anyio.move_on_after(PING_TIMEOUT):
+                    await self.ws.send_text(_PING)
                     await self.answered.wait()
                 if not self.answered.is_set():
                     break
         except WebSocketClosed:
             pass
-        scope.cancel()
+        self._tasks.cancel_scope.cancel()
