@@ -17,7 +17,9 @@ def project(clean_config: Path) -> Path:
     require_docker()
     folder = clean_config / f"cli-{secrets.token_hex(4)}"
     folder.mkdir()
-    (folder / "hello.txt").write_text("hello from the context\n")
+    # Each project's own layers: a build cache layer shared with a test on another
+    # worker would go when that test removes its template, midway through this build.
+    (folder / "hello.txt").write_text(f"hello from the context {secrets.token_hex(6)}\n")
     (folder / "Dockerfile").write_text(
         f"FROM {DEFAULT_TEMPLATE}\nCOPY hello.txt /opt/hello.txt\n"
         f"RUN echo {secrets.token_hex(6)} > /opt/marker\n")
