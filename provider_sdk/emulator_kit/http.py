@@ -5,7 +5,8 @@ One task per connection; requests on a connection are served one after another
 undone as they arrive and bounded after decoding (:func:`provider_sdk.emulators.decoded`):
 a body read whole stops at :data:`~provider_sdk.emulators.BODY_LIMIT`, and one that
 passes its limit is answered 413. A response body is bytes or
-an async iterator of chunks (sent chunked). While a streamed response is being sent, the
+an async iterator of chunks (sent chunked; a :class:`Last` chunk ends it, sent with the
+end of the message in one write). While a streamed response is being sent, the
 connection is watched: when the client goes away the stream is cancelled, as a real
 server would notice the reset. A handler may answer :class:`Takeover` instead, to relay
 the connection's bytes itself (a reverse proxy's WebSockets); the server then sends
@@ -46,9 +47,8 @@ import h11
 from provider_sdk.emulator_kit.websocket import WebSocket, accept_key, open_websocket
 from provider_sdk.emulators import BODY_LIMIT, BodyTooLarge, decoded
 
-__all__ = ["Handler", "NotAWebSocket", "Request", "Response", "Served", "Takeover",
-           "json_response", "serve",
-           "too_large"]
+__all__ = ["Handler", "Last", "NotAWebSocket", "Request", "Response", "Served",
+           "Takeover", "json_response", "serve", "too_large"]
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +172,11 @@ class Request:
         return json.loads(data) if data.strip() else {}
 
 
+class Last(bytes):
+    """The last chunk of a streamed body: sent with the end of the message, in one
+    write (one wake-up of the client), and nothing more is read from the body."""
+
+
 @attrs.frozen
 class Response:
     """A response; ``body`` bytes are sent with a length, an iterator chunked.
@@ -279,8 +284,12 @@ async def _send_response(conn: _Connection, response: Response) -> None:
     async with anyio.create_task_group() as tg:
         if conn.h11.their_state is h11.DONE:
             tg.start_soon(conn.watch_disconnect, tg.cancel_scope)
+        last = b""
         try:
             async for chunk in chunks:
+                if isinstance(chunk, Last):
+                    last = bytes(chunk)
+                    break
                 if chunk:
                     await conn.send(h11.Data(data=chunk))
         finally:
@@ -288,7 +297,7 @@ async def _send_response(conn: _Connection, response: Response) -> None:
             if aclose is not None:
                 with anyio.CancelScope(shield=True):
                     await aclose()
-        await conn.send(h11.EndOfMessage())
+        await conn.send_all(*([h11.Data(data=last)] if last else []), h11.EndOfMessage())
         tg.cancel_scope.cancel()
     if tg.cancel_scope.cancel_called and conn.h11.our_state is not h11.DONE:
         raise anyio.EndOfStream  # the client left mid-stream

@@ -17,8 +17,15 @@ from httpx_ws import aconnect_ws
 from raw_websocket import frame, handshake, read_frame
 
 from provider_sdk.config import Secret
-from provider_sdk.emulator_kit import service, websocket
-from provider_sdk.emulator_kit.http import NotAWebSocket, Request, Response, json_response, serve
+from provider_sdk.emulator_kit import http, service, websocket
+from provider_sdk.emulator_kit.http import (
+    Last,
+    NotAWebSocket,
+    Request,
+    Response,
+    json_response,
+    serve,
+)
 from provider_sdk.emulator_kit.routing import Router
 from provider_sdk.emulator_kit.websocket import MessageType, accept_key
 from provider_sdk.emulators import Faults
@@ -140,6 +147,39 @@ async def test_latency_waits_as_long_as_the_fault_says_and_counts_it() -> None:
     await service.inject_latency(faults)
     assert anyio.current_time() - started >= 0.2
     assert faults.report()["served"]["latency"] == 1
+
+
+# --------------------------------------------------------------- streamed bodies
+
+
+async def test_a_last_chunk_goes_out_with_the_end_of_the_body_and_ends_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    writes: list[bytes] = []
+    send = http._SocketStream.send
+
+    async def recording(self: http._SocketStream, item: bytes) -> None:
+        writes.append(bytes(item))
+        await send(self, item)
+
+    monkeypatch.setattr(http._SocketStream, "send", recording)
+    closed = anyio.Event()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        try:
+            yield b"one"
+            yield Last(b"two")
+            yield b"never read"
+        finally:
+            closed.set()
+
+    async def streaming(request: Request) -> Response:
+        return Response(200, body=chunks())
+
+    async with serve(streaming) as port, httpx.AsyncClient() as client:
+        answer = await client.get(f"http://127.0.0.1:{port}/")
+        assert answer.content == b"onetwo"
+        assert closed.is_set()
+    assert writes[-1] == b"3\r\ntwo\r\n0\r\n\r\n"  # the chunk and the end: one write
 
 
 # --------------------------------------------------------------------- WebSockets

@@ -16,6 +16,7 @@ import httpx
 import pytest
 from e2b import Sandbox
 
+from provider_sdk.emulator_kit import http
 from provider_sdk.emulator_kit.http import Request, Response, serve
 from provider_sdk.emulators import RunningEmulator
 
@@ -92,6 +93,31 @@ def test_connect_framing_of_a_streamed_call(e2b_emulator: RunningEmulator) -> No
         assert "start" in frames[0][1]["event"]
         assert frames[-2][1]["event"]["end"]["exited"] is True
         assert frames[-1] == (2, {})  # the end-stream frame
+
+
+def test_a_process_s_end_and_the_end_of_its_stream_go_out_in_one_write(
+        e2b_emulator: RunningEmulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    writes: list[bytes] = []
+    send = http._SocketStream.send
+
+    async def recording(self: http._SocketStream, item: bytes) -> None:
+        writes.append(bytes(item))
+        await send(self, item)
+
+    with Sandbox.create() as sandbox:
+        message = json.dumps({"process": {"cmd": "/bin/true"}}).encode()
+        monkeypatch.setattr(http._SocketStream, "send", recording)
+        answer = httpx.post(
+            f"{e2b_emulator.url}/process.Process/Start",
+            content=struct.pack(">BI", 0, len(message)) + message,
+            headers={**_envd_headers(e2b_emulator, sandbox.sandbox_id),
+                     "Content-Type": "application/connect+json"})
+        monkeypatch.undo()
+    assert answer.status_code == 200
+    last = writes[-1]
+    assert b'"end":' in last  # the process's end event,
+    assert b"\x02\x00\x00\x00\x02{}" in last  # the end-stream frame
+    assert last.endswith(b"\r\n0\r\n\r\n")  # and the end of the chunked body
 
 
 @pytest.mark.anyio

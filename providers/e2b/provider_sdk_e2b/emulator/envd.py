@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 from provider_sdk import errors
 from provider_sdk.emulator_kit import multipart
-from provider_sdk.emulator_kit.http import Request, Response, json_response, too_large
+from provider_sdk.emulator_kit.http import Last, Request, Response, json_response, too_large
 from provider_sdk.emulators import BodyTooLarge
 from provider_sdk.models import FileType
 from provider_sdk.sandbox import Sandbox
@@ -49,6 +49,12 @@ _METADATA_HEADER = "x-metadata-"
 
 Unary = Callable[[SandboxRecord, dict[str, Any], Request], Awaitable[dict[str, Any]]]
 Streaming = Callable[[SandboxRecord, dict[str, Any], Request], AsyncIterator[dict[str, Any]]]
+
+
+def _ends_process(message: dict[str, Any]) -> bool:
+    """Whether ``message`` is a process's end event, the last of its stream."""
+    event = message.get("event")
+    return isinstance(event, dict) and "end" in event
 
 
 def signed_by(request: Request, token: str) -> bool:
@@ -194,23 +200,29 @@ class Envd(ProcessService, FilesystemService):
             failed = rpc_error(exc)
 
         async def body() -> AsyncIterator[bytes]:
+            # The end of the stream goes out with the end of the response (Last), and
+            # a process's end event, which nothing follows, with both: one write, one
+            # wake-up of the client.
             try:
                 if failed is not None:
                     raise failed
                 if items is not None:
                     async for item in items:
+                        if _ends_process(item):
+                            yield Last(envelope(item) + end_stream())
+                            return
                         yield envelope(item)
             except RpcError as exc:
-                yield end_stream(exc)
+                yield Last(end_stream(exc))
                 return
             except errors.SandboxError as exc:
-                yield end_stream(rpc_error(exc))
+                yield Last(end_stream(rpc_error(exc)))
                 return
             finally:
                 aclose = getattr(items, "aclose", None)
                 if aclose is not None:
                     await aclose()
-            yield end_stream()
+            yield Last(end_stream())
 
         # The first message goes out with the head, as it is known already.
         opening = envelope(first) if first is not None and failed is None else b""
