@@ -179,6 +179,21 @@ async def test_set_metadata_keeps_the_sdk_and_provider_labels(
         assert (await sandbox.exec("pwd")).stdout == "/tmp\n"
 
 
+async def test_set_metadata_reads_the_labels_fresh_into_the_handle_it_keeps(
+        provider: DaytonaProvider) -> None:
+    """What another client labelled since this provider last looked is kept: the labels
+    are read just before they are replaced, refreshing the SDK handle the provider
+    keeps rather than building another."""
+    async with provider.create(metadata={"team": "a"}) as sandbox:
+        kept = provider._sandboxes[sandbox.id]
+        async with DaytonaProvider(**provider_options()) as other:
+            await (await other.connect(sandbox.id)).set_metadata({"stage": "review"})
+        info = await sandbox.set_metadata({"owner": "alice"})
+        assert dict(info.metadata) == {"team": "a", "stage": "review", "owner": "alice"}
+        assert provider._sandboxes[sandbox.id] is kept
+        assert dict((await provider.get_info(sandbox.id)).metadata) == dict(info.metadata)
+
+
 async def test_the_sdk_and_provider_labels_are_reserved(provider: DaytonaProvider) -> None:
     for key in ("code-toolbox-language", "provider-sdk.cwd"):
         with pytest.raises(InvalidInput, match=rf"^\[daytona\] metadata: label '{key}'"):

@@ -73,6 +73,16 @@ class CallsMixin:
         self._sandboxes[sandbox_id] = found
         return found
 
+    async def _refreshed(self, sandbox_id: str) -> AsyncSandbox:
+        """The SDK's handle as the control plane sees the sandbox now: the cached one
+        refreshed in place (one GET, and no new handle to build), else fetched."""
+        found = self._sandboxes.get(sandbox_id)
+        if found is None:
+            return await self._fetch(sandbox_id)
+        with self._translate(sandbox_id):
+            await self._retrying(found.refresh_data)
+        return found
+
     async def _toolbox(self, sandbox_id: str, call: Callable[[AsyncSandbox], Awaitable[T]], *,
                        wait: float | None = 0.0) -> T:
         """Run a toolbox call; translate its failure once. It may take ``wait`` seconds

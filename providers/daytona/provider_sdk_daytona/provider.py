@@ -355,7 +355,7 @@ class DaytonaProvider(CommandsMixin, BackgroundMixin, FilesMixin, PortsMixin, Ca
         return DaytonaVolumeMount(volume_id=volume.id, mount_path=mount.path)
 
     async def _info(self, sandbox_id: str) -> SandboxInfo:
-        return self._to_info(await self._fetch(sandbox_id))
+        return self._to_info(await self._refreshed(sandbox_id))
 
     async def _list(self, *, metadata: Mapping[str, str],
                     state: SandboxState | None) -> builtins.list[SandboxInfo]:
@@ -400,8 +400,9 @@ class DaytonaProvider(CommandsMixin, BackgroundMixin, FilesMixin, PortsMixin, Ca
 
     async def _set_metadata(self, sandbox_id: str, labels: Mapping[str, str]) -> SandboxInfo:
         # Daytona replaces the labels whole (PUT /sandbox/{id}/labels): the current ones,
-        # reserved ones too, go with the new. Two callers at once: the last one wins.
-        sandbox = await self._fetch(sandbox_id)
+        # read just before, reserved ones too, go with the new. Two callers at once: the
+        # last one wins.
+        sandbox = await self._refreshed(sandbox_id)
         merged = {**(sandbox.labels or {}), **labels}
         check_labels(merged, provider=self.name)
         with self._translate(sandbox_id):
