@@ -2,9 +2,10 @@
 
 Every command is an Engine exec, attached over a connection of its own. Where the
 Engine runs on this host (see :mod:`provider_sdk_docker._control`) each exec starts
-held, is moved into a cgroup of its own and only then runs its command; a timeout, a cancellation or
-``Process.kill()`` freezes and SIGKILLs that cgroup from the host, while the exec's
-output keeps being drained, so neither the caller nor the Engine waits on the container.
+held, is moved into a cgroup of its own and only then runs its command; a timeout, a
+cancellation or ``Process.kill()`` freezes and SIGKILLs that cgroup from the host, while
+the exec's output keeps being drained, so neither the caller nor the Engine waits on the
+container.
 Elsewhere (a remote Engine) the kill runs inside the container, with a deadline, and the
 provider does not declare ``exec.contained``.
 
