@@ -139,9 +139,9 @@ def unknown_route(request: Request, feature: str | None = None) -> Response:
 
 
 SIGNED_ROUTE = re.compile(r"/toolbox/[^/]+/files/(download|upload-v2)")
+"""The toolbox routes on which a signed URL's signature stands in for the API key."""
 EVENTS_ROUTE = "/api/socket.io/"
 """The notification gateway (``_events``), whose clients present the key in Socket.IO."""
-"""The toolbox routes on which a signed URL's signature stands in for the API key."""
 
 
 def _check_key(request: Request, ctx: Context) -> None:
