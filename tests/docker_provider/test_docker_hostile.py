@@ -190,6 +190,19 @@ async def test_a_command_is_in_its_own_cgroup_from_its_first_instruction(
     assert freezer.rsplit("/", 1)[-1].startswith("psdk-"), freezer
 
 
+async def test_a_command_let_go_early_by_code_inside_is_still_killed(sandbox: Sandbox) -> None:
+    # Code inside keeps continuing every process it may signal, held wrappers included,
+    # while a command that daemonizes at once times out.
+    spammer = await sandbox.start(["/bin/sh", "-c", "while :; do kill -CONT -1; done"],
+                                  user="0")
+    try:
+        await _timed_out(sandbox, "setsid sh -c '(sleep 671 &)'; sleep 672", timeout=1.5)
+    finally:
+        with anyio.fail_after(GRACE):
+            await spammer.kill()
+    assert not [p for p in await _procs(sandbox) if "sleep 67" in p]
+
+
 async def test_the_hold_leaves_the_environment_as_given(sandbox: Sandbox) -> None:
     # The shell that holds a command sets PWD; the command gets only what it was given.
     plain = await sandbox.exec(["/usr/bin/env"], cwd="/tmp")
