@@ -147,6 +147,23 @@ def test_a_timeout_interrupts_the_code_and_keeps_the_context(sandbox: Sandbox) -
         interpreter.delete_context(ctx)
 
 
+def test_code_that_ignores_the_interrupt_ends_its_context_s_worker(sandbox: Sandbox) -> None:
+    # It outlives the interrupt: after the grace the worker is ended, and the context's
+    # next execution runs in a new one, without the old state.
+    interpreter = sandbox.code_interpreter
+    ctx = interpreter.create_context()
+    try:
+        interpreter.run_code("before = 1", context=ctx)
+        stubborn = ("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                    "while True:\n    time.sleep(0.05)")
+        with pytest.raises(DaytonaTimeoutError, match="timed out"):
+            interpreter.run_code(stubborn, context=ctx, timeout=1)
+        after = interpreter.run_code("print('before' in globals())", context=ctx)
+        assert after.stdout == "False\n"
+    finally:
+        interpreter.delete_context(ctx)
+
+
 def test_running_in_an_unknown_context_is_refused(sandbox: Sandbox) -> None:
     interpreter = sandbox.code_interpreter
     ctx = interpreter.create_context()
