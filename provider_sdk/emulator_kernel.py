@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import anyio
@@ -91,7 +91,7 @@ class Kernel:
             if isinstance(parsed, dict):
                 return parsed
 
-    async def execute(self, request: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def execute(self, request: dict[str, Any]) -> AsyncGenerator[dict[str, Any], None]:
         """Write ``request`` and yield the execution's events, its last one included.
         Call it holding :attr:`lock`.
 

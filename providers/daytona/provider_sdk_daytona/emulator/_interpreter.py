@@ -22,10 +22,10 @@ after another. A stopped sandbox's contexts are gone, as its processes are.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime as dt
 import json
+import math
 from typing import Any
 
 import anyio
@@ -161,42 +161,54 @@ async def _serve(ws: WebSocket, record: SandboxRecord, handle: Sandbox) -> tuple
 
 async def _run(ws: WebSocket, handle: Sandbox, ctx: InterpreterContext,
                kernel: Kernel, request: dict[str, Any], limit: float | None) -> int:
-    """Stream one execution's chunks to ``ws``; the close code to end with."""
-    chunks = kernel.execute(request)
-    loop = asyncio.get_running_loop()
-    deadline = None if limit is None else loop.time() + limit
+    """Stream one execution's chunks to ``ws``; the close code to end with.
+
+    The kernel's events are read by a task of their own, so a deadline that passes (the
+    execution is interrupted, then given :data:`_GRACE`) cancels only the wait for the
+    next one, never the read.
+    """
+    chunks, received = anyio.create_memory_object_stream[
+        dict[str, Any] | KernelDied | KernelOutputTooLarge]()
+
+    async def read() -> None:
+        async with chunks, contextlib.aclosing(kernel.execute(request)) as events:
+            try:
+                async for event in events:
+                    await chunks.send(event)
+            except (KernelDied, KernelOutputTooLarge) as exc:
+                await chunks.send(exc)
+
+    deadline = math.inf if limit is None else anyio.current_time() + limit
     interrupted = False
-    pending: asyncio.Future[dict[str, Any]] | None = None
-    try:
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(read)
         while True:
-            if pending is None:
-                pending = asyncio.ensure_future(anext(chunks))
-            wait = None if deadline is None else max(deadline - loop.time(), 0.0)
-            done, _ = await asyncio.wait({pending}, timeout=wait)
-            if not done:
+            chunk = None
+            with anyio.CancelScope(deadline=deadline):
+                try:
+                    chunk = await received.receive()
+                except anyio.EndOfStream:
+                    code = _TIMEOUT_CLOSE if interrupted else CLOSE_OK
+                    break
+            if chunk is None:  # the deadline passed
                 if interrupted:  # it did not stop within the grace: end the worker
-                    pending.cancel()
                     await ctx.close()
-                    return _TIMEOUT_CLOSE
+                    code = _TIMEOUT_CLOSE
+                    break
                 interrupted = True
-                deadline = loop.time() + _GRACE
+                deadline = anyio.current_time() + _GRACE
                 with contextlib.suppress(SandboxError):
                     await handle.exec(["kill", "-INT", str(kernel.process.pid)])
                 continue
-            finished, pending = pending, None
-            try:
-                chunk = finished.result()
-            except StopAsyncIteration:
-                return _TIMEOUT_CLOSE if interrupted else CLOSE_OK
+            if isinstance(chunk, (KernelDied, KernelOutputTooLarge)):
+                await ctx.close()  # the next execution starts a new worker
+                code = CLOSE_GOING_AWAY
+                break
             if chunk.get("type") == "control" and chunk.get("text") == "interrupted":
                 interrupted = True
             await _send(ws, chunk)
-    except (KernelDied, KernelOutputTooLarge):
-        await ctx.close()  # the next execution starts a new worker
-        return CLOSE_GOING_AWAY
-    finally:
-        if pending is not None:
-            pending.cancel()
+        tg.cancel_scope.cancel()
+    return code
 
 
 async def _send(ws: WebSocket, chunk: dict[str, Any]) -> None:
