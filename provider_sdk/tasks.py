@@ -27,9 +27,10 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import attrs
 import structlog
 
-__all__ = ["TaskOwner"]
+__all__ = ["OwnedTask", "TaskOwner"]
 
 logger = structlog.get_logger("provider_sdk")
 
@@ -99,6 +100,19 @@ class TaskOwner:
         self._group.start_soon(self._run, scope, func, args)
         return scope
 
+    async def start(self, func: Callable[..., Awaitable[Any]], *args: Any) -> OwnedTask:
+        """Run ``func(*args)`` in the group, as :meth:`start_soon` does; the handle
+        returned also stops it and tells when it has ended."""
+        ended = anyio.Event()
+
+        async def run() -> None:
+            try:
+                await func(*args)
+            finally:
+                ended.set()
+
+        return OwnedTask(await self.start_soon(run), ended)
+
     async def _run(self, scope: anyio.CancelScope, func: Callable[..., Awaitable[Any]],
                    args: tuple[Any, ...]) -> None:
         try:
@@ -117,3 +131,23 @@ class TaskOwner:
         closing.set()
         with anyio.CancelScope(shield=True):
             await closed.wait()
+
+
+@attrs.frozen
+class OwnedTask:
+    """One task of a :class:`TaskOwner`'s, started with :meth:`TaskOwner.start`."""
+
+    scope: anyio.CancelScope
+    """Cancelling it cancels this task alone."""
+    ended: anyio.Event
+    """Set once the task has ended, its cleanup included, whichever way it ended."""
+
+    async def stop(self, *, grace: float = 0.0, wait: float = 5.0) -> None:
+        """Give the task ``grace`` seconds to end by itself, then cancel it, and wait
+        (shielded, at most ``wait`` seconds) for its cleanup."""
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(grace):
+                await self.ended.wait()
+            self.scope.cancel()
+            with anyio.move_on_after(wait):
+                await self.ended.wait()

@@ -102,3 +102,18 @@ async def test_an_owner_opens_again_after_close() -> None:
 
 async def test_closing_an_owner_never_opened_does_nothing() -> None:
     await TaskOwner("test").aclose()
+
+
+async def test_a_started_task_tells_its_end_and_stops_after_its_grace() -> None:
+    owner = TaskOwner("test")
+    log: list[str] = []
+    quick = await owner.start(anyio.sleep, 0)
+    await quick.ended.wait()  # ended by itself
+    started = anyio.Event()
+    slow = await owner.start(_forever, log, "slow", started)
+    await started.wait()
+    with anyio.fail_after(5):
+        await slow.stop(grace=0.05)
+    assert slow.ended.is_set()
+    assert log == ["slow cleaned up"]  # its cleanup ran before stop() returned
+    await owner.aclose()

@@ -184,6 +184,7 @@ async def daytona_emulator(options: EmulatorOptions) -> AsyncIterator[RunningEmu
         finally:
             with anyio.CancelScope(shield=True):
                 await _clean_backend(ctx.store)
+                await ctx.store.tasks.aclose()
 
 
 async def _clean_backend(store: Store) -> None:

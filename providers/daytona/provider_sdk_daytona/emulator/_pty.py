@@ -19,7 +19,6 @@ sessions are gone, as its processes are.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import datetime as dt
@@ -29,7 +28,13 @@ import struct
 from provider_sdk.emulator_kit.http import Request, Response
 from provider_sdk.emulator_kit.websocket import CLOSE_INTERNAL_ERROR
 from provider_sdk.errors import SandboxError
-from provider_sdk_daytona.emulator._http import UPGRADED, HttpError, json_response, websocket
+from provider_sdk_daytona.emulator._http import (
+    UPGRADED,
+    HttpError,
+    context,
+    json_response,
+    websocket,
+)
 from provider_sdk_daytona.emulator._pty_session import RELAY, PtySession, exited, frame
 from provider_sdk_daytona.emulator._store import SandboxRecord
 from provider_sdk_daytona.emulator._toolbox import running
@@ -116,7 +121,7 @@ async def create_connect(request: Request) -> Response:
         raise HttpError(500, f"failed to start PTY session: {exc.message}") from exc
     session = PtySession(id=key, cwd=cwd, envs=envs, cols=cols, rows=rows, process=process,
                          created_at=dt.datetime.now(dt.timezone.utc).isoformat())
-    session.reader = asyncio.create_task(session.follow())
+    session.reader = await context(request).store.tasks.start(session.follow)
     record.ptys[key] = session
     return await _attach(request, session)
 

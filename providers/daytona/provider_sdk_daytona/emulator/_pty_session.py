@@ -9,7 +9,6 @@ sandbox's sessions.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import struct
@@ -21,6 +20,7 @@ from provider_sdk.emulator_kit.websocket import CLOSE_INTERNAL_ERROR, CLOSE_OK, 
 from provider_sdk.errors import SandboxError
 from provider_sdk.provider import ProcessExit, ProcessOutput
 from provider_sdk.sandbox import Process
+from provider_sdk.tasks import OwnedTask
 
 # Frames on the relay's stdin: a kind byte ("d" data, "r" resize), a 4-byte length, the
 # payload (for "r": cols and rows, 2 bytes each).
@@ -82,7 +82,7 @@ class PtySession:
     exit_code: int | None = None
     clients: dict[WebSocket, bool] = attrs.field(factory=dict)
     """Attached clients, each with whether it asked for exit control messages."""
-    reader: asyncio.Task[None] | None = None
+    reader: OwnedTask | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "cwd": self.cwd, "envs": dict(self.envs), "cols": self.cols,
@@ -110,8 +110,7 @@ class PtySession:
         with contextlib.suppress(SandboxError):
             await self.process.kill()
         if self.reader is not None:
-            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(self.reader, 5.0)  # (cancelled past that)
+            await self.reader.stop(grace=5.0)
 
 
 async def exited(ws: WebSocket, code: int, *, control: bool) -> None:

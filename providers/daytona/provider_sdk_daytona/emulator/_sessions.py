@@ -21,6 +21,7 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import attrs
 
 from provider_sdk.capabilities import Capability
@@ -28,6 +29,7 @@ from provider_sdk.errors import FileNotFound, SandboxError
 from provider_sdk.limits import DEFAULT_OUTPUT_LIMIT
 from provider_sdk.provider import ProcessExit, ProcessOutput
 from provider_sdk.sandbox import Process, Sandbox, Shell
+from provider_sdk.tasks import OwnedTask, TaskOwner
 
 LOG_LIMIT = DEFAULT_OUTPUT_LIMIT
 """Bytes of each of a command's streams (stdout, stderr) a session keeps."""
@@ -120,30 +122,35 @@ class SessionShell(abc.ABC):
         """End the shell and everything it started."""
 
 
-async def open_shell(handle: Sandbox, argv: list[str], env: dict[str, str]) -> SessionShell:
+async def open_shell(tasks: TaskOwner, handle: Sandbox, argv: list[str],
+                     env: dict[str, str]) -> SessionShell:
     """The most faithful session the backend allows: ``argv`` (which runs
     :data:`SESSION_DRIVER`) with ``env``, or else the backend's persistent shell with
-    ``env`` (there, what ``argv`` would unset stays set)."""
+    ``env`` (there, what ``argv`` would unset stays set). What it runs in the background
+    runs in ``tasks``, the emulator's."""
     if handle.provider.supports(Capability.PROCESS_BACKGROUND):
-        return await DriverSession.open(handle, argv, env)
-    return EmulatedSession(handle, await handle.shell(env=env))
+        return await DriverSession.open(tasks, handle, argv, env)
+    return EmulatedSession(tasks, handle, await handle.shell(env=env))
 
 
 class DriverSession(SessionShell):
     """A bash loop in the sandbox sourcing one command at a time."""
+
+    _reader: OwnedTask
 
     def __init__(self, handle: Sandbox, process: Process, root: str) -> None:
         self._handle = handle
         self._process = process
         self._root = root
         self._running: dict[str, CommandRecord] = {}
-        self._reader = asyncio.create_task(self._read())
 
     @classmethod
-    async def open(cls, handle: Sandbox, argv: list[str], env: dict[str, str]
-                   ) -> DriverSession:
+    async def open(cls, tasks: TaskOwner, handle: Sandbox, argv: list[str],
+                   env: dict[str, str]) -> DriverSession:
         process = await handle.start(argv, env=env)
-        return cls(handle, process, f"/tmp/.daytona-sessions/{secrets.token_hex(8)}")
+        session = cls(handle, process, f"/tmp/.daytona-sessions/{secrets.token_hex(8)}")
+        session._reader = await tasks.start(session._read)
+        return session
 
     def _dir(self, cmd: CommandRecord) -> str:
         return f"{self._root}/{cmd.id}"
@@ -220,24 +227,22 @@ class DriverSession(SessionShell):
     async def close(self) -> None:
         with contextlib.suppress(SandboxError):
             await self._process.kill()
-        self._reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._reader
+        await self._reader.stop()
 
 
 class EmulatedSession(SessionShell):
     """The backend's persistent shell, one command at a time."""
 
-    def __init__(self, handle: Sandbox, shell: Shell) -> None:
+    def __init__(self, tasks: TaskOwner, handle: Sandbox, shell: Shell) -> None:
+        self._tasks = tasks
         self._handle = handle
         self._shell = shell
-        self._lock = asyncio.Lock()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._lock = anyio.Lock()
+        self._runs: set[OwnedTask] = set()
 
     async def submit(self, cmd: CommandRecord) -> None:
-        task = asyncio.create_task(self._run(cmd))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._runs = {run for run in self._runs if not run.ended.is_set()}
+        self._runs.add(await self._tasks.start(self._run, cmd))
 
     async def _run(self, cmd: CommandRecord) -> None:
         def keep(stream: bytearray) -> Callable[[bytes], None]:
@@ -267,7 +272,7 @@ class EmulatedSession(SessionShell):
             cmd.done.set()
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
+        for run in self._runs:
+            run.scope.cancel()
         with contextlib.suppress(SandboxError):
             await self._shell.aclose()

@@ -26,6 +26,7 @@ from provider_sdk.config import Secret
 from provider_sdk.emulator_usage import UsageMeter
 from provider_sdk.provider import SandboxProvider
 from provider_sdk.sandbox import Sandbox
+from provider_sdk.tasks import TaskOwner
 from provider_sdk_daytona.emulator._interpreter_context import InterpreterContext
 from provider_sdk_daytona.emulator._pty_session import PtySession
 from provider_sdk_daytona.emulator._sessions import CommandRecord, SessionShell
@@ -271,6 +272,9 @@ class Store:
     snapshots: dict[str, SnapshotRecord] = attrs.field(factory=dict)
     notifications: Notifications = attrs.field(factory=Notifications)
     """What the notification gateway sends its clients."""
+    tasks: TaskOwner = attrs.field(factory=lambda: TaskOwner("daytona-emulator"))
+    """What runs beyond the request that started it (sessions' and terminals' readers);
+    closed with the emulator."""
     signed_previews: dict[tuple[int, str], tuple[str, float]] = attrs.field(
         factory=dict, repr=False)
     """(port, signed preview token) to (sandbox id, the unix time it expires)."""

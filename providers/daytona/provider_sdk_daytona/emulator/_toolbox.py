@@ -167,7 +167,7 @@ async def create_session(request: Request) -> Response:
     if session_id in record.sessions:
         raise HttpError(409, f"session {session_id} already exists", "CONFLICT")
     try:
-        shell = await open_shell(handle, *record.spawn(
+        shell = await open_shell(context(request).store.tasks, handle, *record.spawn(
             ["bash", "--noprofile", "--norc", "-c", SESSION_DRIVER]))
     except SandboxError as exc:
         raise HttpError(500, f"cannot start the session's shell: {exc.message}") from exc
