@@ -441,11 +441,15 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
     def _ended_by_idle(self, sandbox_id: str, meta: SandboxRecord) -> bool:
         """Whether the sandbox ended itself after its idle timeout: its agent exited with
         the idle status, as recorded by the host-side launcher in a file the sandbox
-        cannot write. Such a sandbox is gone, and its files are removed lazily."""
+        cannot write. Such a sandbox is gone, and its files are removed lazily.
+
+        The file is this launch's own (named by its token) and is written only once the
+        sandbox's init has exited, so it alone decides: the init's process may still
+        show in ``/proc`` for a moment, not yet reaped."""
         launched = meta.launch
         if not (meta.idle_timeout and launched and launched.token):
             return False
-        return not _launch.alive(launched) and _launch.exit_status(
+        return _launch.exit_status(
             self._status_path(sandbox_id, launched.token)) == _launch.IDLE_EXIT
 
     def _state(self, sandbox_id: str, meta: SandboxRecord) -> SandboxState:
