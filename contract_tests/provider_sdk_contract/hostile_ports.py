@@ -1,14 +1,15 @@
 """Contract, hostile section: exposed ports (``ports.expose``) against a hostile server.
 
 The server listening in the sandbox is the sandbox's code, and attacks whatever relays
-its port: it floods endless answers, never answers, drips one byte at a time, holds
-connections open, answers heads too large or not HTTP at all, frames a body two ways,
-plants the token's cookie, and points its client at other ports of the host. Whatever
-it does, the caller's memory stays bounded, the caller is never hung, other traffic
-passes, ``unexpose`` and kill end every connection, the token never reaches the
-sandbox, a request for one port never reaches another, and a broken answer is a
-``502``. The relays of local and docker, and the emulators', run in this process: its
-memory and open descriptors are theirs too, and are measured where ``/proc`` shows them.
+its port: it floods endless answers, never answers, never accepts, drips one byte at a
+time, holds connections open, answers heads too large or not HTTP at all, frames a body
+two ways, plants the token's cookie, and points its client at other ports of the host.
+Whatever it does, the caller's memory stays bounded, the caller is never hung, other
+traffic passes, ``unexpose`` and kill end every connection, the token never reaches the
+sandbox, a request for one port never reaches another, and a broken answer (or one that
+cannot come) is a ``502``. The relays of local and docker, and the emulators', run in
+this process: its memory and open descriptors are theirs too, and are measured where
+``/proc`` shows them.
 
 The server is a perl script (every template of the suite has perl; the docker one has
 no python3); it behaves by the request's path, logs every byte it receives to a file,
@@ -121,6 +122,18 @@ while (my $c = $s->accept) {
 }
 """
 
+_UNACCEPTING = r"""
+use strict; use IO::Socket::INET;
+my ($port) = @ARGV;
+my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => $port,
+                              Listen => 0, ReuseAddr => 1) or die "listen: $!";
+my @queued = map { IO::Socket::INET->new(PeerAddr => "127.0.0.1", PeerPort => $port,
+                                         Blocking => 0) } 1 .. 8;
+$| = 1; print "ready\n"; sleep 3600 while 1;
+"""
+"""A server that listens and never accepts, its queue filled by its own connections: a
+connection to it is neither refused nor taken, it waits."""
+
 _MALFORMED = ("bighead", "endlesshead", "garbage", "conflict", "barelf", "nul", "switch",
               "empty")
 """Paths whose answer is broken: each must reach the caller as a ``502``."""
@@ -133,11 +146,16 @@ async def _start(sandbox: Sandbox, port: int = PORT) -> None:
         pytest.skip("the template has no perl to run the hostile server in")
     script = "/tmp/psdk-hostile-server"
     await sandbox.files.write(script, _SERVER)
-    process = await sandbox.start(["perl", script, str(port), LOG.format(port=port)])
+    await _ready(sandbox, ["perl", script, str(port), LOG.format(port=port)])
+
+
+async def _ready(sandbox: Sandbox, argv: list[str]) -> None:
+    """Start ``argv``; return once it prints ``ready``."""
+    process = await sandbox.start(argv)
     events = process.events()
     with anyio.fail_after(30):
         async for event in events:
-            assert getattr(event, "exit_code", None) is None, "the hostile server exited"
+            assert getattr(event, "exit_code", None) is None, f"{argv[0]} exited"
             if b"ready" in getattr(event, "data", b""):
                 break
     await events.aclose()  # type: ignore[attr-defined]
@@ -542,3 +560,24 @@ class HostilePortsContract(ContractBase):
             assert b"X-Big" not in head + body, path
             assert b"\xff\xfe" not in body, path
             await _passes(url, headers, f"after-{path}")
+
+    @requires(Capability.PORTS_EXPOSE, Capability.PROCESS_BACKGROUND)
+    async def test_hostile_port_server_that_never_accepts_is_a_prompt_502(
+            self, factory: Factory) -> None:
+        """A server that listens but never accepts (its queue full, so a connection
+        waits instead of being refused): a request to it is answered ``502`` within
+        15 s, while other requests to the sandbox pass, and the relay it cost ends."""
+        sandbox, exposed = await self._hostile(factory)
+        script = "/tmp/psdk-unaccepting-server"
+        await sandbox.files.write(script, _UNACCEPTING)
+        await _ready(sandbox, ["perl", script, str(OTHER_PORT)])
+        stuck = await sandbox.expose(OTHER_PORT)
+        url, headers = _credentials(exposed)
+        await _passes(url, headers, "warm")
+        fds = _open_fds()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_passes, url, headers, "meanwhile")
+            status, head, _ = await _fetch(*_credentials(stuck), "anything")
+        assert status == 502, head[:200]
+        await _fds_settle(fds, "the relay to a server that never accepted did not end")
+        await _passes(url, headers, "after")

@@ -4,6 +4,7 @@ several processes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -15,7 +16,7 @@ import anyio
 import docker
 import docker.errors
 import pytest
-from provider_sdk_docker import DEFAULT_TEMPLATE, DockerProvider
+from provider_sdk_docker import DEFAULT_TEMPLATE, DockerProvider, _ports
 from provider_sdk_docker.provider import CAPABILITIES_KEPT, LABEL
 
 from provider_sdk import errors
@@ -267,3 +268,29 @@ async def test_stdin_written_and_closed_at_once_after_start_is_never_lost(
         for n in range(10):
             tg.start_soon(one, n)
     assert sorted(results) == sorted(f"line {n}\n".encode() for n in range(10))
+
+
+async def test_a_relay_the_engine_never_starts_is_a_prompt_502(
+        provider: DockerProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection to an exposed port whose relay exec the Engine never starts is
+    answered 502, saying so, within the relay's deadline: the wait for the Engine is
+    bounded as the connection inside is."""
+    sandbox = await provider.create()
+    exposed = await sandbox.expose(8080)
+
+    async def never_started(exec_id: str, *, sandbox_id: str) -> None:
+        await anyio.sleep_forever()
+
+    monkeypatch.setattr(provider._engine, "attach", never_started)
+    monkeypatch.setattr(_ports, "CONNECT_DEADLINE", 1.0)
+    host, _, port = exposed.base_url.removeprefix("http://").rstrip("/").partition(":")
+    answer = b""
+    with anyio.fail_after(10):
+        async with await anyio.connect_tcp(host, int(port)) as stream:
+            await stream.send(b"GET / HTTP/1.1\r\nHost: x\r\nX-Psdk-Token: "
+                              + exposed.token.reveal().encode() + b"\r\n\r\n")
+            with contextlib.suppress(anyio.EndOfStream):
+                while True:
+                    answer += await stream.receive()
+    assert answer.startswith(b"HTTP/1.1 502 "), answer[:200]
+    assert b"did not start and connect within 1 s" in answer, answer[:400]

@@ -35,8 +35,10 @@ if TYPE_CHECKING:
 
 __all__ = ["PortsMixin"]
 
-#: Seconds the relay has to connect to the port inside and say so.
-CONNECT_DEADLINE = 15.0
+#: Seconds the relay has to be created and started by the Engine, connect to the port
+#: inside and say so: less than a client's patience (the contract's 15 s), so an Engine
+#: slow to start it comes back as a ``502`` that says so, not as silence.
+CONNECT_DEADLINE = 10.0
 
 
 class PortsMixin:
@@ -64,28 +66,48 @@ class PortsMixin:
     @contextlib.asynccontextmanager
     async def _relay(self, sandbox_id: str, port: int) -> AsyncIterator[anyio.abc.ByteStream]:
         """A byte stream to ``127.0.0.1:port`` in the container, through an exec."""
+        tunnel: _ExecTunnel | None = None
+        with anyio.move_on_after(CONNECT_DEADLINE):
+            tunnel = await self._open_relay(sandbox_id, port)
+        if tunnel is None:
+            raise errors.Unavailable(
+                f"the relay to port {port} did not start and connect within "
+                f"{CONNECT_DEADLINE:g} s", provider=self.name, sandbox_id=sandbox_id)
         try:
+            yield tunnel
+        finally:
+            with anyio.CancelScope(shield=True):
+                await tunnel.aclose()
+
+    async def _open_relay(self, sandbox_id: str, port: int) -> _ExecTunnel:
+        """The relay's exec, created, started and connected to the port; whatever it
+        made is closed if it fails or is cancelled."""
+        try:
+            # Abandoned on cancel: an Engine that does not answer holds only the thread.
             created = await anyio.to_thread.run_sync(functools.partial(
                 self._engine.client.exec_create, container_name(sandbox_id),
-                ["/bin/bash", "-c", _scripts.RELAY, "psdk", str(port)], stdin=True))
+                ["/bin/bash", "-c", _scripts.RELAY, "psdk", str(port)], stdin=True),
+                abandon_on_cancel=True)
         except docker.errors.DockerException as exc:
             raise self._engine.translate(exc, kind="sandbox", what=sandbox_id,
                                          sandbox_id=sandbox_id) from exc
         except requests.exceptions.ConnectionError as exc:
             raise self._engine.unavailable(exc) from exc
-        stream = await self._engine.attach(str(created["Id"]), sandbox_id=sandbox_id)
-        tunnel = _ExecTunnel(stream)
+        tunnel = _ExecTunnel(await self._engine.attach(str(created["Id"]),
+                                                        sandbox_id=sandbox_id))
         try:
-            with anyio.move_on_after(CONNECT_DEADLINE):
-                connected = await tunnel.connected()
-            if not connected:
-                raise errors.Unavailable(
-                    f"nothing answers on port {port} in the sandbox (or the template has "
-                    "no bash to relay with)", provider=self.name, sandbox_id=sandbox_id)
-            yield tunnel
-        finally:
+            connected = await tunnel.connected()
+        except BaseException:
             with anyio.CancelScope(shield=True):
                 await tunnel.aclose()
+            raise
+        if not connected:
+            with anyio.CancelScope(shield=True):
+                await tunnel.aclose()
+            raise errors.Unavailable(
+                f"nothing answers on port {port} in the sandbox (or the template has "
+                "no bash to relay with)", provider=self.name, sandbox_id=sandbox_id)
+        return tunnel
 
 
 class _ExecTunnel(anyio.abc.ByteStream):
