@@ -12,8 +12,10 @@ from pathlib import Path
 import anyio
 import docker
 import pytest
-from provider_sdk_docker import DockerProvider
+from provider_sdk_docker import DockerProvider, _control
 from provider_sdk_docker._control import HostControl, disk_quotas_possible
+from provider_sdk_docker._processes import container_name
+from provider_sdk_docker._scripts import HOLD
 
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
@@ -201,6 +203,53 @@ async def test_a_command_let_go_early_by_code_inside_is_still_killed(sandbox: Sa
         with anyio.fail_after(GRACE):
             await spammer.kill()
     assert not [p for p in await _procs(sandbox) if "sleep 67" in p]
+
+
+async def test_an_exec_whose_pid_the_engine_never_tells_is_found_and_contained(
+        provider: DockerProvider, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An Engine that never says the pid: each held wrapper is found by its name on the
+    # host, moved and let go, not left stopped for good.
+    api = provider._engine.api
+
+    async def silent(method: str, *args: object, **kwargs: object) -> object:
+        answer = await api(method, *args, **kwargs)
+        if method == "exec_inspect" and isinstance(answer, dict) and answer.get("Running"):
+            return {**answer, "Pid": 0}
+        return answer
+
+    monkeypatch.setattr(provider._engine, "api", silent)
+    with anyio.fail_after(3 * GRACE):
+        result = await sandbox.exec(["cat", "/proc/self/cgroup"], timeout=GRACE)
+        process = await sandbox.start(["cat", "/proc/self/cgroup"])
+        started = await process.wait()
+    for output in (result.stdout, started.stdout):
+        freezer = next(line for line in output.splitlines() if ":freezer:" in line)
+        assert freezer.rsplit("/", 1)[-1].startswith("psdk-"), freezer
+
+
+async def test_a_process_named_as_a_held_exec_is_not_taken_for_it(
+        provider: DockerProvider, sandbox: Sandbox, engine: docker.APIClient) -> None:
+    # A process in the container's own cgroup (under another client's exec) named as a
+    # held wrapper: its parent is inside the container, never the runtime, so the host
+    # does not take it for an exec.
+    outer = engine.exec_create(
+        container_name(sandbox.id),
+        ["/bin/sh", "-c", '/bin/sh -c "$1" psdk-impostor "" sleep 60 & exec sleep 61',
+         "outer", HOLD])
+    engine.exec_start(outer["Id"], detach=True)
+    control = await provider._control(sandbox.id)
+    with anyio.fail_after(GRACE):
+        while not await _running(sandbox, "psdk-impostor"):  # noqa: ASYNC110
+            await anyio.sleep(0.05)  # polls the sandbox: there is no event to wait on
+
+    def named() -> list[int]:
+        return [pid for pid in _control._procs(control.freezer)
+                if b"psdk-impostor" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+    assert await anyio.to_thread.run_sync(named), "the impostor is not in the container's cgroup"
+    found = await anyio.to_thread.run_sync(
+        lambda: control.find_held("psdk-impostor", deadline=time.monotonic() + 1))
+    assert found is None
 
 
 async def test_the_hold_leaves_the_environment_as_given(sandbox: Sandbox) -> None:

@@ -12,10 +12,12 @@ the container to do it: no image tool, no fork in a full pids cgroup, no Engine 
 An exec starts held: a ``sh`` wrapper (:data:`~provider_sdk_docker._scripts.HOLD`)
 stops itself before it runs the command, is moved while stopped, and only then is let
 go (:meth:`HostControl.launch`), so not even a command that forks at once runs a moment
-outside its cgroup. What another client's ``docker exec`` orphans to the container's
-PID 1 stays in the container's own cgroup; every timeout or kill ends such processes too
-("escaped"), sparing PID 1, the keep-alive process (its oldest child) and commands that
-other clients are still running.
+outside its cgroup. The Engine tells the exec's pid; where it does not in time, the
+wrapper is found by its name among the runtime's children (:meth:`HostControl.find_held`).
+What another client's ``docker exec`` orphans to the container's PID 1 stays in the
+container's own cgroup; every timeout or kill ends such processes too ("escaped"),
+sparing PID 1, the keep-alive process (its oldest child) and commands that other clients
+are still running.
 
 Storage is the host's business too: whether the Engine can hold a container's files to a
 size (``storage_opt size``) depends on its storage driver and, for overlay2, on the
@@ -204,6 +206,32 @@ class HostControl:
         finally:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGCONT)
+
+    def find_held(self, name: str, *, deadline: float) -> int | None:
+        """The host pid of the exec whose wrapper is named ``name`` (its ``$0``), for
+        when the Engine does not tell it in time; ``None`` if none shows by ``deadline``.
+
+        Only a process whose parent is outside the container counts: an exec's parent
+        is the runtime's, while any process the sandbox's code starts, however it names
+        itself, has its parent inside.
+        """
+        wanted = [HOLD.encode(), name.encode()]
+        while True:
+            for pid in _procs(self.freezer):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                        argv = cmdline.read().split(b"\0")
+                    parent = _table([pid]).get(pid, (0, 0))[0]
+                    if argv[2:4] != wanted or not parent:
+                        continue
+                    with open(f"/proc/{parent}/cgroup") as cgroups:
+                        if self.container_id not in cgroups.read():
+                            return pid
+                except OSError:
+                    continue
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(_POLL)
 
     def _move_subtree(self, group: Path, pid: int) -> int:
         """Move what of ``pid``'s subtree is not in ``group``; how many were moved."""

@@ -51,6 +51,8 @@ __all__ = ["ProcessesMixin", "container_name"]
 EXIT_POLL = 0.005
 #: How long moving a new exec into its cgroup may take.
 CONTAIN_DEADLINE = 5.0
+#: How long the Engine has to tell a new exec's pid before the host looks for it.
+PID_WAIT = 2.0
 #: How long a kill may take before the call gives up on it (and reports the timeout).
 KILL_DEADLINE = 10.0
 #: How long output is still read after a kill, for what the command wrote last.
@@ -100,19 +102,31 @@ class ProcessesMixin:
 
     async def _contain(self, control: HostControl, exec_id: str, group: str,
                        sandbox_id: str) -> None:
-        """Move a started exec (held: see :func:`_held`) into cgroup ``group``, then let
-        it run. Cancellation waits for it (at most CONTAIN_DEADLINE): a held exec left
-        behind would be out of the kill's reach."""
-        with anyio.CancelScope(shield=True), anyio.move_on_after(CONTAIN_DEADLINE):
-            async for _ in Attempts(_PID_POLL):
-                state = await self._engine.api("exec_inspect", exec_id, kind="exec",
-                                               sandbox_id=sandbox_id)
-                pid = int(state.get("Pid") or 0)
-                if pid > 0 or (not state.get("Running") and state.get("ExitCode") is not None):
-                    break
+        """Move a started exec (held by :func:`_held` under the name ``group``) into
+        cgroup ``group``, then let it run. Its pid is the Engine's word, or, if that
+        does not come within PID_WAIT, the wrapper found by its name. Cancellation waits
+        for it (at most CONTAIN_DEADLINE): a held exec left behind would be out of the
+        kill's reach, and stopped for good."""
+        deadline = time.monotonic() + CONTAIN_DEADLINE
+        # The search and the move keep to ``deadline`` on their own: a wrapper found
+        # at the last moment is still let go.
+        with anyio.CancelScope(shield=True):
+            pid, ended = 0, False
+            with anyio.move_on_after(PID_WAIT):
+                async for _ in Attempts(_PID_POLL):
+                    state = await self._engine.api("exec_inspect", exec_id, kind="exec",
+                                                   sandbox_id=sandbox_id)
+                    pid = int(state.get("Pid") or 0)
+                    ended = not state.get("Running") and state.get("ExitCode") is not None
+                    if pid > 0 or ended:
+                        break
+            if pid <= 0 and not ended:
+                found = await anyio.to_thread.run_sync(functools.partial(
+                    control.find_held, group, deadline=deadline))
+                pid = found or 0
             if pid > 0:
                 await anyio.to_thread.run_sync(functools.partial(
-                    control.launch, group, pid, deadline=time.monotonic() + CONTAIN_DEADLINE))
+                    control.launch, group, pid, deadline=deadline))
 
     async def _stop(self, sandbox_id: str, control: HostControl | None, group: str,
                     token: str) -> None:
@@ -139,7 +153,7 @@ class ProcessesMixin:
         env = dict(command.env)
         if control is None and kill:
             env.update(scripts.mark_env("x" + token))
-        argv = _held(command.argv, env) if control is not None else list(command.argv)
+        argv = _held(command.argv, env, group) if control is not None else list(command.argv)
         exec_id = await self._exec_create(sandbox_id, argv, env=env,
                                           cwd=command.cwd, user=command.user,
                                           stdin=command.stdin is not None)
@@ -246,7 +260,7 @@ class ProcessesMixin:
         group = f"{GROUP_PREFIX}{secrets.token_hex(8)}"
         argv = ["/bin/sh", "-c", _scripts.SUPERVISE, "psdk", *command.argv]
         exec_id = await self._exec_create(
-            sandbox_id, _held(argv, command.env) if control is not None else argv,
+            sandbox_id, _held(argv, command.env, group) if control is not None else argv,
             env=command.env, cwd=command.cwd, user=command.user)
         stream = await self._engine.attach(exec_id, sandbox_id=sandbox_id)
         try:
@@ -312,10 +326,11 @@ class ProcessesMixin:
         return await EmulatedShell.open(sandbox, cwd=cwd, env=env)
 
 
-def _held(argv: Sequence[str], env: Mapping[str, str]) -> builtins.list[str]:
-    """``argv`` behind the wrapper that holds it until the host lets it go."""
+def _held(argv: Sequence[str], env: Mapping[str, str], name: str) -> builtins.list[str]:
+    """``argv`` behind the wrapper that holds it until the host lets it go; ``name`` is
+    the wrapper's ``$0``, by which the host can find it."""
     pwd = f"={env['PWD']}" if "PWD" in env else ""
-    return ["/bin/sh", "-c", _scripts.HOLD, "psdk-held", pwd, *argv]
+    return ["/bin/sh", "-c", _scripts.HOLD, name, pwd, *argv]
 
 
 async def _pump(stream: ExecStream, stdin: bytes | None, out: OutputBuffer, err: OutputBuffer,
