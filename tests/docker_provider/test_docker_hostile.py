@@ -260,6 +260,15 @@ async def test_the_hold_leaves_the_environment_as_given(sandbox: Sandbox) -> Non
     assert "PWD=/elsewhere" in given.stdout.splitlines()
 
 
+async def test_the_hold_keeps_the_containers_own_pwd(provider: DockerProvider) -> None:
+    # A PWD the container's environment sets is what Docker gives a command not given one.
+    async with provider.create(env={"PWD": "/srv"}) as sandbox:
+        kept = await sandbox.exec(["/usr/bin/env"], cwd="/tmp")
+        assert "PWD=/srv" in kept.stdout.splitlines()
+        given = await sandbox.exec(["/usr/bin/env"], cwd="/tmp", env={"PWD": "/elsewhere"})
+        assert "PWD=/elsewhere" in given.stdout.splitlines()
+
+
 # -------------------------------------------------------------------------- files
 
 async def test_write_never_replaces_a_directory(sandbox: Sandbox) -> None:

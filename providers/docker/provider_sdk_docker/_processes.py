@@ -76,6 +76,7 @@ class ProcessesMixin:
     name: ClassVar[str]
     _engine: Engine
     _controls: dict[str, HostControl | None]
+    _pwds: dict[str, str | None]
     _proc_ready: set[str]
     host_control: bool
 
@@ -98,6 +99,10 @@ class ProcessesMixin:
         pid = int((data.get("State") or {}).get("Pid") or 0)
         located = await anyio.to_thread.run_sync(HostControl.locate, str(data["Id"]), pid)
         self._controls[sandbox_id] = located
+        # The PWD the container's environment sets (its image's or its creator's): the
+        # hold's shell replaces its own, so it is put back for a command not given one.
+        given = (data.get("Config") or {}).get("Env") or []
+        self._pwds[sandbox_id] = next((e[4:] for e in given if e.startswith("PWD=")), None)
         return located
 
     async def _contain(self, control: HostControl, exec_id: str, group: str,
@@ -153,7 +158,8 @@ class ProcessesMixin:
         env = dict(command.env)
         if control is None and kill:
             env.update(scripts.mark_env("x" + token))
-        argv = _held(command.argv, env, group) if control is not None else list(command.argv)
+        argv = _held(command.argv, env, group, self._pwds.get(sandbox_id)) \
+            if control is not None else list(command.argv)
         exec_id = await self._exec_create(sandbox_id, argv, env=env,
                                           cwd=command.cwd, user=command.user,
                                           stdin=command.stdin is not None)
@@ -260,7 +266,9 @@ class ProcessesMixin:
         group = f"{GROUP_PREFIX}{secrets.token_hex(8)}"
         argv = ["/bin/sh", "-c", _scripts.SUPERVISE, "psdk", *command.argv]
         exec_id = await self._exec_create(
-            sandbox_id, _held(argv, command.env, group) if control is not None else argv,
+            sandbox_id,
+            _held(argv, command.env, group, self._pwds.get(sandbox_id))
+            if control is not None else argv,
             env=command.env, cwd=command.cwd, user=command.user)
         stream = await self._engine.attach(exec_id, sandbox_id=sandbox_id)
         try:
@@ -326,11 +334,13 @@ class ProcessesMixin:
         return await EmulatedShell.open(sandbox, cwd=cwd, env=env)
 
 
-def _held(argv: Sequence[str], env: Mapping[str, str], name: str) -> builtins.list[str]:
+def _held(argv: Sequence[str], env: Mapping[str, str], name: str,
+          pwd: str | None) -> builtins.list[str]:
     """``argv`` behind the wrapper that holds it until the host lets it go; ``name`` is
-    the wrapper's ``$0``, by which the host can find it."""
-    pwd = f"={env['PWD']}" if "PWD" in env else ""
-    return ["/bin/sh", "-c", _scripts.HOLD, name, pwd, *argv]
+    the wrapper's ``$0``, by which the host can find it. The command gets ``PWD`` as
+    ``env`` gives it, else ``pwd`` (the container's), else none."""
+    value = env.get("PWD", pwd)
+    return ["/bin/sh", "-c", _scripts.HOLD, name, "" if value is None else f"={value}", *argv]
 
 
 async def _pump(stream: ExecStream, stdin: bytes | None, out: OutputBuffer, err: OutputBuffer,

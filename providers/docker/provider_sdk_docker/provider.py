@@ -197,6 +197,7 @@ class DockerProvider(ProcessesMixin, FilesMixin, SnapshotsMixin, TemplatesMixin,
         self._workdirs: dict[str, str] = {}
         self._owners: dict[str, tuple[int, int]] = {}
         self._controls: dict[str, HostControl | None] = {}
+        self._pwds: dict[str, str | None] = {}
         self._proc_ready: set[str] = set()
         self._storage_driver: str | None = None
         self._ports = PortProxy(provider=self.name)
@@ -369,6 +370,7 @@ class DockerProvider(ProcessesMixin, FilesMixin, SnapshotsMixin, TemplatesMixin,
         self._workdirs.pop(sandbox_id, None)
         self._owners.pop(sandbox_id, None)
         self._controls.pop(sandbox_id, None)
+        self._pwds.pop(sandbox_id, None)
         self._proc_ready.discard(sandbox_id)
 
     async def _drop_orphan_image(self, image_id: str) -> None:
