@@ -256,17 +256,34 @@ async def test_the_hold_leaves_the_environment_as_given(sandbox: Sandbox) -> Non
     # The shell that holds a command sets PWD; the command gets only what it was given.
     plain = await sandbox.exec(["/usr/bin/env"], cwd="/tmp")
     assert "PWD" not in {line.partition("=")[0] for line in plain.stdout.splitlines()}
+    process = await sandbox.start(["/usr/bin/env"], cwd="/tmp")
+    with anyio.fail_after(GRACE):
+        started = await process.wait()
+    assert "PWD" not in {line.partition("=")[0] for line in started.stdout.splitlines()}
     given = await sandbox.exec(["/usr/bin/env"], cwd="/tmp", env={"PWD": "/elsewhere"})
     assert "PWD=/elsewhere" in given.stdout.splitlines()
 
 
-async def test_the_hold_keeps_the_containers_own_pwd(provider: DockerProvider) -> None:
-    # A PWD the container's environment sets is what Docker gives a command not given one.
-    async with provider.create(env={"PWD": "/srv"}) as sandbox:
-        kept = await sandbox.exec(["/usr/bin/env"], cwd="/tmp")
-        assert "PWD=/srv" in kept.stdout.splitlines()
-        given = await sandbox.exec(["/usr/bin/env"], cwd="/tmp", env={"PWD": "/elsewhere"})
-        assert "PWD=/elsewhere" in given.stdout.splitlines()
+@pytest.mark.parametrize("host_control", [True, False], ids=["held", "plain"])
+async def test_commands_and_processes_get_pwd_as_docker_gives_it(host_control: bool) -> None:
+    # The command's own PWD, else the one the container's environment sets: the shells
+    # a command is started through (the hold, a background process's supervisor) set
+    # their own, which must not reach it.
+    provider = DockerProvider(host_control=host_control)
+    try:
+        async with provider.create(env={"PWD": "/srv"}) as sandbox:
+            async def pwd(env: dict[str, str] | None = None) -> list[str]:
+                ran = await sandbox.exec(["/usr/bin/env"], cwd="/tmp", env=env)
+                process = await sandbox.start(["/usr/bin/env"], cwd="/tmp", env=env)
+                with anyio.fail_after(GRACE):
+                    started = await process.wait()
+                return [next((line for line in out.splitlines() if line.startswith("PWD=")),
+                             "") for out in (ran.stdout, started.stdout)]
+
+            assert await pwd() == ["PWD=/srv"] * 2
+            assert await pwd({"PWD": "/elsewhere"}) == ["PWD=/elsewhere"] * 2
+    finally:
+        await provider.aclose()
 
 
 # -------------------------------------------------------------------------- files

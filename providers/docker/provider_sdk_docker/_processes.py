@@ -99,11 +99,20 @@ class ProcessesMixin:
         pid = int((data.get("State") or {}).get("Pid") or 0)
         located = await anyio.to_thread.run_sync(HostControl.locate, str(data["Id"]), pid)
         self._controls[sandbox_id] = located
-        # The PWD the container's environment sets (its image's or its creator's): the
-        # hold's shell replaces its own, so it is put back for a command not given one.
+        self._note_pwd(sandbox_id, data)
+        return located
+
+    async def _container_pwd(self, sandbox_id: str) -> str | None:
+        """The ``PWD`` the container's environment sets (its image's or its creator's):
+        a shell a command is started through sets its own, so it is put back for a
+        command not given one."""
+        if sandbox_id not in self._pwds:
+            self._note_pwd(sandbox_id, await self._inspect(sandbox_id))
+        return self._pwds[sandbox_id]
+
+    def _note_pwd(self, sandbox_id: str, data: dict[str, Any]) -> None:
         given = (data.get("Config") or {}).get("Env") or []
         self._pwds[sandbox_id] = next((e[4:] for e in given if e.startswith("PWD=")), None)
-        return located
 
     async def _contain(self, control: HostControl, exec_id: str, group: str,
                        sandbox_id: str) -> None:
@@ -158,8 +167,9 @@ class ProcessesMixin:
         env = dict(command.env)
         if control is None and kill:
             env.update(scripts.mark_env("x" + token))
-        argv = _held(command.argv, env, group, self._pwds.get(sandbox_id)) \
-            if control is not None else list(command.argv)
+        argv = _held(command.argv, group, _pwd_argument(
+            env, await self._container_pwd(sandbox_id))) if control is not None \
+            else list(command.argv)
         exec_id = await self._exec_create(sandbox_id, argv, env=env,
                                           cwd=command.cwd, user=command.user,
                                           stdin=command.stdin is not None)
@@ -264,11 +274,10 @@ class ProcessesMixin:
             self._proc_ready.add(sandbox_id)
         control = await self._control(sandbox_id)
         group = f"{GROUP_PREFIX}{secrets.token_hex(8)}"
-        argv = ["/bin/sh", "-c", _scripts.SUPERVISE, "psdk", *command.argv]
+        pwd = _pwd_argument(command.env, await self._container_pwd(sandbox_id))
+        argv = ["/bin/sh", "-c", _scripts.SUPERVISE, "psdk", pwd, *command.argv]
         exec_id = await self._exec_create(
-            sandbox_id,
-            _held(argv, command.env, group, self._pwds.get(sandbox_id))
-            if control is not None else argv,
+            sandbox_id, _held(argv, group, pwd) if control is not None else argv,
             env=command.env, cwd=command.cwd, user=command.user)
         stream = await self._engine.attach(exec_id, sandbox_id=sandbox_id)
         try:
@@ -334,13 +343,18 @@ class ProcessesMixin:
         return await EmulatedShell.open(sandbox, cwd=cwd, env=env)
 
 
-def _held(argv: Sequence[str], env: Mapping[str, str], name: str,
-          pwd: str | None) -> builtins.list[str]:
+def _pwd_argument(env: Mapping[str, str], container: str | None) -> str:
+    """What a wrapper script takes for the ``PWD`` it gives its command: ``=VALUE``
+    (the command's own, else the container's), or empty for none."""
+    value = env.get("PWD", container)
+    return "" if value is None else f"={value}"
+
+
+def _held(argv: Sequence[str], name: str, pwd: str) -> builtins.list[str]:
     """``argv`` behind the wrapper that holds it until the host lets it go; ``name`` is
-    the wrapper's ``$0``, by which the host can find it. The command gets ``PWD`` as
-    ``env`` gives it, else ``pwd`` (the container's), else none."""
-    value = env.get("PWD", pwd)
-    return ["/bin/sh", "-c", _scripts.HOLD, name, "" if value is None else f"={value}", *argv]
+    the wrapper's ``$0``, by which the host can find it, and ``pwd`` what it gives as
+    ``PWD`` (see :func:`_pwd_argument`)."""
+    return ["/bin/sh", "-c", _scripts.HOLD, name, pwd, *argv]
 
 
 async def _pump(stream: ExecStream, stdin: bytes | None, out: OutputBuffer, err: OutputBuffer,

@@ -36,8 +36,10 @@ HOLD = 'kill -STOP $$; case $1 in =*) export PWD="${1#=}" ;; *) unset PWD ;; esa
 #: (the process's pid as the SDK reports it) only once stdin is held open and the
 #: SIGUSR1 trap is set, so early writes and an early close are never lost. Output goes to
 #: files and stdin comes from a FIFO under PROC_DIR/<pid>/, so any client can reattach;
-#: SIGUSR1 closes stdin; the exit status lands in ``rc`` when the process ends.
+#: SIGUSR1 closes stdin; the exit status lands in ``rc`` when the process ends. "$1" is
+#: the PWD the process gets (the shell sets its own): ``=VALUE``, or empty for none.
 SUPERVISE = r"""
+case $1 in =*) export PWD="${1#=}" ;; *) unset PWD ;; esac; shift
 d=/tmp/.psdk/proc/$$
 mkdir -p "$d" && mkfifo -m 600 "$d/in" && : > "$d/out" && : > "$d/err" || exit 125
 export PSDK_TREE=p$$
