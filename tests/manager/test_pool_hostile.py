@@ -8,7 +8,8 @@ through its handle, as the template's code would be, and it attacks:
   only a member that answers a first command within ``check_timeout``; one that does
   not is discarded (killed) and the caller gets another, or a new sandbox;
 - its agent is gone or stopped (what a backend that lets code signal its agent would
-  allow): the member is discarded;
+  allow): the member is discarded; and where what starts its commands is stopped, a
+  claim given up while it waits on the member's check still has the member discarded;
 - it leaves a daemon behind: the caller gets the member as its code left it (the pool
   neither resets nor inspects it), and no other member sees any of it;
 - it reads whatever it can reach while others claim: it never sees another claimer's
@@ -256,26 +257,43 @@ async def test_a_paused_member_comes_back_as_its_code_left_it(
         await bob.kill()
 
 
+def _stop_spawner(provider: LocalProvider, sandbox_id: str) -> None:
+    """Stop, from the host, what starts a member's commands (its agent's one child, the
+    spawner): every command it is asked for then waits, as in a member that does not
+    answer, while the agent itself still takes calls."""
+    agent = _launch.find_agent(_launched(provider, sandbox_id)).agent_pid
+    assert agent is not None
+    children = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                stat = Path(f"/proc/{entry.name}/stat").read_bytes()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(b")") + 2:].split()[1]) == agent:
+                children.append(int(entry.name))
+    assert len(children) == 1, children
+    os.kill(children[0], signal.SIGSTOP)
+
+
 @pytest.mark.parametrize("running", [True, False], ids=["running", "stopped"])
 async def test_a_claim_given_up_while_checking_a_member_still_discards_it(
         provider: LocalProvider, running: bool) -> None:
-    pool = WarmPool(provider, _spec(provider, FORK_BOMB), size=1, interval=60,
-                    check_timeout=BOUND)
+    pool = WarmPool(provider, _spec(provider), size=1, interval=60, check_timeout=BOUND)
     async with pool:
         await pool.wait_filled(BOUND)
-        (bombed,) = pool._free
-        await (await _member(provider, bombed)).start(["/bin/sh", "-c", FORK_BOMB])
-        await anyio.sleep(1)
+        (silent,) = pool._free
+        _stop_spawner(provider, silent)  # its check waits far longer than the claim
         if running:
             with anyio.move_on_after(1) as scope:
                 await pool.claim()
             assert scope.cancelled_caught
-            await _gone(provider, bombed)
+            await _gone(provider, silent)
     if not running:  # the pool no longer runs, and still knows its member
         with anyio.move_on_after(1) as scope:
             await pool.claim()
         assert scope.cancelled_caught
-        await _gone(provider, bombed)
+        await _gone(provider, silent)
 
 
 async def test_a_member_handed_out_stays_its_claimers_when_the_store_forgets(
