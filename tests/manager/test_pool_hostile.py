@@ -56,7 +56,20 @@ CHECK = 2.0  # the pools' check_timeout here
 
 KILL_ALL = "kill -9 -1"
 STOP_ALL = "sleep 300 & kill -STOP -1"
-FORK_BOMB = "f() { f | f & }; f"
+FORK_BOMB = """
+python3 -c 'import os, time
+while True:
+    try:
+        if os.fork() == 0:
+            os.execvp("sleep", ["sleep", "600"])
+    except OSError:
+        time.sleep(0.01)' &
+while :; do sleep 600 & done
+"""
+"""A fork bomb that keeps what it forked: the shell's loop fills the pids limit fast (and
+ends when a fork fails), python's takes back every slot that frees, so the limit stays
+full; a classic bomb's processes end and start all the time, and a command then gets a
+slot now and then."""
 
 
 def _spec(provider: LocalProvider, attack: str | None = None) -> SandboxSpec:
@@ -76,6 +89,20 @@ async def _member(provider: LocalProvider, sandbox_id: str) -> Sandbox:
 
 async def _pool_ids(provider: LocalProvider) -> set[str]:
     return {i.id for i in await provider.list(metadata={POOL_LABEL: "default"})}
+
+
+async def _bombed(provider: LocalProvider, sandbox_id: str) -> None:
+    """Start :data:`FORK_BOMB` in a member; return once its pids limit is full."""
+    await (await _member(provider, sandbox_id)).start(["/bin/sh", "-c", FORK_BOMB])
+    pids = provider._cgroup(sandbox_id).path("pids")
+
+    def full() -> bool:
+        return (pids / "pids.current").read_text() == (pids / "pids.max").read_text()
+
+    with anyio.fail_after(BOUND):
+        while not await anyio.to_thread.run_sync(full):  # noqa: ASYNC110
+            await anyio.sleep(0.1)  # polls the cgroup: there is no event to wait on
+    await anyio.sleep(0.5)  # the shell's loop has ended; python holds the slot it left
 
 
 async def _gone(provider: LocalProvider, sandbox_id: str) -> None:
@@ -99,8 +126,11 @@ async def test_a_claim_hands_out_a_member_that_answers(provider: LocalProvider,
                         check_timeout=CHECK) as pool:
         await pool.wait_filled(BOUND)
         attacked, other = pool._free
-        await (await _member(provider, attacked)).start(["/bin/sh", "-c", attack])
-        await anyio.sleep(1)  # let it do its worst
+        if attack == FORK_BOMB:
+            await _bombed(provider, attacked)
+        else:
+            await (await _member(provider, attacked)).start(["/bin/sh", "-c", attack])
+            await anyio.sleep(1)  # let it do its worst
         started = time.monotonic()
         async with await pool.claim(env={"USER_ID": "alice"}) as sandbox:
             result = await sandbox.exec("echo $USER_ID", timeout=10)
@@ -144,8 +174,7 @@ async def test_a_claim_that_finds_no_member_answering_makes_a_new_sandbox(
     async with pool:
         await pool.wait_filled(BOUND)
     (bombed,) = pool._free  # the pool no longer runs, and knows its free member
-    await (await _member(provider, bombed)).start(["/bin/sh", "-c", FORK_BOMB])
-    await anyio.sleep(1)
+    await _bombed(provider, bombed)
     with anyio.fail_after(CHECK + BOUND):  # with no pool running, it kills the member first
         sandbox = await pool.claim()
     async with sandbox:
@@ -326,8 +355,7 @@ async def test_a_manager_binds_its_owner_to_a_member_that_answers(
             SandboxManager(provider, store, pool=pool) as manager:
         await pool.wait_filled(BOUND)
         bombed, other = pool._free
-        await (await _member(provider, bombed)).start(["/bin/sh", "-c", FORK_BOMB])
-        await anyio.sleep(1)
+        await _bombed(provider, bombed)
         with anyio.fail_after(CHECK + 10):
             sandbox = await manager.acquire("alice")
         assert sandbox.id == other
