@@ -32,7 +32,7 @@ import anyio
 import pytest
 
 from provider_sdk.capabilities import Capability
-from provider_sdk.local import LocalProvider, _launch
+from provider_sdk.local import LocalProvider, _launch, _procs
 from provider_sdk.local._home import read_meta
 from provider_sdk.manager import (
     OWNER_LABEL,
@@ -292,15 +292,7 @@ def _stop_spawner(provider: LocalProvider, sandbox_id: str) -> None:
     answer, while the agent itself still takes calls."""
     agent = _launch.find_agent(_launched(provider, sandbox_id)).agent_pid
     assert agent is not None
-    children = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                stat = Path(f"/proc/{entry.name}/stat").read_bytes()
-            except OSError:
-                continue
-            if int(stat[stat.rindex(b")") + 2:].split()[1]) == agent:
-                children.append(int(entry.name))
+    children = _procs.children_of().get(agent, [])
     assert len(children) == 1, children
     os.kill(children[0], signal.SIGSTOP)
 

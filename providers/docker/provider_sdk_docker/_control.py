@@ -219,8 +219,7 @@ class HostControl:
         while True:
             for pid in _procs(self.freezer):
                 try:
-                    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-                        argv = cmdline.read().split(b"\0")
+                    argv = _argv(pid)
                     parent = _table([pid]).get(pid, (0, 0))[0]
                     if argv[2:4] != wanted or not parent:
                         continue
@@ -369,6 +368,12 @@ def _set_state(group: Path, state: str, deadline: float) -> None:
         time.sleep(_POLL)
 
 
+def _argv(pid: int) -> list[bytes]:
+    """Host process ``pid``'s command line; raises ``OSError`` once it is gone."""
+    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+        return cmdline.read().split(b"\0")
+
+
 def _hold_state(pid: int) -> str:
     """Where an exec held by its wrapper is: ``held`` (stopped by the wrapper),
     ``starting`` (the wrapper on its way to stopping), ``other`` (not the wrapper: the
@@ -376,8 +381,7 @@ def _hold_state(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             text = stat.read()
-        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            argv = cmdline.read().split(b"\0")
+        argv = _argv(pid)
     except OSError:
         return "gone"
     state = text[text.rfind(b")") + 2:][:1]

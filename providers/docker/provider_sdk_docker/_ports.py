@@ -96,17 +96,14 @@ class PortsMixin:
         tunnel = _ExecTunnel(await self._engine.attach(str(created["Id"]),
                                                         sandbox_id=sandbox_id))
         try:
-            connected = await tunnel.connected()
+            if not await tunnel.connected():
+                raise errors.Unavailable(
+                    f"nothing answers on port {port} in the sandbox (or the template has "
+                    "no bash to relay with)", provider=self.name, sandbox_id=sandbox_id)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await tunnel.aclose()
             raise
-        if not connected:
-            with anyio.CancelScope(shield=True):
-                await tunnel.aclose()
-            raise errors.Unavailable(
-                f"nothing answers on port {port} in the sandbox (or the template has "
-                "no bash to relay with)", provider=self.name, sandbox_id=sandbox_id)
         return tunnel
 
 
