@@ -2,7 +2,8 @@
 
 The agent forks one small helper, the spawner (``_spawner.py``), before it starts any
 thread. For each ``exec`` and ``start`` the spawner hands the command to a supervisor
-(:func:`supervise`), which marks itself a child subreaper and forks the command. Every
+(:func:`supervise`), which marks itself a child subreaper and starts the command: through
+its :class:`Launcher` if it has one (a spare's), else by forking it itself. Every
 orphan the command leaves (``setsid``, double fork, ``nohup``, a cleared environment,
 closed stdio) is reparented to that supervisor, so "everything the command started" is
 exactly the supervisor's subtree: no session, process group or environment variable is
@@ -55,6 +56,7 @@ READER_STALL = 60.0
 KILL_GRACE = 2.0
 FORK_ATTEMPTS = 30  # about 4.5 s of retries while a pids limit is full
 SPAWN_TIMEOUT = 30.0  # seconds the agent waits for a supervisor's first report
+LAUNCH_POLL = 0.05  # seconds between checks that a launcher has not stopped
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -145,11 +147,32 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def supervise(request: dict[str, Any], fds: list[int], user: tuple[int, int] | None) -> None:
+def supervise(request: dict[str, Any], fds: list[int], user: tuple[int, int] | None,
+              launcher: Launcher | None = None) -> None:
     """Start the command of ``request`` (its stdin, stdout, stderr and control socket
-    in ``fds``), report on it and contain its subtree, as a supervisor does."""
+    in ``fds``), report on it and contain its subtree, as a supervisor does. A
+    ``launcher`` forked ahead starts it if it can (see :class:`Launcher`)."""
     ctl = socket.socket(fileno=fds[3])
     prctl(PR_SET_CHILD_SUBREAPER, 1)
+    try:
+        pid = launcher.start(request, fds[:3]) if launcher is not None else None
+        if pid is None:
+            pid = _spawn(request, fds[:3], user)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            send_packet(ctl, {"error": {"errno": exc.errno or 0,
+                                        "message": exc.strerror or str(exc)}})
+        return
+    finally:
+        for fd in fds[:3]:
+            os.close(fd)
+    with contextlib.suppress(OSError):
+        send_packet(ctl, {"pid": pid, "supervisor": os.getpid()})
+    _watch(ctl, pid)
+
+
+def _spawn(request: dict[str, Any], stdio: list[int], user: tuple[int, int] | None) -> int:
+    """Fork and exec the command from here, switching to ``user`` on the way; its pid."""
     # Under the sandbox's memory limit the OOM killer must pick commands, never the
     # agent or a supervisor: the command inherits this score at fork, before it can
     # fork anything itself; the supervisor takes its own back right after.
@@ -157,10 +180,10 @@ def supervise(request: dict[str, Any], fds: list[int], user: tuple[int, int] | N
     try:
         for attempt in range(FORK_ATTEMPTS):
             try:
-                # subprocess forks and execs in C (vfork where it can): far cheaper than a
-                # Python fork of this process.
+                # subprocess forks and execs in C (vfork where it can, which is not
+                # when it switches user): far cheaper than a Python fork of this process.
                 proc = subprocess.Popen(
-                    request["argv"], stdin=fds[0], stdout=fds[1], stderr=fds[2],
+                    request["argv"], stdin=stdio[0], stdout=stdio[1], stderr=stdio[2],
                     cwd=request["cwd"], env=request["env"], start_new_session=True,
                     close_fds=True, restore_signals=True,
                     user=None if user is None else user[0],
@@ -171,19 +194,168 @@ def supervise(request: dict[str, Any], fds: list[int], user: tuple[int, int] | N
                 if attempt == FORK_ATTEMPTS - 1:
                     raise
                 time.sleep(0.01 * (attempt + 1))
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            send_packet(ctl, {"error": {"errno": exc.errno or 0,
-                                        "message": exc.strerror or str(exc)}})
-        return
     finally:
         _oom_score_adj(0)
-        for fd in fds[:3]:
-            os.close(fd)
     proc.returncode = 0  # reaped by _watch, not by this object
-    with contextlib.suppress(OSError):
-        send_packet(ctl, {"pid": proc.pid, "supervisor": os.getpid()})
-    _watch(ctl, proc.pid)
+    return proc.pid
+
+
+class Launcher:
+    """A child of a spare supervisor that starts its command, forked with the spare,
+    off the path of any command, and already the sandbox user.
+
+    A supervisor that switches user as it starts its command must fork a copy of its
+    interpreter (``vfork`` cannot switch user), then takes a page fault for each page
+    either copy writes. The launcher needs no switch, so it starts the command with
+    ``vfork`` and exec; it reports the pid and is killed, and the command is reparented
+    to the supervisor (a subreaper). It also holds the raised OOM score the command
+    inherits. Both rehearse the start once when the spare is made (a start of ``/``,
+    which exec refuses), so the pages the start writes are their own by then.
+
+    The launcher runs as the sandbox user (not dumpable: it can be neither traced nor
+    read), so a command could stop or kill it before it reports: the supervisor then
+    kills it and takes as the command its own child (the command, reparented), or, if
+    there is none, starts the command itself. A launcher gone before the request, or
+    refused a directory the user cannot enter, or the pids limit, also leaves the start
+    to the supervisor, as it was without one.
+    """
+
+    def __init__(self, pid: int, sock: socket.socket) -> None:
+        self.pid = pid
+        self.sock = sock
+        self.reaped = False
+
+    @classmethod
+    def fork(cls, user: tuple[int, int] | None, drop: socket.socket) -> Launcher | None:
+        """Fork one from this (spare) supervisor, which closes ``drop`` (the spare's
+        socket) in it, and rehearse a start; ``None`` if that fails (a full pids
+        limit)."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            pid = os.fork()
+        except OSError:
+            mine.close()
+            theirs.close()
+            return None
+        if pid == 0:
+            try:
+                mine.close()
+                drop.close()
+                _launch(theirs, user)
+            finally:
+                os._exit(70)
+        theirs.close()
+        launcher = cls(pid, mine)
+        if launcher._rehearse():
+            return launcher
+        mine.close()
+        launcher._end()
+        return None
+
+    def _rehearse(self) -> bool:
+        """One start that exec refuses, on both sides; whether the launcher answered."""
+        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            send_packet(self.sock, {**REHEARSAL, "env": {}}, [null] * 3)
+            report = self._report()
+        except OSError:
+            return False
+        finally:
+            os.close(null)
+        return report is not None and "rehearsed" in report
+
+    def start(self, request: dict[str, Any], stdio: list[int]) -> int | None:
+        """The started command's pid; ``None`` to start it without the launcher.
+
+        Raises:
+            OSError: the command could not be started (as ``Popen`` raises it).
+        """
+        try:
+            with self.sock:
+                try:
+                    send_packet(self.sock, request, stdio)
+                except OSError:
+                    return None  # gone already
+                report = self._report()
+        finally:
+            self._end()
+        if report is None:  # stopped or killed: the command may have started
+            mine = children_of().get(os.getpid(), [])
+            return min(mine) if mine else None
+        if "pid" in report:
+            return int(report["pid"])
+        failure = report.get("error") or {}
+        if failure.get("again"):
+            return None
+        raise OSError(int(failure.get("errno") or 0), str(failure.get("message")))
+
+    def _report(self) -> dict[str, Any] | None:
+        """The launcher's report, or ``None`` once it stopped or ended without one."""
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.sock, selectors.EVENT_READ)
+            while True:
+                if sel.select(LAUNCH_POLL):
+                    try:
+                        return recv_packet(self.sock)[0]
+                    except OSError:
+                        return None
+                try:
+                    pid, status = os.waitpid(self.pid, os.WNOHANG | os.WUNTRACED)
+                except ChildProcessError:
+                    pid, status = self.pid, 0
+                if pid:
+                    self.reaped = not os.WIFSTOPPED(status)
+                    return None
+
+    def _end(self) -> None:
+        """Kill the launcher (done, stopped, or never used) and reap it, so that the
+        command it started is this supervisor's child from here on."""
+        if self.reaped:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+        self.reaped = True
+
+
+REHEARSAL = {"argv": ["/"], "cwd": "/", "rehearsal": True}
+"""What a launcher is given to rehearse: exec refuses a directory."""
+
+
+def _launch(sock: socket.socket, user: tuple[int, int] | None) -> None:
+    """The launcher's life: become the user, then start commands until one starts
+    (rehearsals refused by exec, then the real one), reporting each."""
+    _oom_score_adj(1000)
+    if user is not None:
+        os.setgroups([])
+        os.setregid(user[1], user[1])
+        os.setreuid(user[0], user[0])
+    prctl(PR_SET_DUMPABLE, 0)
+    while True:
+        request, fds = recv_packet(sock)
+        if request is None or len(fds) != 3:
+            return
+        try:
+            proc = subprocess.Popen(
+                request["argv"], stdin=fds[0], stdout=fds[1], stderr=fds[2],
+                cwd=request["cwd"], env=request["env"], start_new_session=True,
+                close_fds=True, restore_signals=True)
+        except OSError as exc:
+            if request.get("rehearsal"):
+                send_packet(sock, {"rehearsed": True})
+                continue
+            again = isinstance(exc, BlockingIOError) or (
+                isinstance(exc, PermissionError) and exc.filename == request["cwd"])
+            send_packet(sock, {"error": {"errno": exc.errno or 0, "again": again,
+                                         "message": exc.strerror or str(exc)}})
+            return
+        finally:
+            for fd in fds:
+                os.close(fd)
+        proc.returncode = 0  # Popen's finalizer must not reap it: the supervisor does
+        send_packet(sock, {"pid": proc.pid})
+        return
 
 
 def _oom_score_adj(value: int) -> None:

@@ -4,12 +4,12 @@ The agent forks it before it starts any thread (forking a threaded process is no
 and sends it each ``exec`` and ``start`` as one packet with the command's stdin, stdout
 and stderr and a control socket (``_procs.send_packet``). It hands the command to a
 supervisor (``_procs.supervise``) forked ahead: a spare waits for its command on a
-socket of its own, and the spawner forks one whenever it has none and has been quiet
-for :data:`SPARE_DELAY`, so a command after a pause does not wait for a fork of this
-interpreter. A command that finds no spare (one soon after another, or while the pids
-limit refuses a spare) has its supervisor forked when it comes. The spawner is a child
-subreaper too: the orphans of a supervisor that died anyway reach it, and it kills
-them.
+socket of its own, with its launcher (``_procs.Launcher``), and the spawner forks one
+whenever it has none and has been quiet for :data:`SPARE_DELAY`, so a command after a
+pause does not wait for a fork of this interpreter. A command that finds no spare (one
+soon after another, or while the pids limit refuses a spare) has its supervisor forked
+when it comes. The spawner is a child subreaper too: the orphans of a supervisor that
+died anyway reach it, and it kills them.
 
 Like ``_agent.py``, this module is copied into the sandbox and imports only the standard
 library.
@@ -148,9 +148,10 @@ def _fork_spare(in_child: Callable[[], None], user: tuple[int, int] | None,
         try:
             in_child()
             mine.close()
+            launcher = _procs.Launcher.fork(user, drop=theirs)
             request, fds = _procs.recv_packet(theirs)
             if request is not None and len(fds) == 4:
-                _procs.supervise(request, fds, user)
+                _procs.supervise(request, fds, user, launcher)
         finally:
             os._exit(70)
     theirs.close()

@@ -1,0 +1,200 @@
+"""How the local agent starts a command, on both of its paths: a command after a pause
+is started by the launcher of a spare supervisor (forked ahead, already the sandbox
+user); one soon after another by a supervisor that switches user as it forks. Either
+way the command runs as the sandbox user with no other group, a raised OOM score and a
+session of its own, under a supervisor that stays root; and a launcher that a command
+stops or kills only leaves the start to its supervisor."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import textwrap
+import time
+
+import anyio
+import pytest
+
+from provider_sdk.capabilities import Capability
+from provider_sdk.local import LocalProvider, _procs
+from provider_sdk.sandbox import Sandbox
+
+pytestmark = pytest.mark.anyio
+
+PAUSE = 0.3
+"""Seconds of quiet after which the spawner holds a spare (it waits 20 ms)."""
+GRACE = 10.0
+
+# The command's identity, and its supervisor's: its parent once the launcher, if any, is
+# gone (a launcher is killed as soon as it reports).
+IDENTITY = textwrap.dedent("""\
+    import os, time
+    def uid(pid):
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("Uid:"):
+                return line.split()[1]
+    time.sleep(0.3)
+    parent = os.getppid()
+    print(os.getuid(), os.getgid(), os.getgroups(), os.getsid(0) == os.getpid(),
+          open("/proc/self/oom_score_adj").read().strip(),
+          uid(parent), open(f"/proc/{parent}/oom_score_adj").read().strip())
+    """)
+
+# The processes of the sandbox user that run the agent's program: idle launchers.
+LAUNCHERS = textwrap.dedent("""\
+    import os
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            status = open(f"/proc/{pid}/status").read()
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+        except OSError:
+            continue
+        uid = next(l.split()[1] for l in status.splitlines() if l.startswith("Uid:"))
+        if uid != "1000" or b"/etc/psdk/agent" + b".py" not in cmdline:  # not this script
+            continue
+        parent = next(l.split()[1] for l in status.splitlines() if l.startswith("PPid:"))
+        parent_uid = next(l.split()[1] for l in open(f"/proc/{parent}/status")
+                          if l.startswith("Uid:"))
+        try:
+            open(f"/proc/{pid}/environ", "rb").read()
+            environ = "readable"
+        except PermissionError:
+            environ = "refused"
+        print(open(f"/proc/{pid}/oom_score_adj").read().strip(), parent_uid, environ)
+    """)
+
+
+async def run(sandbox: Sandbox, argv: list[str], *, after_pause: bool,
+              cwd: str | None = None) -> str:
+    """stdout of ``argv`` run after a pause (a spare's launcher starts it) or at once
+    after another command (its supervisor does)."""
+    if after_pause:
+        await anyio.sleep(PAUSE)
+    else:
+        await sandbox.exec(["true"])
+    with anyio.fail_after(GRACE):
+        result = await sandbox.exec(argv, cwd=cwd)
+    assert result.exit_code == 0, result
+    return result.stdout
+
+
+@pytest.fixture
+async def isolated(provider: LocalProvider) -> LocalProvider:
+    """The provider, where its agent runs as the sandbox's root and switches user."""
+    if not provider.supports(Capability.EXEC_CONTAINED):
+        pytest.skip("the agent runs as the sandbox user here: nothing to switch")
+    return provider
+
+
+@pytest.mark.parametrize("after_pause", [True, False], ids=["launched", "direct"])
+async def test_a_command_runs_as_the_user_under_a_root_supervisor(
+        isolated: LocalProvider, after_pause: bool) -> None:
+    """uid and gid 1000, no supplementary group, OOM score 1000, its own session; the
+    supervisor it ends up under is root with OOM score 0."""
+    async with isolated.create() as sandbox:
+        out = await run(sandbox, ["python3", "-c", IDENTITY], after_pause=after_pause)
+    assert out.split() == ["1000", "1000", "[]", "True", "1000", "0", "0"], out
+
+
+async def test_a_sandbox_at_rest_holds_one_launcher_of_the_user_that_cannot_be_read(
+        isolated: LocalProvider) -> None:
+    """While a command runs, the spawner makes the next spare once it has been quiet:
+    its launcher is the one process of the user running the agent's program, with OOM
+    score 1000, a child of a root supervisor, and its memory and environment closed to
+    the user (not dumpable). The launcher that started the command is gone by then."""
+    async with isolated.create() as sandbox:
+        out = await run(sandbox, ["python3", "-c", f"import time; time.sleep({PAUSE})\n"
+                                  + LAUNCHERS], after_pause=True)
+    assert out.splitlines() == ["1000 0 refused"], out
+
+
+@pytest.mark.parametrize("after_pause", [True, False], ids=["launched", "direct"])
+async def test_a_working_directory_the_user_cannot_enter_is_entered_as_before(
+        isolated: LocalProvider, after_pause: bool) -> None:
+    """A directory the user may see but not enter: the supervisor enters it as root, as
+    without a launcher (whose start, as the user, is refused)."""
+    async with isolated.create() as sandbox:
+        await sandbox.exec(["sh", "-c", "mkdir -p /tmp/shut && chmod 600 /tmp/shut"])
+        out = await run(sandbox, ["/bin/pwd"], cwd="/tmp/shut", after_pause=after_pause)
+    assert out == "/tmp/shut\n"
+
+
+@pytest.mark.parametrize("sig", ["STOP", "KILL"])
+async def test_an_idle_launcher_stopped_or_killed_leaves_the_start_to_its_supervisor(
+        isolated: LocalProvider, sig: str) -> None:
+    """A background process of the user stops or kills every process it may signal,
+    the idle launcher among them: the next command still runs, and promptly."""
+    async with isolated.create() as sandbox:
+        await sandbox.start(["sh", "-c", f"sleep {PAUSE}; kill -{sig} -1; sleep 30"])
+        await anyio.sleep(2 * PAUSE)
+        with anyio.fail_after(GRACE):
+            result = await sandbox.exec(["echo", "still here"])
+        assert (result.exit_code, result.stdout) == (0, "still here\n")
+        stopped = await sandbox.exec(["sh", "-c", "grep -l '^State:.*T' /proc/[0-9]*/status"])
+        assert stopped.stdout == "", stopped  # the stopped launcher was killed, not left
+
+
+@pytest.mark.parametrize("sig", ["STOP", "KILL"])
+async def test_a_command_that_stops_or_kills_its_launcher_still_reports(
+        isolated: LocalProvider, sig: str) -> None:
+    """A command that signals its first parent (the launcher, if it is still there) at
+    once: its exit status and output come back, promptly."""
+    async with isolated.create() as sandbox:
+        for _ in range(3):
+            await anyio.sleep(PAUSE)
+            with anyio.fail_after(GRACE):
+                result = await sandbox.exec(
+                    ["sh", "-c", f"kill -{sig} $PPID 2>/dev/null; echo out; exit 3"])
+            assert (result.exit_code, result.stdout) == (3, "out\n"), result
+
+
+def _supervise_after_a_stopped_launcher(report: socket.socket) -> None:
+    """In a child of the test: as a supervisor, start a command through a launcher that
+    has started it and then stopped before reporting; report what ``start`` returned."""
+    _procs.prctl(_procs.PR_SET_CHILD_SUBREAPER, 1)
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:  # the launcher: starts the command, then is stopped, as a command would
+        mine.close()
+        request, fds = _procs.recv_packet(theirs)
+        assert request is not None
+        command = subprocess.Popen(request["argv"], stdin=fds[0], stdout=fds[1],
+                                   stderr=fds[2], start_new_session=True)
+        command.returncode = 0
+        os.kill(os.getpid(), signal.SIGSTOP)
+        os._exit(0)
+    theirs.close()
+    launcher = _procs.Launcher(pid, mine)
+    null = os.open(os.devnull, os.O_RDWR)
+    started = launcher.start({"argv": ["sleep", "0.5"], "env": {}, "cwd": "/"}, [null] * 3)
+    children = _procs.children_of().get(os.getpid(), [])
+    with open(f"/proc/{started}/cmdline", "rb") as cmdline:
+        report.send(f"{started} {children} {cmdline.read()!r}".encode())
+
+
+def test_a_launcher_stopped_before_it_reports_hands_its_command_to_the_supervisor() -> None:
+    """The supervisor's side, made certain: the launcher started the command and was
+    stopped before it could say so. ``start`` kills it and returns its own child, the
+    command, reparented."""
+    ours, theirs = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            ours.close()
+            _supervise_after_a_stopped_launcher(theirs)
+            code = 0
+        finally:
+            os._exit(code)
+    theirs.close()
+    started = time.monotonic()
+    ours.settimeout(GRACE)
+    said = ours.recv(4096).decode()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, said
+    command, children, cmdline = said.split(" ", 2)
+    assert children == f"[{command}]"
+    assert cmdline == repr(b"sleep\x000.5\x00")
+    assert time.monotonic() - started < GRACE
