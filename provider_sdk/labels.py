@@ -79,8 +79,11 @@ def _value_problem(value: object) -> str | None:
 
 
 def _has_control(text: str) -> bool:
-    # Line and paragraph separators break lines in a terminal as a newline does.
-    return any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in text)
+    # Line and paragraph separators break lines in a terminal as a newline does. A
+    # printable string has none of them (nor any other character of Unicode's Other or
+    # Separator classes but the space): the common case, without a look at each one.
+    return not text.isprintable() and any(
+        unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in text)
 
 
 def _quote(key: object) -> str:

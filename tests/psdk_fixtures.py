@@ -43,7 +43,9 @@ def unconfigured_structlog() -> Iterator[None]:
 
 @pytest.fixture
 def memory() -> Iterator[Store]:
-    """``MemoryProvider`` registered as ``memory``; its shared state, emptied afterwards."""
+    """``MemoryProvider`` registered as ``memory``; its shared state, empty for the test
+    (whatever an earlier test in this process left) and emptied afterwards."""
+    STORE.reset()
     registry.register("memory", MemoryProvider)
     try:
         yield STORE

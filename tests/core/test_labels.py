@@ -4,9 +4,12 @@ refused in what callers pass and never shown in ``SandboxInfo.metadata``."""
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from memory_provider import STORE, MemoryProvider, Store
 
 from provider_sdk import open_provider, registry
@@ -104,3 +107,17 @@ async def test_internal_labels_are_refused_in_create_and_list(bookkeeping: Store
             await provider.create(metadata={"bk.state": "{}"})
         with pytest.raises(InvalidInput, match=r"'bk\.state' is reserved"):
             await provider.list(metadata={"bk.state": "{}"})
+
+
+@given(text=st.text(max_size=40))
+def test_a_label_is_refused_exactly_when_it_holds_a_control_character(text: str) -> None:
+    """The rule is Unicode's categories Cc, Zl and Zp, whatever shortcut the check takes
+    (printable text has none of them): any other character passes, one of them fails."""
+    key = "k" + text.replace("=", "")
+    refused = any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in text)
+    for labels in ({key: "v"}, {"k": text}):
+        if refused:
+            with pytest.raises(InvalidInput, match="control character"):
+                check_labels(labels)
+        else:
+            check_labels(labels)
