@@ -62,7 +62,10 @@ LAUNCHERS = textwrap.dedent("""\
             environ = "readable"
         except PermissionError:
             environ = "refused"
-        print(open(f"/proc/{pid}/oom_score_adj").read().strip(), parent_uid, environ)
+        caps = [l.split()[1] for l in status.splitlines()
+                if l.startswith(("CapPrm:", "CapEff:", "CapAmb:"))]
+        print(open(f"/proc/{pid}/oom_score_adj").read().strip(), parent_uid, environ,
+              *caps)
     """)
 
 
@@ -102,12 +105,14 @@ async def test_a_sandbox_at_rest_holds_one_launcher_of_the_user_that_cannot_be_r
         isolated: LocalProvider) -> None:
     """While a command runs, the spawner makes the next spare once it has been quiet:
     its launcher is the one process of the user running the agent's program, with OOM
-    score 1000, a child of a root supervisor, and its memory and environment closed to
-    the user (not dumpable). The launcher that started the command is gone by then."""
+    score 1000 and no capability, a child of a root supervisor, and its memory and
+    environment closed to the user (not dumpable). The launcher that started the
+    command is gone by then."""
     async with isolated.create() as sandbox:
         out = await run(sandbox, ["python3", "-c", f"import time; time.sleep({PAUSE})\n"
                                   + LAUNCHERS], after_pause=True)
-    assert out.splitlines() == ["1000 0 refused"], out
+    no_caps = "0000000000000000"
+    assert out.splitlines() == [f"1000 0 refused {no_caps} {no_caps} {no_caps}"], out
 
 
 @pytest.mark.parametrize("after_pause", [True, False], ids=["launched", "direct"])
