@@ -151,12 +151,17 @@ class Cgroup:
 
     def oom_kills(self) -> int | None:
         """How many processes the kernel killed for this sandbox's memory limit, in
-        its memory cgroup and any below it (``None`` where the kernel does not say)."""
-        root = self.path("memory")
+        its memory cgroup and any below it (``None`` where the kernel does not say).
+        Read before and after every exec: a directory is listed only when its link
+        count says it holds a cgroup (each one below adds a link)."""
         total, found = 0, False
-        for directory, _subdirs, _files in os.walk(root):
+        todo = [str(self.path("memory"))]
+        while todo:
+            directory = todo.pop()
             try:
-                text = Path(directory, "memory.oom_control").read_text()
+                with open(f"{directory}/memory.oom_control") as control:
+                    text = control.read()
+                below = os.stat(directory).st_nlink > 2
             except OSError:
                 continue
             for line in text.splitlines():
@@ -164,6 +169,9 @@ class Cgroup:
                 if key == "oom_kill" and value.strip().isdigit():
                     total += int(value)
                     found = True
+            if below:
+                with contextlib.suppress(OSError), os.scandir(directory) as entries:
+                    todo.extend(e.path for e in entries if e.is_dir(follow_symlinks=False))
         return total if found else None
 
     def cpu_seconds(self) -> float | None:

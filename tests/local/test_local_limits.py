@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
+import sys
 import textwrap
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -39,6 +42,41 @@ def needs_quota() -> None:
 
 def allocate(mib: int) -> list[str]:
     return ["/usr/bin/python3", "-c", ALLOCATE, str(mib // 16)]
+
+
+def _oom_killed_in(memcg: Path) -> None:
+    """Run a process in the memory cgroup ``memcg`` (limited to 16 MiB) that the kernel
+    kills for it."""
+    (memcg / "memory.limit_in_bytes").write_text(str(16 << 20))
+    if (memcg / "memory.memsw.limit_in_bytes").exists():
+        (memcg / "memory.memsw.limit_in_bytes").write_text(str(16 << 20))
+    hog = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read(1); "
+                            "b = b'x' * (256 << 20)"], stdin=subprocess.PIPE)
+    (memcg / "cgroup.procs").write_text(str(hog.pid))
+    assert hog.stdin is not None
+    hog.stdin.write(b"x")
+    hog.stdin.close()
+    assert hog.wait(timeout=60) == -9
+
+
+def test_oom_kills_counts_the_sandbox_cgroup_and_those_below_it() -> None:
+    """What an exec compares to tell an OOM kill: kills in the sandbox's memory cgroup,
+    and in one made below it, each counted."""
+    needs_cgroups()
+    cgroup = _launch.Cgroup(f"psdk-test-oom-{os.getpid()}")
+    cgroup.create(Resources(memory_mb=64))
+    below = cgroup.path("memory") / "below"
+    try:
+        assert cgroup.oom_kills() == 0
+        _oom_killed_in(cgroup.path("memory"))
+        assert cgroup.oom_kills() == 1
+        below.mkdir()
+        _oom_killed_in(below)
+        assert cgroup.oom_kills() == 2
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            below.rmdir()
+        cgroup.destroy()
 
 
 @pytest.fixture
