@@ -229,8 +229,11 @@ class Launcher:
     def fork(cls, user: tuple[int, int] | None, drop: socket.socket) -> Launcher | None:
         """Fork one from this (spare) supervisor, which closes ``drop`` (the spare's
         socket) in it, and rehearse a start; ``None`` if that fails (a full pids
-        limit)."""
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        limit): the spare then starts its command itself."""
+        try:
+            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except OSError:
+            return None
         try:
             pid = os.fork()
         except OSError:
@@ -254,7 +257,10 @@ class Launcher:
 
     def _rehearse(self) -> bool:
         """One start that exec refuses, on both sides; whether the launcher answered."""
-        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            return False
         try:
             send_packet(self.sock, {**REHEARSAL, "env": {}}, [null] * 3)
             report = self._report()
