@@ -2,14 +2,14 @@
 
 The agent forks one small helper, the spawner (``_spawner.py``), before it starts any
 thread. For each ``exec`` and ``start`` the spawner hands the command to a supervisor
-(:func:`supervise`), which marks itself a child subreaper and starts the command: through
-its :class:`Launcher` if it has one (a spare's), else by forking it itself. Every
-orphan the command leaves (``setsid``, double fork, ``nohup``, a cleared environment,
-closed stdio) is reparented to that supervisor, so "everything the command started" is
-exactly the supervisor's subtree: no session, process group or environment variable is
-trusted. Where the agent runs as the sandbox's
-root (see ``docs/local-provider.md``) spawner and supervisors stay root, so the
-command, which runs as the sandbox user, can neither signal nor trace them.
+(:func:`supervise`), which marks itself a child subreaper and starts the command:
+through its launcher if it has one (a spare's, ``_spawner.Launcher``), else by forking
+it itself. Every orphan the command leaves (``setsid``, double fork, ``nohup``, a
+cleared environment, closed stdio) is reparented to that supervisor, so "everything the
+command started" is exactly the supervisor's subtree: no session, process group or
+environment variable is trusted. Where the agent runs as the sandbox's root (see
+``docs/local-provider.md``) spawner and supervisors stay root, so the command, which
+runs as the sandbox user, can neither signal nor trace them.
 
 A supervisor reports on its control socket (one JSON object per packet): ``{"pid"}``
 once the command runs (or ``{"error"}`` if it could not be started), ``{"exit"}`` when
@@ -56,7 +56,6 @@ READER_STALL = 60.0
 KILL_GRACE = 2.0
 FORK_ATTEMPTS = 30  # about 4.5 s of retries while a pids limit is full
 SPAWN_TIMEOUT = 30.0  # seconds the agent waits for a supervisor's first report
-LAUNCH_POLL = 0.05  # seconds between checks that a launcher has not stopped
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -148,14 +147,16 @@ def descendants(root: int) -> list[int]:
 
 
 def supervise(request: dict[str, Any], fds: list[int], user: tuple[int, int] | None,
-              launcher: Launcher | None = None) -> None:
+              start: Callable[[dict[str, Any], list[int]], int | None] | None = None,
+              ) -> None:
     """Start the command of ``request`` (its stdin, stdout, stderr and control socket
-    in ``fds``), report on it and contain its subtree, as a supervisor does. A
-    ``launcher`` forked ahead starts it if it can (see :class:`Launcher`)."""
+    in ``fds``), report on it and contain its subtree, as a supervisor does. ``start``
+    (a spare's launcher's, see ``_spawner.Launcher``) starts it if it can: it returns
+    the pid, or ``None`` to leave the start to the supervisor."""
     ctl = socket.socket(fileno=fds[3])
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     try:
-        pid = launcher.start(request, fds[:3]) if launcher is not None else None
+        pid = start(request, fds[:3]) if start is not None else None
         if pid is None:
             pid = _spawn(request, fds[:3], user)
     except OSError as exc:
@@ -176,195 +177,37 @@ def _spawn(request: dict[str, Any], stdio: list[int], user: tuple[int, int] | No
     # Under the sandbox's memory limit the OOM killer must pick commands, never the
     # agent or a supervisor: the command inherits this score at fork, before it can
     # fork anything itself; the supervisor takes its own back right after.
-    _oom_score_adj(1000)
+    oom_score_adj(1000)
     try:
         for attempt in range(FORK_ATTEMPTS):
             try:
-                # subprocess forks and execs in C (vfork where it can, which is not
-                # when it switches user): far cheaper than a Python fork of this process.
-                proc = subprocess.Popen(
-                    request["argv"], stdin=stdio[0], stdout=stdio[1], stderr=stdio[2],
-                    cwd=request["cwd"], env=request["env"], start_new_session=True,
-                    close_fds=True, restore_signals=True,
-                    user=None if user is None else user[0],
-                    group=None if user is None else user[1],
-                    extra_groups=None if user is None else [])
+                proc = popen(request, stdio, user)
                 break
             except BlockingIOError:  # the pids limit is full; a killed tree frees it soon
                 if attempt == FORK_ATTEMPTS - 1:
                     raise
                 time.sleep(0.01 * (attempt + 1))
     finally:
-        _oom_score_adj(0)
+        oom_score_adj(0)
     proc.returncode = 0  # reaped by _watch, not by this object
     return proc.pid
 
 
-class Launcher:
-    """A child of a spare supervisor that starts its command, forked with the spare,
-    off the path of any command, and already the sandbox user.
-
-    A supervisor that switches user as it starts its command must fork a copy of its
-    interpreter (``vfork`` cannot switch user), then takes a page fault for each page
-    either copy writes. The launcher needs no switch, so it starts the command with
-    ``vfork`` and exec; it reports the pid and is killed, and the command is reparented
-    to the supervisor (a subreaper). It also holds the raised OOM score the command
-    inherits. Both rehearse the start once when the spare is made (a start of ``/``,
-    which exec refuses), so the pages the start writes are their own by then.
-
-    The launcher runs as the sandbox user (not dumpable: it can be neither traced nor
-    read), so a command could stop or kill it before it reports: the supervisor then
-    kills it and takes as the command its own child (the command, reparented), or, if
-    there is none, starts the command itself. A launcher gone before the request, or
-    refused a directory the user cannot enter, or the pids limit, also leaves the start
-    to the supervisor, as it was without one.
-    """
-
-    def __init__(self, pid: int, sock: socket.socket) -> None:
-        self.pid = pid
-        self.sock = sock
-        self.reaped = False
-
-    @classmethod
-    def fork(cls, user: tuple[int, int] | None, drop: socket.socket) -> Launcher | None:
-        """Fork one from this (spare) supervisor, which closes ``drop`` (the spare's
-        socket) in it, and rehearse a start; ``None`` if that fails (a full pids
-        limit): the spare then starts its command itself."""
-        try:
-            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        except OSError:
-            return None
-        try:
-            pid = os.fork()
-        except OSError:
-            mine.close()
-            theirs.close()
-            return None
-        if pid == 0:
-            try:
-                mine.close()
-                drop.close()
-                _launch(theirs, user)
-            finally:
-                os._exit(70)
-        theirs.close()
-        launcher = cls(pid, mine)
-        if launcher._rehearse():
-            return launcher
-        mine.close()
-        launcher._end()
-        return None
-
-    def _rehearse(self) -> bool:
-        """One start that exec refuses, on both sides; whether the launcher answered."""
-        try:
-            null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-        except OSError:
-            return False
-        try:
-            send_packet(self.sock, {**REHEARSAL, "env": {}}, [null] * 3)
-            report = self._report()
-        except OSError:
-            return False
-        finally:
-            os.close(null)
-        return report is not None and "rehearsed" in report
-
-    def start(self, request: dict[str, Any], stdio: list[int]) -> int | None:
-        """The started command's pid; ``None`` to start it without the launcher.
-
-        Raises:
-            OSError: the command could not be started (as ``Popen`` raises it).
-        """
-        try:
-            with self.sock:
-                try:
-                    send_packet(self.sock, request, stdio)
-                except OSError:
-                    return None  # gone already
-                report = self._report()
-        finally:
-            self._end()
-        if report is None:  # stopped or killed: the command may have started
-            mine = children_of().get(os.getpid(), [])
-            return min(mine) if mine else None
-        if "pid" in report:
-            return int(report["pid"])
-        failure = report.get("error") or {}
-        if failure.get("again"):
-            return None
-        raise OSError(int(failure.get("errno") or 0), str(failure.get("message")))
-
-    def _report(self) -> dict[str, Any] | None:
-        """The launcher's report, or ``None`` once it stopped or ended without one."""
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.sock, selectors.EVENT_READ)
-            while True:
-                if sel.select(LAUNCH_POLL):
-                    try:
-                        return recv_packet(self.sock)[0]
-                    except OSError:
-                        return None
-                try:
-                    pid, status = os.waitpid(self.pid, os.WNOHANG | os.WUNTRACED)
-                except ChildProcessError:
-                    pid, status = self.pid, 0
-                if pid:
-                    self.reaped = not os.WIFSTOPPED(status)
-                    return None
-
-    def _end(self) -> None:
-        """Kill the launcher (done, stopped, or never used) and reap it, so that the
-        command it started is this supervisor's child from here on."""
-        if self.reaped:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(self.pid, 0)
-        self.reaped = True
+def popen(request: dict[str, Any], stdio: list[int],
+          user: tuple[int, int] | None = None) -> subprocess.Popen[bytes]:
+    """Start the command of ``request`` on ``stdio`` in a session of its own, as
+    ``user`` if given. subprocess forks and execs in C (``vfork`` where it can, which is
+    not when it switches user): far cheaper than a Python fork of this process."""
+    return subprocess.Popen(
+        request["argv"], stdin=stdio[0], stdout=stdio[1], stderr=stdio[2],
+        cwd=request["cwd"], env=request["env"], start_new_session=True,
+        close_fds=True, restore_signals=True,
+        user=None if user is None else user[0],
+        group=None if user is None else user[1],
+        extra_groups=None if user is None else [])
 
 
-REHEARSAL = {"argv": ["/"], "cwd": "/", "rehearsal": True}
-"""What a launcher is given to rehearse: exec refuses a directory."""
-
-
-def _launch(sock: socket.socket, user: tuple[int, int] | None) -> None:
-    """The launcher's life: become the user, then start commands until one starts
-    (rehearsals refused by exec, then the real one), reporting each."""
-    _oom_score_adj(1000)
-    if user is not None:
-        os.setgroups([])
-        os.setregid(user[1], user[1])
-        os.setreuid(user[0], user[0])
-    prctl(PR_SET_DUMPABLE, 0)
-    while True:
-        request, fds = recv_packet(sock)
-        if request is None or len(fds) != 3:
-            return
-        try:
-            proc = subprocess.Popen(
-                request["argv"], stdin=fds[0], stdout=fds[1], stderr=fds[2],
-                cwd=request["cwd"], env=request["env"], start_new_session=True,
-                close_fds=True, restore_signals=True)
-        except OSError as exc:
-            if request.get("rehearsal"):
-                send_packet(sock, {"rehearsed": True})
-                continue
-            again = isinstance(exc, BlockingIOError) or (
-                isinstance(exc, PermissionError) and exc.filename == request["cwd"])
-            send_packet(sock, {"error": {"errno": exc.errno or 0, "again": again,
-                                         "message": exc.strerror or str(exc)}})
-            return
-        finally:
-            for fd in fds:
-                os.close(fd)
-        proc.returncode = 0  # Popen's finalizer must not reap it: the supervisor does
-        send_packet(sock, {"pid": proc.pid})
-        return
-
-
-def _oom_score_adj(value: int) -> None:
+def oom_score_adj(value: int) -> None:
     with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
         f.write(str(value))
 

@@ -4,7 +4,7 @@ The agent forks it before it starts any thread (forking a threaded process is no
 and sends it each ``exec`` and ``start`` as one packet with the command's stdin, stdout
 and stderr and a control socket (``_procs.send_packet``). It hands the command to a
 supervisor (``_procs.supervise``) forked ahead: a spare waits for its command on a
-socket of its own, with its launcher (``_procs.Launcher``), and the spawner forks one
+socket of its own, with its :class:`Launcher`, and the spawner forks one
 whenever it has none and has been quiet for :data:`SPARE_DELAY`, so a command after a
 pause does not wait for a fork of this interpreter. A command that finds no spare (one
 soon after another, or while the pids limit refuses a spare) has its supervisor forked
@@ -31,6 +31,8 @@ try:  # on the host: type checks, unisolated agents
 except ImportError:  # inside a sandbox: the copy beside this file
     import _procs  # type: ignore[import-not-found,no-redef]
 
+LAUNCH_POLL = 0.05
+"""Seconds between a supervisor's checks that its launcher has not stopped."""
 SPARE_DELAY = 0.02
 """Seconds the spawner stays quiet before it forks a spare: not while the sandbox
 starts or a short command runs, whose CPU it would take."""
@@ -148,10 +150,11 @@ def _fork_spare(in_child: Callable[[], None], user: tuple[int, int] | None,
         try:
             in_child()
             mine.close()
-            launcher = _procs.Launcher.fork(user, drop=theirs)
+            launcher = Launcher.fork(user, drop=theirs)
             request, fds = _procs.recv_packet(theirs)
             if request is not None and len(fds) == 4:
-                _procs.supervise(request, fds, user, launcher)
+                _procs.supervise(request, fds, user,
+                                 launcher.start if launcher is not None else None)
         finally:
             os._exit(70)
     theirs.close()
@@ -207,3 +210,165 @@ def _reap_orphans(supervisors: set[int]) -> None:
             for victim in [pid, *_procs.descendants(pid)]:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(victim, signal.SIGKILL)
+
+
+class Launcher:
+    """A child of a spare supervisor that starts its command, forked with the spare,
+    off the path of any command, and already the sandbox user.
+
+    A supervisor that switches user as it starts its command must fork a copy of its
+    interpreter (``vfork`` cannot switch user), then takes a page fault for each page
+    either copy writes. The launcher needs no switch, so it starts the command with
+    ``vfork`` and exec; it reports the pid and is killed, and the command is reparented
+    to the supervisor (a subreaper). It also holds the raised OOM score the command
+    inherits. Both rehearse the start once when the spare is made (a start of ``/``,
+    which exec refuses), so the pages the start writes are their own by then.
+
+    The launcher runs as the sandbox user (not dumpable: it can be neither traced nor
+    read), so a command could stop or kill it before it reports: the supervisor then
+    kills it and takes as the command its own child (the command, reparented), or, if
+    there is none, starts the command itself. A launcher gone before the request, or
+    refused a directory the user cannot enter, or the pids limit, also leaves the start
+    to the supervisor, as it was without one.
+    """
+
+    def __init__(self, pid: int, sock: socket.socket) -> None:
+        self.pid = pid
+        self.sock = sock
+        self.reaped = False
+
+    @classmethod
+    def fork(cls, user: tuple[int, int] | None, drop: socket.socket) -> Launcher | None:
+        """Fork one from this (spare) supervisor, which closes ``drop`` (the spare's
+        socket) in it, and rehearse a start; ``None`` if that fails (a full pids
+        limit): the spare then starts its command itself."""
+        try:
+            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except OSError:
+            return None
+        try:
+            pid = os.fork()
+        except OSError:
+            mine.close()
+            theirs.close()
+            return None
+        if pid == 0:
+            try:
+                mine.close()
+                drop.close()
+                _launch(theirs, user)
+            finally:
+                os._exit(70)
+        theirs.close()
+        launcher = cls(pid, mine)
+        if launcher._rehearse():
+            return launcher
+        mine.close()
+        launcher._end()
+        return None
+
+    def _rehearse(self) -> bool:
+        """One start that exec refuses, on both sides; whether the launcher answered."""
+        try:
+            null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            _procs.send_packet(self.sock, {**REHEARSAL, "env": {}}, [null] * 3)
+            report = self._report()
+        except OSError:
+            return False
+        finally:
+            os.close(null)
+        return report is not None and "rehearsed" in report
+
+    def start(self, request: dict[str, Any], stdio: list[int]) -> int | None:
+        """The started command's pid; ``None`` to start it without the launcher.
+
+        Raises:
+            OSError: the command could not be started (as ``Popen`` raises it).
+        """
+        try:
+            with self.sock:
+                try:
+                    _procs.send_packet(self.sock, request, stdio)
+                except OSError:
+                    return None  # gone already
+                report = self._report()
+        finally:
+            self._end()
+        if report is None:  # stopped or killed: the command may have started
+            mine = _procs.children_of().get(os.getpid(), [])
+            return min(mine) if mine else None
+        if "pid" in report:
+            return int(report["pid"])
+        failure = report.get("error") or {}
+        if failure.get("again"):
+            return None
+        raise OSError(int(failure.get("errno") or 0), str(failure.get("message")))
+
+    def _report(self) -> dict[str, Any] | None:
+        """The launcher's report, or ``None`` once it stopped or ended without one."""
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.sock, selectors.EVENT_READ)
+            while True:
+                if sel.select(LAUNCH_POLL):
+                    try:
+                        return _procs.recv_packet(self.sock)[0]
+                    except OSError:
+                        return None
+                try:
+                    pid, status = os.waitpid(self.pid, os.WNOHANG | os.WUNTRACED)
+                except ChildProcessError:
+                    pid, status = self.pid, 0
+                if pid:
+                    self.reaped = not os.WIFSTOPPED(status)
+                    return None
+
+    def _end(self) -> None:
+        """Kill the launcher (done, stopped, or never used) and reap it, so that the
+        command it started is this supervisor's child from here on."""
+        if self.reaped:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+        self.reaped = True
+
+
+REHEARSAL = {"argv": ["/"], "cwd": "/", "rehearsal": True}
+"""What a launcher is given to rehearse: exec refuses a directory."""
+
+
+def _launch(sock: socket.socket, user: tuple[int, int] | None) -> None:
+    """The launcher's life: become the user, then start commands until one starts
+    (rehearsals refused by exec, then the real one), reporting each."""
+    _procs.oom_score_adj(1000)
+    if user is not None:
+        os.setgroups([])
+        os.setregid(user[1], user[1])
+        os.setreuid(user[0], user[0])
+    _procs.prctl(_procs.PR_SET_DUMPABLE, 0)
+    while True:
+        request, fds = _procs.recv_packet(sock)
+        if request is None or len(fds) != 3:
+            return
+        try:
+            proc = _procs.popen(request, fds)
+        except OSError as exc:
+            if request.get("rehearsal"):
+                _procs.send_packet(sock, {"rehearsed": True})
+                continue
+            again = isinstance(exc, BlockingIOError) or (
+                isinstance(exc, PermissionError) and exc.filename == request["cwd"])
+            _procs.send_packet(sock, {"error": {
+                "errno": exc.errno or 0, "again": again,
+                "message": exc.strerror or str(exc)}})
+            return
+        finally:
+            for fd in fds:
+                os.close(fd)
+        proc.returncode = 0  # Popen's finalizer must not reap it: the supervisor does
+        _procs.send_packet(sock, {"pid": proc.pid})
+        return

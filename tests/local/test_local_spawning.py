@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from provider_sdk.capabilities import Capability
-from provider_sdk.local import LocalProvider, _procs
+from provider_sdk.local import LocalProvider, _procs, _spawner
 from provider_sdk.sandbox import Sandbox
 
 pytestmark = pytest.mark.anyio
@@ -171,7 +171,7 @@ def _supervise_after_a_stopped_launcher(report: socket.socket) -> None:
         os.kill(os.getpid(), signal.SIGSTOP)
         os._exit(0)
     theirs.close()
-    launcher = _procs.Launcher(pid, mine)
+    launcher = _spawner.Launcher(pid, mine)
     null = os.open(os.devnull, os.O_RDWR)
     started = launcher.start({"argv": ["sleep", "0.5"], "env": {}, "cwd": "/"}, [null] * 3)
     children = _procs.children_of().get(os.getpid(), [])
