@@ -60,7 +60,11 @@ def bubblewrap_problem() -> str | None:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return "bubblewrap (bwrap) is not installed: the local provider needs it"
-    probe = subprocess.run([bwrap, "--unshare-all", "--ro-bind", "/", "/", "/bin/true"],
+    # Only /usr is bound: a bind of / would take every mount under it, and another
+    # test's sandbox root unmounted meanwhile fails the probe.
+    probe = subprocess.run([bwrap, "--unshare-all", "--ro-bind", "/usr", "/usr",
+                            "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+                            "--symlink", "usr/lib64", "/lib64", "/bin/true"],
                            capture_output=True, check=False)
     if probe.returncode != 0:
         return ("bubblewrap cannot create namespaces here: "
