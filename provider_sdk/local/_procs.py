@@ -1,8 +1,9 @@
 """How the agent starts commands and contains everything they start.
 
 The agent forks one small helper, the spawner (``_spawner.py``), before it starts any
-thread. For each ``exec`` and ``start`` the spawner hands the command to a supervisor
-(:func:`supervise`), which marks itself a child subreaper and starts the command:
+thread. Each ``exec`` and ``start`` goes to a supervisor (:func:`supervise`) the spawner
+forked, ahead (a spare) or when it came, which marks itself a child subreaper and starts
+the command:
 through its launcher if it has one (a spare's, ``_spawner.Launcher``), else by forking
 it itself. Every orphan the command leaves (``setsid``, double fork, ``nohup``, a
 cleared environment, closed stdio) is reparented to that supervisor, so "everything the
@@ -97,10 +98,14 @@ def send_packet(sock: socket.socket, obj: dict[str, Any], fds: list[int] | None 
             os.close(memfd)
 
 
-def recv_packet(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
-    """One packet and the descriptors sent with it; ``None`` at end of stream."""
+def recv_packet(sock: socket.socket, flags: int = 0
+                ) -> tuple[dict[str, Any] | None, list[int]]:
+    """One packet and the descriptors sent with it; ``None`` at end of stream.
+    ``flags`` go to ``recvmsg`` (``MSG_DONTWAIT``: raise ``BlockingIOError`` if none
+    is waiting)."""
     fds = array.array("i")
-    data, ancdata, _flags, _addr = sock.recvmsg(PACKET, socket.CMSG_LEN(17 * fds.itemsize))
+    data, ancdata, _flags, _addr = sock.recvmsg(PACKET, socket.CMSG_LEN(17 * fds.itemsize),
+                                                flags)
     for level, kind, payload in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])

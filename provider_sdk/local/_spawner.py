@@ -1,13 +1,15 @@
 """The spawner: the agent's helper that hands each command to a supervisor.
 
-The agent forks it before it starts any thread (forking a threaded process is not safe),
-and sends it each ``exec`` and ``start`` as one packet with the command's stdin, stdout
-and stderr and a control socket (``_procs.send_packet``). It hands the command to a
-supervisor (``_procs.supervise``) forked ahead: a spare waits for its command on a
-socket of its own, with its :class:`Launcher`, and the spawner forks one
-whenever it has none and has been quiet for :data:`SPARE_DELAY`, so a command after a
-pause does not wait for a fork of this interpreter. A command that finds no spare (one
-soon after another, or while the pids limit refuses a spare) has its supervisor forked
+The agent forks it before it starts any thread (forking a threaded process is not safe).
+Each command (``exec`` or ``start``) goes as one packet with its stdin, stdout and
+stderr and a control socket (``_procs.send_packet``) to a supervisor
+(``_procs.supervise``) forked ahead when it can: a *spare* waits for its command on a
+socket of its own, with its :class:`Launcher`. The spawner forks one whenever the agent
+holds none and it has been quiet for :data:`SPARE_DELAY`, and passes the spare's socket
+to the agent, which sends the next command straight to it (one process fewer on the
+command's way) and tells the spawner it took it. So a command after a pause waits for no
+fork of this interpreter. A command that finds no spare (one soon after another, or
+while the pids limit refuses a spare) goes to the spawner, which forks its supervisor
 when it comes. The spawner is a child subreaper too: the orphans of a supervisor that
 died anyway reach it, and it kills them.
 
@@ -22,6 +24,7 @@ import os
 import selectors
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -57,20 +60,46 @@ class Spawner:
                 os._exit(70)
         theirs.close()
         self.pid = pid
+        self.lock = threading.Lock()
+        self.spare: socket.socket | None = None
 
     def spawn(self, request: dict[str, Any], stdin: int, stdout: int,
               stderr: int) -> socket.socket:
-        """Start a command under a new supervisor; returns the supervisor's control
-        socket. The caller still owns (and closes) the three descriptors."""
+        """Start a command under a new supervisor (a spare's, if one is ready); returns
+        the supervisor's control socket. The caller still owns (and closes) the three
+        descriptors."""
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        fds = [stdin, stdout, stderr, theirs.fileno()]
         try:
-            _procs.send_packet(self.sock, request, [stdin, stdout, stderr, theirs.fileno()])
+            spare = self._take_spare()
+            if spare is None or not _hand_over(spare, request, fds):
+                _procs.send_packet(self.sock, request, fds)
+            if spare is not None:  # the spawner makes the next one once quiet
+                _procs.send_packet(self.sock, {"taken": True})
         except OSError:
             mine.close()
             raise
         finally:
             theirs.close()
         return mine
+
+    def _take_spare(self) -> socket.socket | None:
+        """The spare the spawner passed last (closing any older), if any; it is ours
+        to hand a command to."""
+        with self.lock:
+            while True:
+                try:
+                    passed, fds = _procs.recv_packet(self.sock, socket.MSG_DONTWAIT)
+                except OSError:  # none waiting (or the spawner is gone: sends say so)
+                    break
+                if passed is None:
+                    break
+                for fd in fds:
+                    if self.spare is not None:
+                        self.spare.close()
+                    self.spare = socket.socket(fileno=fd)
+            spare, self.spare = self.spare, None
+        return spare
 
 
 def _spawner_main(sock: socket.socket, user: tuple[int, int] | None) -> None:
@@ -92,12 +121,20 @@ def _spawner_main(sock: socket.socket, user: tuple[int, int] | None) -> None:
             os.close(fd)
         signal.set_wakeup_fd(-1)
 
-    spare: socket.socket | None = None
+    spare_out = False  # whether the agent holds a spare
     refill = True
     while True:
-        events = sel.select(SPARE_DELAY if refill else None)
-        if refill and not events:  # quiet again: make the next supervisor ready
-            spare, refill = _fork_spare(in_child, user, supervisors), False
+        events = sel.select(SPARE_DELAY if refill and not spare_out else None)
+        if refill and not spare_out and not events:  # quiet: make the next one ready
+            refill = False
+            spare = _fork_spare(in_child, user, supervisors)
+            if spare is not None:
+                with spare:
+                    try:
+                        _procs.send_packet(sock, {"spare": True}, [spare.fileno()])
+                    except OSError:  # the agent is gone, and so is the sandbox
+                        os._exit(0)
+                spare_out = True
         for key, _ in events:
             if key.fd == wake_r:
                 with contextlib.suppress(BlockingIOError):
@@ -110,16 +147,13 @@ def _spawner_main(sock: socket.socket, user: tuple[int, int] | None) -> None:
                 continue  # a malformed request must not end the spawner
             if request is None:  # the agent is gone, and so is the sandbox
                 os._exit(0)
+            if request.get("taken"):  # the agent used the spare it held (or found it gone)
+                spare_out, refill = False, True
             if len(fds) != 4:
                 for fd in fds:
                     os.close(fd)
                 continue
             refill = True  # once quiet again (a spare the pids limit refused, too)
-            handed, spare = spare is not None and _hand_over(spare, request, fds), None
-            if handed:
-                for fd in fds:
-                    os.close(fd)
-                continue
             pid = _fork_or_report(fds[3])
             if pid < 0:
                 for fd in fds:
@@ -166,7 +200,8 @@ def _fork_spare(in_child: Callable[[], None], user: tuple[int, int] | None,
 
 
 def _hand_over(spare: socket.socket, request: dict[str, Any], fds: list[int]) -> bool:
-    """Give a command to a spare supervisor; ``False`` if it is gone."""
+    """Give a command to a spare supervisor (closing our end of its socket); ``False``
+    if it is gone."""
     with spare, contextlib.suppress(OSError):
         _procs.send_packet(spare, request, fds)
         return True

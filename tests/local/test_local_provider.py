@@ -57,8 +57,8 @@ async def test_sandbox_runs_as_user_1000_with_its_own_hostname(provider: LocalPr
 
 async def test_arguments_and_environment_up_to_the_kernels_limit_reach_the_command(
         provider: LocalProvider) -> None:
-    """A command's arguments and environment go to the sandbox's spawner in a memory
-    file when they outgrow a packet: 1.1 MiB of them run (the kernel allows 2 MiB, and
+    """A command's arguments and environment go to its supervisor (or the spawner) in a
+    memory file when they outgrow a packet: 1.1 MiB of them run (the kernel allows 2 MiB, and
     128 KiB a string), and past that the command fails as it would on any Linux."""
     sandbox = await provider.create()
     pieces = [str(i) * (100 << 10) for i in range(10)]
@@ -74,7 +74,7 @@ async def test_arguments_and_environment_up_to_the_kernels_limit_reach_the_comma
 
 async def test_a_command_after_a_pause_runs_under_a_supervisor_forked_ahead(
         provider: LocalProvider) -> None:
-    """After a pause the spawner holds a supervisor forked ahead of the next command:
+    """After a pause the agent holds a supervisor forked ahead of the next command:
     that command's parent started well before it (a supervisor forked for it would
     have started in the same clock tick), and one soon after another still runs."""
     starts = ('read -r p < /proc/$PPID/stat; read -r c < /proc/$$/stat; '

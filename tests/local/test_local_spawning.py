@@ -13,6 +13,7 @@ import socket
 import subprocess
 import textwrap
 import time
+from collections.abc import Callable
 
 import anyio
 import pytest
@@ -179,27 +180,84 @@ def _supervise_after_a_stopped_launcher(report: socket.socket) -> None:
         report.send(f"{started} {children} {cmdline.read()!r}".encode())
 
 
-def test_a_launcher_stopped_before_it_reports_hands_its_command_to_the_supervisor() -> None:
-    """The supervisor's side, made certain: the launcher started the command and was
-    stopped before it could say so. ``start`` kills it and returns its own child, the
-    command, reparented."""
+def _in_a_child(scene: Callable[[socket.socket], None], wait: float) -> str:
+    """Play ``scene`` in a forked child (it may fork, stop and become a subreaper
+    there); what it reported on the socket it was given, once it exited cleanly."""
     ours, theirs = socket.socketpair()
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
             ours.close()
-            _supervise_after_a_stopped_launcher(theirs)
+            scene(theirs)
             code = 0
         finally:
             os._exit(code)
     theirs.close()
-    started = time.monotonic()
-    ours.settimeout(GRACE)
+    ours.settimeout(wait)
     said = ours.recv(4096).decode()
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, said
+    return said
+
+
+def test_a_launcher_stopped_before_it_reports_hands_its_command_to_the_supervisor() -> None:
+    """The supervisor's side, made certain: the launcher started the command and was
+    stopped before it could say so. ``start`` kills it and returns its own child, the
+    command, reparented."""
+    started = time.monotonic()
+    said = _in_a_child(_supervise_after_a_stopped_launcher, GRACE)
     command, children, cmdline = said.split(" ", 2)
     assert children == f"[{command}]"
     assert cmdline == repr(b"sleep\x000.5\x00")
     assert time.monotonic() - started < GRACE
+
+
+def _run_through(spawner: _spawner.Spawner, argv: list[str]) -> tuple[object, bytes]:
+    """Run ``argv`` through ``spawner`` as the agent does: the supervisor's first report
+    (within two seconds) and the command's output."""
+    out_r, out_w = os.pipe()
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        ctl = spawner.spawn({"argv": argv, "env": {}, "cwd": "/"}, null, out_w, null)
+    finally:
+        os.close(out_w)
+        os.close(null)
+    with ctl, open(out_r, "rb") as out:
+        ctl.settimeout(2.0)
+        try:
+            reply: object = _procs.recv_packet(ctl)[0]
+        except TimeoutError:
+            reply = "no answer"
+        return reply, out.read() if isinstance(reply, dict) else b""
+
+
+def _spares_go_to_the_agent(report: socket.socket) -> None:
+    """In a child of the test: an agent's spawner, stopped once it has passed a spare,
+    then with its spare killed; report what the commands run through it answered."""
+    _procs.prctl(_procs.PR_SET_CHILD_SUBREAPER, 1)
+    spawner = _spawner.Spawner(None, keep=[])
+    said = []
+    time.sleep(PAUSE)  # quiet: the spawner forks a spare and passes it on
+    os.kill(spawner.pid, signal.SIGSTOP)
+    said.append(_run_through(spawner, ["echo", "spare"]))
+    os.kill(spawner.pid, signal.SIGCONT)
+    said.append(_run_through(spawner, ["echo", "forked"]))
+    time.sleep(PAUSE)
+    spares = _procs.children_of().get(spawner.pid, [])  # the next spare
+    for pid in spares:
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + GRACE
+    while any(os.path.exists(f"/proc/{pid}") for pid in spares) and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the spawner has reaped it: its socket is closed
+    said.append(_run_through(spawner, ["echo", "after a lost spare"]))
+    report.send(repr([(isinstance(r, dict) and "pid" in r, out) for r, out in said]).encode())
+
+
+def test_a_command_after_a_pause_goes_straight_to_the_spare_the_agent_holds() -> None:
+    """The spawner passes each spare it makes to the agent, which hands the next command
+    to it directly: with the spawner stopped, that command still starts. A command soon
+    after goes through the spawner, and so does one whose spare died meanwhile."""
+    said = _in_a_child(_spares_go_to_the_agent, GRACE + 3 * PAUSE)
+    assert said == repr([(True, b"spare\n"), (True, b"forked\n"),
+                         (True, b"after a lost spare\n")])

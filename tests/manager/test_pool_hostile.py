@@ -287,14 +287,17 @@ async def test_a_paused_member_comes_back_as_its_code_left_it(
 
 
 def _stop_spawner(provider: LocalProvider, sandbox_id: str) -> None:
-    """Stop, from the host, what starts a member's commands (its agent's one child, the
-    spawner): every command it is asked for then waits, as in a member that does not
-    answer, while the agent itself still takes calls."""
+    """Stop, from the host, what starts a member's commands: its agent's one child, the
+    spawner, then the spare supervisor it forked ahead, if any (the agent hands it the
+    next command itself). Every command it is asked for then waits, as in a member that
+    does not answer, while the agent itself still takes calls."""
     agent = _launch.find_agent(_launched(provider, sandbox_id)).agent_pid
     assert agent is not None
     children = _procs.children_of().get(agent, [])
     assert len(children) == 1, children
-    os.kill(children[0], signal.SIGSTOP)
+    os.kill(children[0], signal.SIGSTOP)  # first: it forks no spare from now on
+    for spare in _procs.children_of().get(children[0], []):
+        os.kill(spare, signal.SIGSTOP)
 
 
 @pytest.mark.parametrize("running", [True, False], ids=["running", "stopped"])
