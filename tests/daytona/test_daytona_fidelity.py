@@ -146,6 +146,24 @@ def test_sync_exec_with_cwd_env_and_exit_code(sync_client: Daytona) -> None:
         sync_client.delete(sandbox)
 
 
+def test_sync_every_command_gets_the_same_shell_and_merged_output(sync_client: Daytona) -> None:
+    """The daemon's shell, looked up on the first command and started directly on the
+    later ones, answers alike: the same ``$0`` and line numbers, stderr merged in order,
+    and a script that does not parse reported in the result with the shell's status."""
+    sandbox = sync_client.create()
+    try:
+        scripts = ['echo "$0 $LINENO"; echo err >&2; echo out', 'echo "unterminated']
+        first = [sandbox.process.exec(script) for script in scripts]
+        again = [sandbox.process.exec(script) for script in scripts]
+        assert [(r.exit_code, r.result) for r in again] == [
+            (r.exit_code, r.result) for r in first]
+        assert (first[0].exit_code, first[0].result) == (0, "bash 1\nerr\nout\n")
+        assert first[1].exit_code == 2
+        assert "unexpected EOF" in first[1].result
+    finally:
+        sync_client.delete(sandbox)
+
+
 def test_sync_commands_run_as_the_sandbox_user_in_its_home(sync_client: Daytona) -> None:
     """Daytona's default image runs commands as ``daytona`` in ``/home/daytona``, the
     user the sandbox's DTO names."""

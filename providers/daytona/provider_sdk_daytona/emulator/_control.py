@@ -145,6 +145,7 @@ async def _close_sessions(record: SandboxRecord) -> None:
     await close_ptys(record)
     record.daemon_env.clear()  # the daemon starts afresh
     record.daemon_unset.clear()
+    record.shells.clear()
 
 
 async def shut_down(store: Store, record: SandboxRecord) -> None:

@@ -125,6 +125,9 @@ class SandboxRecord:
     """What ``POST /env`` set for processes spawned from now on (until it stops)."""
     daemon_unset: set[str] = attrs.field(factory=set)
     """What ``POST /env`` removed from the environment they get."""
+    shells: dict[str | None, str] = attrs.field(factory=dict)
+    """The shell its daemon found for commands, by the ``PATH`` it looked under (until it
+    stops)."""
     usage: UsageMeter = attrs.field(factory=UsageMeter)
     """Its resource-use samples: what its telemetry answers."""
 

@@ -60,8 +60,13 @@ BOUNDARY = "DAYTONA-FILE-BOUNDARY"
 STDOUT_PREFIX = b"\x01\x01\x01"
 STDERR_PREFIX = b"\x02\x02\x02"
 # The daemon pipes a command to the first shell it finds, stderr merged into stdout.
-_SHELL = ('exec 2>&1; if command -v bash >/dev/null 2>&1; then exec bash -c "$1"; fi; '
-          'exec sh -c "$1"')
+# The first command under a given PATH looks the shell up, and says on its stderr, which
+# no command can reach once merged, which one it found; later ones start it directly.
+_FIND_SHELL = ('if command -v bash >/dev/null 2>&1; then s=bash; else s=sh; fi; '
+               'echo "$s" >&2; exec 2>&1; exec "$s" -c "$1"')
+# On the script's first line, so that line numbers stay as they are. Only a script that
+# does not parse writes to the stderr it had: nothing ran, so nothing comes before it.
+_MERGE = "exec 2>&1; "
 
 
 def running(request: Request) -> tuple[SandboxRecord, Sandbox]:
@@ -120,10 +125,14 @@ async def run_merged(record: SandboxRecord, handle: Sandbox, script: str, *,
     # keeps of the rest.
     kept = OutputBuffer(OUTPUT_LIMIT)
     streams = handle.provider.supports(Capability.EXEC_STREAM)
+    prefix, env = record.spawn([], env)
+    path = env.get("PATH")
+    shell = record.shells.get(path)
+    argv = [shell, "-c", _MERGE + script] if shell else \
+        ["/bin/sh", "-c", _FIND_SHELL, "sh", script]
     try:
-        argv, env = record.spawn(["/bin/sh", "-c", _SHELL, "sh", script], env)
-        result = await handle.exec(argv, env=env, cwd=cwd, timeout=timeout, stdin=stdin,
-                                   output_limit=OUTPUT_LIMIT,
+        result = await handle.exec(prefix + argv, env=env, cwd=cwd, timeout=timeout,
+                                   stdin=stdin, output_limit=OUTPUT_LIMIT,
                                    on_stdout=kept.append if streams else None)
     except CommandTimeout:
         raise HttpError(408, "request timeout: command execution timeout",
@@ -131,7 +140,13 @@ async def run_merged(record: SandboxRecord, handle: Sandbox, script: str, *,
     except SandboxError as exc:
         raise HttpError(400, exc.message, "BAD_REQUEST") from exc
     code = result.exit_code if result.exit_code >= 0 else -1
-    return code, kept.value() if streams else result.stdout_bytes[:OUTPUT_LIMIT]
+    output = kept.value() if streams else result.stdout_bytes[:OUTPUT_LIMIT]
+    if shell:
+        return code, (result.stderr_bytes + output)[:OUTPUT_LIMIT]
+    found = result.stderr_bytes.decode("ascii", "replace").strip()
+    if found in ("bash", "sh"):
+        record.shells[path] = found
+    return code, output
 
 
 async def execute(request: Request) -> Response:
