@@ -390,6 +390,14 @@ class ProviderHooks(abc.ABC):
         return its info with them. (``metadata.update``)"""
         raise self._unsupported(Capability.METADATA_UPDATE, sandbox_id)
 
+    async def _set_metadata_as_seen(self, sandbox_id: str,
+                                    labels: Mapping[str, str]) -> SandboxInfo:
+        """``_set_metadata`` without reading the labels first (``reread=False``): where
+        the backend takes the labels only whole, merge ``labels`` into those this
+        provider last saw. Override it where that saves a round trip; by default it is
+        ``_set_metadata``. (``metadata.update``)"""
+        return await self._set_metadata(sandbox_id, labels)
+
     async def _metrics(self, sandbox_id: str) -> Metrics:
         """Read resource use. (``metrics``)"""
         raise self._unsupported(Capability.METRICS, sandbox_id)

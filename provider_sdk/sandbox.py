@@ -271,12 +271,19 @@ class Sandbox:
         async with span("network.update", self.provider.name, self.id):
             await self.provider._update_network(self.id, policy)
 
-    async def set_metadata(self, metadata: Mapping[str, str]) -> SandboxInfo:
+    async def set_metadata(self, metadata: Mapping[str, str], *,
+                           reread: bool = True) -> SandboxInfo:
         """Set labels on the sandbox (``metadata.update``), keeping the others; returns
         (and keeps in :attr:`info`) its info with them. The labels follow the rules of
         :mod:`provider_sdk.labels`, as at create: the provider's internal labels are
         refused. ``get_info`` and ``list(metadata=...)`` see them at once, from any
-        process."""
+        process.
+
+        ``reread=False`` saves a round trip where the backend takes the labels only
+        whole (Daytona): they are merged into the labels this provider last saw instead
+        of those read just before, so what another client changed since is lost. A
+        :class:`~provider_sdk.manager.WarmPool` claims its members this way: until one
+        is handed out, its labels are the pool's."""
         self.provider.require(Capability.METADATA_UPDATE, sandbox_id=self.id)
         if not isinstance(metadata, Mapping):
             raise InvalidInput(f"metadata must be a mapping, got {type(metadata).__name__}",
@@ -284,9 +291,9 @@ class Sandbox:
         labels = dict(metadata)
         check_labels(labels, internal=self.provider.internal_labels,
                      provider=self.provider.name)
+        hook = self.provider._set_metadata if reread else self.provider._set_metadata_as_seen
         async with span("metadata.update", self.provider.name, self.id):
-            self.info = self.provider._visible(
-                await self.provider._set_metadata(self.id, labels))
+            self.info = self.provider._visible(await hook(self.id, labels))
         return self.info
 
     # ---------------------------------------------------------------- ports

@@ -417,9 +417,11 @@ class SyncSandbox:
         """Current resource use (``metrics``)."""
         return self._run.call(self._sandbox.metrics)
 
-    def set_metadata(self, metadata: Mapping[str, str]) -> SandboxInfo:
-        """Set labels on the sandbox, keeping the others (``metadata.update``)."""
-        return self._run.call(self._sandbox.set_metadata, metadata)
+    def set_metadata(self, metadata: Mapping[str, str], *,
+                     reread: bool = True) -> SandboxInfo:
+        """Set labels on the sandbox, keeping the others (``metadata.update``);
+        ``reread`` as in :meth:`Sandbox.set_metadata`."""
+        return self._run.call(self._sandbox.set_metadata, metadata, reread=reread)
 
     def update_network(self, policy: NetworkPolicy) -> None:
         """Change the network policy of the running sandbox (``network.update``)."""

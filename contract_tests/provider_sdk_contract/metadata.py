@@ -2,7 +2,8 @@
 
 ``Sandbox.set_metadata`` sets labels and keeps the others; what it sets shows in the
 sandbox's info and selects it in ``list(metadata=...)``, for the handle that set it and
-for another provider instance, as another process would open.
+for another provider instance, as another process would open. Without a read first
+(``reread=False``) it keeps what this provider set before.
 """
 
 from __future__ import annotations
@@ -48,6 +49,24 @@ class MetadataContract(ContractBase):
                 assert [i.id for i in found] == [sandbox.id], pairs
             old = await provider.list(metadata={"psdk-kept": token, "psdk-changed": "old"})
             assert [i.id for i in old] == [other.id]
+
+    @requires(Capability.METADATA_UPDATE)
+    async def test_set_metadata_without_a_reread_keeps_what_this_provider_set(
+            self, factory: Factory, second_provider: SandboxProvider) -> None:
+        """``reread=False`` merges into the labels as this provider last saw them: those
+        the sandbox was created with and those set since through it stay, as anyone sees
+        at once."""
+        sandbox = await factory.sandbox(metadata={"psdk-kept": "yes"})
+        await sandbox.set_metadata({"psdk-first": "1"})
+        info = await sandbox.set_metadata({"psdk-second": "2", "psdk-first": "one"},
+                                          reread=False)
+        expected = {**factory.tag, "psdk-kept": "yes", "psdk-first": "one",
+                    "psdk-second": "2"}
+        assert info.metadata == expected
+        assert (await second_provider.get_info(sandbox.id)).metadata == expected
+        with pytest.raises(InvalidInput):
+            await sandbox.set_metadata({"psdk=bad": "x"}, reread=False)
+        assert (await factory.provider.get_info(sandbox.id)).metadata == expected
 
     @requires(Capability.METADATA_UPDATE)
     async def test_set_metadata_refuses_what_create_refuses(self, factory: Factory) -> None:

@@ -224,7 +224,8 @@ class WarmPool:
         """A sandbox for the caller: a free member if there is one that answers (a
         *hit*), else a new one made now (a *miss*). ``env`` applies under every
         command's own.
-        ``metadata`` labels the sandbox (``metadata.update`` for a member; a miss is
+        ``metadata`` labels the sandbox (``metadata.update`` for a member, without
+        reading its labels first: until it is handed out they are the pool's; a miss is
         made with them), over the labels of the pool's spec.
 
         Raises:
@@ -284,7 +285,7 @@ class WarmPool:
             if not marks:
                 return sandbox
             try:
-                await sandbox.set_metadata(marks)
+                await sandbox.set_metadata(marks, reread=False)  # its labels are ours
             except SandboxError:
                 await self._discard(sandbox.id)
                 continue

@@ -194,6 +194,23 @@ async def test_set_metadata_reads_the_labels_fresh_into_the_handle_it_keeps(
         assert dict((await provider.get_info(sandbox.id)).metadata) == dict(info.metadata)
 
 
+async def test_set_metadata_without_a_reread_replaces_the_labels_it_saw_in_one_call(
+        provider: DaytonaProvider) -> None:
+    """``reread=False`` sends the labels of the handle the provider keeps, with the new
+    ones, without reading them first: a label another client set since is gone, and
+    the SDK's and the provider's own labels (the working directory) are kept."""
+    async with provider.create(metadata={"team": "a"}, cwd="/tmp") as sandbox:
+        async with DaytonaProvider(**provider_options()) as other:
+            await (await other.connect(sandbox.id)).set_metadata({"stage": "review"})
+        info = await sandbox.set_metadata({"owner": "alice"}, reread=False)
+        assert dict(info.metadata) == {"team": "a", "owner": "alice"}
+        assert dict((await provider.get_info(sandbox.id)).metadata) == dict(info.metadata)
+        labels = (await _daytona_fields(provider, sandbox.id)).labels
+        assert labels["provider-sdk.cwd"] == "/tmp"
+        assert "code-toolbox-language" in labels
+        assert (await sandbox.exec("pwd")).stdout == "/tmp\n"
+
+
 async def test_the_sdk_and_provider_labels_are_reserved(provider: DaytonaProvider) -> None:
     for key in ("code-toolbox-language", "provider-sdk.cwd"):
         with pytest.raises(InvalidInput, match=rf"^\[daytona\] metadata: label '{key}'"):

@@ -6,13 +6,13 @@ spares running pools and handed-out members; hits and misses are counted."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 import anyio
 import attrs
 import pytest
-from memory_provider import MemoryProvider, Store
+from memory_provider import STORE, MemoryProvider, Store
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
@@ -26,7 +26,7 @@ from provider_sdk.manager import (
     WarmPool,
     reap,
 )
-from provider_sdk.manager.pool import EXPIRES_LABEL, SPEC_LABEL
+from provider_sdk.manager.pool import EXPIRES_LABEL, SPEC_LABEL, TAKEN_LABEL
 from provider_sdk.models import SandboxInfo, SandboxSpec, SandboxState, Template
 
 pytestmark = pytest.mark.anyio
@@ -66,6 +66,50 @@ async def test_concurrent_claims_hand_out_each_member_once_and_the_pool_refills(
         free = set(pool._free)
         assert len(free) == 5
         assert not free & set(got)
+
+
+class _Relabels(MemoryProvider):
+    """Changes labels after create (``metadata.update``), recording whether it was
+    asked to read them first."""
+
+    capabilities = MemoryProvider.capabilities | {Capability.METADATA_UPDATE}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[str] = []
+
+    async def _set_metadata(self, sandbox_id: str, labels: Mapping[str, str]) -> SandboxInfo:
+        self.asked.append("reread")
+        return await self._relabel(sandbox_id, labels)
+
+    async def _set_metadata_as_seen(self, sandbox_id: str,
+                                    labels: Mapping[str, str]) -> SandboxInfo:
+        self.asked.append("as seen")
+        return await self._relabel(sandbox_id, labels)
+
+    async def _relabel(self, sandbox_id: str, labels: Mapping[str, str]) -> SandboxInfo:
+        box = STORE.boxes[sandbox_id]
+        box.info = attrs.evolve(box.info, metadata={**box.info.metadata, **labels})
+        return await self._info(sandbox_id)
+
+
+async def test_a_claim_labels_its_member_without_reading_its_labels_first(
+        memory: Store) -> None:
+    """Until a member is handed out its labels are the pool's: the claim merges the
+    caller's and the taken label into them as the provider last saw them (no read
+    first, where labels go only whole), over the spec's and the pool's; the caller's
+    own ``set_metadata`` reads them first, as by default."""
+    provider = _Relabels()
+    async with WarmPool(provider, SandboxSpec(metadata={"team": "a"}), size=1,
+                        interval=FAST) as pool:
+        await pool.wait_filled(BOUND)
+        sandbox = await pool.claim(metadata={"user": "alice"})
+        assert provider.asked == ["as seen"]
+        assert {k: sandbox.metadata[k] for k in ("team", "user", POOL_LABEL)} == {
+            "team": "a", "user": "alice", POOL_LABEL: "default"}
+        assert TAKEN_LABEL in sandbox.metadata
+        await sandbox.set_metadata({"stage": "review"})
+        assert provider.asked == ["as seen", "reread"]
 
 
 async def test_claim_gives_the_callers_environment(memory: Store) -> None:

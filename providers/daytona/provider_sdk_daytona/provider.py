@@ -402,7 +402,16 @@ class DaytonaProvider(CommandsMixin, BackgroundMixin, FilesMixin, PortsMixin, Ca
         # Daytona replaces the labels whole (PUT /sandbox/{id}/labels): the current ones,
         # read just before, reserved ones too, go with the new. Two callers at once: the
         # last one wins.
-        sandbox = await self._refreshed(sandbox_id)
+        return await self._replace_labels(sandbox_id, await self._refreshed(sandbox_id), labels)
+
+    async def _set_metadata_as_seen(self, sandbox_id: str,
+                                    labels: Mapping[str, str]) -> SandboxInfo:
+        # No GET: the labels of the handle kept since this provider last read or wrote
+        # them (fetched, if it keeps none) go with the new.
+        return await self._replace_labels(sandbox_id, await self._sandbox(sandbox_id), labels)
+
+    async def _replace_labels(self, sandbox_id: str, sandbox: AsyncSandbox,
+                              labels: Mapping[str, str]) -> SandboxInfo:
         merged = {**(sandbox.labels or {}), **labels}
         check_labels(merged, provider=self.name)
         with self._translate(sandbox_id):
