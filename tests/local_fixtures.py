@@ -10,13 +10,14 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 from engines import require_bwrap
 
-from provider_sdk.local import LocalProvider
+from provider_sdk.local import BrokenRecordWarning, LocalProvider
 
 
 @pytest.fixture
@@ -55,6 +56,9 @@ async def provider_in(home: Path) -> AsyncIterator[LocalProvider]:
     try:
         yield provider
     finally:
-        for info in await provider.list():
+        with warnings.catch_warnings():  # a test may have broken a record on purpose
+            warnings.simplefilter("ignore", BrokenRecordWarning)
+            infos = await provider.list()
+        for info in infos:
             await provider.kill(info.id)
         await provider.aclose()

@@ -131,8 +131,11 @@ HANG = '''
 
 @pytest.fixture
 def log(pytester: pytest.Pytester) -> Iterator[Path]:
-    """The mini provider's log; the provider is forgotten after the test."""
+    """The mini provider's log; the provider is forgotten after the test. The runs
+    inside use anyio's plugin, as the contract does: not pytest-asyncio, where it is
+    installed (it only warns about its own settings there)."""
     pytester.makeconftest(MINI_CONFTEST)
+    pytester.makeini("[pytest]\naddopts = -p no:asyncio\n")
     yield pytester.path / "mini.log"
     registry.unregister("mini")
 
