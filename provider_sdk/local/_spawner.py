@@ -75,7 +75,8 @@ class Spawner:
             if spare is None or not _hand_over(spare, request, fds):
                 _procs.send_packet(self.sock, request, fds)
             if spare is not None:  # the spawner makes the next one once quiet
-                _procs.send_packet(self.sock, {"taken": True})
+                with contextlib.suppress(OSError):  # the command is handed over anyway
+                    _procs.send_packet(self.sock, {"taken": True})
         except OSError:
             mine.close()
             raise

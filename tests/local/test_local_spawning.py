@@ -251,13 +251,18 @@ def _spares_go_to_the_agent(report: socket.socket) -> None:
     while any(os.path.exists(f"/proc/{pid}") for pid in spares) and time.monotonic() < deadline:
         time.sleep(0.01)  # until the spawner has reaped it: its socket is closed
     said.append(_run_through(spawner, ["echo", "after a lost spare"]))
+    time.sleep(PAUSE)
+    os.kill(spawner.pid, signal.SIGKILL)  # the agent holds a spare: that is enough
+    os.waitpid(spawner.pid, 0)
+    said.append(_run_through(spawner, ["echo", "without a spawner"]))
     report.send(repr([(isinstance(r, dict) and "pid" in r, out) for r, out in said]).encode())
 
 
 def test_a_command_after_a_pause_goes_straight_to_the_spare_the_agent_holds() -> None:
     """The spawner passes each spare it makes to the agent, which hands the next command
-    to it directly: with the spawner stopped, that command still starts. A command soon
-    after goes through the spawner, and so does one whose spare died meanwhile."""
-    said = _in_a_child(_spares_go_to_the_agent, GRACE + 3 * PAUSE)
+    to it directly: with the spawner stopped, or gone, that command still starts. A
+    command soon after goes through the spawner, and so does one whose spare died
+    meanwhile."""
+    said = _in_a_child(_spares_go_to_the_agent, GRACE + 4 * PAUSE)
     assert said == repr([(True, b"spare\n"), (True, b"forked\n"),
-                         (True, b"after a lost spare\n")])
+                         (True, b"after a lost spare\n"), (True, b"without a spawner\n")])
