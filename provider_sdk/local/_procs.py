@@ -3,9 +3,8 @@
 The agent forks one small helper, the spawner (``_spawner.py``), before it starts any
 thread. Each ``exec`` and ``start`` goes to a supervisor (:func:`supervise`) the spawner
 forked, ahead (a spare) or when it came, which marks itself a child subreaper and starts
-the command:
-through its launcher if it has one (a spare's, ``_spawner.Launcher``), else by forking
-it itself. Every orphan the command leaves (``setsid``, double fork, ``nohup``, a
+the command: through its launcher if it has one (a spare's, ``_spawner.Launcher``),
+else by forking it itself. Every orphan the command leaves (``setsid``, double fork, ``nohup``, a
 cleared environment, closed stdio) is reparented to that supervisor, so "everything the
 command started" is exactly the supervisor's subtree: no session, process group or
 environment variable is trusted. Where the agent runs as the sandbox's root (see
