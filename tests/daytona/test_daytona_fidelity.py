@@ -164,6 +164,18 @@ def test_sync_every_command_gets_the_same_shell_and_merged_output(sync_client: D
         sync_client.delete(sandbox)
 
 
+def test_sync_a_command_cannot_choose_the_shell_of_the_next(sync_client: Daytona) -> None:
+    """What the first command writes on its stderr, while the emulator looks the
+    daemon's shell up, is its output (merged), not the name of a shell to start later:
+    the next command still runs under bash."""
+    sandbox = sync_client.create()
+    try:
+        assert sandbox.process.exec("echo sh >&2").result == "sh\n"
+        assert sandbox.process.exec('echo "$0"').result == "bash\n"
+    finally:
+        sync_client.delete(sandbox)
+
+
 def test_sync_commands_run_as_the_sandbox_user_in_its_home(sync_client: Daytona) -> None:
     """Daytona's default image runs commands as ``daytona`` in ``/home/daytona``, the
     user the sandbox's DTO names."""

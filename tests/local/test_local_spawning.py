@@ -19,6 +19,7 @@ import anyio
 import pytest
 
 from provider_sdk.capabilities import Capability
+from provider_sdk.errors import CommandTimeout
 from provider_sdk.local import LocalProvider, _procs, _spawner
 from provider_sdk.sandbox import Sandbox
 
@@ -125,6 +126,41 @@ async def test_a_working_directory_the_user_cannot_enter_is_entered_as_before(
         await sandbox.exec(["sh", "-c", "mkdir -p /tmp/shut && chmod 600 /tmp/shut"])
         out = await run(sandbox, ["/bin/pwd"], cwd="/tmp/shut", after_pause=after_pause)
     assert out == "/tmp/shut\n"
+
+
+# Processes still running the flood or its hidden child (the brackets keep this scan's
+# own command line from matching).
+LEFT = textwrap.dedent("""\
+    import os
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if b"hidde" + b"n" in cmdline or cmdline.startswith(b"yes"):
+            print(pid, cmdline)
+    """)
+
+
+@pytest.mark.parametrize("after_pause", [True, False], ids=["launched", "direct"])
+async def test_a_flood_that_hides_a_child_still_ends_at_its_timeout(
+        isolated: LocalProvider, after_pause: bool) -> None:
+    """A command that writes without end and leaves a child in a session of its own,
+    holding its output, ends at its timeout with its output bounded and nothing left
+    running: through the spare the agent holds as through a supervisor forked for it."""
+    async with isolated.create() as sandbox:
+        if after_pause:
+            await anyio.sleep(PAUSE)
+        else:
+            await sandbox.exec(["true"])
+        flood = "setsid sh -c 'while :; do echo hidden; done' & exec yes flood"
+        with anyio.fail_after(GRACE), pytest.raises(CommandTimeout) as timed:
+            await sandbox.exec(["sh", "-c", flood], timeout=1, output_limit=1 << 16)
+        result = timed.value.result
+        assert len(result.stdout_bytes) <= 1 << 16
+        assert result.stdout_truncated
+        left = await sandbox.exec(["python3", "-c", LEFT])
+        assert left.stdout == "", left
 
 
 @pytest.mark.parametrize("sig", ["STOP", "KILL"])
