@@ -137,6 +137,14 @@ class Capability(str, enum.Enum):
     ptrace, signal or take descriptors from the process that runs the sandbox's
     commands, and nothing made inside appears on the host as a root-owned setuid or
     setgid file."""
+    SEAL_IDS = "seal.ids"
+    """No id inside is a privileged host id: no uid or gid the sandbox's user namespace
+    maps is the host's root, the provider's own, a host account's or group's, or
+    another sandbox's; files made inside are owned by none of them on the host."""
+    SEAL_KNOBS = "seal.knobs"
+    """Nothing host-global is writable inside: ``/proc/sys`` and the kernel's other
+    knobs are read-only, every other path a command may write is the sandbox's own,
+    and device nodes are the standard ones, those of the host's unchangeable."""
 
     def __str__(self) -> str:
         return self.value

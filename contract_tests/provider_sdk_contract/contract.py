@@ -9,6 +9,7 @@ import pytest
 from provider_sdk_contract.commands import ExecContract
 from provider_sdk_contract.files import FilesContract
 from provider_sdk_contract.hostile_escapes import HostileEscapeContract
+from provider_sdk_contract.hostile_host import HostileHostContract
 from provider_sdk_contract.hostile_limits import HostileLimitContract
 from provider_sdk_contract.hostile_output import HostileOutputContract
 from provider_sdk_contract.hostile_ports import HostilePortsContract
@@ -41,6 +42,7 @@ class ProviderContract(
     # transfer measures this process's memory before other tests raise its peak. The
     # hostile section runs last: its fork bomb and floods load the machine most.
     HostileLimitContract,
+    HostileHostContract,
     HostileSealContract,
     HostileEscapeContract,
     HostileOutputContract,

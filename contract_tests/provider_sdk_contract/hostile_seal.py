@@ -81,7 +81,7 @@ def _checked(stdout: str) -> int:
     return int(lines[-1].split()[1])
 
 
-def _host_paths(extra: Mapping[str, Any], base: Path) -> list[str]:
+def host_paths(extra: Mapping[str, Any], base: Path) -> list[str]:
     """Host directories the provider might leak: absolute paths in ``info().extra``
     that exist on this host (a home, a volume's path), and the test session's temporary
     root, under which every home the suite's providers and emulators use lives."""
@@ -141,7 +141,7 @@ class HostileSealContract(ContractBase):
         assert result.exit_code == 0, result.stderr
         seen = result.stdout_bytes.replace(b"\0", b" ")
         assert b"\n" in seen, "no command line was read"
-        for path in _host_paths(info.extra, tmp_path_factory.getbasetemp()):
+        for path in host_paths(info.extra, tmp_path_factory.getbasetemp()):
             assert path.encode() not in seen, f"a command line inside shows {path}"
 
     @requires(Capability.SEAL_HOST)
@@ -153,7 +153,7 @@ class HostileSealContract(ContractBase):
         mountinfo = await sandbox.exec(["cat", "/proc/self/mountinfo"])
         assert mountinfo.exit_code == 0, mountinfo.stderr
         assert mountinfo.stdout, "mountinfo inside is empty"
-        for path in _host_paths(info.extra, tmp_path_factory.getbasetemp()):
+        for path in host_paths(info.extra, tmp_path_factory.getbasetemp()):
             assert path not in mountinfo.stdout, f"mountinfo inside shows {path}"
 
     @requires(Capability.SEAL_HOST)
@@ -168,7 +168,7 @@ class HostileSealContract(ContractBase):
                   'cp /bin/true "/tmp/$1.u" && chmod 4755 "/tmp/$1.u"; true')
         made = await sandbox.exec(["/bin/bash", "-c", script, "psdk-suid", name])
         assert made.exit_code == 0, made.stderr
-        roots = _host_paths(info.extra, tmp_path_factory.getbasetemp())
+        roots = host_paths(info.extra, tmp_path_factory.getbasetemp())
         found = [p for suffix in (".u", ".g") for p in _files_named(roots, name + suffix)]
         if not found:
             pytest.skip("the sandbox's files are not visible from this host")

@@ -478,6 +478,9 @@ def main() -> None:
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     # Sandboxed code may not trace this process or open its descriptors through /proc.
     _procs.prctl(_procs.PR_SET_DUMPABLE, 0)
+    # Nothing this process starts inherits a capability, even through a file that
+    # grants inheritable ones: commands hold none of any kind.
+    _procs.drop_inheritable_capabilities()
     Agent(config).serve(listener)
 
 

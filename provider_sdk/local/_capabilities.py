@@ -41,5 +41,7 @@ PROVIDER_CAPABILITIES: dict[str, frozenset[Capability]] = {"LocalProvider": froz
         Capability.SEAL_SYSCALLS,
         Capability.EXEC_CONTAINED,
         Capability.SEAL_HOST,
+        Capability.SEAL_IDS,
+        Capability.SEAL_KNOBS,
 })}
 """What :class:`LocalProvider` declares; an instance may hold fewer (see its docs)."""

@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 
 import attrs
 
-from provider_sdk.local import _seccomp, _users
+from provider_sdk.local import _seccomp
 from provider_sdk.local._users import AGENT_CAPS, SANDBOX_UID
 from provider_sdk.models import Resources
 
@@ -223,9 +223,9 @@ OUTPUT_QUOTED = 2000
 def seal_args(*, separate: bool) -> list[str]:
     """bubblewrap options that seal the sandbox: its own namespaces, a user namespace
     in which no further one can be made, and the seccomp filter (where the architecture
-    is known). ``separate``: bubblewrap runs as the agent's own id in the namespace
-    :func:`~provider_sdk.local._users.user_namespace` made, where that id is uid 0: the
-    agent keeps ``AGENT_CAPS`` and runs commands as the sandbox user."""
+    is known). ``separate``: bubblewrap runs as the sandbox's own uid 0 in the
+    namespace :func:`~provider_sdk.local._users.namespaces` made for it: the agent keeps
+    ``AGENT_CAPS`` and runs commands as the sandbox user."""
     if separate:
         # Every namespace --unshare-all makes but the user namespace, which is given.
         args = ["--userns", USERNS_FD, "--unshare-ipc", "--unshare-pid", "--unshare-net",
@@ -254,7 +254,7 @@ def bwrap_argv(*, bwrap: str, root: Path, etc: Path,
         host = Path("/") / name
         if host.is_dir() and not host.is_symlink():
             argv += ["--ro-bind", str(host), f"/{name}"]
-    argv += ["--proc", "/proc", "--dev", "/dev", *shm_argv(), *etc_args(etc)]
+    argv += [*proc_argv(), "--dev", "/dev", *shm_argv(), *etc_args(etc)]
     for name in ETC_LIVE:
         if (Path("/etc") / name).exists():
             argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
@@ -273,6 +273,23 @@ def volume_args(volumes: list[tuple[Path, str, bool]]) -> list[str]:
         for depth in range(1, len(parts) + 1):
             argv += ["--perms", "0755", "--dir", "/" + "/".join(parts[:depth])]
         argv += ["--ro-bind" if read_only else "--bind", str(source), target]
+    return argv
+
+
+READ_ONLY_PROC = ("sys", "sysrq-trigger", "irq", "bus", "fs", "pressure")
+"""What of ``/proc`` is read-only inside: the host-global knobs (Docker's list, and the
+pressure files, where any user may register a trigger). The kernel refuses most of
+their writes to every id a sandbox has already; this holds whoever runs it."""
+
+
+def proc_argv() -> list[str]:
+    """bubblewrap arguments mounting the sandbox's ``/proc`` with
+    :data:`READ_ONLY_PROC` read-only (the binds show the same files, from the host's
+    ``/proc``, whose ``sys`` answers for the reader's own namespaces as the sandbox's
+    would)."""
+    argv = ["--proc", "/proc"]
+    for name in READ_ONLY_PROC:
+        argv += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
     return argv
 
 
@@ -370,12 +387,13 @@ while [ "$1" != -- ]; do echo $$ > "$1" || exit 1; shift; done; shift
 
 def start(*, argv: list[str], args: list[str] | None, listener: socket.socket,
           data: dict[str, bytes], status: Path, cgroup: Cgroup | None,
-          resources: Resources) -> Started:
+          resources: Resources, userns: int | None = None) -> Started:
     """Start ``argv`` detached, in the cgroups, with the agent's listening socket.
 
     ``args`` (bubblewrap's options and command) are handed over through ``--args FD``
     so that no host path shows in the sandbox's ``/proc/1/cmdline``; ``data`` fills
-    placeholders with descriptors to in-memory files of that content. A throwaway
+    placeholders with descriptors to in-memory files of that content; ``userns`` (the
+    caller's to close) fills ``USERNS_FD``. A throwaway
     ``sh`` joins the cgroups (so every later process is inside them) and starts a host
     side launcher that runs the sandbox and, when it ends, writes its exit status to
     ``status``; the sandbox is nobody's child and outlives this process.
@@ -388,15 +406,15 @@ def start(*, argv: list[str], args: list[str] | None, listener: socket.socket,
         for key, content in data.items():
             fds[key] = _memfd(key, content)
         if args is not None:
-            if USERNS_FD in args:
-                fds[USERNS_FD] = _users.user_namespace()
             fds[SECCOMP_FD] = _memfd(SECCOMP_FD, _seccomp.program())
-            filled = [str(fds[a]) if a in fds else a for a in args]
+            given = {**fds, **({} if userns is None else {USERNS_FD: userns})}
+            filled = [str(given[a]) if a in given else a for a in args]
             fds[ARGS_FD] = _memfd(ARGS_FD, b"".join(a.encode() + b"\0" for a in filled))
         argv = [str(fds[a]) if a in fds else a for a in argv]
+        passed = (*fds.values(), *(() if userns is None else (userns,)))
         sh = subprocess.run(
             ["/bin/sh", "-c", _LAUNCHER, "sh", str(status), *procs, "--", *argv],
-            pass_fds=tuple(fds.values()), start_new_session=True, stdin=subprocess.DEVNULL,
+            pass_fds=passed, start_new_session=True, stdin=subprocess.DEVNULL,
             stdout=out_write, stderr=subprocess.PIPE, env={"PATH": "/usr/bin:/bin"},
             check=False, timeout=30,
         )

@@ -67,6 +67,33 @@ def prctl(option: int, value: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
+_CAPABILITY_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def drop_inheritable_capabilities() -> None:
+    """Empty this process's inheritable capability set (its children's too), keeping
+    its effective and permitted ones; raises ``OSError`` on failure."""
+    header = _CapHeader(_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    if _libc.capget(ctypes.byref(header), data) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    for half in data:
+        half.inheritable = 0
+    if _libc.capset(ctypes.byref(header), data) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
 def set_fs_ids(uid: int, gid: int) -> None:
     """Make this thread's file accesses act as ``uid``/``gid`` (per thread on Linux)."""
     _libc.setfsgid(gid)

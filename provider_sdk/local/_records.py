@@ -70,6 +70,11 @@ class SandboxRecord:
     start_cmd: str | None = None
     ready_cmd: str | None = None
     launch: Launched | None = None
+    ids: int | None = None
+    """The first host id of the sandbox's slot (``_ids``), where the provider runs as
+    root: its uid 0 on the host, which its files' ids are counted from. ``None``: the
+    sandbox was made by a process not root, or by a version that mapped its user to the
+    host's root (its files are moved to a slot when it next starts)."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SandboxRecord:
@@ -84,7 +89,7 @@ class SandboxRecord:
             snapshot=data["snapshot"], unisolated=data["unisolated"],
             image_env=dict(data.get("image_env") or {}), start_cmd=data.get("start_cmd"),
             ready_cmd=data.get("ready_cmd"),
-            launch=Launched(**launch) if launch is not None else None)
+            launch=Launched(**launch) if launch is not None else None, ids=data.get("ids"))
 
     def to_json(self) -> dict[str, Any]:
         """What ``meta.json`` holds: the keys and shapes every version reads."""
@@ -106,6 +111,8 @@ class SandboxRecord:
         }
         if self.launch is not None:
             data["launch"] = attrs.asdict(self.launch)
+        if self.ids is not None:
+            data["ids"] = self.ids
         return data
 
 
@@ -118,18 +125,25 @@ class SnapshotRecord:
     sandbox_id: str
     created_at: dt.datetime
     template: str
+    ids: int | None = None
+    """The sandbox's ``SandboxRecord.ids`` when the snapshot was taken: its files are
+    owned by that slot's ids, moved to the new sandbox's when one is made from it."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SnapshotRecord:
         """The record of a parsed ``meta.json`` that :func:`read_snapshot` found good."""
         return cls(id=data["id"], sandbox_id=data["sandbox_id"],
                    created_at=dt.datetime.fromisoformat(data["created_at"]),
-                   template=data["template"])
+                   template=data["template"], ids=data.get("ids"))
 
     def to_json(self) -> dict[str, Any]:
         """What ``meta.json`` holds: the keys and shapes every version reads."""
-        return {"id": self.id, "sandbox_id": self.sandbox_id,
-                "created_at": self.created_at.isoformat(), "template": self.template}
+        data: dict[str, Any] = {"id": self.id, "sandbox_id": self.sandbox_id,
+                                "created_at": self.created_at.isoformat(),
+                                "template": self.template}
+        if self.ids is not None:
+            data["ids"] = self.ids
+        return data
 
 
 @attrs.define(kw_only=True)
@@ -139,18 +153,25 @@ class VolumeRecord:
     name: str
     created_at: dt.datetime
     disk_mb: int | None = None
+    ids: int | None = None
+    """The host id its files' uid 0 is stored as (the shared slot's first id, see
+    ``_ids``), where the provider runs as root. ``None``: made by a process not root,
+    or by a version that stored the sandbox user's files as the host's root (moved to
+    the shared slot when a sandbox next mounts it)."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> VolumeRecord:
         """The record of a parsed ``meta.json`` that :func:`read_volume` found good."""
         return cls(name=data["name"], created_at=dt.datetime.fromisoformat(data["created_at"]),
-                   disk_mb=data.get("disk_mb"))
+                   disk_mb=data.get("disk_mb"), ids=data.get("ids"))
 
     def to_json(self) -> dict[str, Any]:
         """What ``meta.json`` holds: the keys and shapes every version reads."""
         data: dict[str, Any] = {"name": self.name, "created_at": self.created_at.isoformat()}
         if self.disk_mb is not None:
             data["disk_mb"] = self.disk_mb
+        if self.ids is not None:
+            data["ids"] = self.ids
         return data
 
 
@@ -209,6 +230,7 @@ _REQUIRED: dict[str, tuple[type, ...]] = {
 # Added by later versions: a record without them is still good.
 _OPTIONAL: dict[str, tuple[type, ...]] = {
     "image_env": (dict,), "start_cmd": (str, type(None)), "ready_cmd": (str, type(None)),
+    "ids": (int, type(None)),
 }
 _TEMPLATE_REQUIRED: dict[str, tuple[type, ...]] = {
     "id": (str,), "name": (str,), "content_hash": (str,), "created_at": (str,),
@@ -223,8 +245,10 @@ _TEMPLATE_OPTIONAL: dict[str, tuple[type, ...]] = {
 _SNAPSHOT_REQUIRED: dict[str, tuple[type, ...]] = {
     "id": (str,), "sandbox_id": (str,), "created_at": (str,), "template": (str,),
 }
+_SNAPSHOT_OPTIONAL: dict[str, tuple[type, ...]] = {"ids": (int, type(None))}
 _VOLUME_REQUIRED: dict[str, tuple[type, ...]] = {"name": (str,), "created_at": (str,)}
-_VOLUME_OPTIONAL: dict[str, tuple[type, ...]] = {"disk_mb": (int, type(None))}
+_VOLUME_OPTIONAL: dict[str, tuple[type, ...]] = {"disk_mb": (int, type(None)),
+                                                  "ids": (int, type(None))}
 _LAUNCH: dict[str, tuple[type, ...]] = {  # the fields of _launch.Launched
     "init_pid": (int,), "init_start": (int,), "pid_namespace": (int, type(None)),
     "agent_pid": (int, type(None)), "agent_start": (int,), "token": (str,),
@@ -279,7 +303,7 @@ def read_snapshot(directory: Path, snapshot_id: str
     meta, reason, exists = _load(directory)
     if not exists or reason == _UNFINISHED:
         return None, None
-    reason = reason or _typed(meta, _SNAPSHOT_REQUIRED, {})
+    reason = reason or _typed(meta, _SNAPSHOT_REQUIRED, _SNAPSHOT_OPTIONAL)
     if reason is None and meta["id"] != snapshot_id:
         reason = "its meta.json names another snapshot"
     return (None, reason) if reason else (SnapshotRecord.from_json(meta), None)

@@ -21,9 +21,9 @@ import anyio
 import attrs
 
 from provider_sdk import disks, errors
-from provider_sdk.local import _disk, _launch, _templates, _users
+from provider_sdk.local import _disk, _ids, _launch, _plan, _templates, _users
 from provider_sdk.local._home import Home, write_meta
-from provider_sdk.local._records import SandboxRecord
+from provider_sdk.local._records import SandboxRecord, SnapshotRecord
 from provider_sdk.local._trees import copy_tree, make_dirs_within
 from provider_sdk.provider import Command
 
@@ -66,14 +66,18 @@ class StartupMixin:
                     launched: _launch.Launched | None = None) -> AgentClient: ...
         async def _start(self, sandbox_id: str, command: Command) -> int: ...
         async def _exec(self, sandbox_id: str, command: Command) -> ExecResult: ...
+        def _snapshot_record(self, snapshot_id: str) -> SnapshotRecord: ...
+        def _hold_ids(self, directory: Path, meta: SandboxRecord) -> None: ...
+        def _id_range(self) -> _ids.IdRange: ...
+        def _ready_volume(self, name: str) -> None: ...
 
     def _make_layer(self, directory: Path, meta: SandboxRecord) -> None:
         """A new sandbox's writable layer: its quota'd image mounted (where quotas
-        hold), then its root's first files."""
+        hold), then its root's first files, owned by the sandbox's own ids."""
         if meta.resources.disk_mb and _disk.has_quota(meta):
             blank = disks.blank(self._home.path / "base", meta.resources.disk_mb)
             _disk.make(directory, meta.template, blank)
-        self._make_root(directory, meta.snapshot, meta.cwd, meta.template, meta)
+        self._make_root(directory, meta)
 
     async def _start_command(self, sandbox_id: str, meta: SandboxRecord) -> None:
         """Start a template's ``start_cmd`` in the background and wait until its
@@ -91,26 +95,33 @@ class StartupMixin:
             f"the template's ready_cmd did not succeed within {READY_CMD_TIMEOUT:.0f}s",
             provider=self.name, sandbox_id=sandbox_id)
 
-    def _make_root(self, directory: Path, snapshot: str | None, workdir: str,
-                   template: str, meta: SandboxRecord) -> None:
+    def _make_root(self, directory: Path, meta: SandboxRecord) -> None:
         root = directory / "root"
-        if template != "default":
+        snapshot = meta.snapshot
+        if meta.template != "default":
             # The template is the overlay's lower layer; the sandbox writes to upper/.
             upper, work = _disk.overlay_dirs(directory, meta)
             if snapshot is not None:
                 copy_tree(self._home.snapshot(snapshot) / "root", upper)
+                self._move_snapshot_files(upper, snapshot, meta.ids)
             else:
                 upper.mkdir()
+                if meta.ids is not None:  # the merged root is the template's root's
+                    os.lchown(upper, meta.ids + _users.SANDBOX_UID,
+                              meta.ids + _users.SANDBOX_UID)
             work.mkdir()
             root.mkdir()
-            _templates.make_cwd(self._home.template(template) / "root", upper, workdir)
+            owner = None if meta.ids is None else _users.template_owner(meta.ids)
+            _templates.make_cwd(self._home.template(meta.template) / "root", upper, meta.cwd,
+                                owner)
             return
-        if snapshot is not None and _disk.has_quota(meta):
-            disks.copy_into(self._home.snapshot(snapshot) / "root", root)
-        elif snapshot is not None:
-            copy_tree(self._home.snapshot(snapshot) / "root", root)
+        if snapshot is not None:
+            if _disk.has_quota(meta):
+                disks.copy_into(self._home.snapshot(snapshot) / "root", root)
+            else:
+                copy_tree(self._home.snapshot(snapshot) / "root", root)
+            self._move_snapshot_files(root, snapshot, meta.ids)
         else:
-
             # Mount points first (bubblewrap would make them anyway), then the writable
             # directories every sandbox has.
             for name in ("etc", "usr", "proc", "dev", "home/user", "root"):
@@ -120,7 +131,23 @@ class StartupMixin:
                 (root / name).chmod(0o1777)
             for name, target in _launch.system_links().items():
                 (root / name).symlink_to(target)
-        make_dirs_within(root, workdir)
+            if meta.ids is not None:  # the sandbox's root's, its home its user's
+                base = meta.ids
+                _ids.shift_tree(root, lambda _ident: base)
+                user = base + _users.SANDBOX_UID
+                os.lchown(root / "home" / "user", user, user)
+        user_ids = None if meta.ids is None else (meta.ids + _users.SANDBOX_UID,) * 2
+        make_dirs_within(root, meta.cwd, owner=user_ids)
+
+    def _move_snapshot_files(self, files: Path, snapshot: str, base: int | None) -> None:
+        """Give a snapshot's files, copied to a new sandbox's ``files``, the new
+        sandbox's ids: they are owned by the ids of the sandbox it was taken of (or, made
+        by an earlier version, by the host's root as that sandbox's user)."""
+        if base is None:
+            return
+        taken = self._snapshot_record(snapshot).ids
+        _ids.shift_tree(files, _ids.rebase(taken, base) if taken is not None
+                        else _ids.legacy(base))
 
     def _base_etc(self) -> Path:
         """The read-only /etc every sandbox of this home shares, made once."""
@@ -160,72 +187,57 @@ class StartupMixin:
                              bwrap: str | None) -> None:
         """Start the sandbox's processes and wait until its agent answers."""
         directory = self._home.sandbox(sandbox_id)
-        root = directory / "root"
         config: dict[str, Any] = {
             "workdir": meta.cwd,
             "env": {**BASE_ENV, **meta.image_env, **meta.env},
             "idle_timeout": meta.idle_timeout,
-            "root": str(root) if meta.unisolated else "",
+            "root": str(directory / "root") if meta.unisolated else "",
         }
         separate = self._separate and bwrap is not None
         if separate:
-            # The agent is uid 0 inside (a host id of its own); it runs commands, and
-            # acts on files, as the sandbox user.
+            # The agent is uid 0 inside (the first host id of the sandbox's slot); it
+            # runs commands, and acts on files, as the sandbox user.
             config["user"] = [_users.SANDBOX_UID, _users.SANDBOX_UID]
         _write_json(directory / "agent.json", config)  # unisolated agents read it there
         config_bytes = json.dumps(config).encode()
         # Mounted already at create; after a host restart, mounted again here.
         await anyio.to_thread.run_sync(_disk.ensure_mounted, directory, meta)
-        sock_path = directory / "agent.sock"
-        listener = _listen(sock_path)
+        if separate:
+            await anyio.to_thread.run_sync(self._hold_ids, directory, meta)
+        listener = _listen(directory / "agent.sock")
         token = secrets.token_hex(6)
-        args: list[str] | None = None
-        data: dict[str, bytes] = {}
+        launch: _plan.Plan | None = None
         try:
             if bwrap is not None:
                 for mount in meta.volumes:
-                    await anyio.to_thread.run_sync(_disk.ensure_volume_mounted,
-                                                   self._home.volume(mount.volume))
+                    await anyio.to_thread.run_sync(self._ready_volume, mount.volume)
                 volumes = [(self._home.volume(m.volume) / "data", m.path, m.read_only)
                            for m in meta.volumes]
                 etc = await anyio.to_thread.run_sync(self._base_etc)
-                if meta.template == "default":
-                    prefix: list[str] = []
-                    args = _launch.bwrap_argv(bwrap=bwrap, root=root, etc=etc, volumes=volumes,
-                                              separate=separate)
-                    python = [_launch.SANDBOX_PYTHON]
-                else:
-                    upper, work = _disk.overlay_dirs(directory, meta)
-                    prefix = _templates.overlay_prefix(
-                        lower=self._home.template(meta.template) / "root",
-                        upper=upper, work=work, root=root)
-                    args = _templates.bwrap_argv(bwrap=bwrap, root=root, etc=etc,
-                                                 volumes=volumes, separate=separate)
-                    python = _templates.agent_interpreter()
-                # bubblewrap's options (host paths) come through a descriptor: the
-                # command line the sandbox can read names only paths inside it.
-                argv = [*prefix, *(_users.as_agent() if separate else []), args[0],
-                        "--args", _launch.ARGS_FD, *python[:-1],
-                        *_launch.agent_command(python[-1], agent=_launch.SANDBOX_AGENT,
-                                               config=_launch.SANDBOX_CONFIG)]
-                args = args[1:]
-                data = {_launch.AGENT_FD: _launch.AGENT_SOURCE.read_bytes(),
-                        _launch.PROCS_FD: _launch.PROCS_SOURCE.read_bytes(),
-                        _launch.FILEOPS_FD: _launch.FILEOPS_SOURCE.read_bytes(),
-                        _launch.SPAWNER_FD: _launch.SPAWNER_SOURCE.read_bytes(),
-                        _launch.CONFIG_FD: config_bytes,
-                        **_launch.etc_data(etc, None if meta.template == "default"
-                                           else ("hosts", "hostname"))}
+                template_root = self._home.template(meta.template) / "root"
+                ids = self._id_range() if separate else None
+                launch = await anyio.to_thread.run_sync(lambda: _plan.make(
+                    directory=directory, meta=meta, bwrap=bwrap, etc=etc,
+                    template_root=template_root, volumes=volumes, config=config_bytes,
+                    ids=ids))
+                argv, args, data = launch.argv, launch.args, launch.data
+                userns = launch.userns
             else:
                 argv = _launch.agent_command(_launch.host_python(),
                                              agent=str(_launch.AGENT_SOURCE),
                                              config=str(directory / "agent.json"))
+                args, data, userns = None, {}, None
             cgroup = self._cgroup(sandbox_id) if self._cgroups else None
             resources = meta.resources
             status = self._status_path(sandbox_id, token)
             started = await anyio.to_thread.run_sync(lambda: _launch.start(
                 argv=argv, args=args, listener=listener, data=data, status=status,
-                cgroup=cgroup, resources=resources))
+                cgroup=cgroup, resources=resources, userns=userns))
+        except BaseException:
+            if launch is not None:
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(launch.close)
+            raise
         finally:
             listener.close()
         try:
@@ -236,6 +248,12 @@ class StartupMixin:
             await self._wait_ready(sandbox_id, launched, started)
         finally:
             started.close()  # from now on the sandbox writes to no one
+            if launch is not None:
+                # The agent answers, so bubblewrap has its root and mounts: the staged
+                # ones can go (removing their directories earlier would unmount its
+                # copies too).
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(launch.close)
         meta.launch = _launch.find_agent(launched)
         write_meta(directory, meta.to_json())
 

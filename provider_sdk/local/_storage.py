@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, ClassVar
 import anyio
 
 from provider_sdk import disks, errors
-from provider_sdk.local import _disk, _launch, _records
+from provider_sdk.local import _disk, _ids, _launch, _records, _users
 from provider_sdk.local._home import Home, now, write_meta
 from provider_sdk.local._records import SandboxRecord, SnapshotRecord, VolumeRecord
 from provider_sdk.local._trees import copy_tree
@@ -39,6 +39,7 @@ class StorageMixin:
     name: ClassVar[str]
     _home: Home
     _quota: bool
+    _separate: bool
 
     if TYPE_CHECKING:
         def _cgroup(self, sandbox_id: str) -> _launch.Cgroup: ...
@@ -76,7 +77,7 @@ class StorageMixin:
                     if thaw:
                         cgroup.freeze(False)
             snap = SnapshotRecord(id=snapshot_id, sandbox_id=sandbox_id, created_at=now(),
-                                  template=meta.template)
+                                  template=meta.template, ids=meta.ids)
             write_meta(target, snap.to_json())
 
         except BaseException:
@@ -149,6 +150,10 @@ class StorageMixin:
                     meta.disk_mb = _disk.VOLUME_MB
                 else:
                     (directory / "data").mkdir()
+                if self._separate:  # stored with the shared slot's ids; its root the user's
+                    meta.ids = _ids.host_range().storage
+                    user = meta.ids + _users.SANDBOX_UID
+                    os.chown(directory / "data", user, user)
                 write_meta(directory, meta.to_json())
         except BaseException:
             with anyio.CancelScope(shield=True):
@@ -178,6 +183,26 @@ class StorageMixin:
         if record is None:
             raise errors.VolumeNotFound(f"volume {name!r} does not exist", provider=self.name)
         return record
+
+    def _ready_volume(self, name: str) -> None:
+        """Make a volume ready to be mounted: its image mounted (after a host restart),
+        and, where sandboxes have ids of their own, its files stored with the shared
+        slot's ids (a volume made by an earlier version stored the sandbox user's as the
+        host's root's: they move, once, under the volume's lock)."""
+        directory = self._home.volume(name)
+        _disk.ensure_volume_mounted(directory)
+        if not self._separate:
+            return
+        storage = _ids.host_range().storage
+        if self._volume_record(name).ids == storage:
+            return
+        with self._home.lock(directory):
+            meta = self._volume_record(name)
+            if meta.ids != storage:
+                _ids.shift_tree(directory / "data", _ids.legacy(storage) if meta.ids is None
+                                else _ids.rebase(meta.ids, storage))
+                meta.ids = storage
+                write_meta(directory, meta.to_json())
 
     async def _get_volume(self, name: str) -> Volume:
         self._check_volume_name(name)

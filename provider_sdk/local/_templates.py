@@ -19,17 +19,17 @@ nothing and never imports Docker.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
 import stat
 import struct
 import sysconfig
+from collections.abc import Callable
 from pathlib import Path
 
 from provider_sdk import errors
-from provider_sdk.local import _launch
+from provider_sdk.local import _launch, _mounts
 
 HOST_DIR = "/.psdk/host"
 """Where the host's ``/usr`` (and real ``/lib``... directories) appear in a template
@@ -125,12 +125,15 @@ def _add_line(path: Path, line: str, *, uid_field: int) -> None:
         f.write(("" if not text or text.endswith("\n") else "\n") + line)
 
 
-def make_cwd(lower: Path, upper: Path, cwd: str) -> None:
+def make_cwd(lower: Path, upper: Path, cwd: str,
+             owner: Callable[[int], int] | None = None) -> None:
     """Make the working directory in a sandbox's own layer if the template lacks it.
 
     Stops (leaving the directory missing) where the template has something other than
     a directory on the way: writing a directory over it would hide a symlink such as
-    ``/lib``.
+    ``/lib``. ``owner`` gives the host id that a template's id shows as in the sandbox
+    (where the provider runs as root); a directory made here belongs to the one the
+    template's root shows as, a copy of the template's to whom the original shows as.
     """
     parts = [p for p in cwd.split("/") if p]
     below, above = lower, upper
@@ -147,32 +150,40 @@ def make_cwd(lower: Path, upper: Path, cwd: str) -> None:
         try:
             above_mode = os.lstat(above).st_mode
         except FileNotFoundError:
-            _make_parents(lower, upper, parts[:index])
-            above.mkdir(mode=0o755)
-            if found is not None:  # shadowing the template's directory: look the same
-                _same_as(above, found)
+            _make_parents(lower, upper, parts[:index], owner)
+            _make_dir(above, found, owner)
             continue
         if not stat.S_ISDIR(above_mode):
             return  # deleted in this layer (a whiteout): leave it deleted
 
 
-def _make_parents(lower: Path, upper: Path, parts: list[str]) -> None:
+def _make_parents(lower: Path, upper: Path, parts: list[str],
+                  owner: Callable[[int], int] | None) -> None:
     """The upper layer's directories on the way to ``parts``, looking like the
     template's."""
     below, above = lower, upper
     for part in parts:
         below, above = below / part, above / part
         if not os.path.lexists(above):
-            above.mkdir(mode=0o755)
-            with contextlib.suppress(FileNotFoundError):
-                _same_as(above, os.lstat(below))
+            try:
+                found: os.stat_result | None = os.lstat(below)
+            except FileNotFoundError:
+                found = None
+            _make_dir(above, found, owner)
 
 
-def _same_as(path: Path, found: os.stat_result) -> None:
-    if os.geteuid() == 0:
-        os.lchown(path, found.st_uid, found.st_gid)
-    os.chmod(path, stat.S_IMODE(found.st_mode))
-    os.utime(path, ns=(found.st_atime_ns, found.st_mtime_ns))
+def _make_dir(path: Path, found: os.stat_result | None,
+              owner: Callable[[int], int] | None) -> None:
+    """A directory of the sandbox's layer: like the template's ``found`` (shadowing
+    it must change nothing the sandbox sees), else new, as the template's root's."""
+    path.mkdir(mode=0o755)
+    if found is not None:
+        if os.geteuid() == 0:
+            os.lchown(path, *(owner(i) if owner else i for i in (found.st_uid, found.st_gid)))
+        os.chmod(path, stat.S_IMODE(found.st_mode))
+        os.utime(path, ns=(found.st_atime_ns, found.st_mtime_ns))
+    elif owner is not None:
+        os.lchown(path, owner(0), owner(0))
 
 
 def _host_dirs() -> dict[str, str]:
@@ -253,22 +264,24 @@ def _elf_interpreter(path: str) -> str | None:
     return None
 
 
-def overlay_prefix(*, lower: Path, upper: Path, work: Path, root: Path) -> list[str]:
+def overlay_prefix(*, lower: Path, upper: Path, work: Path, root: Path,
+                   base: Path) -> list[str]:
     """A command prefix that mounts the sandbox's overlay root at ``root`` in a mount
     namespace of its own, then runs the rest of the command line (bubblewrap) there.
 
-    As root the mount is a plain overlay; otherwise it is made in a user namespace
-    (``userxattr``), which the kernel allows since Linux 5.11.
+    The layers are named relative to ``base`` (the sandbox's directory): the mount's
+    options show in the sandbox's mount table, and must not name the home (a template
+    staged outside the home, see ``_mounts``, keeps its staging path). As root the mount is
+    a plain overlay; otherwise it is made in a user namespace (``userxattr``), which the
+    kernel allows since Linux 5.11.
     """
     unshare, mount = shutil.which("unshare"), shutil.which("mount")
     if unshare is None or mount is None:
         raise errors.ConfigError(
             "local templates need util-linux's unshare and mount to make each sandbox's "
             "overlay root: install util-linux", provider="local")
-    # Named relative to the sandbox's directory: the mount's options show in the
-    # sandbox's mount table, and must not name the home.
-    base = root.parent
-    names = [os.path.relpath(path, base) for path in (lower, upper, work)]
+    names = [str(path) if path.is_relative_to(_mounts.STAGING_ROOT)
+             else os.path.relpath(path, base) for path in (lower, upper, work)]
     for name in names:
         if any(c in name for c in ",:\\"):
             raise errors.ConfigError(
@@ -294,7 +307,7 @@ def bwrap_argv(*, bwrap: str, root: Path, etc: Path,
         "--hostname", "sandbox", "--new-session", "--info-fd", _launch.INFO_FD,
         "--bind", str(root), "/",
         *host_binds(),
-        "--proc", "/proc", "--dev", "/dev", *_launch.shm_argv(),
+        *_launch.proc_argv(), "--dev", "/dev", *_launch.shm_argv(),
         "--perms", "0644", "--ro-bind-data", "{etc:hosts}", "/etc/hosts",
         "--perms", "0644", "--ro-bind-data", "{etc:hostname}", "/etc/hostname",
         *_launch.agent_data_args(),

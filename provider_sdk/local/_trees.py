@@ -29,23 +29,28 @@ def copy_tree(src: Path, dst: Path) -> None:
         raise OSError(errno.ENOSPC if full else errno.EIO, f"copying {src} failed: {message}")
 
 
-def make_dirs_within(root: Path, relative: str) -> None:
+def make_dirs_within(root: Path, relative: str,
+                     owner: tuple[int, int] | None = None) -> None:
     """``mkdir -p`` of ``relative`` under ``root`` that never follows a symlink: a
     sandbox's files (a snapshot's, say) may hold one pointing anywhere on the host. A
     component that is a symlink or not a directory ends it quietly: the sandbox sees
-    what it made there."""
+    what it made there. The directories it makes get ``owner`` (uid, gid) if given."""
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for part in (p for p in relative.split("/") if p not in ("", ".")):
             if part == "..":
                 return
+            made = False
             with contextlib.suppress(FileExistsError):
                 os.mkdir(part, 0o755, dir_fd=fd)
+                made = True
             try:
                 inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
                                 | os.O_CLOEXEC, dir_fd=fd)
             except OSError:
                 return
+            if made and owner is not None:
+                os.fchown(inner, *owner)
             os.close(fd)
             fd = inner
     finally:

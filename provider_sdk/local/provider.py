@@ -41,7 +41,7 @@ from provider_sdk.capabilities import Capability
 from provider_sdk.config import default_home
 from provider_sdk.dockerfile import Problem, TemplateSupport
 from provider_sdk.labels import check_labels
-from provider_sdk.local import _disk, _launch, _records, _seccomp, _users
+from provider_sdk.local import _disk, _ids, _launch, _mounts, _records, _seccomp, _users
 from provider_sdk.local._calls import CallsMixin
 from provider_sdk.local._capabilities import PROVIDER_CAPABILITIES
 from provider_sdk.local._client import AgentClient
@@ -82,7 +82,8 @@ _BWRAP = frozenset({Capability.VOLUMES, Capability.VOLUMES_SHARED, Capability.VO
 _PER_INSTANCE = _BWRAP | {
     Capability.RESOURCES_CPU, Capability.RESOURCES_MEMORY, Capability.RESOURCES_DISK,
     Capability.LIMITS_MEMORY, Capability.LIMITS_PIDS, Capability.LIMITS_DISK,
-    Capability.SEAL_SYSCALLS, Capability.EXEC_CONTAINED, Capability.SEAL_HOST}
+    Capability.SEAL_SYSCALLS, Capability.EXEC_CONTAINED, Capability.SEAL_HOST,
+    Capability.SEAL_IDS, Capability.SEAL_KNOBS}
 _LOOPBACK = "local sandboxes have loopback only"
 _WHY_LACKING = {
     **dict.fromkeys(_BWRAP, "volumes and templates need bubblewrap: this provider runs "
@@ -142,6 +143,7 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         self._cgroups = _launch.Cgroup.available()
         self._quota = not unisolated and disks.available()
         self._separate = not unisolated and _users.separate_users()
+        self._registry = _ids.Registry(_ids.host_range()) if self._separate else None
         held = set(type(self).capabilities) - _PER_INSTANCE
         if unisolated and os.geteuid() == 0:
             held.discard(Capability.FILES_PERMISSIONS)  # root's file operations, unchecked
@@ -155,8 +157,11 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
             held |= {Capability.LIMITS_DISK, Capability.RESOURCES_DISK}
         if not unisolated and _seccomp.supported():
             held.add(Capability.SEAL_SYSCALLS)  # only isolated sandboxes run under the filter
+        if not unisolated:  # /proc's knobs read-only, the host's device nodes not its own
+            held.add(Capability.SEAL_KNOBS)
         if self._separate:
             held.add(Capability.EXEC_CONTAINED)  # commands cannot reach their supervisors
+            held.add(Capability.SEAL_IDS)  # a slot of unprivileged host ids of its own
         if self._separate and self._quota:
             # The root and volumes are filesystems of their own (no home path in the
             # mount table), and the agent and init are out of the commands' reach.
@@ -211,6 +216,8 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
             unisolated=self._unisolated,
         )
         try:
+            if self._registry is not None:  # its own host ids, before it has a file
+                meta.ids = await anyio.to_thread.run_sync(self._registry.claim, directory)
             with _disk.typed_full(doing="creating a sandbox", provider=self.name):
                 await anyio.to_thread.run_sync(self._make_layer, directory, meta)
                 write_meta(directory, meta.to_json())
@@ -237,6 +244,12 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
                 "it (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install "
                 "bubblewrap), or pass unisolated=True to run WITHOUT isolation",
                 provider=self.name)
+        if os.geteuid() == 0 and not self._separate:
+            raise errors.ConfigError(
+                "run as root, the local provider gives each sandbox host ids of its own "
+                "(none of them root's), which cannot be done here: "
+                f"{_users.separation_problem()}; fix that, or run the provider as a user "
+                "other than root", provider=self.name)
         if not Path(_launch.SANDBOX_PYTHON).is_file():
             raise errors.ConfigError(
                 f"the local provider runs its agent with {_launch.SANDBOX_PYTHON}, which is "
@@ -302,6 +315,8 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         found = []
         for staging in self._home.abandoned_claims("sandboxes"):
             shutil.rmtree(staging, ignore_errors=True)  # never named, so never started
+        if self._separate:  # what a process that died while starting a sandbox staged
+            await anyio.to_thread.run_sync(_mounts.sweep)
         for sandbox_id in self._home.all_ids("sandboxes"):
             broken = self._broken(sandbox_id, warn=True)
             if broken is not None:
@@ -339,6 +354,8 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
             meta, _reason = _records.read(directory, sandbox_id)
             self._stop_processes(sandbox_id, meta)
             _disk.unmount_all(directory)
+            if self._registry is not None and meta is not None and meta.ids is not None:
+                self._registry.release(meta.ids, directory)
             remove_tree(directory)  # moved aside first: no lister sees it half removed
 
     def _stop_processes(self, sandbox_id: str, meta: SandboxRecord | None) -> None:
@@ -418,6 +435,32 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
                                          provider=self.name, sandbox_id=sandbox_id) from None
         return self._to_info(meta, self._state(sandbox_id, meta))
 
+    # ---------------------------------------------------------------------- ids
+
+    def _id_range(self) -> _ids.IdRange:
+        """This host's range of sandbox ids (only where sandboxes have ids of their own)."""
+        return _ids.host_range()
+
+    def _hold_ids(self, directory: Path, meta: SandboxRecord) -> None:
+        """Hold the sandbox's slot again as it starts. Where the registry gives it
+        another (its slot was taken meanwhile, or the host's range changed), and for a
+        sandbox made by a version that ran its user as the host's root, its own files
+        move to the ids of the slot it gets."""
+        assert self._registry is not None
+        base = self._registry.claim(directory, meta.ids)
+        if base == meta.ids:
+            return
+        files = _disk.own_files(directory, meta)
+        _ids.shift_tree(files, _ids.legacy(base) if meta.ids is None
+                        else _ids.rebase(meta.ids, base))
+        meta.ids = base
+        write_meta(directory, meta.to_json())
+
+    def _legacy(self, meta: SandboxRecord) -> bool:
+        """Whether an isolated sandbox was started by a version that ran its user as the
+        host's root (it must start again, with ids of its own, before it serves)."""
+        return self._separate and not meta.unisolated and meta.ids is None
+
     # ------------------------------------------------------------- state helpers
 
     def _read(self, sandbox_id: str) -> SandboxRecord:
@@ -463,7 +506,7 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         directory = self._home.sandbox(sandbox_id)
         if self._cgroup(sandbox_id).frozen() or (directory / "paused").exists():
             return SandboxState.PAUSED
-        if _launch.agent_state(launched) is None:
+        if _launch.agent_state(launched) is None or self._legacy(meta):
             return SandboxState.ERROR
         return SandboxState.RUNNING
 
@@ -472,6 +515,10 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
                                                  SandboxState.STOPPED) else ""
         if state == SandboxState.ERROR:
             hint = " (its agent is gone; resume() starts it again from its files)"
+            meta, _reason = _records.read(self._home.sandbox(sandbox_id), sandbox_id)
+            if meta is not None and self._legacy(meta):
+                hint = (" (an earlier version started it with its user as the host's root; "
+                        "resume() starts it again from its files, with ids of its own)")
         return errors.SandboxNotRunning(f"the sandbox is {state}{hint}", state=str(state),
                                         provider=self.name, sandbox_id=sandbox_id)
 

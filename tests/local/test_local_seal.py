@@ -13,8 +13,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from provider_sdk import Capability, VolumeMount
-from provider_sdk.local import LocalProvider, _launch, _seccomp, _users
+from provider_sdk import Capability, ConfigError, VolumeMount
+from provider_sdk.local import LocalProvider, _ids, _launch, _seccomp, _users
 from provider_sdk.sandbox import Sandbox
 
 pytestmark = pytest.mark.anyio
@@ -56,6 +56,18 @@ PROBE = textwrap.dedent("""
     out["fork"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     print(json.dumps(out))
 """)
+
+
+def _host_pid(meta: dict[str, object], pid: int) -> int:
+    """The host pid of the process that is ``pid`` in a local sandbox (its record's
+    launch names the sandbox's PID namespace)."""
+    launch = meta["launch"]
+    assert isinstance(launch, dict)
+    found = [host for host in _launch.namespace_pids(_launch.Launched(**launch))
+             if (Path(f"/proc/{host}/status").read_text().split("NSpid:")[1]
+                 .splitlines()[0].split()[-1]) == str(pid)]
+    assert len(found) == 1, found
+    return found[0]
 
 
 async def _python(sandbox: Sandbox, code: str, **env: str) -> str:
@@ -254,8 +266,9 @@ async def test_no_process_inside_holds_a_host_file(provider: LocalProvider) -> N
 
 async def test_commands_run_apart_from_the_agent_and_init(provider: LocalProvider) -> None:
     """Where the agent runs as a user of its own, a command is the sandbox user with no
-    capability, the agent and init are uid 0 inside (a host id no account has), and the
-    command can neither signal nor read them."""
+    capability, the agent and init are uid 0 inside (the first host id of the sandbox's
+    own slot, the command the 1001st), and the command can neither signal nor read
+    them."""
     if not provider.supports(Capability.EXEC_CONTAINED):
         pytest.skip("the agent runs as the sandbox user here (not root, or no setpriv)")
     script = ("id -u; grep CapEff /proc/self/status | tr -d '\t'; "
@@ -269,28 +282,36 @@ async def test_commands_run_apart_from_the_agent_and_init(provider: LocalProvide
         agent = meta["launch"]["agent_pid"]
         status = await anyio.Path(f"/proc/{agent}/status").read_text()
         host_uid = status.split("Uid:")[1].split()[0]
+        started = await sandbox.start(["sleep", "30"])
+        status = await anyio.Path(f"/proc/{_host_pid(meta, started.pid)}/status").read_text()
+        command_uid = status.split("Uid:")[1].split()[0]
     assert result.stdout.splitlines() == [
         "1000", "CapEff:0000000000000000", "Uid: 0 0 0 0", "Uid: 0 0 0 0"], result
-    assert int(host_uid) == _users.AGENT_HOST_ID
+    assert int(host_uid) == meta["ids"] >= _ids.host_range().start + _ids.SLOT_SIZE
+    assert int(command_uid) == meta["ids"] + 1000
 
 
-def test_one_user_where_the_agent_cannot_have_a_user_namespace(
+async def test_root_refuses_sandboxes_it_cannot_give_ids_of_their_own(
         home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where the host does not let the agent's id make and use a user namespace (here
-    its commands fail at once), sandboxes keep one user, and neither ``exec.contained``
-    nor ``seal.host`` is declared; where it does (root here), both are."""
+    """Run as root where the host does not let a sandbox's id make and use a user
+    namespace (here its commands fail at once), the provider declares neither
+    ``exec.contained`` nor ``seal.host`` and refuses to create a sandbox, saying why,
+    rather than map its user to the host's root; where it does, both are declared."""
     if os.geteuid() != 0:
-        pytest.skip("the agent has a user of its own only where the host runs as root")
-    _users._separate_users_work.cache_clear()
+        pytest.skip("sandboxes have host ids of their own only where the host runs as root")
+    _users._probe.cache_clear()
     try:
         assert LocalProvider(home=home).supports(Capability.EXEC_CONTAINED)
-        _users._separate_users_work.cache_clear()
-        monkeypatch.setattr(_users, "as_agent", lambda: ["/bin/false", "--"])
+        _users._probe.cache_clear()
+        monkeypatch.setattr(_users, "as_agent", lambda base: ["/bin/false", "--"])
         provider = LocalProvider(home=home)
         assert not provider.supports(Capability.EXEC_CONTAINED)
         assert not provider.supports(Capability.SEAL_HOST)
+        with pytest.raises(ConfigError, match=r"host ids of its own.*user namespace"):
+            await provider.create()
+        assert await provider.list() == []
     finally:
-        _users._separate_users_work.cache_clear()
+        _users._probe.cache_clear()
 
 
 async def test_a_volume_shows_no_home_path_in_the_mount_table(

@@ -57,10 +57,16 @@ async def listed(provider: LocalProvider) -> tuple[dict[str, Any], list[str]]:
     return {info.id: info for info in infos}, said
 
 
-# The keys a sandbox's meta.json holds, as every version since templates wrote them.
+# The keys a sandbox's meta.json holds, as every version since templates wrote them;
+# where sandboxes have host ids of their own (run as root), "ids" too.
 RECORD_KEYS = {"id", "created_at", "template", "metadata", "image_env", "env", "cwd",
                "resources", "start_cmd", "ready_cmd", "idle_timeout", "volumes", "snapshot",
                "unisolated", "launch"}
+
+
+def with_ids(provider: LocalProvider, keys: set[str]) -> set[str]:
+    """``keys``, and ``ids`` where the provider gives sandboxes host ids of their own."""
+    return keys | {"ids"} if provider._separate else keys
 
 
 async def test_a_record_is_written_in_the_shape_earlier_versions_read(
@@ -71,7 +77,7 @@ async def test_a_record_is_written_in_the_shape_earlier_versions_read(
         async with provider.create(metadata={"k": "v"}, env={"E": "1"}, volumes=[
                 VolumeMount(volume=volume.name, path="/mnt/v", read_only=True)]) as sandbox:
             meta = record(provider, sandbox.id)
-            assert set(meta) == RECORD_KEYS
+            assert set(meta) == with_ids(provider, RECORD_KEYS)
             assert meta["volumes"] == [["psdk-records", "/mnt/v", True]]
             assert (meta["metadata"], meta["env"]) == ({"k": "v"}, {"E": "1"})
             assert isinstance(meta["created_at"], str)
@@ -90,14 +96,16 @@ async def test_snapshot_and_volume_records_keep_the_shape_earlier_versions_read(
     try:
         vol_path = provider._home.volume(volume.name) / "meta.json"
         vol_meta = json.loads(vol_path.read_text())
-        assert set(vol_meta) in ({"name", "created_at"}, {"name", "created_at", "disk_mb"})
+        assert set(vol_meta) in (with_ids(provider, {"name", "created_at"}),
+                                 with_ids(provider, {"name", "created_at", "disk_mb"}))
         assert VolumeRecord.from_json(vol_meta).to_json() == vol_meta
         async with provider.create() as sandbox:
             await sandbox.files.write("/tmp/kept.txt", "kept")
             snapshot = await sandbox.snapshot()
         snap_path = provider._home.snapshot(snapshot.id) / "meta.json"
         snap_meta = json.loads(snap_path.read_text())
-        assert set(snap_meta) == {"id", "sandbox_id", "created_at", "template"}
+        assert set(snap_meta) == with_ids(provider, {"id", "sandbox_id", "created_at",
+                                                     "template"})
         assert SnapshotRecord.from_json(snap_meta).to_json() == snap_meta
         snap_path.write_text(json.dumps({"id": snapshot.id, "sandbox_id": sandbox.id,
                                          "created_at": "2025-01-02T03:04:05+00:00",

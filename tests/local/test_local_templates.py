@@ -141,6 +141,30 @@ async def test_writes_reach_neither_the_template_nor_another_sandbox(
     assert not (root / "srv" / "app" / "new").exists()
 
 
+async def test_a_template_sandboxs_ids_are_its_own(local: LocalProvider,
+                                                   template: Template) -> None:
+    """Where sandboxes have host ids of their own (root here), the image's root's files
+    show inside as the sandbox user's, who may change them, and what the sandbox writes
+    is owned on the host by its own slot, never by the host's root; the template's own
+    files keep their owners."""
+    if not local.supports(Capability.SEAL_IDS):
+        pytest.skip("sandboxes have host ids of their own only where the host runs as root")
+    async with local.create(template=template.id) as sandbox:
+        result = await sandbox.exec("stat -c %u:%g /opt/marker /srv/app; "
+                                    "echo more >> /opt/marker && echo new > /srv/app/new && "
+                                    "cat /opt/marker")
+        meta = json.loads((local.home / "sandboxes" / sandbox.id / "meta.json").read_text())
+        directory = local.home / "sandboxes" / sandbox.id
+        upper = directory / "layer" / "upper" if (directory / "layer").is_dir() \
+            else directory / "upper"
+        owners = {name: os.lstat(upper / name).st_uid
+                  for name in ("opt/marker", "srv/app/new", "srv/app", ".")}
+    assert result.stdout == "1000:1000\n1000:1000\ntemplate-marker\nmore\n", result
+    user = meta["ids"] + 1000
+    assert owners == {"opt/marker": user, "srv/app/new": user, "srv/app": user, ".": user}
+    assert os.lstat(_template_root(template) / "opt" / "marker").st_uid == 0
+
+
 async def test_deleting_a_template_file_hides_it_in_that_sandbox_only(
         local: LocalProvider, template: Template) -> None:
     """``rm`` of a file the template has works; others and the template still have it."""
