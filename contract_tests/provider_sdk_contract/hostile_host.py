@@ -43,10 +43,12 @@ MAPS_SCRIPT = "cat /proc/self/uid_map; echo --; cat /proc/self/gid_map"
 # Every mount: its point, options and type. A mount of a filesystem made for the
 # sandbox (tmpfs, devpts, mqueue) and its root are its own; a read-only mount has
 # nothing writable (device nodes aside, checked on their own). Every other mount is
-# walked for paths a command may write; per-process /proc entries are left out (they
-# are a process's own, and other processes' are the seal's tests).
+# walked for paths a command may write (or, owning them, make writable), sockets and
+# FIFOs included; per-process /proc entries are left out (they are a process's own,
+# and other processes' are the seal's tests).
 WRITABLE_SCRIPT = r"""
 own=" tmpfs devpts mqueue "
+me=$(id -u)
 n=0
 while IFS= read -r line; do
   set -f; set -- $line; set +f
@@ -58,7 +60,7 @@ while IFS= read -r line; do
   case "$opts" in *,ro,*) continue ;; esac
   echo "walked $point"
   find "$point" -xdev \( -path '/proc/[0-9]*' -o -path /proc/self -o -path /proc/thread-self \) \
-    -prune -o ! -type l ! -type c ! -type b ! -type p ! -type s -writable \
+    -prune -o ! -type l ! -type c ! -type b \( -writable -o -user "$me" \) \
     -printf "WRITABLE %p ($type)\n" 2>/dev/null
 done < /proc/self/mountinfo
 echo "mounts $n"
@@ -73,30 +75,62 @@ done < <(find /proc/sys -type f -print0 2>/dev/null)
 echo "checked $n"
 """
 
-# Every device node under /dev: its numbers, and whether it is a mount point (bound
-# from elsewhere, the host's devtmpfs say). Of a bound one, changing the mode or the
-# times (to what they are: nothing changes if it were allowed) must be refused. The
-# type is tested by stat, not find's -type: a bound node's directory entry is the
-# placeholder it is mounted on.
+# Every device node on every mount but /proc's and /sys's, with its numbers; then the
+# mount table, from which the test tells the filesystem each node lies on. The type is
+# tested by stat, not find's -type: a node bound over another path has that path's
+# directory entry.
 DEVICES_SCRIPT = r"""
-points=$(awk '{print $5}' /proc/self/mountinfo)
 n=0
-while IFS= read -r -d '' f; do
-  [ -c "$f" ] || [ -b "$f" ] || continue
-  n=$((n + 1))
-  numbers=$(stat -c '%t %T' "$f") || continue
-  set -- $numbers
-  printf 'DEVICE %s %d %d\n' "$f" "0x$1" "0x$2"
-  case "
-$points
-" in *"
-$f
-"*) ;; *) continue ;; esac
+for point in $(awk '$9 != "proc" && $9 != "sysfs" {print $5}' /proc/self/mountinfo \
+               | sort -u); do
+  point=$(printf '%b' "$point")
+  while IFS= read -r -d '' f; do
+    [ -c "$f" ] || [ -b "$f" ] || continue
+    n=$((n + 1))
+    set -- $(stat -c '%t %T' "$f")
+    printf 'DEVICE %s %d %d\n' "$f" "0x$1" "0x$2"
+  done < <(find "$point" -xdev ! -type d ! -type l -print0 2>/dev/null)
+done
+echo "checked $n"
+echo "--"
+cat /proc/self/mountinfo
+"""
+
+# For each node given: changing its mode, its times, or its times to now (what any
+# writer may do to a node: nothing the host's may suffer), each to what it is.
+_CHANGE_DEVICES = r"""
+for f in "$@"; do
   chmod "$(stat -c %a "$f")" "$f" 2>/dev/null && printf 'CHANGED mode of %s\n' "$f"
   touch -h -r "$f" "$f" 2>/dev/null && printf 'CHANGED times of %s\n' "$f"
-done < <(find /dev -mindepth 1 ! -type d ! -type l -print0 2>/dev/null)
-echo "checked $n"
+  touch -c -a "$f" 2>/dev/null && printf 'CHANGED the access time of %s\n' "$f"
+done
+true
 """
+_OWN_TYPES = {"tmpfs", "devpts", "mqueue"}
+
+
+def _mounts(mountinfo: str) -> list[tuple[str, str]]:
+    """Each mount's point and filesystem type, in the table's order (later ones lie on
+    top of earlier ones at the same point)."""
+    found = []
+    for line in mountinfo.splitlines():
+        fields = line.split(" - ", 1)
+        if len(fields) != 2:
+            continue
+        point = fields[0].split()[4].encode().decode("unicode_escape")
+        found.append((point, fields[1].split()[0]))
+    return found
+
+
+def _filesystem_of(path: str, mounts: list[tuple[str, str]]) -> str:
+    """The type of the filesystem ``path`` lies on: the last mount at the longest point
+    that holds it."""
+    best, kind = -1, "?"
+    for point, fstype in mounts:
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= best:
+            best, kind = len(point), fstype
+    return kind
 
 
 def _last(stdout: str, word: str) -> int:
@@ -163,20 +197,25 @@ class HostileHostContract(ContractBase):
                         f"{min(a.stop, b.stop) - 1}")
 
     @requires(Capability.SEAL_IDS)
-    async def test_hostile_files_made_inside_are_no_privileged_ids_on_the_host(
+    async def test_hostile_files_made_inside_are_the_sandboxs_own_ids_on_the_host(
             self, sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory) -> None:
-        """A file a command makes is owned, on the host (where the test can see the
-        sandbox's files), by neither root nor a host account."""
+        """A file a command makes, or the files API writes, is owned on the host (where
+        the test can see the sandbox's files) by ids of the sandbox's own maps, never
+        root's or a host account's."""
         info = await sandbox.refresh()
+        maps = await self._maps(sandbox)
         name = new_marker("owner")
         made = await sandbox.exec(["/bin/sh", "-c", 'echo x > "$PWD/$1"; echo x > "/tmp/$1"',
                                    "psdk-owner", name])
         assert made.exit_code == 0, made.stderr
+        await sandbox.files.write(f"/tmp/{name}.api", "x")
         roots = host_paths(info.extra, tmp_path_factory.getbasetemp())
-        found = [os.path.join(folder, name) for root in roots
-                 for folder, _dirs, files in os.walk(root) if name in files]
+        found = [os.path.join(folder, file) for root in roots
+                 for folder, _dirs, files in os.walk(root) for file in files
+                 if file in (name, f"{name}.api")]
         if not found:
             pytest.skip("the sandbox's files are not visible from this host")
+        assert any(path.endswith(".api") for path in found), found
         accounts = {"uid": dict(_host_accounts("uid")), "gid": dict(_host_accounts("gid"))}
         for path in found:
             st = os.lstat(path)
@@ -184,6 +223,8 @@ class HostileHostContract(ContractBase):
                 assert ident != 0, f"{path} is the host root's ({kind} 0)"
                 assert ident not in accounts[kind].values(), (
                     f"{path} is owned by a host account ({kind} {ident})")
+                assert any(ident in covered for covered in maps[kind]), (
+                    f"{path} is owned by {kind} {ident}, which no id inside maps to")
 
     @requires(Capability.SEAL_KNOBS)
     async def test_hostile_nothing_writable_but_the_sandboxs_own(self, sandbox: Sandbox) -> None:
@@ -207,19 +248,30 @@ class HostileHostContract(ContractBase):
         assert _last(result.stdout, "checked") > 100, "too few sysctls were visible"
 
     @requires(Capability.SEAL_KNOBS)
-    async def test_hostile_devices_are_standard_and_the_hosts_unchangeable(
+    async def test_hostile_devices_are_standard_and_none_is_the_hosts(
             self, sandbox: Sandbox) -> None:
-        """Every device node is a standard one (or the sandbox's own terminal), and one
-        bound from elsewhere (the host's) cannot have its mode or times changed."""
+        """Every device node, wherever it is mounted, is a standard one (or the
+        sandbox's own terminal), none lies on the host's device filesystem
+        (``devtmpfs``), and one bound from any filesystem not made for the sandbox
+        cannot have its mode or times changed, even to now."""
         result = await sandbox.exec(["/bin/bash", "-c", DEVICES_SCRIPT], timeout=120)
         assert result.exit_code == 0, result.stderr
-        lines = result.stdout.splitlines()
-        changed = [line for line in lines if line.startswith("CHANGED")]
-        assert changed == [], "\n".join(changed)
-        devices = [line.split() for line in lines if line.startswith("DEVICE ")]
+        listed, _, mountinfo = result.stdout.partition("\n--\n")
+        mounts = _mounts(mountinfo)
+        devices = [line.split() for line in listed.splitlines() if line.startswith("DEVICE ")]
+        assert _last(listed, "checked") == len(devices)
+        assert any(path == "/dev/null" for _, path, *_ in devices), "no /dev/null seen"
         odd = [f"{path} ({major}:{minor})" for _, path, major, minor in devices
                if (int(major), int(minor)) not in STANDARD_DEVICES
                and int(major) not in _PTY_MAJORS]
         assert odd == [], f"non-standard device nodes: {', '.join(odd)}"
-        assert any(path == "/dev/null" for _, path, *_ in devices), "no /dev/null seen"
-        assert _last(result.stdout, "checked") == len(devices)
+        hosts = [path for _, path, *_ in devices
+                 if _filesystem_of(path, mounts) == "devtmpfs"]
+        assert hosts == [], f"the host's device nodes: {', '.join(hosts)}"
+        foreign = sorted({path for _, path, *_ in devices
+                          if _filesystem_of(path, mounts) not in _OWN_TYPES})
+        if foreign:
+            probed = await sandbox.exec(["/bin/bash", "-c", _CHANGE_DEVICES, "psdk", *foreign])
+            changed = [line for line in probed.stdout.splitlines()
+                       if line.startswith("CHANGED")]
+            assert changed == [], "\n".join(changed)

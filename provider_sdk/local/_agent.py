@@ -129,7 +129,8 @@ class Agent(FileOps):
 
     def serve(self, listener: socket.socket) -> None:
         # Forked before any thread starts: forking a threaded process is not safe.
-        self.spawner = _spawner.Spawner(self.user, keep=[listener.fileno()])
+        self.spawner = _spawner.Spawner(self.user, keep=[listener.fileno()],
+                                        isolated=not self.root)
         if self.idle_timeout:
             threading.Thread(target=self.idle_watch, daemon=True).start()
         while True:

@@ -38,6 +38,8 @@ from pathlib import Path
 
 import attrs
 
+from provider_sdk.local._trees import walk
+
 __all__ = ["DEFAULT_COUNT", "DEFAULT_START", "LEGACY_AGENT_ID", "REGISTRY", "SLOT_SIZE",
            "IdRange", "Registry", "host_range", "legacy", "rebase", "shift_tree"]
 
@@ -230,18 +232,14 @@ def legacy(base: int) -> Callable[[int], int]:
 def shift_tree(root: Path, move: Callable[[int], int]) -> None:
     """Give every file under ``root`` (and ``root``) the owner ``move(uid)`` and group
     ``move(gid)``: symlinks themselves, never what they point to. Only ids ``move``
-    changes are written, so an unchanged tree costs one ``lstat`` per file.
-
-    The walk goes by directory descriptors, never by path: a directory swapped for a
-    symlink meanwhile (the files are a sandbox's) leads nowhere outside ``root``."""
-    def one(name: str, folder: int | None) -> None:
-        st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+    changes are written, so an unchanged tree costs one ``lstat`` per file. The walk
+    goes by directory descriptors (``_trees.walk``): a directory swapped for a symlink
+    meanwhile (the files are a sandbox's) leads nowhere outside ``root``."""
+    st = os.lstat(root)
+    if (move(st.st_uid), move(st.st_gid)) != (st.st_uid, st.st_gid):
+        os.lchown(root, move(st.st_uid), move(st.st_gid))
+    for folder, name, st in walk(root):
         uid, gid = move(st.st_uid), move(st.st_gid)
         if (uid, gid) != (st.st_uid, st.st_gid):
-            os.chown(name, uid, gid, dir_fd=folder, follow_symlinks=False)
-
-    one(str(root), None)
-    for _folder, dirs, files, fd in os.fwalk(root):
-        for name in (*dirs, *files):
             with contextlib.suppress(FileNotFoundError):
-                one(name, fd)
+                os.chown(name, uid, gid, dir_fd=folder, follow_symlinks=False)

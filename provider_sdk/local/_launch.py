@@ -209,6 +209,8 @@ PROCS_FD = "{procs_fd}"
 FILEOPS_FD = "{fileops_fd}"
 SPAWNER_FD = "{spawner_fd}"
 USERNS_FD = "{userns_fd}"
+EMPTY_FD = "{empty}"
+"""An empty file's placeholder (``data`` maps it to ``b""``)."""
 AGENT_NS_PID = 2
 """The agent's pid inside an isolated sandbox: bubblewrap's init is 1, and its first
 (and only) child is the agent."""
@@ -240,8 +242,8 @@ def seal_args(*, separate: bool) -> list[str]:
     return args
 
 
-def bwrap_argv(*, bwrap: str, root: Path, etc: Path,
-               volumes: list[tuple[Path, str, bool]], separate: bool) -> list[str]:
+def bwrap_argv(*, bwrap: str, root: Path, etc: Path, volumes: list[tuple[Path, str, bool]],
+               separate: bool, devices: Path | None = None) -> list[str]:
     """The bubblewrap command line for a sandbox whose writable root is ``root``
     (:func:`start` fills in the ``*_FD`` placeholders). The agent and its configuration
     are copied in (``--ro-bind-data``), not bound from host paths."""
@@ -254,7 +256,7 @@ def bwrap_argv(*, bwrap: str, root: Path, etc: Path,
         host = Path("/") / name
         if host.is_dir() and not host.is_symlink():
             argv += ["--ro-bind", str(host), f"/{name}"]
-    argv += [*proc_argv(), "--dev", "/dev", *shm_argv(), *etc_args(etc)]
+    argv += [*proc_argv(), *device_argv(devices), *shm_argv(), *etc_args(etc)]
     for name in ETC_LIVE:
         if (Path("/etc") / name).exists():
             argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
@@ -290,6 +292,21 @@ def proc_argv() -> list[str]:
     argv = ["--proc", "/proc"]
     for name in READ_ONLY_PROC:
         argv += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
+    return argv
+
+
+DEVICES = {"null": (1, 3), "zero": (1, 5), "full": (1, 7), "random": (1, 8),
+           "urandom": (1, 9), "tty": (5, 0)}
+"""The device nodes a sandbox has (bubblewrap's ``--dev`` set), by name: major, minor."""
+
+
+def device_argv(devices: Path | None) -> list[str]:
+    """bubblewrap arguments for ``/dev``: bubblewrap's own (a tmpfs, the sandbox's
+    terminals, the standard nodes bound from the host), and over each standard node,
+    where ``devices`` holds the sandbox's own copies of them, its own."""
+    argv = ["--dev", "/dev"]
+    for name in DEVICES if devices is not None else ():
+        argv += ["--dev-bind", f"{devices}/{name}", f"/dev/{name}"]
     return argv
 
 
@@ -370,6 +387,13 @@ def quote_output(fd: int) -> str:
     return f"its output{cut}, from inside the sandbox: {text!r}"
 
 
+LAUNCH_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C", "TZ": "UTC0"}
+"""The environment bubblewrap and the agent start with (commands get theirs from each
+request). The C locale and a zone named in the variable itself keep the C library from
+reading locale, conversion-module or time zone files: in a template sandbox those are
+the image's, which its user may change, and such a file can load code."""
+
+
 # Runs with stdout on the start-up output pipe and stderr captured: it prints the
 # sandbox's pid to stderr, then drops both, waits and records the exit status.
 _LAUNCHER = r"""
@@ -415,7 +439,7 @@ def start(*, argv: list[str], args: list[str] | None, listener: socket.socket,
         sh = subprocess.run(
             ["/bin/sh", "-c", _LAUNCHER, "sh", str(status), *procs, "--", *argv],
             pass_fds=passed, start_new_session=True, stdin=subprocess.DEVNULL,
-            stdout=out_write, stderr=subprocess.PIPE, env={"PATH": "/usr/bin:/bin"},
+            stdout=out_write, stderr=subprocess.PIPE, env=LAUNCH_ENV,
             check=False, timeout=30,
         )
     finally:
@@ -470,7 +494,7 @@ def _read_info(fd: int) -> dict[str, int] | None:
 
 def agent_command(python: str, *, agent: str, config: str) -> list[str]:
     """How the agent is started (:func:`start` fills in ``LISTEN_FD``)."""
-    return [python, "-I", "-S", agent, config, LISTEN_FD]
+    return [python, "-I", "-S", "-B", agent, config, LISTEN_FD]
 
 
 def _stat_fields(pid: int) -> list[bytes] | None:
@@ -560,6 +584,31 @@ def find_agent(launched: Launched) -> Launched:
                 if begun is not None:
                     return attrs.evolve(launched, agent_pid=pid, agent_start=begun)
     return launched
+
+
+def end_unsupervised(launched: Launched, cgroup: Cgroup | None) -> None:
+    """Kill every process of an isolated sandbox whose agent is gone, but its init (the
+    sandbox stays, in state ``error``, until resumed or killed): with no agent nor
+    supervisor, nothing would end them at a timeout. Each sweep kills with the tree
+    frozen (its cgroups, else each process stopped), so nothing forks in between; it
+    sweeps until only init is left, for at most a few seconds."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if all(pid == launched.init_pid for pid in namespace_pids(launched)):
+            return
+        group = cgroup if cgroup is not None and cgroup.exists() else None
+        if group is not None:
+            group.freeze(True)
+        else:
+            signal_all(launched, signal.SIGSTOP)
+        for pid in namespace_pids(launched):
+            if pid != launched.init_pid:
+                _signal(pid, signal.SIGKILL)
+        if group is not None:
+            group.freeze(False)
+        else:
+            signal_all(launched, signal.SIGCONT)
+        time.sleep(0.002)
 
 
 def agent_state(launched: Launched) -> str | None:

@@ -10,8 +10,10 @@ namespace keeps its copies of these mounts; the host's are detached as soon as i
 made them.
 
 The binds are made with ``open_tree``, ``mount_setattr`` and ``move_mount`` (Linux 5.12
-and later), called through the C library: no process is started for them. This module
-knows mounts and paths; it starts nothing and decides no ids.
+and later), called through the C library: no process is started for them. The sandbox's
+device nodes are made here too, on a tmpfs of their own (:meth:`Staging.devices`), so
+that none is the host's. This module knows mounts and paths; it starts nothing and
+decides no ids.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import contextlib
 import ctypes
 import os
 import secrets
+import stat
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 __all__ = ["STAGING_ROOT", "Staging", "bind", "detach", "sweep"]
@@ -39,6 +43,8 @@ _MOVE_MOUNT_F_EMPTY_PATH = 0x4
 _MOUNT_ATTR_RDONLY = 0x1
 _MOUNT_ATTR_IDMAP = 0x100000
 _MNT_DETACH = 2
+_MS_NOSUID = 0x2
+_MS_NOEXEC = 0x8
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -107,6 +113,22 @@ class Staging:
         """An empty directory in the staging directory, to mount on."""
         target = self.path / name
         target.mkdir(mode=0o700)
+        return target
+
+    def devices(self, name: str, nodes: Mapping[str, tuple[int, int]]) -> Path:
+        """A small tmpfs at ``name`` holding new device nodes, ``name/<node>`` for each
+        of ``nodes`` (major, minor), mode 0666 and owned by this process (root): a
+        sandbox's own, so that what it does to them (times, even) is not done to the
+        host's. Its path."""
+        target = self.place(name)
+        if _libc.mount(b"psdk-dev", os.fsencode(target), b"tmpfs", _MS_NOSUID | _MS_NOEXEC,
+                       b"mode=0755,size=16k,nr_inodes=16") < 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"cannot mount a tmpfs on {target}: {os.strerror(code)}")
+        self._mounts.append(target)
+        for node, (major, minor) in nodes.items():
+            os.mknod(target / node, stat.S_IFCHR | 0o666, os.makedev(major, minor))
+            os.chmod(target / node, 0o666)
         return target
 
     def bind(self, name: str, source: Path, *, userns: int | None = None,

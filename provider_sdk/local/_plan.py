@@ -21,7 +21,7 @@ from pathlib import Path
 
 import attrs
 
-from provider_sdk.local import _disk, _ids, _launch, _mounts, _templates, _users
+from provider_sdk.local import _disk, _ids, _launch, _mountpoints, _mounts, _templates, _users
 from provider_sdk.local._records import SandboxRecord
 
 __all__ = ["Plan", "make"]
@@ -53,31 +53,34 @@ class Plan:
 
 
 def make(*, directory: Path, meta: SandboxRecord, bwrap: str, etc: Path, template_root: Path,
-         volumes: list[tuple[Path, str, bool]], config: bytes,
-         ids: _ids.IdRange | None) -> Plan:
+         volumes: list[tuple[Path, str, bool]], config: bytes, ids: _ids.IdRange | None,
+         provider: str) -> Plan:
     """The start of the sandbox at ``directory``. ``volumes``: each volume's data
     directory, where it is mounted inside, and whether read-only. ``ids``: the host's
     range where the sandbox's record names its slot (``meta.ids``), else ``None``
-    (bubblewrap maps this process's own id only)."""
+    (bubblewrap maps this process's own id only). Every place bubblewrap mounts on in
+    the sandbox's own files is checked first (``_mountpoints``)."""
+    _check_mount_points(directory, meta, template_root, volumes, provider)
     plan = Plan(argv=[], args=[], data={})
     root = directory / "root"
     lower = template_root
+    devices: Path | None = None
     try:
         if ids is not None and meta.ids is not None:
-            plan.userns, root, lower, volumes = _stage(plan, directory, meta, meta.ids,
-                                                      template_root, volumes, ids)
+            plan.userns, root, lower, devices, volumes = _stage(
+                plan, directory, meta, meta.ids, template_root, volumes, ids)
         separate = plan.userns is not None
         if meta.template == "default":
             prefix: list[str] = []
             args = _launch.bwrap_argv(bwrap=bwrap, root=root, etc=etc, volumes=volumes,
-                                      separate=separate)
+                                      separate=separate, devices=devices)
             python = [_launch.SANDBOX_PYTHON]
         else:
             upper, work = _disk.overlay_dirs(directory, meta)
             prefix = _templates.overlay_prefix(lower=lower, upper=upper, work=work, root=root,
                                                base=directory)
             args = _templates.bwrap_argv(bwrap=bwrap, root=root, etc=etc, volumes=volumes,
-                                         separate=separate)
+                                         separate=separate, devices=devices)
             python = _templates.agent_interpreter()
         agent = _users.as_agent(meta.ids) if separate and meta.ids is not None else []
         plan.argv = [*prefix, *agent, args[0], "--args", _launch.ARGS_FD, *python[:-1],
@@ -88,7 +91,7 @@ def make(*, directory: Path, meta: SandboxRecord, bwrap: str, etc: Path, templat
                      _launch.PROCS_FD: _launch.PROCS_SOURCE.read_bytes(),
                      _launch.FILEOPS_FD: _launch.FILEOPS_SOURCE.read_bytes(),
                      _launch.SPAWNER_FD: _launch.SPAWNER_SOURCE.read_bytes(),
-                     _launch.CONFIG_FD: config,
+                     _launch.CONFIG_FD: config, _launch.EMPTY_FD: b"",
                      **_launch.etc_data(etc, None if meta.template == "default"
                                         else ("hosts", "hostname"))}
     except BaseException:
@@ -97,14 +100,33 @@ def make(*, directory: Path, meta: SandboxRecord, bwrap: str, etc: Path, templat
     return plan
 
 
+def _check_mount_points(directory: Path, meta: SandboxRecord, template_root: Path,
+                        volumes: list[tuple[Path, str, bool]], provider: str) -> None:
+    """Refuse a start whose mounts would lead through a symlink of the sandbox's own
+    (see ``_mountpoints``): in a default sandbox only its volumes' places are in files
+    its code may change; in a template sandbox (the image's files are its user's) every
+    place bubblewrap mounts on is."""
+    targets = [target for _source, target, _ro in volumes]
+    _mountpoints.check_volume_targets(targets, provider=provider, sandbox_id=meta.id)
+    if meta.template == "default":
+        layers, directories, files = [directory / "root"], [], []
+    else:
+        layers = [_disk.overlay_dirs(directory, meta)[0], template_root]
+        directories = _templates.mounted_directories()
+        files = list(_templates.MOUNTED_FILES)
+    _mountpoints.check(layers, directories=directories, files=files, volumes=targets,
+                       provider=provider, sandbox_id=meta.id)
+
+
 def _stage(plan: Plan, directory: Path, meta: SandboxRecord, base: int, template_root: Path,
            volumes: list[tuple[Path, str, bool]], ids: _ids.IdRange
-           ) -> tuple[int, Path, Path, list[tuple[Path, str, bool]]]:
+           ) -> tuple[int, Path, Path, Path, list[tuple[Path, str, bool]]]:
     """Make the sandbox's user namespace and bind what bubblewrap needs into a staging
     directory only the sandbox's uid 0 may enter: its root (a template sandbox's is
     the overlay's mount point, mounted by the prefix), its template's filesystem and its
-    volumes, idmapped. The namespace's descriptor, then the root's, the template's and
-    the volumes' paths in the staging directory."""
+    volumes, idmapped, and its own device nodes. The namespace's descriptor, then the
+    root's, the template's, the devices' and the volumes' paths in the staging
+    directory."""
     wanted = [_users.Namespace(owner=base, uid_map=_users.sandbox_map(base))]
     if meta.template != "default":
         wanted.append(_users.Namespace(owner=base, uid_map=_users.template_map(base)))
@@ -122,10 +144,11 @@ def _stage(plan: Plan, directory: Path, meta: SandboxRecord, base: int, template
             root = staging.place("root")
             lower = staging.bind("template", template_root, userns=maps.pop(0),
                                  read_only=True)
+        devices = staging.devices("dev", _launch.DEVICES)
         staged = [(staging.bind(f"volume-{index}", source, userns=maps[0],
                                 read_only=read_only), target, read_only)
                   for index, (source, target, read_only) in enumerate(volumes)]
     finally:
         for fd in made[1:]:  # each idmapped mount holds its namespace
             os.close(fd)
-    return userns, root, lower, staged
+    return userns, root, lower, devices, staged

@@ -27,7 +27,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 try:  # on the host: type checks, unisolated agents
     from provider_sdk.local import _procs
@@ -44,9 +44,12 @@ starts or a short command runs, whose CPU it would take."""
 class Spawner:
     """The agent's handle on its spawner process (made before any thread starts)."""
 
-    def __init__(self, user: tuple[int, int] | None, keep: list[int]) -> None:
+    def __init__(self, user: tuple[int, int] | None, keep: list[int], *,
+                 isolated: bool) -> None:
         """``user``: the uid and gid commands run as (when the agent may switch to
-        them); ``keep``: descriptors the spawner closes (the agent's own)."""
+        them); ``keep``: descriptors the spawner closes (the agent's own);
+        ``isolated``: the sandbox is a PID namespace of its own, which the spawner
+        empties if the agent dies."""
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         pid = os.fork()
         if pid == 0:
@@ -55,7 +58,7 @@ class Spawner:
                 for fd in keep:
                     with contextlib.suppress(OSError):
                         os.close(fd)
-                _spawner_main(theirs, user)
+                _spawner_main(theirs, user, isolated)
             finally:
                 os._exit(70)
         theirs.close()
@@ -103,9 +106,11 @@ class Spawner:
         return spare
 
 
-def _spawner_main(sock: socket.socket, user: tuple[int, int] | None) -> None:
+def _spawner_main(sock: socket.socket, user: tuple[int, int] | None,
+                  isolated: bool) -> None:
     _procs.prctl(_procs.PR_SET_CHILD_SUBREAPER, 1)
-    _procs.prctl(_procs.PR_SET_PDEATHSIG, signal.SIGKILL)
+    if not isolated:  # an isolated sandbox's spawner ends it when the agent's socket does
+        _procs.prctl(_procs.PR_SET_PDEATHSIG, signal.SIGKILL)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
@@ -134,7 +139,7 @@ def _spawner_main(sock: socket.socket, user: tuple[int, int] | None) -> None:
                     try:
                         _procs.send_packet(sock, {"spare": True}, [spare.fileno()])
                     except OSError:  # the agent is gone, and so is the sandbox
-                        os._exit(0)
+                        _agent_gone(isolated)
                 spare_out = True
         for key, _ in events:
             if key.fd == wake_r:
@@ -147,7 +152,7 @@ def _spawner_main(sock: socket.socket, user: tuple[int, int] | None) -> None:
             except (OSError, ValueError):
                 continue  # a malformed request must not end the spawner
             if request is None:  # the agent is gone, and so is the sandbox
-                os._exit(0)
+                _agent_gone(isolated)
             if request.get("taken"):  # the agent used the spare it held (or found it gone)
                 spare_out, refill = False, True
             if len(fds) != 4:
@@ -169,6 +174,24 @@ def _spawner_main(sock: socket.socket, user: tuple[int, int] | None) -> None:
             supervisors.add(pid)
             for fd in fds:
                 os.close(fd)
+
+
+def _agent_gone(isolated: bool) -> NoReturn:
+    """End the spawner, and in an isolated sandbox every process of it first (but its
+    init): with the agent gone, nothing would end a command at its timeout. Kills
+    until none is left, so a process forked meanwhile goes too."""
+    if isolated:
+        for _ in range(1000):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(-1, signal.SIGKILL)  # all it may signal but init and itself
+            mine = str(os.getpid())
+            if all(name in ("1", mine) for name in os.listdir("/proc") if name.isdigit()):
+                break
+            with contextlib.suppress(ChildProcessError):
+                while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                    pass
+            time.sleep(0.001)
+    os._exit(0)
 
 
 def _fork_spare(in_child: Callable[[], None], user: tuple[int, int] | None,

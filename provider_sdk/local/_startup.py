@@ -146,8 +146,13 @@ class StartupMixin:
         if base is None:
             return
         taken = self._snapshot_record(snapshot).ids
-        _ids.shift_tree(files, _ids.rebase(taken, base) if taken is not None
-                        else _ids.legacy(base))
+        try:
+            _ids.shift_tree(files, _ids.rebase(taken, base) if taken is not None
+                            else _ids.legacy(base))
+        except OSError as exc:  # a tree too deep, no descriptor to be had
+            raise errors.SandboxError(
+                f"snapshot {snapshot!r}'s files could not be moved to the new sandbox's "
+                f"ids: {exc.strerror or exc}", provider=self.name) from exc
 
     def _base_etc(self) -> Path:
         """The read-only /etc every sandbox of this home shares, made once."""
@@ -219,7 +224,7 @@ class StartupMixin:
                 launch = await anyio.to_thread.run_sync(lambda: _plan.make(
                     directory=directory, meta=meta, bwrap=bwrap, etc=etc,
                     template_root=template_root, volumes=volumes, config=config_bytes,
-                    ids=ids))
+                    ids=ids, provider=self.name))
                 argv, args, data = launch.argv, launch.args, launch.data
                 userns = launch.userns
             else:

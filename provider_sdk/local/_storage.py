@@ -12,10 +12,12 @@ as ``SnapshotNotFound`` or ``VolumeNotFound`` saying why, and deleted like a goo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
-from collections.abc import Mapping
+import signal
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
@@ -25,7 +27,7 @@ from provider_sdk import disks, errors
 from provider_sdk.local import _disk, _ids, _launch, _records, _users
 from provider_sdk.local._home import Home, now, write_meta
 from provider_sdk.local._records import SandboxRecord, SnapshotRecord, VolumeRecord
-from provider_sdk.local._trees import copy_tree
+from provider_sdk.local._trees import copy_confined, copy_tree
 from provider_sdk.models import SandboxInfo, SandboxState, Snapshot, Volume
 
 __all__ = ["VOLUME_NAME", "StorageMixin"]
@@ -54,28 +56,28 @@ class StorageMixin:
     def _snapshot_blocking(self, sandbox_id: str) -> Snapshot:
         directory = self._home.sandbox(sandbox_id)
         meta = self._read(sandbox_id)
-        with _disk.typed_full(doing="taking a snapshot", provider=self.name,
-                              sandbox_id=sandbox_id):
-            return self._copy_snapshot(sandbox_id, directory, meta)
+        try:
+            with _disk.typed_full(doing="taking a snapshot", provider=self.name,
+                                  sandbox_id=sandbox_id):
+                return self._copy_snapshot(sandbox_id, directory, meta)
+        except OSError as exc:  # not a full disk: the sandbox's files would not copy
+            raise errors.SandboxError(f"taking a snapshot failed: {exc.strerror or exc}",
+                                      provider=self.name, sandbox_id=sandbox_id) from exc
 
     def _copy_snapshot(self, sandbox_id: str, directory: Path,
                        meta: SandboxRecord) -> Snapshot:
         snapshot_id = self._home.new_id("snapshots")
         target = self._home.snapshot(snapshot_id)
+        bwrap = None if meta.unisolated else _launch.bwrap_path()
         try:
-            with self._home.lock(directory):
-                cgroup = self._cgroup(sandbox_id)
-                # Freeze while copying so the snapshot is consistent.
-                thaw = self._state(sandbox_id, meta) == SandboxState.RUNNING and cgroup.exists()
-                if thaw:
-                    cgroup.freeze(True)
-                try:
-                    # A template sandbox's own files are its overlay layer: the snapshot
-                    # keeps that, over the same template.
-                    copy_tree(_disk.own_files(directory, meta), target / "root")
-                finally:
-                    if thaw:
-                        cgroup.freeze(False)
+            with self._home.lock(directory), self._still(sandbox_id, meta):
+                # A template sandbox's own files are its overlay layer: the snapshot
+                # keeps that, over the same template.
+                files = _disk.own_files(directory, meta)
+                if bwrap is None:
+                    copy_tree(files, target / "root")
+                else:
+                    copy_confined(files, target / "root", bwrap=bwrap)
             snap = SnapshotRecord(id=snapshot_id, sandbox_id=sandbox_id, created_at=now(),
                                   template=meta.template, ids=meta.ids)
             write_meta(target, snap.to_json())
@@ -84,6 +86,34 @@ class StorageMixin:
             shutil.rmtree(target, ignore_errors=True)
             raise
         return self._to_snapshot(snap)
+
+    @contextlib.contextmanager
+    def _still(self, sandbox_id: str, meta: SandboxRecord) -> Iterator[None]:
+        """Nothing of the sandbox runs inside the block, whatever its state says (its
+        agent gone, its commands may still run): its cgroups frozen, else every process
+        of its namespace stopped; as it was afterwards. A snapshot is then consistent,
+        and the sandbox's code cannot change its files while they are copied."""
+        cgroup = self._cgroup(sandbox_id)
+        if cgroup.exists():
+            frozen = cgroup.frozen()
+            if not frozen:
+                cgroup.freeze(True)
+            try:
+                yield
+            finally:
+                if not frozen:
+                    cgroup.freeze(False)
+            return
+        launched = meta.launch
+        if launched is None or meta.unisolated or not _launch.alive(launched) \
+                or (self._home.sandbox(sandbox_id) / "paused").exists():
+            yield
+            return
+        _launch.signal_all(launched, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            _launch.signal_all(launched, signal.SIGCONT)
 
     def _read_snapshot(self, snapshot_id: str) -> tuple[SnapshotRecord | None, str | None]:
         """A snapshot's record and why it is broken (see ``_records.read_snapshot``)."""
@@ -199,8 +229,13 @@ class StorageMixin:
         with self._home.lock(directory):
             meta = self._volume_record(name)
             if meta.ids != storage:
-                _ids.shift_tree(directory / "data", _ids.legacy(storage) if meta.ids is None
-                                else _ids.rebase(meta.ids, storage))
+                try:
+                    _ids.shift_tree(directory / "data", _ids.legacy(storage)
+                                    if meta.ids is None else _ids.rebase(meta.ids, storage))
+                except OSError as exc:  # a tree too deep, no descriptor to be had
+                    raise errors.SandboxError(
+                        f"volume {name!r}'s files could not be moved to the shared ids: "
+                        f"{exc.strerror or exc}", provider=self.name) from exc
                 meta.ids = storage
                 write_meta(directory, meta.to_json())
 

@@ -204,12 +204,19 @@ def _inside(path: str) -> str | None:
     return None
 
 
+PSDK_DIR = "/.psdk"
+"""Where the host's directories for the agent appear (HOST_DIR below it): a read-only
+tmpfs of its own, so that nothing beside or above them (where the interpreter looks for
+its standard library) is the image's, which is the sandbox user's."""
+
+
 def host_binds() -> list[str]:
-    """bubblewrap arguments showing the host's system directories under HOST_DIR."""
-    argv: list[str] = []
+    """bubblewrap arguments showing the host's system directories under HOST_DIR, on a
+    read-only tmpfs at :data:`PSDK_DIR`."""
+    argv: list[str] = ["--perms", "0755", "--tmpfs", PSDK_DIR]
     for host, shown in _host_dirs().items():
         argv += ["--ro-bind", host, shown]
-    return argv
+    return [*argv, "--remount-ro", PSDK_DIR]
 
 
 def agent_interpreter() -> list[str]:
@@ -287,7 +294,7 @@ def overlay_prefix(*, lower: Path, upper: Path, work: Path, root: Path,
             raise errors.ConfigError(
                 f"the local provider's home path {name!r} has ',', ':' or '\\', "
                 "which an overlay mount cannot name: use another home", provider="local")
-    options = "lowerdir={},upperdir={},workdir={}".format(*names)
+    options = "nosuid,nodev,lowerdir={},upperdir={},workdir={}".format(*names)
     user: list[str] = []
     if os.geteuid() != 0:
         options += ",userxattr"
@@ -297,20 +304,38 @@ def overlay_prefix(*, lower: Path, upper: Path, work: Path, root: Path,
             "/bin/sh", "-c", script, "sh", mount, options, str(root), str(base)]
 
 
-def bwrap_argv(*, bwrap: str, root: Path, etc: Path,
-               volumes: list[tuple[Path, str, bool]], separate: bool) -> list[str]:
+MOUNTED_FILES = ("/etc/hosts", "/etc/hostname", "/etc/ld.so.preload")
+"""Files of a template sandbox's root that bubblewrap binds over (see :func:`bwrap_argv`)."""
+AGENT_DIR = "/etc/psdk"
+"""The agent's directory: a read-only tmpfs of its own holding the agent's copies."""
+
+
+def mounted_directories() -> list[str]:
+    """Directories of a template sandbox's root that bubblewrap mounts on."""
+    return ["/proc", "/dev", AGENT_DIR, PSDK_DIR]
+
+
+def bwrap_argv(*, bwrap: str, root: Path, etc: Path, volumes: list[tuple[Path, str, bool]],
+               separate: bool, devices: Path | None = None) -> list[str]:
     """The bubblewrap command line for a template sandbox whose (overlay) root is
     ``root``: the image's own ``/usr`` and ``/etc``, the host's system directories under
-    HOST_DIR for the agent, and ``hosts``/``hostname`` from the shared ``etc``."""
+    HOST_DIR for the agent, and ``hosts``/``hostname`` from the shared ``etc``.
+
+    The image's files are the sandbox user's (see :func:`user_uid`), so nothing the
+    agent starts from may lie in them: its modules sit on a read-only tmpfs of their
+    own, and ``/etc/ld.so.preload``, which the dynamic loader that starts it reads, is
+    an empty read-only file (a template's own is not honoured)."""
     argv = [
         bwrap, *_launch.seal_args(separate=separate),
         "--hostname", "sandbox", "--new-session", "--info-fd", _launch.INFO_FD,
         "--bind", str(root), "/",
         *host_binds(),
-        *_launch.proc_argv(), "--dev", "/dev", *_launch.shm_argv(),
+        *_launch.proc_argv(), *_launch.device_argv(devices), *_launch.shm_argv(),
         "--perms", "0644", "--ro-bind-data", "{etc:hosts}", "/etc/hosts",
         "--perms", "0644", "--ro-bind-data", "{etc:hostname}", "/etc/hostname",
-        *_launch.agent_data_args(),
+        "--perms", "0644", "--ro-bind-data", _launch.EMPTY_FD, "/etc/ld.so.preload",
+        "--perms", "0755", "--tmpfs", AGENT_DIR, *_launch.agent_data_args(),
+        "--remount-ro", AGENT_DIR,
         *_launch.volume_args(volumes),
     ]
     return argv

@@ -41,7 +41,16 @@ from provider_sdk.capabilities import Capability
 from provider_sdk.config import default_home
 from provider_sdk.dockerfile import Problem, TemplateSupport
 from provider_sdk.labels import check_labels
-from provider_sdk.local import _disk, _ids, _launch, _mounts, _records, _seccomp, _users
+from provider_sdk.local import (
+    _disk,
+    _ids,
+    _launch,
+    _mountpoints,
+    _mounts,
+    _records,
+    _seccomp,
+    _users,
+)
 from provider_sdk.local._calls import CallsMixin
 from provider_sdk.local._capabilities import PROVIDER_CAPABILITIES
 from provider_sdk.local._client import AgentClient
@@ -157,11 +166,10 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
             held |= {Capability.LIMITS_DISK, Capability.RESOURCES_DISK}
         if not unisolated and _seccomp.supported():
             held.add(Capability.SEAL_SYSCALLS)  # only isolated sandboxes run under the filter
-        if not unisolated:  # /proc's knobs read-only, the host's device nodes not its own
-            held.add(Capability.SEAL_KNOBS)
         if self._separate:
             held.add(Capability.EXEC_CONTAINED)  # commands cannot reach their supervisors
             held.add(Capability.SEAL_IDS)  # a slot of unprivileged host ids of its own
+            held.add(Capability.SEAL_KNOBS)  # /proc's knobs read-only, devices its own
         if self._separate and self._quota:
             # The root and volumes are filesystems of their own (no home path in the
             # mount table), and the agent and init are out of the commands' reach.
@@ -289,7 +297,9 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
 
     def _check_create(self, spec: SandboxSpec) -> None:
         """What the core cannot check (it checked the capabilities): that the spec's
-        volumes and snapshot exist, with good records."""
+        volumes and snapshot exist, with good records, and that each volume may be
+        mounted where it asks (``_mountpoints.check_volume_targets``)."""
+        _mountpoints.check_volume_targets([m.path for m in spec.volumes], provider=self.name)
         for mount in spec.volumes:
             self._volume_record(mount.volume)
         if spec.snapshot is not None:
@@ -451,8 +461,13 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         if base == meta.ids:
             return
         files = _disk.own_files(directory, meta)
-        _ids.shift_tree(files, _ids.legacy(base) if meta.ids is None
-                        else _ids.rebase(meta.ids, base))
+        try:
+            _ids.shift_tree(files, _ids.legacy(base) if meta.ids is None
+                            else _ids.rebase(meta.ids, base))
+        except OSError as exc:  # a tree too deep, no descriptor to be had
+            raise errors.SandboxError(
+                f"the sandbox's files could not be moved to its ids: {exc.strerror or exc}",
+                provider=self.name, sandbox_id=meta.id) from exc
         meta.ids = base
         write_meta(directory, meta.to_json())
 
@@ -506,7 +521,12 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         directory = self._home.sandbox(sandbox_id)
         if self._cgroup(sandbox_id).frozen() or (directory / "paused").exists():
             return SandboxState.PAUSED
-        if _launch.agent_state(launched) is None or self._legacy(meta):
+        if _launch.agent_state(launched) is None:
+            if launched.pid_namespace is not None:  # nothing would contain them now
+                _launch.end_unsupervised(launched, self._cgroup(sandbox_id)
+                                         if self._cgroups else None)
+            return SandboxState.ERROR
+        if self._legacy(meta):
             return SandboxState.ERROR
         return SandboxState.RUNNING
 

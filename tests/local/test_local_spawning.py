@@ -272,7 +272,7 @@ def _spares_go_to_the_agent(report: socket.socket) -> None:
     """In a child of the test: an agent's spawner, stopped once it has passed a spare,
     then with its spare killed; report what the commands run through it answered."""
     _procs.prctl(_procs.PR_SET_CHILD_SUBREAPER, 1)
-    spawner = _spawner.Spawner(None, keep=[])
+    spawner = _spawner.Spawner(None, keep=[], isolated=False)
     said = []
     time.sleep(PAUSE)  # quiet: the spawner forks a spare and passes it on
     os.kill(spawner.pid, signal.SIGSTOP)

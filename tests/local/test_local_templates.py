@@ -165,6 +165,39 @@ async def test_a_template_sandboxs_ids_are_its_own(local: LocalProvider,
     assert os.lstat(_template_root(template) / "opt" / "marker").st_uid == 0
 
 
+async def test_a_template_sandboxs_agent_starts_from_nothing_its_commands_change(
+        local: LocalProvider, template: Template) -> None:
+    """The image's files are the sandbox user's, but not what the agent starts from:
+    its directory is a read-only tmpfs of its own (a module planted there would run in
+    the agent at its next start), ``/etc/ld.so.preload``, which the loader that starts
+    the agent reads, an empty read-only file, ``/.psdk``, where the interpreter looks
+    for its library, a read-only tmpfs; and the agent starts in the C locale with a
+    zone of its variable's, so the C library reads no locale, conversion-module or
+    zone file of the image's. After a restart the agent is the provider's: nothing a
+    command planted ran. The overlay is ``nosuid``."""
+    script = ("for f in /etc/psdk/shutil.py /etc/psdk/agent.py /etc/ld.so.preload "
+              "/.psdk/python311.zip /.psdk/host/python311.zip; do "
+              "echo \"$0\" > $f 2>/dev/null && echo WROTE $f; done; "
+              "for d in /etc/psdk/__pycache__ /.psdk/lib; do "
+              "mkdir $d 2>/dev/null && echo MADE $d; done; "
+              "cat /etc/ld.so.preload; grep ' / / ' /proc/self/mountinfo")
+    async with local.create(template=template.id) as sandbox:
+        result = await sandbox.exec(["/bin/bash", "-c", script, 'open("/tmp/planted", "w")'])
+        meta = json.loads((local.home / "sandboxes" / sandbox.id / "meta.json").read_text())
+        _launch.kill(_launch.Launched(**meta["launch"]))
+        await sandbox.resume()
+        assert not await sandbox.files.exists("/tmp/planted")
+        meta = json.loads((local.home / "sandboxes" / sandbox.id / "meta.json").read_text())
+        environ = (await anyio.Path(f"/proc/{meta['launch']['agent_pid']}/environ")
+                   .read_bytes()).split(b"\0")
+    assert "WROTE" not in result.stdout, result.stdout
+    assert "MADE" not in result.stdout, result.stdout
+    root_mount = result.stdout.strip().splitlines()[-1]
+    assert "nosuid" in root_mount.split()[5], root_mount
+    assert {b"LC_ALL=C", b"TZ=UTC0"} <= set(environ), environ
+    assert not any(var.startswith(b"LANG=") for var in environ), environ
+
+
 async def test_deleting_a_template_file_hides_it_in_that_sandbox_only(
         local: LocalProvider, template: Template) -> None:
     """``rm`` of a file the template has works; others and the template still have it."""
