@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 import attrs
 
 from provider_sdk.local import _seccomp
+from provider_sdk.local._system import SYSTEM_DIRS
 from provider_sdk.local._users import AGENT_CAPS, SANDBOX_UID
 from provider_sdk.models import Resources
 
@@ -47,9 +48,6 @@ SPAWNER_SOURCE = AGENT_SOURCE.with_name("_spawner.py")
 SANDBOX_SPAWNER = "/etc/psdk/_spawner.py"
 # Host /etc entries that change as packages are installed: shown read-only, live.
 ETC_LIVE = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives")
-# Top-level host directories a shell and Python need, shown read-only (or as the same
-# symlinks on merged-/usr systems). Nothing else of the host is visible.
-SYSTEM_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 
 
 @attrs.frozen
@@ -66,13 +64,6 @@ class Launched:
     agent_start: int = 0
     token: str = ""
     """Names this launch's exit-status file (:func:`status_path`)."""
-
-
-def system_links() -> dict[str, str]:
-    """Top-level host directories that are symlinks (merged /usr): a sandbox's root has
-    the same links, made once with the root (bubblewrap refuses to make them again)."""
-    return {name: os.readlink(Path("/") / name) for name in SYSTEM_DIRS
-            if (Path("/") / name).is_symlink()}
 
 
 def bwrap_path() -> str | None:

@@ -21,7 +21,7 @@ import anyio
 import attrs
 
 from provider_sdk import disks, errors
-from provider_sdk.local import _disk, _ids, _launch, _plan, _templates, _users
+from provider_sdk.local import _disk, _ids, _launch, _plan, _system, _templates, _users
 from provider_sdk.local._home import Home, write_meta
 from provider_sdk.local._records import SandboxRecord, SnapshotRecord
 from provider_sdk.local._trees import copy_tree, make_dirs_within
@@ -129,7 +129,7 @@ class StartupMixin:
             for name in ("tmp", "var/tmp"):
                 (root / name).mkdir(parents=True)
                 (root / name).chmod(0o1777)
-            for name, target in _launch.system_links().items():
+            for name, target in _system.system_links().items():
                 (root / name).symlink_to(target)
             if meta.ids is not None:  # the sandbox's root's, its home its user's
                 base = meta.ids

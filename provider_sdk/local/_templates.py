@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from provider_sdk import errors
-from provider_sdk.local import _launch, _mounts
+from provider_sdk.local import _launch, _mounts, _system
 
 HOST_DIR = "/.psdk/host"
 """Where the host's ``/usr`` (and real ``/lib``... directories) appear in a template
@@ -189,7 +189,7 @@ def _make_dir(path: Path, found: os.stat_result | None,
 def _host_dirs() -> dict[str, str]:
     """Host directory -> where it appears in a template sandbox."""
     dirs = {"/usr": f"{HOST_DIR}/usr"}
-    for name in _launch.SYSTEM_DIRS:
+    for name in _system.SYSTEM_DIRS:
         host = Path("/") / name
         if host.is_dir() and not host.is_symlink():
             dirs[str(host)] = f"{HOST_DIR}/{name}"

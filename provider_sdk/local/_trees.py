@@ -21,6 +21,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from provider_sdk.local import _system
+
 __all__ = ["copy_confined", "copy_tree", "disk_usage", "make_dirs_within", "remove_tree",
            "walk"]
 
@@ -45,14 +47,8 @@ def copy_confined(src: Path, dst: Path, *, bwrap: str) -> None:
     dst.mkdir(parents=True)
     user = [] if os.geteuid() == 0 else ["--unshare-user"]
     argv = [bwrap, *user, "--unshare-pid", "--unshare-net", "--unshare-ipc",
-            "--unshare-uts", "--die-with-parent", "--ro-bind", "/usr", "/usr"]
-    for name in ("bin", "lib", "lib32", "lib64"):
-        host = Path("/") / name
-        if host.is_symlink():
-            argv += ["--symlink", os.readlink(host), f"/{name}"]
-        elif host.is_dir():
-            argv += ["--ro-bind", str(host), f"/{name}"]
-    argv += ["--ro-bind", str(src), "/psdk-from", "--bind", str(dst), "/psdk-to",
+            "--unshare-uts", "--die-with-parent", *_system.system_argv(),
+            "--ro-bind", str(src), "/psdk-from", "--bind", str(dst), "/psdk-to",
              "cp", "-a", "--reflink=auto", "--", "/psdk-from/.", "/psdk-to/"]
     _copied(argv, src, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"})
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import attrs
 
-from provider_sdk.local import _ids, _seccomp
+from provider_sdk.local import _ids, _seccomp, _system
 
 __all__ = ["AGENT_CAPS", "SANDBOX_UID", "Namespace", "as_agent", "namespaces",
            "sandbox_map", "separate_users", "separation_problem", "shared_map",
@@ -85,7 +85,7 @@ def _probe(base: int) -> bool:
         caps = [arg for cap in AGENT_CAPS for arg in ("--cap-add", cap)]
         probe = subprocess.run(
             [*as_agent(base), str(bwrap), "--userns", str(userns), "--unshare-pid",
-             "--cap-drop", "ALL", *caps, *_system_binds(), "--proc", "/proc", "true"],
+             "--cap-drop", "ALL", *caps, *_system.system_argv(), "--proc", "/proc", "true"],
             pass_fds=(userns,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
@@ -93,19 +93,6 @@ def _probe(base: int) -> bool:
     finally:
         os.close(userns)
     return probe.returncode == 0
-
-
-def _system_binds() -> list[str]:
-    """bubblewrap options showing the host's ``/usr`` and its top-level system
-    directories (or their merged-``/usr`` symlinks), enough to run ``true``."""
-    argv = ["--ro-bind", "/usr", "/usr"]
-    for name in ("bin", "lib", "lib32", "lib64"):
-        host = Path("/") / name
-        if host.is_symlink():
-            argv += ["--symlink", os.readlink(host), f"/{name}"]
-        elif host.is_dir():
-            argv += ["--ro-bind", str(host), f"/{name}"]
-    return argv
 
 
 def as_agent(base: int) -> list[str]:
