@@ -197,7 +197,8 @@ def _edited(status_line: bytes, headers: list[tuple[bytes, bytes]],
 
 async def answer(client: anyio.abc.ByteStream, status: int, reason: str) -> None:
     """A short plain-text answer from the proxy itself (never naming a token)."""
-    phrases = {400: "Bad Request", 401: "Unauthorized", 408: "Request Timeout",
+    phrases = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
+               408: "Request Timeout",
                431: "Request Header Fields Too Large", 502: "Bad Gateway",
                503: "Service Unavailable"}
     body = f"{reason}\n".encode()

@@ -3,25 +3,31 @@
 A provider whose sandboxes have no network of their own (local, docker) owns one
 :class:`PortProxy`. Each exposed port gets a listener on ``127.0.0.1`` (an ephemeral
 port, never another address). Every connection must present the port's access token in
-its first request head: ``?psdk_token=`` in the query, an ``X-Psdk-Token`` header,
-``Authorization: Bearer``, or the cookie the proxy sets on the answer to a request that
-had the token in its query (``HttpOnly``, ``SameSite=Strict``), so a browser keeps
-working after the first page. Anything else is answered ``401`` and closed before
-anything reaches the sandbox. The token is stripped from the request head before it is
-forwarded; then the proxy opens a stream into the sandbox through the provider's own
-channel (an *opener* the provider gives) and relays bytes both ways, which carries
-WebSockets and any other upgrade. A request that is not an upgrade is forwarded with
-``Connection: close``, and its answer's head gets ``Connection: close`` too, so every
-request is checked and stripped on a connection of its own: what the client sends past
-the request's body (a pipelined request) is never forwarded. The body's end is found as
-it streams, never holding it whole, whatever its framing: none, ``Content-Length``, or
-chunked (decoded, and sent on in chunks of the proxy's making, without extensions or
-trailers). A request whose body is framed two ways (``Content-Length`` and
-``Transfer-Encoding``), whose codings do not end in ``chunked``, or whose chunked
-framing is malformed (a size line or trailer past its bound too) is refused (``400``)
-and its connection closed. After a request that asks for an upgrade, what the client
-sends past its body waits for the answer: after a ``101`` it passes, and all that
-follows as it comes; after any other answer, none of it does.
+its first request head: ``?psdk_token=`` in the query (the name may come
+percent-encoded), an ``X-Psdk-Token`` header, ``Authorization: Bearer``, or the cookie
+the proxy sets on the answer to a request that had the token in its query
+(``HttpOnly``, ``SameSite=Strict``), so a browser keeps working after the first page.
+Anything else is answered ``401`` and closed before anything reaches the sandbox. So is
+a request a browser's page of another origin sends (``403``): every exposed port is on
+127.0.0.1, one site for the browser, so the cookie goes with it (the rule is
+``provider_sdk._port_request``'s). The request head is forwarded without the token,
+wherever a client put or echoes it (query, header, bearer, cookies, ``Referer``, any
+header that carries it) and without any other port's token; a target that carries a
+token elsewhere is refused (``400``). Then the proxy opens a stream into the sandbox
+through the provider's own channel (an *opener* the provider gives) and relays bytes
+both ways, which carries WebSockets and any other upgrade. A request that is not an
+upgrade is forwarded with ``Connection: close``, and its answer's head gets
+``Connection: close`` too, so every request is checked and stripped on a connection of
+its own: what the client sends past the request's body (a pipelined request) is never
+forwarded. The body's end is found as it streams, never holding it whole, whatever its
+framing: none, ``Content-Length``, or chunked (decoded, and sent on in chunks of the
+proxy's making, without extensions or trailers). A request whose body is framed two
+ways (``Content-Length`` and ``Transfer-Encoding``), whose codings do not end in
+``chunked``, or whose chunked framing is malformed (a size line or trailer past its
+bound too) is refused (``400``) and its connection closed. After a request that asks
+for an upgrade, what the client sends past its body waits for the answer: after a
+``101`` it passes, and all that follows as it comes; after any other answer, none of it
+does.
 
 The server in the sandbox is as untrusted as the code that runs it. Its answer's head is
 read (at most 64 KiB) and checked before any of it passes: a head too large, not
@@ -32,9 +38,15 @@ tries to plant. The body then streams as it comes, never held whole, and either 
 end ends the connection, so a server that never answers holds nothing once its client
 has gone.
 
-What a client sends before it is authenticated is bounded: a request head of at most
-:data:`MAX_HEAD` bytes within :data:`HEAD_TIMEOUT` seconds, and at most
-:data:`MAX_PENDING` connections waiting to be checked at once.
+What a client sends before it is authenticated is bounded
+(:mod:`provider_sdk.request_head`): a request head of at most
+:data:`~provider_sdk.request_head.MAX_HEAD` bytes, the token shown within
+:data:`~provider_sdk.request_head.TOKEN_TIMEOUT` seconds and the head complete within
+:data:`~provider_sdk.request_head.HEAD_TIMEOUT`; at most
+:data:`~provider_sdk.request_head.MAX_WAITING_PER_CLIENT` connections of one client
+address and :data:`~provider_sdk.request_head.MAX_WAITING` of the provider wait to show
+a token at once, a newer one taking the place of the oldest, so connections that never
+show one cannot keep out those that do.
 
 The listeners run on an event loop of the proxy's own, in a thread started on the first
 ``expose`` and stopped (every listener and connection cancelled) by :meth:`aclose`:
@@ -47,7 +59,6 @@ This module must not know any backend, and never logs, reprs or raises a token.
 from __future__ import annotations
 
 import contextlib
-import hmac
 import secrets
 import threading
 import urllib.parse
@@ -62,26 +73,20 @@ import attrs
 import structlog
 
 from provider_sdk import errors
-from provider_sdk._chunked import ChunkedError, RequestBody
-from provider_sdk._port_exchange import CHUNK, COOKIE_PREFIX, answer, framing_problem, relay
+from provider_sdk._chunked import ChunkedError
+from provider_sdk._port_exchange import COOKIE_PREFIX, answer, relay
+from provider_sdk._port_request import TOKEN_PARAM, Request, credentials, shows_token
 from provider_sdk.events import logger
 from provider_sdk.models import ExposedPort
+from provider_sdk.port_credentials import CredentialInTarget
+from provider_sdk.request_head import HEAD_TIMEOUT, MAX_HEAD, Gate, HeadRefused, read_head
 
-__all__ = ["HEAD_TIMEOUT", "MAX_HEAD", "MAX_PENDING", "Opener", "PortProxy"]
+__all__ = ["HEAD_TIMEOUT", "MAX_HEAD", "Opener", "PortProxy"]
 
 #: Opens a byte stream to the exposed port inside the sandbox (called on the proxy's
 #: loop, once per authenticated connection); it raises a
 #: :class:`~provider_sdk.errors.SandboxError` when it cannot.
 Opener = Callable[[], AbstractAsyncContextManager[anyio.abc.ByteStream]]
-
-TOKEN_PARAM = "psdk_token"
-TOKEN_HEADER = b"x-psdk-token"
-MAX_HEAD = 32 * 1024
-"""Bytes of a request head the proxy reads before it refuses the request (431)."""
-HEAD_TIMEOUT = 15.0
-"""Seconds a client has to send its request head."""
-MAX_PENDING = 256
-"""Connections of one proxy whose request head is still being read, at most."""
 
 
 @attrs.define(eq=False)
@@ -109,7 +114,7 @@ class PortProxy:
         self._entries: dict[tuple[str, int], _Entry] = {}
         self._portal: anyio.from_thread.BlockingPortal | None = None
         self._thread: threading.Thread | None = None
-        self._pending: anyio.Semaphore | None = None
+        self._gate = Gate()  # used on the proxy's loop only
 
     async def expose(self, sandbox_id: str, port: int, opener: Opener) -> ExposedPort:
         """Serve ``port`` of ``sandbox_id``: connections go through ``opener``. A port
@@ -179,7 +184,6 @@ class PortProxy:
 
             async def main() -> None:
                 async with anyio.from_thread.BlockingPortal() as portal:
-                    self._pending = anyio.Semaphore(MAX_PENDING)
                     box.append(portal)
                     started.set()
                     await portal.sleep_until_stopped()
@@ -237,16 +241,14 @@ class PortProxy:
                                  port=entry.port, error=type(exc).__name__)
 
     async def _proxy(self, entry: _Entry, client: anyio.abc.ByteStream) -> None:
-        assert self._pending is not None
-        if self._pending.value == 0:
-            await answer(client, 503, "too many connections are waiting")
+        try:
+            head, rest = await read_head(
+                client, self._gate,
+                shows_credential=lambda line, first: shows_token(line, first, entry.token))
+        except HeadRefused as refused:
+            await answer(client, refused.status, refused.reason)
             return
-        async with self._pending:
-            head, rest, status = await _read_head(client)
-        if head is None:
-            await answer(client, status, "a complete request head is needed")
-            return
-        request = _Request.parse(head)
+        request = Request.parse(head)
         if request is None:
             await answer(client, 400, "malformed request head")
             return
@@ -262,6 +264,18 @@ class PortProxy:
         if via_query is None:
             await answer(client, 401, "this port needs its access token")
             return
+        refusal = request.cross_origin()
+        if refusal is not None:
+            await answer(client, 403, refusal)
+            return
+        with self._lock:
+            tokens = [known.token for known in self._entries.values()]
+        try:
+            forwarded = request.forwarded(credentials([entry.token, *tokens]))
+        except CredentialInTarget:
+            await answer(client, 400, "the request's target carries an access token "
+                                      "outside the psdk_token parameter")
+            return
         cookie = None
         if via_query:
             address = entry.exposed.base_url if entry.exposed else ""
@@ -271,7 +285,7 @@ class PortProxy:
         try:
             async with entry.opener() as tunnel:
                 opened = True
-                await tunnel.send(request.forwarded(entry.token) + first)
+                await tunnel.send(forwarded + first)
                 await relay(client, tunnel, cookie=cookie, upgrade=request.upgrade,
                             body=body, held=past)
         except errors.SandboxNotFound:
@@ -300,125 +314,3 @@ def _cookie_name(base_url: str) -> str:
     host, so each listener's cookie is named for its port."""
     port = urllib.parse.urlsplit(base_url).port or 0
     return f"{COOKIE_PREFIX}_{port}"
-
-
-async def _read_head(client: anyio.abc.ByteStream) -> tuple[bytes | None, bytes, int]:
-    """The request head (without its final blank line) and the bytes after it, or
-    ``None`` and the status to refuse it with."""
-    data = bytearray()
-    with anyio.move_on_after(HEAD_TIMEOUT):
-        while True:
-            end = data.find(b"\r\n\r\n")
-            if end >= 0:
-                return bytes(data[:end]), bytes(data[end + 4:]), 200
-            if len(data) > MAX_HEAD:
-                return None, b"", 431
-            try:
-                data += await client.receive(CHUNK)
-            except anyio.EndOfStream:
-                return None, b"", 400
-    return None, b"", 408
-
-
-@attrs.define
-class _Request:
-    method: bytes
-    target: bytes
-    version: bytes
-    headers: list[tuple[bytes, bytes]]
-
-    @classmethod
-    def parse(cls, head: bytes) -> _Request | None:
-        lines = head.split(b"\r\n")
-        parts = lines[0].split(b" ")
-        if len(parts) != 3 or not parts[2].startswith(b"HTTP/1."):
-            return None
-        headers = []
-        for line in lines[1:]:
-            name, sep, value = line.partition(b":")
-            if not sep or not name or name != name.strip() or line[:1] in (b" ", b"\t"):
-                return None
-            headers.append((name, value.strip()))
-        return cls(parts[0], parts[1], parts[2], headers)
-
-    @property
-    def upgrade(self) -> bool:
-        """Whether the request asks to switch protocols (a WebSocket)."""
-        return bool(self.values(b"upgrade"))
-
-    def values(self, name: bytes) -> list[bytes]:
-        return [v for n, v in self.headers if n.lower() == name]
-
-    def body(self) -> RequestBody | str:
-        """The body that follows the head (after it, an upgrade's bytes), or why its
-        framing is refused: a body framed two ways, or with codings that do not end in
-        ``chunked``, is how a second request is smuggled past a proxy."""
-        problem = framing_problem(self.headers)
-        if problem is not None:
-            return f"ambiguous request body: {problem}"
-        codings = [coding.strip().lower() for value in self.values(b"transfer-encoding")
-                   for coding in value.split(b",")]
-        if codings:
-            if codings[-1] != b"chunked" or codings.count(b"chunked") > 1:
-                return "ambiguous request body: a Transfer-Encoding not ending in chunked"
-            return RequestBody(chunked=True)
-        lengths = self.values(b"content-length")
-        return RequestBody(int(lengths[0].split(b",")[0]) if lengths else 0)
-
-    def authenticate(self, token: str) -> bool | None:
-        """``True`` if the token came in the query, ``False`` if in a header or
-        cookie, ``None`` if it did not come (or a wrong one did)."""
-        want = token.encode()
-        query = self.target.partition(b"?")[2].decode("latin-1")
-        for param, given in urllib.parse.parse_qsl(query, keep_blank_values=True):
-            if param == TOKEN_PARAM and hmac.compare_digest(given.encode("latin-1"), want):
-                return True
-        for value in self.values(TOKEN_HEADER):
-            if hmac.compare_digest(value, want):
-                return False
-        for value in self.values(b"authorization"):
-            scheme, _, credential = value.partition(b" ")
-            if scheme.lower() == b"bearer" and hmac.compare_digest(credential.strip(), want):
-                return False
-        for value in self.values(b"cookie"):
-            for pair in value.split(b";"):
-                name, _, credential = pair.strip().partition(b"=")
-                if name.startswith(COOKIE_PREFIX.encode()) and \
-                        hmac.compare_digest(credential, want):
-                    return False
-        return None
-
-    def forwarded(self, token: str) -> bytes:
-        """The head as the sandbox's server gets it: no token anywhere in it, and
-        ``Connection: close`` unless it asks for an upgrade."""
-        path, sep, query = self.target.partition(b"?")
-        if sep:
-            kept = [p for p in query.split(b"&")
-                    if p.partition(b"=")[0] != TOKEN_PARAM.encode()]
-            target = path + (b"?" + b"&".join(kept) if kept else b"")
-        else:
-            target = path
-        upgrade = self.upgrade
-        out = [b" ".join((self.method, target, self.version))]
-        for name, value in self.headers:
-            lower = name.lower()
-            if lower == TOKEN_HEADER:
-                continue
-            if lower == b"authorization" and value.partition(b" ")[0].lower() == b"bearer":
-                # Only the proxy's own token is dropped; the application's stays.
-                if not hmac.compare_digest(value.partition(b" ")[2].strip(), token.encode()):
-                    out.append(name + b": " + value)
-                continue
-            if lower == b"cookie":
-                pairs = [p.strip() for p in value.split(b";")]
-                kept = [p for p in pairs if p and
-                        not p.partition(b"=")[0].startswith(COOKIE_PREFIX.encode())]
-                if kept:
-                    out.append(name + b": " + b"; ".join(kept))
-                continue
-            if lower in (b"connection", b"keep-alive") and not upgrade:
-                continue
-            out.append(name + b": " + value)
-        if not upgrade:
-            out.append(b"Connection: close")
-        return b"\r\n".join(out) + b"\r\n\r\n"
