@@ -7,8 +7,10 @@ same through its backend: :func:`relay` exposes the port on the backend sandbox
 backend's own channel carries into the sandbox, which keeps loopback only), sends it the
 request's head with the backend's token in its header, and then copies bytes both ways
 until either side ends, which carries request bodies, streamed answers and
-WebSockets. The vendor's own credentials are the emulator's to check, and to leave out
-of ``headers``, before it calls this.
+WebSockets. The vendor's own credentials are the emulator's to check before it calls
+this, and to name (:class:`~provider_sdk.port_credentials.Credentials`): the head
+forwarded has none of them, wherever the client put or echoes them (a ``Referer``, a
+cookie, a parameter), and a target that carries one elsewhere is refused (``400``).
 
 This module knows no vendor and no HTTP server: it reads nothing of the client's but
 the bytes it relays, and never logs or raises a token.
@@ -26,6 +28,7 @@ import anyio.abc
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
 from provider_sdk.models import ExposedPort
+from provider_sdk.port_credentials import CredentialInTarget, Credentials, scrub
 from provider_sdk.sandbox import Sandbox
 
 __all__ = ["HOP_HEADERS", "backend_port", "relay"]
@@ -51,7 +54,13 @@ async def backend_port(backend: Sandbox, port: int) -> ExposedPort:
 
 
 def _head(exposed: ExposedPort, method: str, target: str,
-          headers: Sequence[tuple[str, str]]) -> bytes:
+          headers: Sequence[tuple[str, str]], credentials: Credentials) -> bytes:
+    """The head the backend gets.
+
+    Raises:
+        CredentialInTarget: the target carries one of ``credentials`` in its path.
+    """
+    target, headers = scrub(target, headers, credentials)
     header = exposed.token_header or "X-Psdk-Token"
     dropped = {*HOP_HEADERS, header.lower()}
     lines = [f"{method} {target} HTTP/1.1"]
@@ -63,30 +72,40 @@ def _head(exposed: ExposedPort, method: str, target: str,
 
 
 async def relay(client: anyio.abc.ByteStream, exposed: ExposedPort, *, method: str,
-                target: str, headers: Sequence[tuple[str, str]], rest: bytes = b"") -> None:
+                target: str, headers: Sequence[tuple[str, str]],
+                credentials: Credentials, rest: bytes = b"") -> None:
     """Forward one request to the backend's ``exposed`` address and relay the exchange.
 
-    ``headers`` are the request's, as they came, less the vendor's credentials;
-    ``rest`` is what the client sent past the request's head. Returns when either side
-    ends; a backend that cannot be reached is a 502. A local or docker backend's proxy
-    checks the request's framing and the answer (a malformed or oversized head is its
-    502) on the way.
+    ``headers`` are the request's, as they came; ``credentials`` the vendor's, which
+    the backend never gets; ``rest`` is what the client sent past the request's head.
+    Returns when either side ends; a target that carries a credential outside a
+    parameter is a 400, a backend that cannot be reached a 502. A local or docker
+    backend's proxy checks the request's framing, size and origin and the answer (a
+    malformed or oversized head is its 502) on the way.
     """
+    try:
+        head = _head(exposed, method, target, headers, credentials)
+    except CredentialInTarget:
+        await _refuse(client, b"400 Bad Request")
+        return
     address = urllib.parse.urlsplit(exposed.base_url)
     try:
         upstream = await anyio.connect_tcp(address.hostname or "127.0.0.1",
                                            address.port or 80)
     except OSError:
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError,
-                                 OSError):
-            await client.send(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n"
-                              b"Connection: close\r\n\r\n")
+        await _refuse(client, b"502 Bad Gateway")
         return
     async with upstream:
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError,
                                  OSError):
-            await upstream.send(_head(exposed, method, target, headers) + rest)
+            await upstream.send(head + rest)
             await _pipe(client, upstream)
+
+
+async def _refuse(client: anyio.abc.ByteStream, status: bytes) -> None:
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        await client.send(b"HTTP/1.1 " + status + b"\r\nContent-Length: 0\r\n"
+                          b"Connection: close\r\n\r\n")
 
 
 async def _pipe(client: anyio.abc.ByteStream, upstream: anyio.abc.ByteStream) -> None:

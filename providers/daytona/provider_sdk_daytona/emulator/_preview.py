@@ -30,6 +30,9 @@ from provider_sdk_daytona.emulator._store import SandboxRecord, Store
 
 TOKEN_HEADER = "X-Daytona-Preview-Token"
 TOKEN_QUERY = "DAYTONA_SANDBOX_AUTH_KEY"
+AUTH_COOKIE_PREFIX = "daytona-sandbox-auth-"
+"""The cookies Daytona's proxy keeps a browser's access in (``...-{sandboxId}``): the
+emulator sets none, and relays none it is sent."""
 _ALPHABET = string.ascii_lowercase + string.digits
 
 

@@ -1,17 +1,22 @@
 """The preview proxy: a listener of its own on 127.0.0.1, as Daytona's proxy is a
 service of its own, serving the preview URLs the API hands out (``_preview``).
 
-Each connection's first request head is read (at most 32 KiB, within 15 s); its path
+Each connection's first request head is read as :mod:`provider_sdk.request_head` reads
+it (at most 32 KiB, within 5 s, and at most 64 connections of one client address and
+256 in all waiting for theirs, a newer one taking the place of the oldest); its path
 must be ``/preview/{port}-{sandboxIdOrToken}[/...]`` and its credentials good (the
 sandbox's access token, the API key, or a signed token still valid: see ``_preview``),
-else it is answered (400, 401, 404, 502) and closed before anything reaches the
-sandbox. What follows the label is the path the server sees; the credentials are taken
-off. Then :mod:`provider_sdk.port_relay` relays the connection to the port through the
-backend (``ports.expose``: the sandbox keeps loopback only) until either side ends, which
+else it is answered (400, 401, 404, 408, 431, 502, 503) and closed before anything
+reaches the sandbox. What follows the label is the path the server sees. No credential
+of Daytona's reaches the sandbox (:func:`credentials`): not the headers, query
+parameter and cookie that carry them, nor any of them wherever else a client puts or
+echoes them (a ``Referer`` that names a preview URL). Then
+:mod:`provider_sdk.port_relay` relays the connection to the port through the backend
+(``ports.expose``: the sandbox keeps loopback only) until either side ends, which
 carries bodies, streamed answers and WebSockets; revoking a signed token ends the
-connections relayed with it. The backend's proxy answers each
-request with ``Connection: close``, so every request is checked on a connection of its
-own. Nothing listening on the port is a 502.
+connections relayed with it. The backend's proxy answers each request with
+``Connection: close``, so every request is checked on a connection of its own, and
+refuses what a page of another origin sends. Nothing listening on the port is a 502.
 """
 
 from __future__ import annotations
@@ -26,16 +31,35 @@ import anyio.abc
 
 from provider_sdk import port_relay
 from provider_sdk.errors import SandboxError
+from provider_sdk.port_credentials import Credentials
+from provider_sdk.request_head import Gate, HeadRefused, read_head
 from provider_sdk_daytona.emulator._http import Context, HttpError
-from provider_sdk_daytona.emulator._preview import TOKEN_HEADER, TOKEN_QUERY, target
+from provider_sdk_daytona.emulator._preview import (
+    AUTH_COOKIE_PREFIX,
+    TOKEN_HEADER,
+    TOKEN_QUERY,
+    target,
+)
 
-__all__ = ["serve"]
+__all__ = ["credentials", "serve"]
 
-_MAX_HEAD = 32 * 1024
-_HEAD_SECONDS = 15.0
 _PREFIX = "/preview/"
 _REASONS = {400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 408: "Request Timeout",
-            431: "Request Header Fields Too Large", 502: "Bad Gateway"}
+            431: "Request Header Fields Too Large", 502: "Bad Gateway",
+            503: "Service Unavailable"}
+
+
+def credentials(ctx: Context) -> Credentials:
+    """What a request relayed to a sandbox's port loses: ``Authorization`` and
+    ``X-Daytona-Preview-Token``, the ``daytona-sandbox-auth-*`` cookies, the
+    ``DAYTONA_SANDBOX_AUTH_KEY`` parameter, and the API key, every sandbox's preview
+    token and every signed token wherever they are, so no sandbox gets a credential of
+    the emulator's, its own or another's."""
+    store = ctx.store
+    tokens = [ctx.api_key.reveal(), *(token for _port, token in store.signed_previews)]
+    tokens += [record.preview_token.reveal() for record in store.sandboxes.values()]
+    return Credentials(headers={"authorization", TOKEN_HEADER}, cookies=(AUTH_COOKIE_PREFIX,),
+                       params={TOKEN_QUERY}, values=tokens)
 
 
 @contextlib.asynccontextmanager
@@ -43,18 +67,19 @@ async def serve(ctx: Context) -> AsyncIterator[str]:
     """Serve previews on 127.0.0.1 until the block exits; yield the proxy's base URL."""
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
     port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    gate = Gate()
     async with listener, anyio.create_task_group() as tg:
-        tg.start_soon(listener.serve, lambda client: _handle(ctx, client))
+        tg.start_soon(listener.serve, lambda client: _handle(ctx, gate, client))
         try:
             yield f"http://127.0.0.1:{port}"
         finally:
             tg.cancel_scope.cancel()
 
 
-async def _handle(ctx: Context, client: anyio.abc.SocketStream) -> None:
+async def _handle(ctx: Context, gate: Gate, client: anyio.abc.SocketStream) -> None:
     async with client:
         try:
-            await _proxy(ctx, client)
+            await _proxy(ctx, gate, client)
         except HttpError as error:
             await _answer(client, error.status, error.message)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream,
@@ -62,8 +87,11 @@ async def _handle(ctx: Context, client: anyio.abc.SocketStream) -> None:
             pass  # the client went away
 
 
-async def _proxy(ctx: Context, client: anyio.abc.SocketStream) -> None:
-    head, rest = await _read_head(client)
+async def _proxy(ctx: Context, gate: Gate, client: anyio.abc.SocketStream) -> None:
+    try:
+        head, rest = await read_head(client, gate)
+    except HeadRefused as refused:
+        raise HttpError(refused.status, refused.reason) from None
     lines = head.decode("latin-1").split("\r\n")
     parts = lines[0].split(" ")
     if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
@@ -89,9 +117,7 @@ async def _proxy(ctx: Context, client: anyio.abc.SocketStream) -> None:
         exposed = await port_relay.backend_port(record.handle, port)
     except SandboxError as exc:
         raise HttpError(502, exc.message) from exc
-    kept = [(k, v) for k, v in query if k != TOKEN_QUERY]
-    forwarded = "/" + tail + (f"?{urllib.parse.urlencode(kept)}" if kept else "")
-    dropped = {"authorization", TOKEN_HEADER.lower()}
+    forwarded = "/" + tail + (f"?{split.query}" if split.query else "")
     signed = (port, label.partition("-")[2])
     relays = ctx.store.preview_relays
     with anyio.CancelScope() as scope:  # a signed token's revocation cancels it
@@ -99,26 +125,13 @@ async def _proxy(ctx: Context, client: anyio.abc.SocketStream) -> None:
             relays.setdefault(signed, set()).add(scope)
         try:
             await port_relay.relay(client, exposed, method=method, target=forwarded,
-                                   rest=rest, headers=[(k, v) for k, v in headers
-                                                       if k.lower() not in dropped])
+                                   headers=headers, credentials=credentials(ctx), rest=rest)
         finally:
             live = relays.get(signed)
             if live is not None:
                 live.discard(scope)
                 if not live:
                     del relays[signed]
-
-
-async def _read_head(client: anyio.abc.SocketStream) -> tuple[bytes, bytes]:
-    data = b""
-    with anyio.move_on_after(_HEAD_SECONDS):
-        while b"\r\n\r\n" not in data:
-            if len(data) > _MAX_HEAD:
-                raise HttpError(431, "the request head is too large")
-            data += await client.receive()
-        head, _, rest = data.partition(b"\r\n\r\n")
-        return head, rest
-    raise HttpError(408, "no complete request head in time")
 
 
 async def _answer(client: anyio.abc.SocketStream, status: int, message: str) -> None:

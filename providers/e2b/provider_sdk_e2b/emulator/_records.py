@@ -32,7 +32,7 @@ class SandboxRecord:
     """The backend's sandbox (replaced by a rollback)."""
     spec: SandboxSpec
     template_id: str
-    access_token: str | None
+    access_token: str | None = attrs.field(repr=False)
     started_at: dt.datetime
     timeout: float | None
     """Seconds of the deadline (E2B) or idle window (Cube); ``None``: never."""

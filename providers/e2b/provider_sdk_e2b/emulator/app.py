@@ -194,7 +194,8 @@ class App:
             return await self.interpreters.handle(record, request)
         if port != ENVD_PORT:
             world.touch(record)
-            return await ports.relay(record, port, request)
+            return await ports.relay(record, port, request, ports.credentials(
+                self.api_key, world.sandboxes.values()))
         world.touch(record)
         try:
             return await self.envd.handle(record, request)
