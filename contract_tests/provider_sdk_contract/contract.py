@@ -12,6 +12,7 @@ from provider_sdk_contract.hostile_escapes import HostileEscapeContract
 from provider_sdk_contract.hostile_host import HostileHostContract
 from provider_sdk_contract.hostile_limits import HostileLimitContract
 from provider_sdk_contract.hostile_output import HostileOutputContract
+from provider_sdk_contract.hostile_port_clients import HostilePortClientsContract
 from provider_sdk_contract.hostile_ports import HostilePortsContract
 from provider_sdk_contract.hostile_seal import HostileSealContract
 from provider_sdk_contract.idle import IdleContract
@@ -46,6 +47,7 @@ class ProviderContract(
     HostileSealContract,
     HostileEscapeContract,
     HostileOutputContract,
+    HostilePortClientsContract,
     HostilePortsContract,
     ScaleContract,
     TemplateContract,
@@ -78,6 +80,7 @@ class ProviderContract(
 class EventLoopContract(
     HostileEscapeContract,
     HostileOutputContract,
+    HostilePortClientsContract,
     HostilePortsContract,
     PortsContract,
     ShellContract,
