@@ -15,12 +15,16 @@ A sandbox made from a template has ``upper/`` and ``work/`` (its overlay layer) 
 ``root/`` (then only the mount point), and its snapshots hold that layer.
 
 Everything is plain files, so any process (another ``psdk``, the same program after a
-restart) sees the same sandboxes. This module owns paths and metadata, nothing else.
+restart) sees the same sandboxes. Each object has a lock (``.lock`` in its directory,
+``flock``) that every process using the home shares; a task that holds it (and the
+threads it runs) takes it again at no cost, so a step inside another one does not wait
+for itself. This module owns paths, metadata and those locks, nothing else.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import datetime as dt
 import errno
 import fcntl
@@ -30,14 +34,21 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
+
+import anyio
 
 STAGING = ".new-"
 """Prefix of a record's directory while :meth:`Home.claim` names it."""
 ABANDONED_AFTER = 60.0
 """Seconds after which an unlocked hidden directory is taken as abandoned."""
+
+_HELD: contextvars.ContextVar[frozenset[Path]] = contextvars.ContextVar(
+    "psdk_local_held_locks", default=frozenset())
+"""The object directories whose lock the current task (and the threads it runs)
+holds."""
 
 
 class Home:
@@ -96,7 +107,7 @@ class Home:
                     if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                         raise
                     continue
-                return new, Claim(fd)
+                return new, Claim(fd, self.path / kind / new)
         except BaseException:
             os.close(fd)
             shutil.rmtree(staging, ignore_errors=True)
@@ -148,26 +159,77 @@ class Home:
 
     @contextlib.contextmanager
     def lock(self, directory: Path) -> Iterator[None]:
-        """An exclusive lock on one object, shared by every process using this home."""
+        """An exclusive lock on one object, shared by every process using this home
+        (taken at no cost where this task holds it already)."""
+        if directory in _HELD.get():
+            yield
+            return
         fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
+            with _holding(directory):
+                yield
+        finally:
+            os.close(fd)
+
+    @contextlib.asynccontextmanager
+    async def hold(self, directory: Path) -> AsyncIterator[None]:
+        """:meth:`lock`, for async code: the wait polls on anyio's clock, so a
+        cancellation ends it. An object removed meanwhile is not locked (what runs
+        inside finds it gone)."""
+        if directory in _HELD.get():
             yield
+            return
+        try:
+            fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except (FileNotFoundError, NotADirectoryError):
+            yield
+            return
+        try:
+            pause = 0.001
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    await anyio.sleep(pause)
+                    pause = min(pause * 2, 0.05)
+            with _holding(directory):
+                yield
         finally:
             os.close(fd)
 
 
-class Claim:
-    """The lock its creator holds on a record being made (:meth:`Home.claim`)."""
+@contextlib.contextmanager
+def _holding(directory: Path) -> Iterator[None]:
+    token = _HELD.set(_HELD.get() | {directory})
+    try:
+        yield
+    finally:
+        _HELD.reset(token)
 
-    def __init__(self, fd: int) -> None:
+
+class Claim:
+    """The lock its creator holds on a record being made (:meth:`Home.claim`); the
+    creating task holds it as its own until :meth:`release`."""
+
+    def __init__(self, fd: int, directory: Path) -> None:
         self._fd: int | None = fd
+        self._held: contextvars.Token[frozenset[Path]] | None = _HELD.set(
+            _HELD.get() | {directory})
+        self._directory = directory
 
     def release(self) -> None:
         """Drop the lock (idempotent)."""
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        if self._held is not None:
+            held, self._held = self._held, None
+            try:
+                _HELD.reset(held)
+            except ValueError:  # released from another context than the claim's
+                _HELD.set(_HELD.get() - {self._directory})
 
 
 def read_meta(directory: Path) -> dict[str, Any] | None:

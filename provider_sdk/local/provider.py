@@ -234,9 +234,8 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
             await self._start_sandbox(sandbox_id, meta, bwrap)
             await self._start_command(sandbox_id, meta)
         except BaseException:
-            claim.release()  # the kill below takes the directory's lock
             with anyio.CancelScope(shield=True):
-                await self._kill(sandbox_id)
+                await self._kill(sandbox_id)  # under the claim's lock, which it holds
             raise
         finally:
             claim.release()
@@ -348,14 +347,16 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
     async def _kill(self, sandbox_id: str) -> None:
         await self._ports.drop(sandbox_id)
         directory = self._home.sandbox(sandbox_id)
-        meta, _reason = _records.read(directory, sandbox_id)
-        if meta is None and not directory.exists():
-            return
-        if meta and meta.unisolated and self._state(sandbox_id, meta) == SandboxState.RUNNING:
-            # Its commands are not in a namespace that dies with it: ask the agent first.
-            with anyio.move_on_after(5), contextlib.suppress(errors.SandboxError):
-                await self._client(sandbox_id).call("kill_all")
-        await anyio.to_thread.run_sync(self._kill_blocking, sandbox_id, directory)
+        async with self._home.hold(directory):  # no resume or pause meanwhile
+            meta, _reason = _records.read(directory, sandbox_id)
+            if meta is None and not directory.exists():
+                return
+            if meta and meta.unisolated and self._state(sandbox_id,
+                                                        meta) == SandboxState.RUNNING:
+                # Its commands are not in a namespace that dies with it: ask the agent.
+                with anyio.move_on_after(5), contextlib.suppress(errors.SandboxError):
+                    await self._client(sandbox_id).call("kill_all")
+            await anyio.to_thread.run_sync(self._kill_blocking, sandbox_id, directory)
 
     def _kill_blocking(self, sandbox_id: str, directory: Path) -> None:
         with self._home.lock(directory):
@@ -378,7 +379,8 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         cgroup.destroy()
 
     async def _pause(self, sandbox_id: str) -> SandboxInfo:
-        return await anyio.to_thread.run_sync(self._pause_blocking, sandbox_id)
+        async with self._home.hold(self._home.sandbox(sandbox_id)):
+            return await anyio.to_thread.run_sync(self._pause_blocking, sandbox_id)
 
     def _pause_blocking(self, sandbox_id: str) -> SandboxInfo:
         directory = self._home.sandbox(sandbox_id)
@@ -397,6 +399,12 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
             return self._to_info(meta, SandboxState.PAUSED)
 
     async def _resume(self, sandbox_id: str) -> SandboxInfo:
+        # The whole step under the sandbox's lock: a resume that saw a kill's first
+        # steps as "stopped" would mount and start again what the kill removes.
+        async with self._home.hold(self._home.sandbox(sandbox_id)):
+            return await self._resume_held(sandbox_id)
+
+    async def _resume_held(self, sandbox_id: str) -> SandboxInfo:
         directory = self._home.sandbox(sandbox_id)
         meta = self._read(sandbox_id)
         state = self._state(sandbox_id, meta)
