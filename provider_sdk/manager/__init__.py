@@ -21,6 +21,7 @@ new owners (or for anyone, on its own). The blocking twin is in
 :mod:`provider_sdk.manager.sync`.
 """
 
+from provider_sdk.manager._claims import MAX_OWNER, check_owner
 from provider_sdk.manager.handle import ManagedSandbox
 from provider_sdk.manager.manager import OWNER_LABEL, SandboxManager, SnapshotPolicy, owner_claim
 from provider_sdk.manager.pool import POOL_LABEL, ClaimedSandbox, WarmPool
@@ -32,6 +33,7 @@ from provider_sdk.manager.store import Binding, BindingStore, MemoryStore, defau
 from provider_sdk.manager.stores import open_store
 
 __all__ = [
+    "MAX_OWNER",
     "OWNER_LABEL",
     "POOL_LABEL",
     "Binding",
@@ -45,6 +47,7 @@ __all__ = [
     "SandboxManager",
     "SnapshotPolicy",
     "WarmPool",
+    "check_owner",
     "default_store_path",
     "open_store",
     "owner_claim",

@@ -4,8 +4,14 @@ Needs the ``postgres`` extra (``pip install 'sandbox-provider-sdk[postgres]'``, 
 driver is imported when the store first connects, and it runs on the asyncio backend.
 Compare-and-set is one ``UPDATE ... WHERE version = %s`` (or ``INSERT ... ON CONFLICT DO
 NOTHING`` for a first binding); a claim is an ``INSERT ... ON CONFLICT DO UPDATE ...
-WHERE expires_at < now()``, so the row lock makes exactly one of several callers win.
-The tables are created on first use, under an advisory lock.
+WHERE expires_at < now()``, so the row lock makes exactly one of several callers win. A
+fenced write locks the claim's row (``SELECT ... FOR UPDATE``) in the transaction that
+writes the binding. Claims expire by the server's clock (``now()``), which is also what
+:meth:`PostgresStore.time` reads. The tables are created on first use, under an
+advisory lock. A call cancelled while the server holds it (a lock, a slow query) is
+cancelled on the server and its connection closed; the next call opens another.
+
+``open_store("postgresql://...?table=app_bindings")`` names the table in the URL.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import anyio
 from provider_sdk.config import Secret
 from provider_sdk.distributions import CORE, install_hint
 from provider_sdk.errors import AuthenticationError, ConfigError, InvalidInput, Unavailable
+from provider_sdk.manager._claims import check_owner
 from provider_sdk.manager.store import Binding, BindingStore, _safe
 
 if TYPE_CHECKING:
@@ -90,39 +97,60 @@ class PostgresStore(BindingStore):
                 "expires_at timestamptz NOT NULL)"
             ).format(sql.Identifier(f"{self.table}_claims")))
 
+    def _sql(self, query: str) -> Any:
+        """``query`` with ``{b}`` (the bindings table) and ``{c}`` (the claims table)."""
+        sql = _driver().sql
+        return sql.SQL(query).format(b=sql.Identifier(self.table),
+                                     c=sql.Identifier(f"{self.table}_claims"))
+
     async def _query(self, query: str, params: tuple[Any, ...] = ()
                      ) -> builtins.list[tuple[Any, ...]]:
-        """Run ``query`` (``{b}``: the bindings table, ``{c}``: the claims table)."""
-        sql = _driver().sql
-        statement = sql.SQL(query).format(b=sql.Identifier(self.table),
-                                          c=sql.Identifier(f"{self.table}_claims"))
+        """Run ``query`` (see :meth:`_sql`)."""
         async with self._db() as conn:
-            cur = await conn.execute(statement, params)
+            cur = await conn.execute(self._sql(query), params)
             return await cur.fetchall() if cur.description else []
+
+    async def _fenced(self, fence: tuple[str, str], query: str, params: tuple[Any, ...]
+                      ) -> builtins.list[tuple[Any, ...]]:
+        """Run ``query`` in a transaction that first locks the claim ``fence`` names,
+        and only if ``fence``'s token holds it; no rows otherwise."""
+        async with self._db() as conn, conn.transaction():
+            cur = await conn.execute(self._sql(
+                "SELECT 1 FROM {c} WHERE name = %s AND token = %s AND expires_at > now() "
+                "FOR UPDATE"), fence)
+            if not await cur.fetchall():
+                return []
+            cur = await conn.execute(self._sql(query), params)
+            return await cur.fetchall()
 
     async def get(self, owner: str) -> Binding | None:
         rows = await self._query("SELECT owner, sandbox_id, provider, version, data FROM {b} "
-                                 "WHERE owner = %s", (owner,))
+                                 "WHERE owner = %s", (check_owner(owner),))
         return Binding.from_row(*rows[0]) if rows else None
 
-    async def put(self, binding: Binding) -> Binding | None:
+    async def put(self, binding: Binding, *,
+                  fence: tuple[str, str] | None = None) -> Binding | None:
+        check_owner(binding.owner)
         args = (binding.sandbox_id, binding.provider, binding.to_json())
         if binding.version == 0:
-            rows = await self._query(
-                "INSERT INTO {b} (sandbox_id, provider, data, owner, version) "
-                "VALUES (%s, %s, %s, %s, 1) ON CONFLICT (owner) DO NOTHING RETURNING version",
-                (*args, binding.owner))
+            query = ("INSERT INTO {b} (sandbox_id, provider, data, owner, version) "
+                     "VALUES (%s, %s, %s, %s, 1) ON CONFLICT (owner) DO NOTHING RETURNING "
+                     "version")
+            params: tuple[Any, ...] = (*args, binding.owner)
         else:
-            rows = await self._query(
-                "UPDATE {b} SET sandbox_id = %s, provider = %s, data = %s, "
-                "version = version + 1 WHERE owner = %s AND version = %s RETURNING version",
-                (*args, binding.owner, binding.version))
+            query = ("UPDATE {b} SET sandbox_id = %s, provider = %s, data = %s, "
+                     "version = version + 1 WHERE owner = %s AND version = %s RETURNING "
+                     "version")
+            params = (*args, binding.owner, binding.version)
+        rows = await (self._query(query, params) if fence is None
+                      else self._fenced(fence, query, params))
         if not rows:
             return None
         return Binding.from_row(binding.owner, binding.sandbox_id, binding.provider,
                                 rows[0][0], binding.to_json())
 
     async def delete(self, owner: str, *, version: int | None = None) -> bool:
+        check_owner(owner)
         if version is None:
             rows = await self._query("DELETE FROM {b} WHERE owner = %s RETURNING owner",
                                      (owner,))
@@ -153,6 +181,10 @@ class PostgresStore(BindingStore):
         rows = await self._query("SELECT 1 FROM {c} WHERE name = %s AND expires_at > now()",
                                  (name,))
         return bool(rows)
+
+    async def time(self) -> float:
+        rows = await self._query("SELECT extract(epoch FROM clock_timestamp())::float8")
+        return float(rows[0][0])
 
     async def aclose(self) -> None:
         async with self._lock:

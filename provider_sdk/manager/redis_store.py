@@ -6,7 +6,11 @@ when the store first connects. Each binding is a hash ``{prefix}binding:{owner}`
 compare-and-delete are Lua scripts, which Redis runs atomically; a claim is a key
 ``{prefix}claim:{name}`` holding the holder's token with a ``PX`` expiry, taken (or
 renewed by its holder) by a script that sets it only if it is absent or already the
-caller's (``SET NX`` plus renewal), and deleted by a script only for its holder.
+caller's (``SET NX`` plus renewal), and deleted by a script only for its holder. A fenced
+write checks the claim's key in the same script. Claims expire by the server's clock,
+which is also what :meth:`RedisStore.time` reads (``TIME``).
+
+``open_store("redis://HOST:PORT/DB?prefix=app:")`` names the prefix in the URL.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import attrs
 from provider_sdk.config import Secret
 from provider_sdk.distributions import CORE, install_hint
 from provider_sdk.errors import AuthenticationError, ConfigError, Unavailable
+from provider_sdk.manager._claims import check_owner
 from provider_sdk.manager.store import Binding, BindingStore, _safe
 
 if TYPE_CHECKING:
@@ -36,6 +41,9 @@ redis.call('HSET', KEYS[1], 'version', ARGV[2], 'sandbox_id', ARGV[3], 'provider
 redis.call('SADD', KEYS[2], ARGV[6])
 return 1
 """
+_PUT_FENCED = """
+if redis.call('GET', KEYS[3]) ~= ARGV[7] then return 0 end
+""" + _PUT
 _DELETE = """
 local current = redis.call('HGET', KEYS[1], 'version')
 if not current or (ARGV[1] ~= '' and current ~= ARGV[1]) then return 0 end
@@ -106,6 +114,9 @@ class RedisStore(BindingStore):
             return await client.eval(script, len(keys), *keys, *args)
 
     async def get(self, owner: str) -> Binding | None:
+        return await self._get(check_owner(owner))
+
+    async def _get(self, owner: str) -> Binding | None:
         async with self._redis() as client:
             raw = await client.hgetall(self._key("binding", owner))
         fields = {_text(k): _text(v) for k, v in raw.items()}
@@ -114,15 +125,22 @@ class RedisStore(BindingStore):
         return Binding.from_row(owner, fields["sandbox_id"], fields["provider"],
                                 int(fields["version"]), fields["data"])
 
-    async def put(self, binding: Binding) -> Binding | None:
+    async def put(self, binding: Binding, *,
+                  fence: tuple[str, str] | None = None) -> Binding | None:
+        check_owner(binding.owner)
         stored = attrs.evolve(binding, version=binding.version + 1)
-        done = await self._script(_PUT, [self._key("binding", binding.owner), self._owners],
-                                  [str(binding.version), str(stored.version),
-                                   binding.sandbox_id, binding.provider, binding.to_json(),
-                                   binding.owner])
+        keys = [self._key("binding", binding.owner), self._owners]
+        args = [str(binding.version), str(stored.version), binding.sandbox_id,
+                binding.provider, binding.to_json(), binding.owner]
+        if fence is None:
+            done = await self._script(_PUT, keys, args)
+        else:
+            done = await self._script(_PUT_FENCED, [*keys, self._key("claim", fence[0])],
+                                      [*args, fence[1]])
         return stored if int(done) else None
 
     async def delete(self, owner: str, *, version: int | None = None) -> bool:
+        check_owner(owner)
         done = await self._script(_DELETE, [self._key("binding", owner), self._owners],
                                   ["" if version is None else str(version), owner])
         return bool(int(done))
@@ -130,7 +148,7 @@ class RedisStore(BindingStore):
     async def list(self) -> builtins.list[Binding]:
         async with self._redis() as client:
             owners = sorted(_text(o) for o in await client.smembers(self._owners))
-        found = [await self.get(owner) for owner in owners]
+        found = [await self._get(owner) for owner in owners]
         return [b for b in found if b is not None]
 
     async def claim(self, name: str, token: str, ttl: float) -> bool:
@@ -145,11 +163,15 @@ class RedisStore(BindingStore):
         async with self._redis() as client:
             return bool(await client.exists(self._key("claim", name)))
 
+    async def time(self) -> float:
+        async with self._redis() as client:
+            seconds, micros = await client.time()
+        return int(seconds) + int(micros) / 1e6
+
     async def aclose(self) -> None:
         if self._client is not None:
             client, self._client = self._client, None
             await client.aclose()
-
 
 
 def _text(value: str | bytes) -> str:

@@ -3,10 +3,15 @@
 Every process on the machine that opens the same file shares the bindings. Writes and
 claims run in ``BEGIN IMMEDIATE`` transactions, which SQLite serializes across
 processes, so a compare-and-set or a claim is atomic. The file is in WAL mode: readers
-never wait for a writer. Calls run in a worker thread, so a busy database never blocks
-the event loop; the switch to WAL, which SQLite does not wait for, is retried between
-thread calls on anyio's clock (:mod:`provider_sdk.retry`), so a cancellation stops it.
-Uses only the standard library's ``sqlite3``.
+never wait for a writer. Claims expire by SQLite's reading of the machine's clock
+(``julianday('now')``), which every process on the machine shares.
+
+Calls run in a worker thread, so a busy database never blocks the event loop, and each
+thread call waits at most a few milliseconds for another process's write: the wait for a
+busy database (up to ``busy_timeout``) is a series of such calls with pauses between
+them on anyio's clock (:mod:`provider_sdk.retry`), so a cancellation or a caller's
+deadline stops it at once instead of a thread holding on. Uses only the standard
+library's ``sqlite3``.
 """
 
 from __future__ import annotations
@@ -16,7 +21,6 @@ import contextlib
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -24,6 +28,7 @@ from typing import TypeVar
 import anyio.to_thread
 
 from provider_sdk.errors import Unavailable
+from provider_sdk.manager._claims import check_owner
 from provider_sdk.manager.store import Binding, BindingStore
 from provider_sdk.retry import Attempts, Backoff
 
@@ -45,12 +50,24 @@ CREATE TABLE IF NOT EXISTS claims (
     expires REAL NOT NULL
 );
 """
-# The pauses between attempts to switch a file another connection holds to WAL.
-_WAL_BACKOFF = Backoff(initial=0.01, factor=2.0, cap=0.25, jitter=0.5)
+# The pauses between attempts on a database another connection holds (the switch to
+# WAL, a write).
+_BUSY_BACKOFF = Backoff(initial=0.005, factor=2.0, cap=0.1, jitter=0.5)
+_ATTEMPT_MS = 20
+"""Milliseconds one thread call waits for another connection's write (SQLite's own
+busy handler) before it gives the wait back to the event loop."""
+_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+"""SQLite's clock, in Unix seconds: the machine's, whoever reads it."""
 
 
 class _Locked(Exception):
-    """Another connection held the database while the switch to WAL was tried."""
+    """Another connection held the database for the whole of one attempt."""
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    return getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY,
+                                                      sqlite3.SQLITE_LOCKED) \
+        or "locked" in str(exc)
 
 
 class SQLiteStore(BindingStore):
@@ -63,7 +80,7 @@ class SQLiteStore(BindingStore):
         busy_timeout: seconds a write waits for another process's write to finish
             before raising :class:`~provider_sdk.errors.Unavailable`; also how long
             opening a new file keeps retrying its switch to WAL while another
-            connection holds the database.
+            connection holds the database. A cancellation ends the wait at once.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 30.0) -> None:
@@ -90,7 +107,7 @@ class SQLiteStore(BindingStore):
         """
         if self._db is not None:
             return
-        tries = Attempts(_WAL_BACKOFF, timeout=self._busy_timeout)
+        tries = Attempts(_BUSY_BACKOFF, timeout=self._busy_timeout)
         locked: _Locked | None = None
         async for _ in tries:
             try:
@@ -119,7 +136,7 @@ class SQLiteStore(BindingStore):
 
     def _connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None,
+        db = sqlite3.connect(self.path, timeout=_ATTEMPT_MS / 1000, isolation_level=None,
                              check_same_thread=False)
         try:
             db.execute("PRAGMA busy_timeout = 0")  # the switch fails at once, not later
@@ -129,18 +146,25 @@ class SQLiteStore(BindingStore):
                 if "locked" not in str(exc):
                     raise
                 raise _Locked(str(exc)) from exc
-            db.execute(f"PRAGMA busy_timeout = {round(self._busy_timeout * 1000)}")
+            db.execute(f"PRAGMA busy_timeout = {_ATTEMPT_MS}")
             db.execute("PRAGMA synchronous=NORMAL")
-            with _transaction(db):
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
+            try:
+                with _transaction(db):
+                    for statement in _SCHEMA.split(";"):
+                        if statement.strip():
+                            db.execute(statement)
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc):
+                    raise
+                raise _Locked(str(exc)) from exc
         except BaseException:
             db.close()
             raise
         return db
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn`` on the connection, in a worker thread; a database another connection
+        holds is tried again, between pauses, for up to ``busy_timeout``."""
         await self._open()
 
         def call() -> T:
@@ -150,16 +174,27 @@ class SQLiteStore(BindingStore):
                         self._open_held()
                     assert self._db is not None
                     return fn(self._db)
-                except _Locked as exc:
-                    raise Unavailable(f"binding store {self.path}: {exc}") from exc
-                except sqlite3.OperationalError as exc:  # locked past busy_timeout, I/O
+                except sqlite3.OperationalError as exc:  # busy past the attempt, I/O
+                    if _busy(exc):
+                        raise _Locked(str(exc)) from exc
                     raise Unavailable(f"binding store {self.path}: {exc}") from exc
 
-        return await anyio.to_thread.run_sync(call)
+        tries = Attempts(_BUSY_BACKOFF, timeout=self._busy_timeout)
+        locked: _Locked | None = None
+        async for _ in tries:
+            try:
+                return await anyio.to_thread.run_sync(call)
+            except _Locked as exc:
+                locked = exc
+        raise Unavailable(f"binding store {self.path}: another connection held the database "
+                          f"for {self._busy_timeout:g} s ({tries.made} attempts): {locked}; "
+                          "retry later, or raise busy_timeout") from locked
 
     # ------------------------------------------------------------------ bindings
 
     async def get(self, owner: str) -> Binding | None:
+        check_owner(owner)
+
         def get(db: sqlite3.Connection) -> Binding | None:
             row = db.execute("SELECT owner, sandbox_id, provider, version, data FROM bindings "
                              "WHERE owner = ?", (owner,)).fetchone()
@@ -167,12 +202,19 @@ class SQLiteStore(BindingStore):
 
         return await self._run(get)
 
-    async def put(self, binding: Binding) -> Binding | None:
+    async def put(self, binding: Binding, *,
+                  fence: tuple[str, str] | None = None) -> Binding | None:
+        check_owner(binding.owner)
+
         def put(db: sqlite3.Connection) -> Binding | None:
             with _transaction(db):
                 row = db.execute("SELECT version FROM bindings WHERE owner = ?",
                                  (binding.owner,)).fetchone()
                 if (row[0] if row else 0) != binding.version:
+                    return None
+                if fence is not None and db.execute(
+                        f"SELECT 1 FROM claims WHERE name = ? AND token = ? AND expires > {_NOW}",
+                        fence).fetchone() is None:
                     return None
                 db.execute("INSERT OR REPLACE INTO bindings VALUES (?, ?, ?, ?, ?)",
                            (binding.owner, binding.sandbox_id, binding.provider,
@@ -183,6 +225,8 @@ class SQLiteStore(BindingStore):
         return await self._run(put)
 
     async def delete(self, owner: str, *, version: int | None = None) -> bool:
+        check_owner(owner)
+
         def delete(db: sqlite3.Connection) -> bool:
             if version is None:
                 cur = db.execute("DELETE FROM bindings WHERE owner = ?", (owner,))
@@ -205,14 +249,13 @@ class SQLiteStore(BindingStore):
 
     async def claim(self, name: str, token: str, ttl: float) -> bool:
         def claim(db: sqlite3.Connection) -> bool:
-            now = time.time()
             with _transaction(db):
-                row = db.execute("SELECT token, expires FROM claims WHERE name = ?",
+                row = db.execute(f"SELECT token, expires > {_NOW} FROM claims WHERE name = ?",
                                  (name,)).fetchone()
-                if row is not None and row[0] != token and row[1] > now:
+                if row is not None and row[0] != token and row[1]:
                     return False
-                db.execute("INSERT OR REPLACE INTO claims VALUES (?, ?, ?)",
-                           (name, token, now + ttl))
+                db.execute(f"INSERT OR REPLACE INTO claims VALUES (?, ?, {_NOW} + ?)",
+                           (name, token, ttl))
             return True
 
         return await self._run(claim)
@@ -223,11 +266,14 @@ class SQLiteStore(BindingStore):
 
     async def claimed(self, name: str) -> bool:
         def claimed(db: sqlite3.Connection) -> bool:
-            row = db.execute("SELECT 1 FROM claims WHERE name = ? AND expires > ?",
-                             (name, time.time())).fetchone()
+            row = db.execute(f"SELECT 1 FROM claims WHERE name = ? AND expires > {_NOW}",
+                             (name,)).fetchone()
             return row is not None
 
         return await self._run(claimed)
+
+    async def time(self) -> float:
+        return await self._run(lambda db: float(db.execute(f"SELECT {_NOW}").fetchone()[0]))
 
     async def aclose(self) -> None:
         def close() -> None:

@@ -8,7 +8,14 @@ processes and application replicas:
   based on a stale read fails instead of overwriting a newer binding;
 - :meth:`BindingStore.claim` lets exactly one caller hold a named claim until it
   releases it or its time-to-live runs out; the manager creates, heals and replaces a
-  sandbox only while it holds the owner's claim.
+  sandbox only while it holds the owner's claim, and a binding it writes then is
+  *fenced* by that claim (``put(..., fence=(name, token))``): checked in the same atomic
+  step, so a creator whose claim ran out cannot bind, and the reaper, holding the claim,
+  knows that nobody binds the sandbox it is about to kill.
+
+Claims expire by the store's own clock (Redis's, PostgreSQL's, SQLite's reading of the
+machine's), never by a replica's: :meth:`BindingStore.time` reads it, for the times the
+manager writes into bindings and labels.
 
 This module holds the interface, the value type and :class:`MemoryStore`; each other
 store lives in its own module and imports its driver only when constructed, so the core
@@ -29,6 +36,7 @@ from typing import Any, TypeVar
 
 import attrs
 
+from provider_sdk.manager._claims import check_owner
 from provider_sdk.models import _env_map
 
 __all__ = ["Binding", "BindingStore", "MemoryStore", "default_store_path"]
@@ -98,11 +106,14 @@ class BindingStore(abc.ABC):
         """The owner's binding, or ``None``."""
 
     @abc.abstractmethod
-    async def put(self, binding: Binding) -> Binding | None:
+    async def put(self, binding: Binding, *,
+                  fence: tuple[str, str] | None = None) -> Binding | None:
         """Store ``binding`` if the stored one still has ``binding.version``.
 
-        ``version == 0`` means "only if there is none". Returns the stored binding
-        (its version bumped), or ``None`` when another writer got there first.
+        ``version == 0`` means "only if there is none". With ``fence=(name, token)``,
+        also only if ``token`` holds the claim ``name`` now, checked in the same atomic
+        step. Returns the stored binding (its version bumped), or ``None`` when another
+        writer got there first (or the claim is not ``token``'s).
         """
 
     @abc.abstractmethod
@@ -129,6 +140,11 @@ class BindingStore(abc.ABC):
     async def claimed(self, name: str) -> bool:
         """Whether anyone holds the claim ``name`` now."""
 
+    async def time(self) -> float:
+        """The store's clock, in Unix seconds: the clock its claims expire by, which
+        every replica sharing the store reads alike. The default is this machine's."""
+        return time.time()
+
     async def aclose(self) -> None:
         """Release connections. Safe to call twice."""
 
@@ -153,18 +169,21 @@ class MemoryStore(BindingStore):
         return f"<MemoryStore {len(self._bindings)} bindings>"
 
     async def get(self, owner: str) -> Binding | None:
-        return self._bindings.get(owner)
+        return self._bindings.get(check_owner(owner))
 
-    async def put(self, binding: Binding) -> Binding | None:
-        current = self._bindings.get(binding.owner)
+    async def put(self, binding: Binding, *,
+                  fence: tuple[str, str] | None = None) -> Binding | None:
+        current = self._bindings.get(check_owner(binding.owner))
         if (current.version if current else 0) != binding.version:
+            return None
+        if fence is not None and not self._holds(*fence):
             return None
         stored = attrs.evolve(binding, version=binding.version + 1)
         self._bindings[binding.owner] = stored
         return stored
 
     async def delete(self, owner: str, *, version: int | None = None) -> bool:
-        current = self._bindings.get(owner)
+        current = self._bindings.get(check_owner(owner))
         if current is None or (version is not None and current.version != version):
             return False
         del self._bindings[owner]
@@ -188,6 +207,10 @@ class MemoryStore(BindingStore):
     async def claimed(self, name: str) -> bool:
         held = self._claims.get(name)
         return held is not None and held[1] > time.monotonic()
+
+    def _holds(self, name: str, token: str) -> bool:
+        held = self._claims.get(name)
+        return held is not None and held[0] == token and held[1] > time.monotonic()
 
 
 def default_store_path() -> Path:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import secrets
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,28 @@ async def test_an_expired_claim_can_be_taken(any_store: BindingStore) -> None:
     assert await any_store.claim("owner:alice", "next", 30)
 
 
+async def test_a_fenced_put_needs_the_claim_held_by_its_token(any_store: BindingStore) -> None:
+    fence = ("owner:alice", "creator")
+    assert await any_store.put(_binding(), fence=fence) is None  # nobody holds it
+    assert await any_store.get("alice") is None
+    assert await any_store.claim("owner:alice", "reaper", 30)
+    assert await any_store.put(_binding(), fence=fence) is None  # someone else does
+    await any_store.release("owner:alice", "reaper")
+    assert await any_store.claim(*fence, 1.0)
+    stored = await any_store.put(_binding(), fence=fence)
+    assert stored is not None
+    assert stored.version == 1
+    await anyio.sleep(1.2)  # the creator's claim ran out
+    assert await any_store.put(_binding(sandbox_id="sb-2", version=1), fence=fence) is None
+    found = await any_store.get("alice")
+    assert found is not None
+    assert found.sandbox_id == "sb-1"
+
+
+async def test_the_stores_clock_is_the_time_now(any_store: BindingStore) -> None:
+    assert abs(await any_store.time() - time.time()) < 2
+
+
 async def test_a_second_sqlite_store_on_the_same_file_sees_the_bindings(
         store: SQLiteStore) -> None:
     await store.put(_binding())
@@ -149,6 +172,21 @@ def test_open_store_picks_the_store_from_the_url() -> None:
     with pytest.raises(ConfigError, match="unknown scheme") as info:
         open_store("mongodb://user:hunter2@127.0.0.1/db")
     assert "hunter2" not in str(info.value)
+
+
+def test_a_store_url_names_the_redis_prefix_and_the_postgres_table() -> None:
+    redis = open_store("redis://:hunter2@127.0.0.1:6379/0?prefix=app:one:")
+    assert isinstance(redis, RedisStore)
+    assert redis.prefix == "app:one:"
+    assert redis._url.reveal() == "redis://:hunter2@127.0.0.1:6379/0"
+    postgres = open_store("postgresql://u@127.0.0.1/db?table=app_one&sslmode=disable")
+    assert isinstance(postgres, PostgresStore)
+    assert postgres.table == "app_one"
+    assert postgres._dsn.reveal() == "postgresql://u@127.0.0.1/db?sslmode=disable"
+    with pytest.raises(InvalidInput, match="table"):
+        open_store("postgresql://u@127.0.0.1/db?table=Bad-Name")
+    with pytest.raises(InvalidInput, match="given 2 times"):
+        open_store("redis://127.0.0.1/0?prefix=a&prefix=b")
 
 
 def test_a_postgres_table_name_is_checked() -> None:
