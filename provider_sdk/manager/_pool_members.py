@@ -18,7 +18,7 @@ import attrs
 from provider_sdk.manager._env_handle import EnvSandbox
 from provider_sdk.models import SandboxInfo, SandboxSpec, SandboxState
 
-__all__ = ["EXPIRES_LABEL", "POOL_LABEL", "SPEC_LABEL", "TAKEN_LABEL", "TAKEN_TTL",
+__all__ = ["EXPIRES_LABEL", "POOL_LABEL", "SPEC_LABEL", "TAKEN_LABEL",
            "ClaimedSandbox", "LIVE", "MADE_TOKEN", "OWN_LABELS", "alive_claim", "created_time",
            "expiry", "fingerprint", "made_claim", "refill_claim", "taken_claim"]
 
@@ -33,10 +33,6 @@ TAKEN_LABEL = "psdk.pool.taken"
 """The label (the Unix time) a member gets as it is handed out, where labels change after
 create: no pool, reaper or drain takes it then, whatever its store remembers."""
 OWN_LABELS = (POOL_LABEL, SPEC_LABEL, EXPIRES_LABEL, TAKEN_LABEL)
-
-TAKEN_TTL = 365 * 24 * 3600.0
-"""Seconds the store remembers that a member was handed out."""
-
 
 LIVE = frozenset({SandboxState.STARTING, SandboxState.RUNNING, SandboxState.PAUSING,
                    SandboxState.PAUSED})

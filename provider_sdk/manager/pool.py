@@ -17,15 +17,18 @@ they share a ``name``, a provider and a binding store (and agree on the spec):
   (a fingerprint of the spec and its template) and :data:`EXPIRES_LABEL` (when it is
   too old to hand out);
 - a member is handed out by taking its claim in the store (:func:`taken_claim`), which
-  exactly one caller wins; that claim stays, so the member is never handed out again
-  (where labels change after create it also gets :data:`TAKEN_LABEL`);
+  exactly one caller wins; that claim stays until the member is too old to hand out
+  anyway (it expires with the member), so the member is never handed out again (where
+  labels change after create it also gets :data:`TAKEN_LABEL`);
 - where labels cannot change after create, only the store a member was made through
   knows whether it was handed out: a pool records the members it makes
-  (:func:`made_claim`) and hands out, drains and kills only those its store made;
+  (:func:`made_claim`, until a day past ``max_age``), hands out, drains and kills only
+  those its store made, and drops the record of one it handed out;
 - members are made only while holding the pool's refill claim (:func:`refill_claim`),
   and the refiller counts the free members first, so the pool keeps at most ``size``
   however many replicas run it (a refiller that dies mid-round can leave extras; the
-  next round kills them);
+  next round kills them); it makes at most ``size`` per ``interval``, and backs off
+  after failed creates (``_pool_rounds``);
 - a running pool holds its :func:`alive_claim`; the reaper
   (:func:`~provider_sdk.manager.reap`) kills free members of a pool nobody runs once
   they are past ``max_age``, and never a member that was handed out.
@@ -42,16 +45,20 @@ A member's own code (what the spec's template starts) runs before anyone claims 
 may be hostile: a claim hands a member out only once it answered a first command within
 ``check_timeout``, kills it otherwise, and never resets what its code did.
 
-This module owns the pool; it must not know any provider or store by name, and it does
-not bind owners (the manager does).
+Every error that leaves a pool is a :class:`~provider_sdk.errors.SandboxError`; what
+fails in its background task is counted (:attr:`WarmPool.failures`) and logged, never
+raised into the application's task group.
+
+This module owns the pool, its lifetime and its claims; its rounds are in
+``_pool_rounds``. It must not know any provider or store by name, and it does not bind
+owners (the manager does).
 """
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import anyio
@@ -59,27 +66,26 @@ import anyio.abc
 import attrs
 
 from provider_sdk.capabilities import Capability
-from provider_sdk.errors import InvalidInput, SandboxError, SandboxNotFound
+from provider_sdk.errors import InvalidInput, OperationTimeout, SandboxError
 from provider_sdk.events import span
 from provider_sdk.labels import check_labels
+from provider_sdk.manager._clock import StoreClock
+from provider_sdk.manager._errors import Failures, typed
 from provider_sdk.manager._pool_members import (
     EXPIRES_LABEL,
-    LIVE,
     MADE_TOKEN,
     OWN_LABELS,
     POOL_LABEL,
     SPEC_LABEL,
     TAKEN_LABEL,
-    TAKEN_TTL,
     ClaimedSandbox,
     alive_claim,
-    created_time,
     expiry,
-    fingerprint,
     made_claim,
     refill_claim,
     taken_claim,
 )
+from provider_sdk.manager._pool_rounds import RoundsMixin
 from provider_sdk.manager.store import BindingStore, MemoryStore
 from provider_sdk.models import SandboxInfo, SandboxSpec, SandboxState, _env_map
 from provider_sdk.provider import SandboxProvider
@@ -89,14 +95,16 @@ __all__ = ["EXPIRES_LABEL", "POOL_LABEL", "SPEC_LABEL", "TAKEN_LABEL", "ClaimedS
            "WarmPool", "alive_claim", "refill_claim", "taken_claim"]
 
 _SETTLE = 0.2  # seconds a round waits after a claim wakes it
-_KILL_BOUND = 60.0  # seconds a kill of a member may hold the pool
+
+Finish = Callable[[], Coroutine[Any, Any, None]]
+"""What completes a member's hand-out once its taker recorded it (a manager: bound it)."""
 
 
 class _HandedOut(Exception):
     """A member a claim took turned out to be handed out already."""
 
 
-class WarmPool:
+class WarmPool(RoundsMixin):
     """Keeps ``size`` ready sandboxes for ``spec`` and hands them out at once.
 
     Use it with ``async with``: that runs the background task that fills the pool.
@@ -116,7 +124,10 @@ class WarmPool:
         paused: keep members paused (needs ``pause.memory``, so what the template
             started keeps running once resumed); ``claim`` resumes one.
         interval: seconds between the background rounds that check and refill the
-            pool (a claim starts one shortly after).
+            pool (a claim starts one shortly after). The pool makes ``size`` members
+            per ``interval`` at most (in bursts of up to twice ``size``); after failed
+            creates it makes none for ``interval``, then twice that, and so on (up to
+            five minutes, and at least as long as a ``RateLimited`` error asks).
         starting: how many members the pool makes at once.
         claim_ttl: seconds the refill claim lasts if its holder dies holding it.
         check_on_claim: before handing a member out, ask the provider for its state
@@ -162,9 +173,17 @@ class WarmPool:
         self.check_on_claim = bool(check_on_claim)
         self.check_timeout = float(check_timeout)
         self._token = secrets.token_hex(8)
+        self.failures = Failures("pool", provider.name)
+        """Failures of the background task (rounds, creates, kills), counted by what
+        failed; each is also logged as ``sandbox.pool.background.failed``."""
+        self._clock = StoreClock(self.store)
         self._free: dict[str, SandboxInfo] = {}  # as last seen, oldest first
         self._taken: set[str] = set()  # members seen handed out (that never changes)
         self._limiter = anyio.CapacityLimiter(starting)
+        self._budget = 2.0 * size
+        self._budget_at = time.monotonic()
+        self._failed_rounds = 0
+        self._not_before = 0.0
         self._tg: anyio.abc.TaskGroup | None = None
         self._wake: anyio.Event | None = None
         self._round_done: anyio.Event | None = None  # made in the event loop, on start
@@ -196,8 +215,9 @@ class WarmPool:
         tg.cancel_scope.cancel()
         await tg.__aexit__(None, None, None)
         self._wake = None
-        with anyio.CancelScope(shield=True), contextlib.suppress(SandboxError):
-            await self.store.release(alive_claim(self.name), self._token)
+        with anyio.CancelScope(shield=True, deadline=anyio.current_time() + 5):
+            await self.failures.quietly("release claim",
+                                        self.store.release(alive_claim(self.name), self._token))
 
     @property
     def running(self) -> bool:
@@ -209,13 +229,17 @@ class WarmPool:
 
         Raises:
             RuntimeError: the pool is not running.
-            TimeoutError: not within ``timeout`` seconds.
+            OperationTimeout: not within ``timeout`` seconds (a ``TimeoutError``).
         """
-        with anyio.fail_after(timeout):
+        with anyio.move_on_after(timeout) as scope:
             while len(self._free) < self.size:
                 if self._tg is None or self._round_done is None:
                     raise RuntimeError("the WarmPool is not running")
                 await self._round_done.wait()
+        if scope.cancelled_caught:
+            raise OperationTimeout(f"the pool {self.name!r} was not filled within "
+                                   f"{timeout:g}s ({len(self._free)} of {self.size} free)",
+                                   provider=self.provider.name)
 
     # --------------------------------------------------------------- claims
 
@@ -233,13 +257,15 @@ class WarmPool:
                 a label breaks the label rules or is one of the pool's own.
             UnsupportedCapability: ``metadata`` is given and the provider does not
                 hold ``metadata.update``.
+            SandboxError: the provider or the store failed (as for ``create``).
         """
         checked = _env_map(env)
         labels = self._claim_labels(metadata)
         sandbox = await self.take(metadata=labels)
         if sandbox is None:
-            sandbox = await self.provider.create(attrs.evolve(
-                self.spec, metadata={**self.spec.metadata, **labels}))
+            with typed("pool claim", self.provider.name):
+                sandbox = await self.provider.create(attrs.evolve(
+                    self.spec, metadata={**self.spec.metadata, **labels}))
         return ClaimedSandbox(self.provider, sandbox.info, env=checked)
 
     async def take(self, *, metadata: Mapping[str, str] | None = None) -> Sandbox | None:
@@ -251,13 +277,28 @@ class WarmPool:
         is set on the member before it is handed out, as in :meth:`claim`; a member
         that cannot take it is killed and the next one tried.
         """
-        labels = self._claim_labels(metadata)
-        async with span("pool.claim", self.provider.name, pool=self.name) as ev:
-            sandbox = await self._take(labels)
-            ev["hit"] = sandbox is not None
-            if sandbox is not None:
-                ev["sandbox_id"] = sandbox.id
+        taken = await self._take_for(metadata)
+        if taken is None:
+            return None
+        sandbox, finish = taken
+        with typed("pool claim", self.provider.name, sandbox.id):
+            await finish()
         return sandbox
+
+    async def _take_for(self, metadata: Mapping[str, str] | None
+                        ) -> tuple[Sandbox, Finish] | None:
+        """:meth:`take`, less the last step of the hand-out, which is returned for the
+        taker to run once it has recorded the member as its own (a manager: once it
+        bound it). A taker that dies before leaves the member to be killed once it is
+        too old, not to run on unowned."""
+        labels = self._claim_labels(metadata)
+        with typed("pool claim", self.provider.name):
+            async with span("pool.claim", self.provider.name, pool=self.name) as ev:
+                taken = await self._take(labels)
+                ev["hit"] = taken is not None
+                if taken is not None:
+                    ev["sandbox_id"] = taken[0].id
+        return taken
 
     def _claim_labels(self, metadata: Mapping[str, str] | None) -> dict[str, str]:
         """The labels a claim gives, checked; refused where they cannot be set."""
@@ -274,38 +315,51 @@ class WarmPool:
                      provider=self.provider.name)
         return labels
 
-    async def _take(self, labels: Mapping[str, str]) -> Sandbox | None:
+    async def _take(self, labels: Mapping[str, str]) -> tuple[Sandbox, Finish] | None:
         while self._free:
             sandbox = await self._take_one()
             if sandbox is None:
                 return None
             marks = dict(labels)
             if self.provider.supports(Capability.METADATA_UPDATE):  # the store may forget
-                marks[TAKEN_LABEL] = f"{time.time():.3f}"
-            if not marks:
-                return sandbox
-            try:
-                await sandbox.set_metadata(marks, reread=False)  # its labels are ours
-            except SandboxError:
-                await self._discard(sandbox.id)
-                continue
-            except BaseException:
-                await self._discard(sandbox.id)
-                raise
-            return sandbox
+                marks[TAKEN_LABEL] = f"{await self._now():.3f}"
+            if marks:
+                try:
+                    await sandbox.set_metadata(marks, reread=False)  # its labels are ours
+                except SandboxError:
+                    await self._discard(sandbox.id)
+                    continue
+                except BaseException:
+                    await self._discard(sandbox.id)
+                    raise
+            return sandbox, self._finisher(sandbox.id)
         self._refill_soon()
         return None
+
+    def _finisher(self, sandbox_id: str) -> Finish:
+        """The last step of a hand-out: where the provider cannot label the member, the
+        pool's store forgets that it made it, so no pool or reaper takes it for free
+        once its taken claim runs out."""
+        async def finish() -> None:
+            if not self.provider.supports(Capability.METADATA_UPDATE):
+                await self.store.release(made_claim(sandbox_id), MADE_TOKEN)
+
+        return finish
 
     async def _take_one(self) -> Sandbox | None:
         while self._free:
             sandbox_id = next(iter(self._free))
             info = self._free.pop(sandbox_id)
-            if sandbox_id in self._taken or expiry(info) <= time.time():
+            now = await self._now()
+            if sandbox_id in self._taken or expiry(info) <= now:
                 continue  # the next round replaces it
+            # The claim lasts as long as the member may be handed out, and as long again
+            # as a hand-out may take (its check, and a round's claim): it expires with
+            # the member, and a taker that dies leaves it to the next round or reap.
+            life = min(expiry(info) - now, self.max_age) + self.check_timeout + self.claim_ttl
             if not await self.store.claim(taken_claim(sandbox_id), secrets.token_hex(8),
-                                          TAKEN_TTL):
-                self._taken.add(sandbox_id)
-                continue
+                                          life):
+                continue  # another caller's now
             self._taken.add(sandbox_id)
             self._refill_soon()
             if info.state == SandboxState.RUNNING and not self.check_on_claim:
@@ -323,6 +377,11 @@ class WarmPool:
             await self._discard(sandbox_id)
         self._refill_soon()
         return None
+
+    async def _now(self) -> float:
+        """The store's time (as estimated), without a round trip once it is known."""
+        cached = self._clock.cached()
+        return cached if cached is not None else await self._clock.now()
 
     async def _ready(self, sandbox_id: str) -> Sandbox | None:
         """The member taken, resumed if paused and, with ``check_on_claim``, answering
@@ -371,34 +430,21 @@ class WarmPool:
         self._refill_soon()
 
     async def drain(self) -> int:
-        """Kill every free member of the pool (in any replica's view); returns how many."""
+        """Kill every free member of the pool (in any replica's view); returns how many.
+
+        Raises:
+            SandboxError: the provider or the store failed.
+        """
         self._free.clear()
         killed = 0
-        for info in await self.provider.list(metadata={POOL_LABEL: self.name}):
-            if info.id not in self._taken and TAKEN_LABEL not in info.metadata \
-                    and await self._made_here(info.id) and await self._kill_free(info.id):
-                killed += 1
+        with typed("pool drain", self.provider.name):
+            bound = {b.sandbox_id for b in await self.store.list()}
+            for info in await self.provider.list(metadata={POOL_LABEL: self.name}):
+                if info.id not in self._taken and info.id not in bound \
+                        and TAKEN_LABEL not in info.metadata \
+                        and await self._made_here(info.id) and await self._kill_free(info.id):
+                    killed += 1
         return killed
-
-    async def check(self) -> None:
-        """One round of the background task, now: drain members of another spec or
-        template build, replace dead and expired ones, kill extras, and refill."""
-        async with span("pool.refill", self.provider.name, pool=self.name) as ev:
-            await self.store.claim(alive_claim(self.name), self._token,
-                                   max(3 * self.interval, self.claim_ttl))
-            fingerprint = await self._fingerprint()
-            killed = await self._survey(fingerprint)
-            ev.update(made=0)
-            if len(self._free) < self.size and await self.store.claim(
-                    refill_claim(self.name), self._token, self.claim_ttl):
-                try:
-                    # Count again under the claim: another replica may have just refilled.
-                    killed += await self._survey(fingerprint)
-                    ev["made"] = await self._make(self.size - len(self._free), fingerprint)
-                finally:
-                    with anyio.CancelScope(shield=True):
-                        await self.store.release(refill_claim(self.name), self._token)
-            ev.update(free=len(self._free), killed=killed)
 
     # -------------------------------------------------------------- internals
 
@@ -412,38 +458,6 @@ class WarmPool:
                      internal=self.provider.internal_labels,
                      provider=self.provider.name)
         return spec
-
-    async def _survey(self, fingerprint: str) -> int:
-        """List the members, kill the free ones that are dead, of another fingerprint,
-        expired or beyond ``size``, and remember the rest; returns how many it killed."""
-        now = time.time()
-        members = await self.provider.list(metadata={POOL_LABEL: self.name})
-        self._taken &= {i.id for i in members}
-        free: list[SandboxInfo] = []
-        doomed: list[str] = []
-        for info in members:
-            if info.id in self._taken:
-                continue
-            if TAKEN_LABEL in info.metadata:
-                self._taken.add(info.id)
-                continue
-            if not await self._made_here(info.id):
-                continue  # its store may have handed it out: not this pool's to touch
-            if await self.store.claimed(taken_claim(info.id)):
-                self._taken.add(info.id)
-                continue
-            if (info.state not in LIVE or info.metadata.get(SPEC_LABEL) != fingerprint
-                    or expiry(info) <= now):
-                doomed.append(info.id)
-            else:
-                free.append(info)
-        free.sort(key=lambda i: (created_time(i), i.id))
-        doomed += [i.id for i in free[self.size:]]
-        killed = 0
-        for sandbox_id in doomed:
-            killed += await self._kill_free(sandbox_id)
-        self._free = {i.id: i for i in free[:self.size] if i.id not in self._taken}
-        return killed
 
     async def _made_here(self, sandbox_id: str) -> bool:
         """Whether this pool's store can tell if the member was handed out: always
@@ -459,8 +473,7 @@ class WarmPool:
 
     async def _maintain(self) -> None:
         while True:
-            with contextlib.suppress(Exception):
-                await self.check()
+            await self.failures.quietly("round", self._round())
             done, self._round_done = self._round_done, anyio.Event()
             if done is not None:
                 done.set()
@@ -471,95 +484,3 @@ class WarmPool:
                 # gather a burst of claims into one round.
                 await anyio.sleep(_SETTLE)
             self._wake = anyio.Event()
-
-    async def _make(self, count: int, fingerprint: str) -> int:
-        """Make ``count`` members, at most ``starting`` at once; returns how many.
-
-        Making one is shielded from cancellation: a pool that stops waits for the
-        members being made, which stay as free members, instead of leaving half-made
-        sandboxes behind."""
-        made = 0
-
-        async def one() -> None:
-            nonlocal made
-            async with self._limiter:
-                with anyio.CancelScope(shield=True):
-                    info = await self._make_one(fingerprint)
-                if info is not None:
-                    self._free[info.id] = info
-                    made += 1
-                    await self.store.claim(refill_claim(self.name), self._token,
-                                           self.claim_ttl)
-
-        async with anyio.create_task_group() as tg:
-            for _ in range(count):
-                tg.start_soon(one)
-        return made
-
-    async def _make_one(self, fingerprint: str) -> SandboxInfo | None:
-        expires = time.time() + self.max_age
-        spec = attrs.evolve(self.spec, metadata={
-            **self.spec.metadata, POOL_LABEL: self.name, SPEC_LABEL: fingerprint,
-            EXPIRES_LABEL: f"{expires:.3f}"})
-        try:
-            sandbox = await self.provider.create(spec)
-        except SandboxError:
-            return None
-        try:
-            if not self.provider.supports(Capability.METADATA_UPDATE):
-                await self.store.claim(made_claim(sandbox.id), MADE_TOKEN, TAKEN_TTL)
-            # A first command warms what the provider sets up on first use (a
-            # connection, a login shell's files); what it says does not matter.
-            with contextlib.suppress(SandboxError):
-                await sandbox.exec(["true"], timeout=30)
-            if self.paused:
-                await sandbox.pause()
-        except SandboxError:
-            await self._kill_quietly(sandbox.id)
-            return None
-        return sandbox.info
-
-    async def _kill_free(self, sandbox_id: str) -> bool:
-        """Kill a free member, unless someone takes it first; whether it did."""
-        self._free.pop(sandbox_id, None)
-        token = secrets.token_hex(8)
-        if not await self.store.claim(taken_claim(sandbox_id), token, self.claim_ttl):
-            self._taken.add(sandbox_id)
-            return False
-        gone = False
-        try:
-            gone = await self._kill_quietly(sandbox_id)
-        finally:
-            with anyio.CancelScope(shield=True):
-                if gone:  # else the next round tries again
-                    await self.store.release(made_claim(sandbox_id), MADE_TOKEN)
-                await self.store.release(taken_claim(sandbox_id), token)
-        return True
-
-    async def _kill_quietly(self, sandbox_id: str) -> bool:
-        """Kill a sandbox, ignoring errors, even when cancelled (for a while); whether
-        it is gone."""
-        with anyio.CancelScope(shield=True, deadline=anyio.current_time() + _KILL_BOUND):
-            try:
-                await self.provider.kill(sandbox_id)
-            except SandboxNotFound:
-                return True
-            except SandboxError:
-                return False
-            return True
-        return False
-
-    async def _fingerprint(self) -> str:
-        """The spec's fingerprint, with the id and content of the template it names
-        where the provider lists templates, so a rebuilt template drains the pool."""
-        template: Any = None
-        if self.spec.template is not None and self.provider.supports(
-                Capability.TEMPLATES_BUILD):
-            with contextlib.suppress(SandboxError):
-                found = [t for t in await self.provider.list_templates()
-                         if self.spec.template in (t.id, t.name)]
-                if found:
-                    newest = max(found, key=lambda t: (t.created_at is not None,
-                                                       t.created_at, t.id))
-                    template = [newest.id, newest.content_hash]
-        return fingerprint(self.spec, template)
