@@ -2,10 +2,12 @@
 housekeeper that runs queued chores, and the sweeper that runs the idle and snapshot
 rounds.
 
-All of it is redone by the next acquire or sweep, so its errors are dropped. While the
-manager runs (``async with``), chores go to its task group; outside it, they run inline.
-A sandbox is killed as a duplicate only while no one holds its owner's claim and the
-binding holds another.
+All of it is redone by the next acquire or sweep, so a failure is counted and logged
+(:class:`~provider_sdk.manager._errors.Failures`), never raised into the application's
+task group. While the manager runs (``async with``), chores go to its task group;
+outside it, they run inline. A sandbox is killed as a duplicate only while this manager
+holds its owner's claim and the binding holds another: a creator whose sandbox is not
+bound yet holds the claim, and nobody binds while the claim is held.
 
 This module must not create or bind a sandbox.
 """
@@ -14,20 +16,17 @@ from __future__ import annotations
 
 import builtins
 import collections
-import contextlib
-import time
-from collections.abc import Awaitable, Callable, Coroutine
+import secrets
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
-import attrs
 
-from provider_sdk.errors import SandboxError
 from provider_sdk.events import span
-from provider_sdk.manager._cache import _Entry
 from provider_sdk.manager._claims import owner_claim
-from provider_sdk.manager.store import Binding, BindingStore
+from provider_sdk.manager._errors import Failures
+from provider_sdk.manager.store import BindingStore
 from provider_sdk.provider import SandboxProvider
 
 __all__ = ["HousekeepingMixin"]
@@ -39,52 +38,58 @@ class HousekeepingMixin:
     provider: SandboxProvider
     store: BindingStore
     owner_key: str
+    claim_ttl: float
     sweep_interval: float
-    _touch_every: float
-    _cache: collections.OrderedDict[str, _Entry]
+    failures: Failures
     _tg: anyio.abc.TaskGroup | None
-    _chores: collections.deque[Coroutine[Any, Any, Any]]
+    _chores: collections.deque[tuple[Coroutine[Any, Any, Any], str]]
     _chores_queued: anyio.Event
 
     if TYPE_CHECKING:
         async def pause_idle(self) -> builtins.list[str]: ...
         async def snapshot_due(self) -> builtins.list[str]: ...
-        async def _update(self, owner: str, sandbox_id: str,
-                          change: Callable[[Binding], Binding]) -> Binding | None: ...
+        async def _let_go(self, name: str, token: str,
+                          kill_first: Sequence[str] = ()) -> None: ...
 
     async def _kill_duplicates(self, owner: str, keep: str) -> None:
-        """Kill the owner's sandboxes other than ``keep``, unless someone holds the
-        owner's claim (a creator or repairer whose sandbox is not bound yet)."""
+        """Kill the owner's sandboxes other than ``keep``, holding the owner's claim,
+        while the binding holds ``keep``."""
         tagged = await self.provider.list(metadata={self.owner_key: owner})
         extra = [i.id for i in tagged if i.id != keep]
-        if not extra or await self.store.claimed(owner_claim(owner)):
+        if not extra:
             return
-        current = await self.store.get(owner)
-        if current is None or current.sandbox_id != keep:
-            return
-        async with span("manager.duplicates", self.provider.name, keep, owner=owner,
-                        killed=extra):
-            await self._kill_all(extra)
+        token = secrets.token_hex(8)
+        if not await self.store.claim(owner_claim(owner), token, self.claim_ttl):
+            return  # a creator or repairer is at work: the next look does it
+        try:
+            current = await self.store.get(owner)
+            if current is None or current.sandbox_id != keep:
+                return
+            async with span("manager.duplicates", self.provider.name, keep, owner=owner,
+                            killed=extra):
+                await self._kill_all(extra)
+        finally:
+            await self._let_go(owner_claim(owner), token)
 
     async def _kill_all(self, sandbox_ids: builtins.list[str]) -> None:
         for sandbox_id in sandbox_ids:
             await self._kill_quietly(sandbox_id)
 
     async def _kill_quietly(self, sandbox_id: str) -> None:
-        with contextlib.suppress(SandboxError):
-            await self.provider.kill(sandbox_id)
+        await self.failures.quietly("kill", self.provider.kill(sandbox_id))
 
-    async def _background(self, work: Coroutine[Any, Any, Any]) -> None:
+    async def _background(self, work: Coroutine[Any, Any, Any], chore: str) -> None:
         """Run ``work`` in the manager's task group, or now when it is not running.
-        Errors are dropped: it is housekeeping that the next acquire or sweep redoes."""
+        A failure is counted and logged: it is housekeeping that the next acquire or
+        sweep redoes."""
         if self._tg is not None:
-            self._queue(work)
+            self._queue(work, chore)
         else:
-            await self._quietly(work)
+            await self.failures.quietly(chore, work)
 
-    def _queue(self, work: Coroutine[Any, Any, Any]) -> None:
+    def _queue(self, work: Coroutine[Any, Any, Any], chore: str) -> None:
         """Hand ``work`` to the housekeeper: a caller pays an append, not a task."""
-        self._chores.append(work)
+        self._chores.append((work, chore))
         self._chores_queued.set()
 
     async def _housekeeper(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
@@ -97,32 +102,18 @@ class HousekeepingMixin:
                 await self._chores_queued.wait()
                 self._chores_queued = anyio.Event()
                 while self._chores:
-                    tg.start_soon(self._quietly, self._chores.popleft())
+                    work, chore = self._chores.popleft()
+                    tg.start_soon(self.failures.quietly, chore, work)
         finally:  # stopping: what never started is dropped, as a cancelled task would be
             while self._chores:
-                self._chores.popleft().close()
-
-    @staticmethod
-    async def _quietly(work: Awaitable[Any]) -> None:
-        with contextlib.suppress(SandboxError):
-            await work
+                self._chores.popleft()[0].close()
 
     async def _sweeper(self) -> None:
         while True:
             await anyio.sleep(self.sweep_interval)
-            await self._heartbeat()
             for sweep in (self.pause_idle, self.snapshot_due):
-                with contextlib.suppress(Exception):
-                    async with span("manager.sweep", self.provider.name,
-                                    sweep=sweep.__name__):
-                        await sweep()
+                await self.failures.quietly(sweep.__name__, self._sweep(sweep))
 
-    async def _heartbeat(self) -> None:
-        """Tell the store that sandboxes running a command here are in use, so no
-        replica's idle sweep pauses one in the middle of a long command."""
-        now = time.time()
-        for owner, entry in builtins.list(self._cache.items()):
-            if entry.busy and now - entry.stored_used >= self._touch_every:
-                entry.stored_used = now
-                await self._quietly(self._update(owner, entry.sandbox.id,
-                                                 lambda b: attrs.evolve(b, last_used=now)))
+    async def _sweep(self, sweep: Callable[[], Awaitable[builtins.list[str]]]) -> None:
+        async with span("manager.sweep", self.provider.name, sweep=sweep.__name__):
+            await sweep()

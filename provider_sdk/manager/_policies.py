@@ -3,8 +3,9 @@ bound sandbox.
 
 A snapshot, once taken, is recorded in the owner's binding even if the manager is
 stopping, and the owner's snapshots past the policy's ``keep`` are deleted. A sandbox is
-paused only if its binding and this process's cache say it is still idle. The rounds
-over every binding, :meth:`SandboxManager.snapshot_due` and
+paused only while the pauser holds the owner's claim, after it marked the binding paused
+and then found the owner's use lease run out (the order ``_leases`` relies on). The
+rounds over every binding, :meth:`SandboxManager.snapshot_due` and
 :meth:`SandboxManager.pause_idle`, are the manager's own, and take the claims.
 
 This module must not know any provider or store by name.
@@ -13,9 +14,7 @@ This module must not know any provider or store by name.
 from __future__ import annotations
 
 import builtins
-import collections
 import contextlib
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +23,8 @@ import attrs
 
 from provider_sdk.errors import InvalidInput, SandboxNotFound, SnapshotNotFound
 from provider_sdk.events import span
-from provider_sdk.manager._cache import _Entry
+from provider_sdk.manager._claims import use_claim
+from provider_sdk.manager._clock import StoreClock
 from provider_sdk.manager.store import Binding, BindingStore
 from provider_sdk.models import SandboxState, Snapshot
 from provider_sdk.provider import SandboxProvider
@@ -65,22 +65,26 @@ class PoliciesMixin:
     store: BindingStore
     snapshots: SnapshotPolicy | None
     idle_pause: float | None
-    _cache: collections.OrderedDict[str, _Entry]
+    _clock: StoreClock
 
     if TYPE_CHECKING:
         def _suspect(self, owner: str, sandbox_id: str) -> None: ...
+        def _in_use_here(self, owner: str, sandbox_id: str) -> bool: ...
         async def _update(self, owner: str, sandbox_id: str,
                           change: Callable[[Binding], Binding]) -> Binding | None: ...
 
     async def _pause_bound(self, binding: Binding) -> bool:
-        current = await self.store.get(binding.owner)
-        if (current is None or current.sandbox_id != binding.sandbox_id or current.paused
-                or current.last_used > binding.last_used):
+        """Pause the bound sandbox if its use lease has run out; the caller holds the
+        owner's claim. Marks the binding first, then looks at the lease (see
+        ``_leases``); whether it paused it."""
+        marked = await self._update(binding.owner, binding.sandbox_id,
+                                    lambda b: attrs.evolve(b, paused=True))
+        if marked is None:
             return False
-        entry = self._cache.get(binding.owner)
-        if entry is not None and (entry.busy or (
-                entry.last_used > binding.last_used
-                and time.time() - entry.last_used < (self.idle_pause or 0))):
+        if await self.store.claimed(use_claim(binding.owner)) \
+                or self._in_use_here(binding.owner, binding.sandbox_id):
+            await self._update(binding.owner, binding.sandbox_id,
+                               lambda b: attrs.evolve(b, paused=False))
             return False
         async with span("manager.pause", self.provider.name, binding.sandbox_id,
                         owner=binding.owner):
@@ -91,8 +95,6 @@ class PoliciesMixin:
             except SandboxNotFound:
                 return False  # the next acquire recovers it
             self._suspect(binding.owner, binding.sandbox_id)
-            await self._update(binding.owner, binding.sandbox_id,
-                               lambda b: attrs.evolve(b, paused=True))
         return True
 
     async def _snapshot(self, binding: Binding) -> Snapshot:
@@ -112,7 +114,7 @@ class PoliciesMixin:
         ev["snapshot_id"] = snap.id
         keep = self.snapshots.keep if self.snapshots is not None else None
         pruned: builtins.list[str] = []
-        now = time.time()
+        now = await self._clock.now()
 
         def record(b: Binding) -> Binding:
             snaps = (*b.snapshots, snap.id)

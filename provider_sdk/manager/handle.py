@@ -8,7 +8,12 @@ It is a :class:`~provider_sdk.sandbox.Sandbox` with these additions, and nothing
 - a command or file operation that the provider refused because the sandbox is paused
   (another replica paused it for being idle) resumes it and runs once more; a refused
   call did not run, so none runs twice;
-- commands and file operations count as use for the idle policy;
+- commands and file operations count as use for the idle policy, and hold the owner's
+  use lease while they run, so no replica's idle sweep pauses the sandbox under them;
+- a command with a ``timeout`` ends within it even if the sandbox is paused under it
+  (by hand, or by a replica that lost touch with the store): a little past the timeout
+  the handle resumes it, so the provider reports the timeout with the partial output,
+  and at most :data:`EXEC_GRACE` seconds past it the handle gives up waiting;
 - a data-plane failure marks the owner's cached entry, so the next ``acquire`` walks
   the lookup chain again instead of handing out the same broken sandbox.
 
@@ -24,21 +29,28 @@ import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+import anyio
+
 from provider_sdk.capabilities import Capability
-from provider_sdk.errors import SandboxNotFound, SandboxNotRunning, Unavailable
+from provider_sdk.errors import CommandTimeout, SandboxNotFound, SandboxNotRunning, Unavailable
 from provider_sdk.manager._env_handle import EnvSandbox
-from provider_sdk.models import ExecResult, FileInfo, SandboxInfo, _env_map
+from provider_sdk.models import ExecResult, FileInfo, SandboxInfo, SandboxState, _env_map
 from provider_sdk.provider import OutputCallback
 from provider_sdk.sandbox import Data, Files, Process, Sandbox
 
 if TYPE_CHECKING:
     from provider_sdk.provider import SandboxProvider
 
-__all__ = ["ManagedSandbox", "ManagerLink"]
+__all__ = ["EXEC_GRACE", "ManagedSandbox", "ManagerLink"]
 
 T = TypeVar("T")
 
 _RESUMABLE = frozenset({"paused", "pausing", "stopped"})
+EXEC_GRACE = 3.0
+"""Seconds past its ``timeout`` that a command through a managed handle is waited for
+at most (more than a provider takes to kill a tree and send the partial output)."""
+_WAKE_AFTER = 0.25
+"""Seconds past its ``timeout`` after which a command's sandbox is resumed if paused."""
 
 
 class ManagerLink(Protocol):
@@ -57,8 +69,9 @@ class ManagerLink(Protocol):
     async def resume(self, sandbox: ManagedSandbox) -> SandboxInfo:
         """Resume the paused sandbox and record that in the binding."""
 
-    def in_use(self, sandbox: ManagedSandbox) -> contextlib.AbstractContextManager[None]:
-        """A block during which the sandbox counts as in use (not idle)."""
+    async def using(self, sandbox: ManagedSandbox, call: Callable[[], Awaitable[T]]) -> T:
+        """Run ``call`` as a use of the sandbox (it is not idle meanwhile, and no sweep
+        pauses it)."""
 
     def suspect(self, owner: str, sandbox_id: str) -> None:
         """Check the sandbox again before the next acquire trusts it."""
@@ -131,10 +144,49 @@ class ManagedSandbox(EnvSandbox):
         output_limit: int | None = None,
     ) -> ExecResult:
         """Run a command with the owner's environment under ``env``; see
-        :meth:`Sandbox.exec <provider_sdk.sandbox.Sandbox.exec>`."""
-        return await self._guarded(lambda: Sandbox.exec(
-            self, cmd, env=env, cwd=cwd, user=user, timeout=timeout, stdin=stdin,
-            on_stdout=on_stdout, on_stderr=on_stderr, output_limit=output_limit))
+        :meth:`Sandbox.exec <provider_sdk.sandbox.Sandbox.exec>`. With a ``timeout`` it
+        ends within it, paused sandbox or not (see the module's docstring)."""
+        def run() -> Awaitable[ExecResult]:
+            return Sandbox.exec(self, cmd, env=env, cwd=cwd, user=user, timeout=timeout,
+                                stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr,
+                                output_limit=output_limit)
+
+        if timeout is None or isinstance(timeout, bool) \
+                or not isinstance(timeout, (int, float)) or not timeout > 0:
+            return await self._guarded(run)  # Sandbox.exec says what is wrong with it
+        return await self._guarded(lambda: self._bounded(run, float(timeout)))
+
+    async def _bounded(self, run: Callable[[], Awaitable[ExecResult]],
+                       timeout: float) -> ExecResult:
+        """``run()`` a command with a ``timeout``: resume its sandbox if it is paused a
+        little past the timeout, give up :data:`EXEC_GRACE` seconds past it."""
+        outcome: list[ExecResult] = []
+        failed: list[Exception] = []
+        start = anyio.current_time()
+        with anyio.move_on_after(timeout + EXEC_GRACE):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._wake_if_paused, timeout + _WAKE_AFTER)
+                try:
+                    outcome.append(await run())
+                except Exception as exc:  # raised below, not as the task group's
+                    failed.append(exc)
+                tg.cancel_scope.cancel()
+        if failed:
+            raise failed[0]
+        if outcome:
+            return outcome[0]
+        raise CommandTimeout(
+            f"command timed out after {timeout:g}s, and the sandbox did not answer "
+            f"{EXEC_GRACE:g}s later; its output is lost",
+            result=ExecResult(exit_code=-9, duration=anyio.current_time() - start),
+            provider=self.provider.name, sandbox_id=self.id)
+
+    async def _wake_if_paused(self, delay: float) -> None:
+        await anyio.sleep(delay)
+        with contextlib.suppress(Exception):
+            info = await self.provider.get_info(self.id)
+            if info.state in (SandboxState.PAUSED, SandboxState.PAUSING):
+                self.info = await self._manager.resume(self)
 
     async def start(self, cmd: str | Sequence[str], *, env: Mapping[str, str] | None = None,
                     cwd: str | None = None, user: str | None = None,
@@ -144,25 +196,27 @@ class ManagedSandbox(EnvSandbox):
                                                          user=user, stdin=stdin))
 
     async def _guarded(self, call: Callable[[], Awaitable[T]]) -> T:
-        """Run one call: count it as use; if the provider refused it because the sandbox
-        is paused (so it did not run), resume and run it once more; on a data-plane
+        """Run one call as a use; if the provider refused it because the sandbox is
+        paused (so it did not run), resume and run it once more; on a data-plane
         failure, make the next ``acquire`` look again."""
-        with self._manager.in_use(self):
-            try:
-                return await call()
-            except SandboxNotRunning as exc:
-                if exc.state not in _RESUMABLE or not self.provider.supports(Capability.PAUSE):
-                    self._manager.suspect(self.owner, self.id)
-                    raise
-            except (Unavailable, SandboxNotFound):
+        return await self._manager.using(self, lambda: self._once_more_if_paused(call))
+
+    async def _once_more_if_paused(self, call: Callable[[], Awaitable[T]]) -> T:
+        try:
+            return await call()
+        except SandboxNotRunning as exc:
+            if exc.state not in _RESUMABLE or not self.provider.supports(Capability.PAUSE):
                 self._manager.suspect(self.owner, self.id)
                 raise
-            self.info = await self._manager.resume(self)
-            try:
-                return await call()
-            except (SandboxNotRunning, Unavailable, SandboxNotFound):
-                self._manager.suspect(self.owner, self.id)
-                raise
+        except (Unavailable, SandboxNotFound):
+            self._manager.suspect(self.owner, self.id)
+            raise
+        self.info = await self._manager.resume(self)
+        try:
+            return await call()
+        except (SandboxNotRunning, Unavailable, SandboxNotFound):
+            self._manager.suspect(self.owner, self.id)
+            raise
 
 
 class _ManagedFiles(Files):

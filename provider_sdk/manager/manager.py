@@ -23,14 +23,17 @@ binding, not the label, is what binds a sandbox.
 Levels 3 and 4, and replacing a broken sandbox, run only while holding the owner's
 claim in the store, so concurrent acquires in other tasks, processes or replicas wait
 for the binding instead of creating their own. Every wait is bounded: the caller gets a
-working sandbox or a typed error.
+working sandbox or a typed error within its deadline, whatever the store does, and
+nothing else the manager does raises into the application: what fails in the
+background is counted (:attr:`SandboxManager.failures`) and logged.
 
 This module owns the binding logic: the class, its settings and lifetime, ``acquire``
 and the owner's other operations, and what handles ask of it (``_HandleLink``, the
 handle's ``ManagerLink``). Its parts are mixins: ``_cache`` (level 1), ``_lookup``
-(levels 2 to 4), ``_policies`` (snapshots and idle pause of one sandbox),
-``_housekeeping`` (work off the caller's path); claim names and the per-owner lock are
-in ``_claims``. It must not know any provider or store by name.
+(levels 2 to 4), ``_leases`` (claims held while working, use leases), ``_policies``
+(snapshots and idle pause of one sandbox), ``_housekeeping`` (work off the caller's
+path); claim names, the owner check and the per-owner lock are in ``_claims``. It must
+not know any provider or store by name.
 """
 
 from __future__ import annotations
@@ -38,11 +41,11 @@ from __future__ import annotations
 import builtins
 import collections
 import contextlib
+import functools
 import math
 import secrets
-import time
-from collections.abc import Callable, Coroutine, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
@@ -53,8 +56,17 @@ from provider_sdk.errors import Conflict, InvalidInput, OperationTimeout, Sandbo
 from provider_sdk.events import span
 from provider_sdk.labels import check_labels
 from provider_sdk.manager._cache import CacheMixin, _Entry
-from provider_sdk.manager._claims import _OwnerLock, owner_claim
+from provider_sdk.manager._claims import (
+    USE_TOKEN,
+    _OwnerLock,
+    check_owner,
+    owner_claim,
+    use_claim,
+)
+from provider_sdk.manager._clock import StoreClock
+from provider_sdk.manager._errors import Failures, translated, typed
 from provider_sdk.manager._housekeeping import HousekeepingMixin
+from provider_sdk.manager._leases import LeaseMixin, _Use
 from provider_sdk.manager._lookup import LookupMixin
 from provider_sdk.manager._policies import PoliciesMixin, SnapshotPolicy
 from provider_sdk.manager.handle import ManagedSandbox
@@ -62,16 +74,22 @@ from provider_sdk.manager.pool import WarmPool
 from provider_sdk.manager.store import Binding, BindingStore, default_store_path
 from provider_sdk.models import Lifecycle, SandboxInfo, SandboxSpec, Snapshot
 from provider_sdk.provider import SandboxProvider
+from provider_sdk.retry import Attempts, Backoff
 from provider_sdk.sandbox import Sandbox
 
 __all__ = ["OWNER_LABEL", "SandboxManager", "SnapshotPolicy", "owner_claim"]
+
+T = TypeVar("T")
+
+_RELEASE_BACKOFF = Backoff(initial=0.01, factor=1.5, cap=0.25)
+"""Pauses between tries of the owner's claim a release waits for."""
 
 OWNER_LABEL = "psdk.manager.owner"
 """The label a :class:`SandboxManager` tags each sandbox it makes with, holding the
 owner: ``psdk ls --label psdk.manager.owner=alice`` shows alice's managed sandbox."""
 
 
-class SandboxManager(CacheMixin, LookupMixin, PoliciesMixin, HousekeepingMixin):
+class SandboxManager(CacheMixin, LookupMixin, LeaseMixin, PoliciesMixin, HousekeepingMixin):
     """One resident sandbox per owner, over any provider and any binding store.
 
     Use it with ``async with`` (or call :meth:`aclose`): that runs the background work,
@@ -90,19 +108,24 @@ class SandboxManager(CacheMixin, LookupMixin, PoliciesMixin, HousekeepingMixin):
         spec: how new sandboxes are made; ``owner_key`` is added to its metadata.
         snapshots: take scheduled snapshots (needs ``snapshot.filesystem``).
         idle_pause: pause a sandbox after this many seconds without an acquire or a
-            command, and resume it on the next acquire (needs ``pause``). A provider
-            that pauses idle sandboxes itself (``lifecycle.auto_pause``) is asked to.
+            command (and at most half as long again), and resume it on the next acquire
+            (needs ``pause``). A provider that pauses idle sandboxes itself
+            (``lifecycle.auto_pause``) is asked to; elsewhere the running manager
+            sweeps. Replicas that share a store must agree on it.
         cache_size: how many owners' handles this process keeps (least recently used
             go first).
-        acquire_timeout: seconds an ``acquire`` may take in all, waits for another
-            creator included, before :class:`~provider_sdk.errors.OperationTimeout`.
+        acquire_timeout: seconds an ``acquire`` (or a ``release``) may take in all,
+            waits for another creator and for the store included, before
+            :class:`~provider_sdk.errors.OperationTimeout`; ``acquire(timeout=...)``
+            gives one call its own.
         health_timeout: seconds to connect to a bound sandbox and get an answer from
-            its data plane, retrying ``Unavailable``, before it counts as broken. The
-            first try is bounded by ``acquire_timeout`` alone (a store hit arms no
-            timer of its own); retries stop ``health_timeout`` after it began.
+            its data plane, retrying ``Unavailable``, before it counts as broken (a
+            connect or a first probe that hangs included).
         replace_unhealthy: replace a broken sandbox (from its latest snapshot); if
             ``False``, ``acquire`` raises :class:`~provider_sdk.errors.Unavailable`.
-        claim_ttl: seconds a creator's claim lasts if its process dies holding it.
+        claim_ttl: seconds a claim outlives the process that held it (it is renewed
+            every third of that while its work goes on): how long an owner whose
+            creator died waits before another replica may create.
         sweep_interval: seconds between background sweeps (idle pause, snapshots);
             default: a quarter of the shortest of ``idle_pause`` and
             ``snapshots.every``, at most 30.
@@ -127,7 +150,7 @@ class SandboxManager(CacheMixin, LookupMixin, PoliciesMixin, HousekeepingMixin):
         acquire_timeout: float = 300.0,
         health_timeout: float = 30.0,
         replace_unhealthy: bool = True,
-        claim_ttl: float = 300.0,
+        claim_ttl: float = 10.0,
         sweep_interval: float | None = None,
         pool: WarmPool | None = None,
     ) -> None:
@@ -180,12 +203,19 @@ class SandboxManager(CacheMixin, LookupMixin, PoliciesMixin, HousekeepingMixin):
         periods = [p for p in (idle_pause if self._sweep_idle else None,
                                snapshots.every if snapshots else None) if p is not None]
         self.sweep_interval = float(sweep_interval or min([*periods, 120.0]) / 4)
-        # How often a handle's use is written to the store (only when something reads it).
+        # How often a handle's use is written to the store and its lease renewed (only
+        # when something reads them).
         self._touch_every = (min(periods) / 4) if periods else math.inf
+        self.failures = Failures("manager", provider.name)
+        """Failures of background work (kills of duplicates, sweeps, renewals), counted
+        by what failed; each is also logged as ``sandbox.manager.background.failed``."""
+        self._clock = StoreClock(store)
+        self._uses: dict[str, _Use] = {}
         self._cache: collections.OrderedDict[str, _Entry] = collections.OrderedDict()
         self._locks: dict[str, anyio.Event | None] = {}  # owners held (see _OwnerLock)
         self._tg: anyio.abc.TaskGroup | None = None
-        self._chores: collections.deque[Coroutine[Any, Any, Any]] = collections.deque()
+        self._chores: collections.deque[tuple[Coroutine[Any, Any, Any], str]] = \
+            collections.deque()
         self._chores_queued: anyio.Event  # made when the manager starts, in its event loop
         self._stack: contextlib.AsyncExitStack | None = None
 
@@ -206,6 +236,7 @@ class SandboxManager(CacheMixin, LookupMixin, PoliciesMixin, HousekeepingMixin):
         await self._tg.start(self._housekeeper)
         if self._sweep_idle or self.snapshots is not None:
             self._tg.start_soon(self._sweeper)
+            self._tg.start_soon(self._keeper)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -227,81 +258,120 @@ class SandboxManager(CacheMixin, LookupMixin, PoliciesMixin, HousekeepingMixin):
 
     # --------------------------------------------------------------- acquire
 
-    async def acquire(self, owner: str) -> ManagedSandbox:
+    async def acquire(self, owner: str, *, timeout: float | None = None) -> ManagedSandbox:
         """The owner's sandbox: cached, bound, found by its tag, or new.
 
+        ``timeout`` (default ``acquire_timeout``) bounds the whole call, whatever the
+        store and the provider do: it returns or raises within it (and a fraction of a
+        second).
+
         Raises:
-            InvalidInput: ``owner`` is not a non-empty string without NUL bytes.
-            OperationTimeout: no working sandbox within ``acquire_timeout``.
+            InvalidInput: ``owner`` is not an owner (see ``check_owner``: 1 to 256
+                characters, no control character or lone surrogate), or ``timeout`` is
+                not a positive number.
+            OperationTimeout: no working sandbox within the timeout.
             Unavailable: the store cannot be reached, or the bound sandbox is broken
                 and ``replace_unhealthy`` is off.
             Conflict: the owner is bound to a sandbox of another provider.
         """
-        _check_owner(owner)
+        check_owner(owner)
+        limit = self.acquire_timeout if timeout is None else _positive("timeout", timeout)
         entry = self._cache.get(owner)
         if entry is not None and not entry.suspect:
             self._cache.move_to_end(owner)
-            self._used(owner, entry)
+            self._note_use(owner, entry.sandbox.id)
             async with span("manager.acquire", self.provider.name, entry.sandbox.id,
                             owner=owner, level="cache"):
                 return entry.sandbox
         async with span("manager.acquire", self.provider.name, owner=owner) as ev:
-            with anyio.move_on_after(self.acquire_timeout) as scope:
+            with anyio.move_on_after(limit) as scope, typed("acquire", self.provider.name):
                 async with self._owner_lock(owner):
                     entry = self._cache.get(owner)
                     if entry is not None and not entry.suspect:  # another task found it
                         ev.update(sandbox_id=entry.sandbox.id, level="cache")
+                        self._note_use(owner, entry.sandbox.id)
                         return entry.sandbox
                     sandbox, level = await self._lookup(owner)
                     ev.update(sandbox_id=sandbox.id, level=level)
                     self._remember(sandbox)
+                    self._note_use(owner, sandbox.id)
                     return sandbox
             assert scope.cancelled_caught
             raise OperationTimeout(f"no working sandbox for owner {owner!r} within "
-                                   f"{self.acquire_timeout:g}s", provider=self.provider.name)
+                                   f"{limit:g}s", provider=self.provider.name)
 
     # ------------------------------------------------------------ the others
 
     async def release(self, owner: str) -> None:
         """Drop the owner's binding and kill its sandboxes (every one tagged with it)
-        and the snapshots the manager took of them."""
-        _check_owner(owner)
+        and the snapshots the manager took of them.
+
+        Raises:
+            InvalidInput: ``owner`` is not an owner.
+            OperationTimeout: not done within ``acquire_timeout``.
+            Unavailable: the store cannot be reached.
+            SandboxError: a sandbox could not be killed (the others were, and the
+                binding is dropped).
+        """
+        check_owner(owner)
         async with span("manager.release", self.provider.name, owner=owner) as ev:
-            with anyio.move_on_after(self.acquire_timeout) as scope:
+            with anyio.move_on_after(self.acquire_timeout) as scope, \
+                    typed("release", self.provider.name):
                 async with self._owner_lock(owner):
                     self._cache.pop(owner, None)
+                    self._uses.pop(owner, None)
                     token = secrets.token_hex(8)
-                    while True:
-                        if await self.store.claim(owner_claim(owner), token, self.claim_ttl):
-                            break
-                        await anyio.sleep(0.05)
                     try:
-                        binding = await self.store.get(owner)
-                        tagged = await self.provider.list(metadata={self.owner_key: owner})
-                        ids = {i.id for i in tagged}
-                        if binding is not None and binding.provider == self.provider.name:
-                            ids.add(binding.sandbox_id)
-                        await self._kill_all(sorted(ids))
-                        if binding is not None:
-                            await self._delete_snapshots(binding.snapshots)
-                            await self.store.delete(owner)
-                        ev["killed"] = len(ids)
+                        async for _ in Attempts(_RELEASE_BACKOFF):
+                            if await self.store.claim(owner_claim(owner), token,
+                                                      self.claim_ttl):
+                                break
+                        ev["killed"] = await self._holding(
+                            owner_claim(owner), token, lambda: self._release_held(owner))
                     finally:
-                        with anyio.CancelScope(shield=True):
-                            await self.store.release(owner_claim(owner), token)
+                        await self._let_go(owner_claim(owner), token)
             if scope.cancelled_caught:
                 raise OperationTimeout(f"could not release owner {owner!r} within "
                                        f"{self.acquire_timeout:g}s",
                                        provider=self.provider.name)
 
+    async def _release_held(self, owner: str) -> int:
+        """Kill the owner's sandboxes and snapshots, drop its binding and its use lease;
+        how many sandboxes. The caller holds the owner's claim."""
+        binding = await self.store.get(owner)
+        tagged = await self.provider.list(metadata={self.owner_key: owner})
+        ids = {i.id for i in tagged}
+        if binding is not None and binding.provider == self.provider.name:
+            ids.add(binding.sandbox_id)
+        failed: list[tuple[str, Exception]] = []
+        for sandbox_id in sorted(ids):
+            try:
+                await self.provider.kill(sandbox_id)
+            except SandboxNotFound:
+                pass
+            except Exception as exc:  # the others still go, and so does the binding
+                failed.append((sandbox_id, exc))
+        if binding is not None:
+            await self._delete_snapshots(binding.snapshots)
+            await self.store.delete(owner)
+        await self.store.release(use_claim(owner), USE_TOKEN)
+        if failed:
+            stuck, error = failed[0]
+            raise translated(error, f"release of owner {owner!r}: {len(failed)} of its "
+                             f"sandboxes could not be killed (the binding is dropped: "
+                             f"another release, or the reaper, kills them)",
+                             self.provider.name, stuck) from error
+        return len(ids)
+
     async def binding(self, owner: str) -> Binding | None:
         """The owner's binding as the store has it, or ``None``."""
-        _check_owner(owner)
-        return await self.store.get(owner)
+        check_owner(owner)
+        with typed("binding", self.provider.name):
+            return await self.store.get(owner)
 
     def forget(self, owner: str) -> None:
         """Drop the owner's cached handle; the next ``acquire`` asks the store."""
-        self._cache.pop(owner, None)
+        self._cache.pop(check_owner(owner), None)
 
     async def snapshot(self, owner: str) -> Snapshot:
         """Snapshot the owner's sandbox now and record it (the policy's ``keep``
@@ -310,71 +380,78 @@ class SandboxManager(CacheMixin, LookupMixin, PoliciesMixin, HousekeepingMixin):
         Raises:
             SandboxNotFound: no sandbox is bound to the owner.
         """
-        _check_owner(owner)
-        binding = await self.store.get(owner)
-        if binding is None:
-            raise SandboxNotFound(f"no sandbox is bound to owner {owner!r}",
-                                  provider=self.provider.name)
-        return await self._snapshot(binding)
+        check_owner(owner)
+        with typed("snapshot", self.provider.name):
+            binding = await self.store.get(owner)
+            if binding is None:
+                raise SandboxNotFound(f"no sandbox is bound to owner {owner!r}",
+                                      provider=self.provider.name)
+            return await self._snapshot(binding)
 
     async def snapshot_due(self) -> builtins.list[str]:
         """One round of the snapshot policy: snapshot every bound sandbox used since
-        its last snapshot more than ``every`` seconds ago. Returns the owners done.
+        its last snapshot more than ``every`` seconds ago (by the store's clock).
+        Returns the owners done.
 
         Several replicas may run it at once: a claim per owner makes one do the work.
         """
         if self.snapshots is None:
             return []
-        done = []
-        now = time.time()
-        for binding in await self.store.list():
-            if binding.provider != self.provider.name:
-                continue
-            used = max(binding.last_used, self._local_use(binding))
-            if binding.snapshot_at is not None and (
-                    now - binding.snapshot_at < self.snapshots.every
-                    or used <= binding.snapshot_at):
-                continue
-            name, token = f"snapshot:{binding.owner}", secrets.token_hex(8)
-            if not await self.store.claim(name, token, self.claim_ttl):
-                continue
-            try:
-                current = await self.store.get(binding.owner)
-                if current is None or current.snapshot_at != binding.snapshot_at:
-                    continue  # another replica just did it
-                with contextlib.suppress(SandboxNotFound):
-                    await self._snapshot(current)
-                    done.append(binding.owner)
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await self.store.release(name, token)
-        return done
+        with typed("snapshot_due", self.provider.name):
+            done = []
+            now = await self._clock.now()
+            for binding in await self.store.list():
+                if binding.provider != self.provider.name:
+                    continue
+                used = max(binding.last_used, self._used_here(binding))
+                if binding.snapshot_at is not None and (
+                        now - binding.snapshot_at < self.snapshots.every
+                        or used <= binding.snapshot_at):
+                    continue
+                name, token = f"snapshot:{binding.owner}", secrets.token_hex(8)
+                if not await self.store.claim(name, token, self.claim_ttl):
+                    continue
+                try:
+                    if await self._holding(name, token,
+                                           functools.partial(self._snapshot_if_due, binding)):
+                        done.append(binding.owner)
+                finally:
+                    await self._let_go(name, token)
+            return done
+
+    async def _snapshot_if_due(self, binding: Binding) -> bool:
+        current = await self.store.get(binding.owner)
+        if current is None or current.snapshot_at != binding.snapshot_at:
+            return False  # another replica just did it
+        try:
+            await self._snapshot(current)
+        except SandboxNotFound:
+            return False
+        return True
 
     async def pause_idle(self) -> builtins.list[str]:
-        """One round of the idle policy: pause every bound sandbox unused for
-        ``idle_pause`` seconds. Returns the owners paused."""
+        """One round of the idle policy: pause every bound sandbox whose use lease has
+        run out (unused for ``idle_pause`` seconds, by the store's clock, and no command
+        running through any replica's handle). Returns the owners paused."""
         if not self._sweep_idle or self.idle_pause is None:
             return []
-        paused = []
-        for binding in await self.store.list():
-            if binding.provider != self.provider.name or binding.paused:
-                continue
-            entry = self._cache.get(binding.owner)
-            if entry is not None and entry.busy:
-                continue
-            if time.time() - max(binding.last_used, self._local_use(binding)) \
-                    < self.idle_pause:
-                continue
-            name, token = owner_claim(binding.owner), secrets.token_hex(8)
-            if not await self.store.claim(name, token, self.claim_ttl):
-                continue  # being acquired or repaired right now
-            try:
-                if await self._pause_bound(binding):
-                    paused.append(binding.owner)
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await self.store.release(name, token)
-        return paused
+        with typed("pause_idle", self.provider.name):
+            paused = []
+            for binding in await self.store.list():
+                if binding.provider != self.provider.name or binding.paused \
+                        or self._in_use_here(binding.owner, binding.sandbox_id) \
+                        or await self.store.claimed(use_claim(binding.owner)):
+                    continue
+                name, token = owner_claim(binding.owner), secrets.token_hex(8)
+                if not await self.store.claim(name, token, self.claim_ttl):
+                    continue  # being acquired or repaired right now
+                try:
+                    if await self._holding(name, token,
+                                           functools.partial(self._pause_bound, binding)):
+                        paused.append(binding.owner)
+                finally:
+                    await self._let_go(name, token)
+            return paused
 
     # -------------------------------------------------------------- internals
 
@@ -414,7 +491,8 @@ class _HandleLink:
             env = {k: v for k, v in {**b.env, **set_}.items() if k not in unset}
             return attrs.evolve(b, env=env)
 
-        stored = await self.manager._update(sandbox.owner, sandbox.id, change)
+        with typed("set_env", self.manager.provider.name, sandbox.id):
+            stored = await self.manager._update(sandbox.owner, sandbox.id, change)
         if stored is None:
             raise Conflict(f"owner {sandbox.owner!r} is no longer bound to this sandbox",
                            provider=self.manager.provider.name, sandbox_id=sandbox.id)
@@ -422,15 +500,17 @@ class _HandleLink:
 
     async def resume(self, sandbox: ManagedSandbox) -> SandboxInfo:
         provider = self.manager.provider
-        async with span("manager.resume", provider.name, sandbox.id, owner=sandbox.owner):
-            info = await Sandbox.resume(sandbox)
-        now = time.time()
-        await self.manager._update(sandbox.owner, sandbox.id,
-                                   lambda b: attrs.evolve(b, paused=False, last_used=now))
+        with typed("resume", provider.name, sandbox.id):
+            async with span("manager.resume", provider.name, sandbox.id, owner=sandbox.owner):
+                info = await Sandbox.resume(sandbox)
+            now = await self.manager._clock.now()
+            await self.manager._update(sandbox.owner, sandbox.id,
+                                       lambda b: attrs.evolve(b, paused=False, last_used=now))
         return info
 
-    def in_use(self, sandbox: ManagedSandbox) -> contextlib.AbstractContextManager[None]:
-        return self.manager._in_use(sandbox)
+    async def using(self, sandbox: ManagedSandbox, call: Callable[[], Awaitable[T]]) -> T:
+        return await self.manager._using(sandbox.owner, sandbox.id, call,
+                                         lambda: Sandbox.resume(sandbox))
 
     def suspect(self, owner: str, sandbox_id: str) -> None:
         self.manager._suspect(owner, sandbox_id)
@@ -439,8 +519,7 @@ class _HandleLink:
         self.manager._forget(owner, sandbox_id)
 
 
-def _check_owner(owner: str) -> None:
-    if not isinstance(owner, str) or not owner or "\0" in owner:
-        raise InvalidInput(f"owner must be a non-empty string without NUL bytes, "
-                           f"got {owner!r}")
-
+def _positive(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise InvalidInput(f"{name} must be a positive number, got {value!r}")
+    return float(value)

@@ -242,10 +242,12 @@ async def test_many_tasks_acquiring_one_owner_get_one_sandbox(
 
 
 class _ExpiringClaims(MemoryStore):
-    """Claims that never exclude anyone: every claim has (as if) expired at once."""
+    """Claims that never exclude anyone: every claim has (as if) expired at once, and
+    the last claimer holds it."""
 
     async def claim(self, name: str, token: str, ttl: float) -> bool:
-        return True
+        self._claims.pop(name, None)
+        return await super().claim(name, token, ttl)
 
 
 async def test_when_claims_fail_the_first_binding_wins_and_the_other_sandbox_dies(

@@ -1,0 +1,267 @@
+"""Claims held while working, and the use leases that keep idle sweeps off a sandbox in
+use.
+
+A claim (an owner's, a snapshot's) is held only as long as the work under it: a task
+renews it every third of ``claim_ttl`` (:meth:`LeaseMixin._holding`), so a replica that
+dies holding one frees it within ``claim_ttl`` seconds, and one that works for minutes
+keeps it. Letting go of a claim (:meth:`LeaseMixin._let_go`) never holds up a caller: it
+runs in the background with a deadline of its own, and a claim not released runs out.
+
+Where the manager sweeps idle sandboxes (``idle_pause`` on a provider without
+``lifecycle.auto_pause``), every use of an owner's sandbox renews the owner's *use
+lease* (:func:`~provider_sdk.manager._claims.use_claim`), a claim held jointly by every
+user for ``idle_pause`` and a little more, by the store's clock; a sweep pauses only a
+sandbox whose lease has run out. The lease is renewed while a command runs, and the
+order of the steps makes the check safe against a sweep in another replica:
+
+- a sweep takes the owner's claim, marks the binding paused, then checks the lease;
+- a command whose lease had run out takes the lease, then reads the binding; if a sweep
+  marked it, it waits for the sweep's claim (so the pause is done) and resumes the
+  sandbox, then runs.
+
+One of the two always sees the other's first step, so a sweep never pauses a sandbox
+under a command that started. A lease that ran out while a command ran (the store was
+away longer than the lease) is noticed at its next renewal, and a sandbox a sweep paused
+meanwhile is resumed, so the command goes on.
+
+This module must not know any provider or store by name.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+import anyio.abc
+import attrs
+
+from provider_sdk.errors import SandboxNotFound
+from provider_sdk.events import span
+from provider_sdk.manager._claims import USE_TOKEN, owner_claim, use_claim
+from provider_sdk.manager._clock import StoreClock
+from provider_sdk.manager._errors import Failures
+from provider_sdk.manager.store import Binding, BindingStore
+from provider_sdk.models import SandboxState
+from provider_sdk.provider import SandboxProvider
+from provider_sdk.retry import Attempts, Backoff
+
+__all__ = ["LeaseMixin"]
+
+T = TypeVar("T")
+
+_RELEASE_BOUND = 5.0
+"""Seconds a claim's release in the background may take (it runs out anyway)."""
+_INLINE_RELEASE_BOUND = 0.25
+"""Seconds a release may hold a caller, where there is no background to hand it to."""
+_WAIT_BACKOFF = Backoff(initial=0.01, factor=1.5, cap=0.25)
+
+
+@attrs.define
+class _Use:
+    """What this process knows of the use of one owner's sandbox (monotonic times)."""
+
+    sandbox_id: str
+    busy: int = 0
+    used: float = -math.inf
+    """When it was last used here."""
+    stored: float = -math.inf
+    """When its use was last written to the binding (``last_used``)."""
+    renewed: float = -math.inf
+    """When the use lease was last renewed from here."""
+    until: float = -math.inf
+    """Until when the lease surely holds: the last renewal's start plus its time."""
+
+
+class LeaseMixin:
+    """Claims held while working, and use leases, for ``SandboxManager``."""
+
+    provider: SandboxProvider
+    store: BindingStore
+    claim_ttl: float
+    idle_pause: float | None
+    _sweep_idle: bool
+    _touch_every: float
+    _tg: anyio.abc.TaskGroup | None
+    _clock: StoreClock
+    _uses: dict[str, _Use]
+    failures: Failures
+
+    if TYPE_CHECKING:
+        def _queue(self, work: Coroutine[Any, Any, Any], chore: str) -> None: ...
+        def _suspect(self, owner: str, sandbox_id: str) -> None: ...
+        async def _update(self, owner: str, sandbox_id: str,
+                          change: Callable[[Binding], Binding]) -> Binding | None: ...
+
+    # --------------------------------------------------------------- claims
+
+    async def _holding(self, name: str, token: str, work: Callable[[], Awaitable[T]],
+                       ttl: float | None = None) -> T:
+        """Run ``work`` while renewing the claim ``name`` (which ``token`` holds) for
+        ``ttl`` (default ``claim_ttl``) every third of that. The claim is not released
+        here."""
+        outcome: list[T] = []
+        failed: list[Exception] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._renewing, name, token, ttl or self.claim_ttl)
+            try:
+                outcome.append(await work())
+            except Exception as exc:  # raised below, not as the task group's
+                failed.append(exc)
+            tg.cancel_scope.cancel()
+        if failed:
+            raise failed[0]
+        return outcome[0]
+
+    async def _renewing(self, name: str, token: str, ttl: float) -> None:
+        period = ttl / 3
+        while True:
+            await anyio.sleep(period)
+            with anyio.move_on_after(period):
+                await self.failures.quietly("renew claim", self.store.claim(name, token, ttl))
+
+    async def _let_go(self, name: str, token: str, kill_first: Sequence[str] = ()) -> None:
+        """Release a claim ``token`` may hold, off the caller's path: in the background
+        while the manager runs, else for at most a quarter of a second. The sandboxes in
+        ``kill_first`` (made or found under the claim, and nobody's) are killed before,
+        still under the claim, so nobody adopts one meanwhile."""
+        ids = tuple(kill_first)
+        if self._tg is not None:
+            self._queue(self._release_bounded(name, token, ids, _RELEASE_BOUND),
+                        "release claim")
+        else:
+            await self._release_bounded(name, token, ids, _INLINE_RELEASE_BOUND)
+
+    async def _release_bounded(self, name: str, token: str, kill_first: tuple[str, ...],
+                               bound: float) -> None:
+        with anyio.CancelScope(shield=True, deadline=anyio.current_time() + bound):
+            for sandbox_id in kill_first:
+                await self.failures.quietly("kill", self.provider.kill(sandbox_id))
+            await self.failures.quietly("release claim", self.store.release(name, token))
+
+    async def _wait_claimed_by_nobody(self, owner: str) -> None:
+        """Wait until nobody else holds the owner's claim (for at most ``claim_ttl``:
+        a holder that died lets it run out), taking and dropping it once."""
+        token = secrets.token_hex(8)
+        with anyio.move_on_after(self.claim_ttl):
+            async for _ in Attempts(_WAIT_BACKOFF):
+                if await self.store.claim(owner_claim(owner), token, self.claim_ttl):
+                    break
+        await self._let_go(owner_claim(owner), token)
+
+    # ----------------------------------------------------------- use leases
+
+    @property
+    def _lease_ttl(self) -> float:
+        """How long a use lease lasts after a renewal: renewals come at most every
+        ``_touch_every``, so a sandbox is paused between ``idle_pause`` and about a
+        half more after its last use."""
+        return (self.idle_pause or 0.0) + 2 * self._touch_every
+
+    def _use_of(self, owner: str, sandbox_id: str) -> _Use:
+        use = self._uses.get(owner)
+        if use is None or use.sandbox_id != sandbox_id:
+            use = self._uses[owner] = _Use(sandbox_id=sandbox_id)
+        return use
+
+    def _note_use(self, owner: str, sandbox_id: str) -> None:
+        """An acquire or a command: renew the lease in the background when due."""
+        use = self._use_of(owner, sandbox_id)
+        now = use.used = time.monotonic()
+        if self._sweep_idle and self._tg is not None \
+                and now - use.renewed >= self._touch_every:
+            use.renewed = now  # one renewal on its way is enough
+            self._queue(self._keep_use(owner, use), "renew use")
+
+    async def _using(self, owner: str, sandbox_id: str, call: Callable[[], Awaitable[T]],
+                     resume: Callable[[], Awaitable[object]]) -> T:
+        """Run ``call`` (a command, a file operation) as a use of the owner's sandbox:
+        under a use lease where the manager sweeps idle sandboxes, renewed while it runs
+        (see the module's docstring); ``resume`` resumes the sandbox if a sweep paused it
+        before the call could start."""
+        use = self._use_of(owner, sandbox_id)
+        use.busy += 1
+        use.used = time.monotonic()
+        try:
+            if not self._sweep_idle:
+                return await call()
+            if use.until <= time.monotonic():  # run out, or never taken: take it, look
+                # A store that does not answer holds the call up for a claim's time at
+                # most: the command runs then, and its timeout still bounds it.
+                with anyio.move_on_after(self.claim_ttl):
+                    await self._keep_use(owner, use, resume=resume)
+            elif time.monotonic() - use.renewed >= self._touch_every:
+                self._note_use(owner, sandbox_id)
+            if self._tg is not None:  # the manager's keeper renews it while it runs
+                return await call()
+            return await self._holding(use_claim(owner), USE_TOKEN, call, self._lease_ttl)
+        finally:
+            use.busy -= 1
+            use.used = time.monotonic()
+
+    async def _keep_use(self, owner: str, use: _Use,
+                        resume: Callable[[], Awaitable[object]] | None = None) -> None:
+        """Renew the use lease; if it had run out, read the binding, and resume the
+        sandbox if a sweep paused it (after the sweep is done)."""
+        start = time.monotonic()
+        use.renewed = start
+        held = use.until > start
+        await self.store.claim(use_claim(owner), USE_TOKEN, self._lease_ttl)
+        use.until = max(use.until, start + self._lease_ttl)
+        if held:
+            return
+        binding = await self.store.get(owner)
+        if binding is None or binding.sandbox_id != use.sandbox_id or not binding.paused:
+            return
+        await self._wait_claimed_by_nobody(owner)  # a sweep pausing it holds the claim
+        async with span("manager.resume", self.provider.name, use.sandbox_id, owner=owner):
+            try:
+                sandbox = await self.provider.connect(use.sandbox_id, resume=False)
+                if sandbox.info.state in (SandboxState.PAUSED, SandboxState.PAUSING):
+                    await (resume() if resume is not None else sandbox.resume())
+            except SandboxNotFound:
+                return  # the next acquire replaces it
+        now = await self._clock.now()
+        await self._update(owner, use.sandbox_id,
+                           lambda b: attrs.evolve(b, paused=False, last_used=now))
+
+    def _used_here(self, binding: Binding) -> float:
+        """When this process last used the bound sandbox, on the store's clock (as
+        estimated; 0 if it has not, or the offset is not known yet)."""
+        use = self._uses.get(binding.owner)
+        now = self._clock.cached()
+        if use is None or use.sandbox_id != binding.sandbox_id or now is None \
+                or use.used == -math.inf:
+            return 0.0
+        return now - (time.monotonic() - use.used)
+
+    def _in_use_here(self, owner: str, sandbox_id: str) -> bool:
+        """Whether this process uses the sandbox now, or holds its lease."""
+        use = self._uses.get(owner)
+        return use is not None and use.sandbox_id == sandbox_id and (
+            use.busy > 0 or use.until > time.monotonic())
+
+    async def _keeper(self) -> None:
+        """The manager's background loop: renew the leases of sandboxes in use, and
+        write their use to the bindings (for the snapshot policy) when due."""
+        while True:
+            await anyio.sleep(self._touch_every / 2)
+            now = time.monotonic()
+            for owner, use in list(self._uses.items()):
+                if self._sweep_idle and (use.busy or use.used > use.renewed) \
+                        and now - use.renewed >= self._touch_every:
+                    use.renewed = now
+                    await self.failures.quietly("renew use", self._keep_use(owner, use))
+                if use.used > use.stored and now - use.stored >= self._touch_every:
+                    use.stored = now
+                    await self.failures.quietly("record use", self._record_use(owner, use))
+                if not use.busy and use.until < now and use.used <= use.stored:
+                    self._uses.pop(owner, None)
+
+    async def _record_use(self, owner: str, use: _Use) -> None:
+        used = await self._clock.now() - (time.monotonic() - use.used)
+        await self._update(owner, use.sandbox_id,
+                           lambda b: attrs.evolve(b, last_used=max(b.last_used, used)))
