@@ -39,6 +39,7 @@ __all__ = [
     "TemplateSpec",
     "Volume",
     "VolumeMount",
+    "broken_reason",
 ]
 
 _TEMPLATE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
@@ -247,6 +248,19 @@ class SandboxInfo:
     resources: Resources = attrs.field(factory=Resources)
     extra: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_map, eq=False)
     """Provider-specific leftovers, read-only."""
+
+
+def broken_reason(info: SandboxInfo) -> str | None:
+    """Why the provider reports ``info`` as a broken record (on one line), or ``None``.
+
+    A provider reports a state record it cannot make sense of (corrupt, half created)
+    as a sandbox in state ``error`` with ``extra["broken"]`` set to the reason; killing
+    it removes what is left of it.
+    """
+    reason = info.extra.get("broken")
+    if info.state != SandboxState.ERROR or not reason:
+        return None
+    return " ".join(str(reason).split())
 
 
 @attrs.frozen(kw_only=True)

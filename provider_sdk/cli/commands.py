@@ -45,7 +45,7 @@ from provider_sdk.models import (
     FileType,
     SandboxInfo,
     SandboxSpec,
-    SandboxState,
+    broken_reason,
 )
 from provider_sdk.provider import SandboxProvider
 from provider_sdk.sandbox import Sandbox
@@ -256,18 +256,6 @@ async def cmd_ls(args: argparse.Namespace, console: Console) -> int:
     for line in table(header, rows):
         console.out(line)
     return 0
-
-
-def broken_reason(info: SandboxInfo) -> str | None:
-    """Why the provider reports ``info`` as a broken record (on one line), or ``None``.
-
-    A provider reports a state record it cannot make sense of (corrupt, half created)
-    as a sandbox in state ``error`` with ``extra["broken"]`` set to the reason.
-    """
-    reason = info.extra.get("broken")
-    if info.state != SandboxState.ERROR or not reason:
-        return None
-    return " ".join(str(reason).split())
 
 
 async def cmd_info(args: argparse.Namespace, console: Console) -> int:

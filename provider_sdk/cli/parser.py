@@ -212,8 +212,9 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
                     "members of warm pools nobody runs once past their age, and remove "
                     "broken records")
     p.add_argument("--store", metavar="URL",
-                   help="the binding store: sqlite:///PATH, redis://..., postgresql://... "
-                        "(default: $PSDK_MANAGER_STORE, then the default SQLite file)")
+                   help="the managers' binding store, exactly: sqlite:///PATH (an existing "
+                        "file), redis://...?prefix=P, postgresql://...?table=T (default: "
+                        "$PSDK_MANAGER_STORE; never guessed)")
     p.add_argument("--owner-key", metavar="K", default="psdk.manager.owner",
                    help="the label managers tag sandboxes with (default: psdk.manager.owner)")
     p.add_argument("--older-than", metavar="DURATION", type=_duration,

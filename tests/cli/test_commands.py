@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sqlite3
 import warnings
 from pathlib import Path
 
@@ -498,9 +499,16 @@ def test_kill_removes_a_broken_record(psdk: Psdk, memory: Store) -> None:
     assert psdk("ls", *P).err == ""
 
 
+def _store_file(tmp_path: Path) -> str:
+    """The URL of a managers' SQLite store that exists (``psdk reap`` needs one)."""
+    path = tmp_path / "bindings.sqlite3"
+    sqlite3.connect(path).close()
+    return f"sqlite:///{path}"
+
+
 def test_reap_removes_broken_records_and_says_so(psdk: Psdk, memory: Store,
                                                  tmp_path: Path) -> None:
-    store = f"sqlite:///{tmp_path / 'bindings.sqlite3'}"
+    store = _store_file(tmp_path)
     unbound = _create(psdk, "--label", "psdk.manager.owner=gone")
     untagged = _create(psdk, "--label", "owner=gone")  # made by hand: never reaped
     STORE.add_broken("mem-broken", "meta.json: {}")
@@ -519,7 +527,7 @@ def test_reap_removes_broken_records_and_says_so(psdk: Psdk, memory: Store,
 
 def test_reap_older_than_spares_broken_records_of_unknown_age(psdk: Psdk, memory: Store,
                                                              tmp_path: Path) -> None:
-    store = f"sqlite:///{tmp_path / 'bindings.sqlite3'}"
+    store = _store_file(tmp_path)
     STORE.add_broken("mem-broken", "half created")
     outcome = psdk("reap", *P, "--store", store, "--older-than", "1h")
     assert outcome.code == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -126,11 +127,13 @@ def test_reap_lines_escape_what_a_label_holds(env: dict[str, str], tmp_path: Pat
     from provider_sdk.manager.manager import OWNER_LABEL
 
     sandbox = _id_alone(_ok(env, "create"))
-    _relabel(env, sandbox, {OWNER_LABEL: "eve\nkilled 99 sandboxes"})
+    # An owner may hold format characters (no control character: no manager writes one).
+    _relabel(env, sandbox, {OWNER_LABEL: "eve\u202ekilled 99 sandboxes"})
+    store = tmp_path / "bindings.sqlite3"
+    sqlite3.connect(store).close()
     try:
-        out = _ok(env, "reap", "--dry-run", "--store",
-                  f"sqlite:///{tmp_path / 'bindings.sqlite3'}")
-        assert out == f"{sandbox}  {OWNER_LABEL}=eve\\nkilled 99 sandboxes\n"
+        out = _ok(env, "reap", "--dry-run", "--store", f"sqlite:///{store}")
+        assert out == f"{sandbox}  {OWNER_LABEL}=eve\\u202ekilled 99 sandboxes\n"
     finally:
         _ok(env, "kill", sandbox)
 
