@@ -179,8 +179,11 @@ class SQLiteStore(BindingStore):
                         raise _Locked(str(exc)) from exc
                     raise Unavailable(f"binding store {self.path}: {exc}") from exc
 
-        tries = Attempts(_BUSY_BACKOFF, timeout=self._busy_timeout)
-        locked: _Locked | None = None
+        try:  # the common case: one call
+            return await anyio.to_thread.run_sync(call)
+        except _Locked as exc:
+            locked = exc
+        tries = Attempts(_BUSY_BACKOFF, timeout=self._busy_timeout, pause_first=True)
         async for _ in tries:
             try:
                 return await anyio.to_thread.run_sync(call)
