@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import builtins
 import collections
+import functools
 import secrets
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.abc
@@ -30,6 +31,8 @@ from provider_sdk.manager.store import BindingStore
 from provider_sdk.provider import SandboxProvider
 
 __all__ = ["HousekeepingMixin"]
+
+T = TypeVar("T")
 
 
 class HousekeepingMixin:
@@ -50,6 +53,8 @@ class HousekeepingMixin:
         async def snapshot_due(self) -> builtins.list[str]: ...
         async def _let_go(self, name: str, token: str,
                           kill_first: Sequence[str] = ()) -> None: ...
+        async def _holding(self, name: str, token: str, work: Callable[[], Awaitable[T]],
+                           ttl: float | None = None) -> T: ...
 
     async def _kill_duplicates(self, owner: str, keep: str) -> None:
         """Kill the owner's sandboxes other than ``keep``, holding the owner's claim,
@@ -67,7 +72,8 @@ class HousekeepingMixin:
                 return
             async with span("manager.duplicates", self.provider.name, keep, owner=owner,
                             killed=extra):
-                await self._kill_all(extra)
+                await self._holding(owner_claim(owner), token,
+                                    functools.partial(self._kill_all, extra))
         finally:
             await self._let_go(owner_claim(owner), token)
 

@@ -29,6 +29,7 @@ This module must not know any provider or store by name.
 
 from __future__ import annotations
 
+import functools
 import math
 import secrets
 import time
@@ -57,7 +58,11 @@ _RELEASE_BOUND = 5.0
 """Seconds a claim's release in the background may take (it runs out anyway)."""
 _INLINE_RELEASE_BOUND = 0.25
 """Seconds a release may hold a caller, where there is no background to hand it to."""
+_KILLS_BOUND = 60.0
+"""Seconds more a release in the background may take to kill what goes before it."""
 _WAIT_BACKOFF = Backoff(initial=0.01, factor=1.5, cap=0.25)
+_USES_KEPT = 4096
+"""How many owners' use this process keeps before it forgets the idle ones."""
 
 
 @attrs.define
@@ -83,6 +88,7 @@ class LeaseMixin:
     store: BindingStore
     claim_ttl: float
     idle_pause: float | None
+    snapshots: Any
     _sweep_idle: bool
     _touch_every: float
     _tg: anyio.abc.TaskGroup | None
@@ -130,17 +136,22 @@ class LeaseMixin:
         still under the claim, so nobody adopts one meanwhile."""
         ids = tuple(kill_first)
         if self._tg is not None:
-            self._queue(self._release_bounded(name, token, ids, _RELEASE_BOUND),
-                        "release claim")
+            bound = _RELEASE_BOUND + (_KILLS_BOUND if ids else 0.0)
+            self._queue(self._release_bounded(name, token, ids, bound), "release claim")
         else:
             await self._release_bounded(name, token, ids, _INLINE_RELEASE_BOUND)
 
     async def _release_bounded(self, name: str, token: str, kill_first: tuple[str, ...],
                                bound: float) -> None:
         with anyio.CancelScope(shield=True, deadline=anyio.current_time() + bound):
-            for sandbox_id in kill_first:
-                await self.failures.quietly("kill", self.provider.kill(sandbox_id))
+            if kill_first:  # the claim is renewed while they go
+                await self.failures.quietly("kill", self._holding(
+                    name, token, functools.partial(self._kill_each, kill_first)))
             await self.failures.quietly("release claim", self.store.release(name, token))
+
+    async def _kill_each(self, sandbox_ids: tuple[str, ...]) -> None:
+        for sandbox_id in sandbox_ids:
+            await self.failures.quietly("kill", self.provider.kill(sandbox_id))
 
     async def _wait_claimed_by_nobody(self, owner: str) -> None:
         """Wait until nobody else holds the owner's claim (for at most ``claim_ttl``:
@@ -161,14 +172,33 @@ class LeaseMixin:
         half more after its last use."""
         return (self.idle_pause or 0.0) + 2 * self._touch_every
 
+    @property
+    def _tracks_use(self) -> bool:
+        """Whether anything reads what this process knows of use: the idle sweeps'
+        leases, or the snapshot policy's ``last_used``."""
+        return self._touch_every != math.inf
+
     def _use_of(self, owner: str, sandbox_id: str) -> _Use:
         use = self._uses.get(owner)
         if use is None or use.sandbox_id != sandbox_id:
+            if len(self._uses) >= _USES_KEPT:
+                self._forget_idle_uses()
             use = self._uses[owner] = _Use(sandbox_id=sandbox_id)
         return use
 
+    def _forget_idle_uses(self) -> None:
+        """Drop what nothing needs any more: uses not running, whose lease has run out
+        and whose use was written to the store (or is not read)."""
+        now = time.monotonic()
+        for owner, use in list(self._uses.items()):
+            if not use.busy and use.until < now and (
+                    self.snapshots is None or use.used <= use.stored):
+                del self._uses[owner]
+
     def _note_use(self, owner: str, sandbox_id: str) -> None:
         """An acquire or a command: renew the lease in the background when due."""
+        if not self._tracks_use:
+            return
         use = self._use_of(owner, sandbox_id)
         now = use.used = time.monotonic()
         if self._sweep_idle and self._tg is not None \
@@ -182,6 +212,8 @@ class LeaseMixin:
         under a use lease where the manager sweeps idle sandboxes, renewed while it runs
         (see the module's docstring); ``resume`` resumes the sandbox if a sweep paused it
         before the call could start."""
+        if not self._tracks_use:
+            return await call()
         use = self._use_of(owner, sandbox_id)
         use.busy += 1
         use.used = time.monotonic()
@@ -255,11 +287,11 @@ class LeaseMixin:
                         and now - use.renewed >= self._touch_every:
                     use.renewed = now
                     await self.failures.quietly("renew use", self._keep_use(owner, use))
-                if use.used > use.stored and now - use.stored >= self._touch_every:
+                if self.snapshots is not None and use.used > use.stored \
+                        and now - use.stored >= self._touch_every:
                     use.stored = now
                     await self.failures.quietly("record use", self._record_use(owner, use))
-                if not use.busy and use.until < now and use.used <= use.stored:
-                    self._uses.pop(owner, None)
+            self._forget_idle_uses()
 
     async def _record_use(self, owner: str, use: _Use) -> None:
         used = await self._clock.now() - (time.monotonic() - use.used)

@@ -89,11 +89,11 @@ class SyncSandboxManager(_HeldOpen):
         """Stop the background work. Sandboxes keep running. Safe to call twice."""
         super().close()
 
-    def acquire(self, owner: str) -> SyncManagedSandbox:
-        """The owner's sandbox; see :meth:`SandboxManager.acquire
-        <provider_sdk.manager.SandboxManager.acquire>`."""
-        return SyncManagedSandbox(self.provider,
-                                  self._run.call(self.manager.acquire, owner))
+    def acquire(self, owner: str, *, timeout: float | None = None) -> SyncManagedSandbox:
+        """The owner's sandbox, within ``timeout`` (default ``acquire_timeout``); see
+        :meth:`SandboxManager.acquire <provider_sdk.manager.SandboxManager.acquire>`."""
+        return SyncManagedSandbox(self.provider, self._run.call(
+            self.manager.acquire, owner, timeout=timeout))
 
     def release(self, owner: str) -> None:
         """Drop the owner's binding and kill its sandboxes."""
