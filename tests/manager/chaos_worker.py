@@ -5,7 +5,8 @@ a new one, so that a sandbox is made) and running
 a command in each sandbox it gets, from two tasks,
 until UNTIL (on the machine's monotonic clock, which every process shares). Each
 outcome is a JSON line appended to OUT as it happens, so a SIGKILL loses only the ones
-in flight. Says ``ready`` once its store is open.
+in flight; so is each stall of its event loop (the machine too busy to run it). Says
+``ready`` once its store is open.
 
 Usage: ``python chaos_worker.py HOME STORE URL NAMESPACE OFFSET SEED UNTIL OWNERS OUT``,
 where STORE is ``sqlite`` (URL: the file), ``redis`` (NAMESPACE: a key prefix) or
@@ -104,6 +105,17 @@ async def _cycles(manager: SandboxManager, log: _Log, rng: random.Random, until:
         await anyio.sleep(rng.uniform(0, 0.2))
 
 
+async def _watch_stalls(log: _Log, until: float) -> None:
+    """Log each time this process's event loop was not run for a while (the machine was
+    busy): a deadline cannot be kept by a process that is not scheduled."""
+    while time.monotonic() < until:
+        start = time.monotonic()
+        await anyio.sleep(0.05)
+        stall = time.monotonic() - start - 0.05
+        if stall > 0.02:
+            log.write({"op": "stall", "at": time.monotonic(), "stall": stall})
+
+
 async def main(home: str, kind: str, url: str, namespace: str, seed: int, until: float,
                owners: int, log: _Log) -> None:
     rng = random.Random(seed)
@@ -112,6 +124,7 @@ async def main(home: str, kind: str, url: str, namespace: str, seed: int, until:
             health_timeout=HEALTH_TIMEOUT) as manager:
         print("ready", flush=True)
         async with anyio.create_task_group() as tg:
+            tg.start_soon(_watch_stalls, log, until)
             for _ in range(TASKS):
                 tg.start_soon(_cycles, manager, log, random.Random(rng.random()), until,
                               owners)

@@ -9,7 +9,8 @@ by another process) and a reaper runs all along. Then the invariants:
   ran to its end (none was paused under it, none lost its sandbox), and each owner's
   sandbox still answers at the end;
 - every error typed (a ``SandboxError``), and every acquire returned or raised within
-  its timeout and half a second;
+  its timeout and half a second (and what its process spent not scheduled at all: on a
+  machine busy with other work, a replica's event loop can stall);
 - nothing leaked: once the owners are released and the orphans reaped, no cgroup, mount,
   sandbox directory or process of the state directory is left.
 
@@ -20,6 +21,7 @@ an acquire during a pause) are printed; ``pytest -s`` shows them.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import anyio.to_thread
 import pytest
 from local_leaks import nothing_left
@@ -89,7 +92,8 @@ class _Replicas:
         self.procs.append(proc)
         return proc
 
-    async def kill_one(self) -> None:
+    async def kill_one(self, tg: anyio.abc.TaskGroup) -> None:
+        """SIGKILL a replica, and start another in its place (in ``tg``)."""
         alive = [p for p in self.procs if p.poll() is None]
         if alive:
             victim = self.rng.choice(alive)
@@ -97,7 +101,7 @@ class _Replicas:
             self.killed.add(victim.pid)
             await anyio.to_thread.run_sync(victim.wait)
             if time.monotonic() < self.until - 3:
-                await self.start()
+                tg.start_soon(self.start)
 
     async def finish(self) -> list[str]:
         """Wait for the replicas to end; what those not killed said on stderr."""
@@ -197,10 +201,12 @@ async def test_replicas_killed_paused_and_skewed_keep_every_promise(
             await replicas.start()
         async with anyio.create_task_group() as tg:
             tg.start_soon(reaper)
-            while time.monotonic() < until - 3:
-                await anyio.sleep(rng.uniform(1.0, 2.5))
-                if rng.random() < 0.5:
-                    await replicas.kill_one()
+            for event in itertools.count():  # kills and pauses, in turn
+                await anyio.sleep(rng.uniform(0.5, 1.5))
+                if time.monotonic() >= until - 3:
+                    break
+                if event % 2 == 0:
+                    await replicas.kill_one(tg)
                 else:
                     start = time.monotonic()
                     await pause()
@@ -235,6 +241,13 @@ async def test_replicas_killed_paused_and_skewed_keep_every_promise(
           f"(timeout {ACQUIRE_TIMEOUT:g}s); errors {figures['errors']}")
 
 
+def _stalled(outcomes: list[dict[str, Any]], during: dict[str, Any]) -> float:
+    """Seconds the event loop of ``during``'s process stalled while it ran."""
+    return sum(o["stall"] for o in outcomes
+               if o["op"] == "stall" and o["pid"] == during["pid"]
+               and during["start"] < o["at"] and o["at"] - o["stall"] - 0.05 < during["end"])
+
+
 def _check(outcomes: list[dict[str, Any]], reaped: list[str],
            pauses: list[tuple[float, float]]) -> dict[str, Any]:
     """Assert the invariants over the replicas' outcomes; the figures."""
@@ -251,7 +264,8 @@ def _check(outcomes: list[dict[str, Any]], reaped: list[str],
     assert handed_out & set(reaped) == set()
     broken = [o for o in execs if not o.get("ok") and o.get("error") not in FORGIVEN]
     assert broken == []
-    slow = [o for o in acquires if o["end"] - o["start"] > ACQUIRE_TIMEOUT + SLACK]
+    slow = [o for o in acquires
+            if o["end"] - o["start"] > ACQUIRE_TIMEOUT + SLACK + _stalled(outcomes, o)]
     assert slow == []
     assert len(acquires) > 20  # the replicas did get to work
     during = sorted(o["end"] - o["start"] for o in acquires
