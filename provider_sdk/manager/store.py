@@ -201,7 +201,8 @@ class MemoryStore(BindingStore):
         return True
 
     async def release(self, name: str, token: str) -> None:
-        if self._claims.get(name, ("", 0.0))[0] == token:
+        held = self._claims.get(name)
+        if held is not None and held[0] == token:
             del self._claims[name]
 
     async def claimed(self, name: str) -> bool:

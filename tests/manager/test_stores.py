@@ -111,6 +111,12 @@ async def test_only_the_holder_releases_a_claim(any_store: BindingStore) -> None
     assert await any_store.claim("owner:alice", "someone-else", 30)
 
 
+async def test_releasing_a_claim_nobody_holds_does_nothing(any_store: BindingStore) -> None:
+    await any_store.release("owner:nobody", "")
+    await any_store.release("owner:nobody", "any")
+    assert not await any_store.claimed("owner:nobody")
+
+
 async def test_an_expired_claim_can_be_taken(any_store: BindingStore) -> None:
     assert await any_store.claim("owner:alice", "crashed", 1.0)
     assert not await any_store.claim("owner:alice", "next", 30)
