@@ -24,13 +24,15 @@ import requests.exceptions
 
 from provider_sdk import errors
 
-__all__ = ["Engine", "Frame"]
+__all__ = ["FREEZE_FAILED", "Engine", "Frame"]
 
 T = TypeVar("T")
 Frame = tuple[Literal["stdout", "stderr"], bytes]
 Kind = Literal["sandbox", "image", "snapshot", "volume", "exec"]
 
 _STREAMS: dict[int, Literal["stdout", "stderr"]] = {1: "stdout", 2: "stderr"}
+#: What the runtime says when it gave up freezing a container (and thawed it again).
+FREEZE_FAILED = "unable to freeze"
 _HEADER = struct.Struct(">BxxxL")
 _MAX_HEADERS = 64 * 1024
 
@@ -132,6 +134,11 @@ class Engine:
             return errors.RateLimited(message, provider=self._provider, sandbox_id=sandbox_id)
         if status in (502, 503, 504):
             return errors.Unavailable(message, **where)
+        if FREEZE_FAILED in message:
+            # runc gave up waiting for every process to stop (one in the kernel, on a
+            # busy host) and thawed them all again: nothing was paused, try again.
+            return errors.Unavailable(f"the container's processes did not all stop in "
+                                      f"time, so it was not paused: {message}", **where)
         return errors.SandboxError(f"Docker Engine error {status}: {message}", **where)
 
     # ------------------------------------------------------------ exec streams

@@ -63,6 +63,8 @@ _PID_POLL = Backoff(initial=EXIT_POLL, factor=1, cap=EXIT_POLL)
 """How often a new exec's pid is asked for."""
 _EXIT_POLL = Backoff(initial=EXIT_POLL, factor=2, cap=0.2)
 """Pauses between asking for the exit status of an exec whose output has ended."""
+#: How long the Engine may take to catch up with a container's events (see ``_settle``).
+SETTLE_DEADLINE = 30.0
 
 
 def container_name(sandbox_id: str) -> str:
@@ -245,6 +247,33 @@ class ProcessesMixin:
             environment=dict(env or {}), workdir=cwd, user=user or "", what=sandbox_id,
             sandbox_id=sandbox_id)
         return str(created["Id"])
+
+    async def _settle(self, sandbox_id: str) -> None:
+        """Return once the Engine has handled every event of the container so far.
+
+        The Engine records a pause or an unpause twice: when its API call returns, and
+        again when the runtime's event for it arrives, handled in order with the
+        container's other events. An event that lags (the Engine waits for a command's
+        unread output before it goes on) lands after the next call: a "paused" after an
+        unpause says paused, and refuses commands, until the "resumed" behind it lands.
+        The exit of a command started now is handled after all of them, so once it is
+        reported, the state the Engine reports is the one it keeps. A command refused
+        as paused meanwhile is a lagging "paused": the "resumed" behind it follows.
+        """
+        async for _ in Attempts(_EXIT_POLL, timeout=SETTLE_DEADLINE):
+            try:
+                exec_id = await self._exec_create(sandbox_id, ["/bin/sh", "-c", ":"])
+            except errors.SandboxNotRunning as exc:
+                if exc.state == "paused":
+                    continue
+                raise
+            await self._engine.api("exec_start", exec_id, detach=True, kind="exec",
+                                   sandbox_id=sandbox_id)
+            await self._exit_code(exec_id, sandbox_id)
+            return
+        raise errors.Unavailable(
+            f"the Docker Engine still reports sandbox {sandbox_id!r} paused after "
+            f"{SETTLE_DEADLINE:g} s", provider=self.name, sandbox_id=sandbox_id)
 
     async def _exit_code(self, exec_id: str, sandbox_id: str) -> int:
         """The exit status of a finished exec; 128+N (signal N) as -N."""

@@ -39,6 +39,7 @@ class SnapshotsMixin:
 
     if TYPE_CHECKING:
         async def _inspect(self, sandbox_id: str) -> dict[str, Any]: ...
+        async def _settle(self, sandbox_id: str) -> None: ...
 
     async def _snapshot(self, sandbox_id: str) -> Snapshot:
         data = await self._inspect(sandbox_id)
@@ -56,6 +57,10 @@ class SnapshotsMixin:
                 "commit", container_name(sandbox_id), repository=SNAPSHOT_REPOSITORY,
                 tag=snapshot_id, conf={"Labels": labels, "Env": env}, pause=True,
                 what=sandbox_id, sandbox_id=sandbox_id)
+        if data["State"]["Status"] == "running":
+            # The commit paused and unpaused the container: the Engine's word on its
+            # state is final once it has caught up with both.
+            await self._settle(sandbox_id)
         return Snapshot(id=snapshot_id, provider=self.name, sandbox_id=sandbox_id,
                         captures={"filesystem"}, created_at=created,
                         extra={"image": f"{SNAPSHOT_REPOSITORY}:{snapshot_id}",

@@ -46,6 +46,7 @@ from provider_sdk.ports import PortProxy
 from provider_sdk.provider import (
     SandboxProvider,
 )
+from provider_sdk.retry import Backoff, retry
 from provider_sdk.settings import Settings
 from provider_sdk_docker import _bounded, _scripts
 from provider_sdk_docker._capabilities import (
@@ -56,7 +57,7 @@ from provider_sdk_docker._capabilities import (
     QUOTA_CAPABILITIES,
 )
 from provider_sdk_docker._control import HostControl, engine_has_disk_quotas, host_control_possible
-from provider_sdk_docker._engine import Engine, Kind
+from provider_sdk_docker._engine import FREEZE_FAILED, Engine, Kind
 from provider_sdk_docker._files import FilesMixin
 from provider_sdk_docker._labels import (
     LABEL,
@@ -89,6 +90,10 @@ SETTINGS = {"base_url": "DOCKER_HOST", "template": "PSDK_DOCKER_TEMPLATE",
 #: What a shell needs, and nothing that reaches past the container.
 CAPABILITIES_KEPT = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID")
 VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+#: How long a pause the runtime gave up on (see ``FREEZE_FAILED``) is tried again.
+FREEZE_DEADLINE = 10.0
+_FREEZE_BACKOFF = Backoff(initial=0.05, factor=2, cap=1.0)
 
 _STATES = {
     "created": SandboxState.STARTING,
@@ -386,8 +391,10 @@ class DockerProvider(ProcessesMixin, FilesMixin, SnapshotsMixin, TemplatesMixin,
     async def _pause(self, sandbox_id: str) -> SandboxInfo:
         info = await self._info(sandbox_id)
         if info.state != SandboxState.PAUSED:
-            await self._engine.api("pause", _container(sandbox_id), what=sandbox_id,
-                                   sandbox_id=sandbox_id)
+            await retry(lambda: self._engine.api("pause", _container(sandbox_id),
+                                                 what=sandbox_id, sandbox_id=sandbox_id),
+                        retry_on=_freeze_failed, backoff=_FREEZE_BACKOFF,
+                        timeout=FREEZE_DEADLINE)
         return await self._info(sandbox_id)
 
     async def _resume(self, sandbox_id: str) -> SandboxInfo:
@@ -399,6 +406,9 @@ class DockerProvider(ProcessesMixin, FilesMixin, SnapshotsMixin, TemplatesMixin,
             raise errors.SandboxNotRunning(f"sandbox {sandbox_id!r} is {info.state}",
                                            state=str(info.state), provider=self.name,
                                            sandbox_id=sandbox_id)
+        # The Engine's word "running" is final only once it has caught up with the
+        # pause's own event; a command run now also shows that commands run again.
+        await self._settle(sandbox_id)
         return await self._info(sandbox_id)
 
     # ------------------------------------------------------------------ volumes
@@ -454,6 +464,10 @@ class DockerProvider(ProcessesMixin, FilesMixin, SnapshotsMixin, TemplatesMixin,
             memory_bytes=memory.get("usage"), memory_limit_bytes=memory.get("limit"),
             disk_bytes=_disk_bytes(sizes[0].get("SizeRw") if sizes else None, bounded),
             timestamp=now())
+
+
+def _freeze_failed(exc: Exception) -> bool:
+    return isinstance(exc, errors.Unavailable) and FREEZE_FAILED in str(exc)
 
 
 def _container(sandbox_id: str) -> str:
