@@ -92,14 +92,39 @@ async def test_a_command_after_a_pause_runs_under_a_supervisor_forked_ahead(
         assert [r.exit_code for r in quick] == [0, 0, 0], quick
 
 
+_PROCESSES_INSIDE = """
+import json, os
+started = {}
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # ended meanwhile
+        started[pid] = int(stat[stat.rindex(b")") + 2:].split()[19])
+print(json.dumps({"ns": os.readlink("/proc/self/ns/pid"), "started": started}))
+"""
+
+
+def _boot_ticks() -> int:
+    """Clock ticks since boot now, as /proc/PID/stat counts a process's start."""
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    return int(uptime * os.sysconf("SC_CLK_TCK"))
+
+
 async def test_sandbox_sees_only_its_own_processes(provider: LocalProvider) -> None:
-    """The PID namespace holds bubblewrap's init, the agent and the command itself."""
+    """The sandbox has a PID namespace of its own, and every process it sees started
+    after it was created: no process of the host, whatever the sandbox's own helpers
+    number."""
+    before = _boot_ticks() - 1  # /proc/uptime is rounded down to a tick
     async with provider.create() as sandbox:
-        result = await sandbox.exec(["/usr/bin/python3", "-c",
-                                     "import os; print(sorted(int(p) for p in os.listdir('/proc')"
-                                     " if p.isdigit()))"])
-    pids = json.loads(result.stdout)
-    assert max(pids) < 10, pids
+        result = await sandbox.exec(["/usr/bin/python3", "-c", _PROCESSES_INSIDE])
+    inside = json.loads(result.stdout)
+    assert inside["ns"] != os.readlink("/proc/self/ns/pid")
+    assert "1" in inside["started"]
+    older = {pid: at for pid, at in inside["started"].items() if at < before}
+    assert not older, f"processes older than the sandbox are visible inside: {older}"
 
 
 async def test_usr_is_read_only_and_host_root_is_invisible(provider: LocalProvider) -> None:
