@@ -4,6 +4,11 @@ state of a host process, as /proc shows it, for the tests that stop or end one."
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -11,11 +16,13 @@ import pytest
 
 from provider_sdk.sandbox import Sandbox
 
-__all__ = ["ENDED", "ODD", "TREE", "first_chunk", "host_state", "sleepers",
-           "until_started"]
+__all__ = ["ENDED", "ODD", "ODD_NAMES", "TREE", "first_chunk", "host_state", "oddly_named",
+           "sleepers", "until_started"]
 
 ODD = "a) R 1 1 1 (b"
 """A command name that a parse of /proc/PID/stat from the first ")" reads as child of 1."""
+ODD_NAMES = (ODD, "a) b", ") (", "x)", "(y", "z) Z 1 1 1 (", "tab\tand space")
+"""Command names that a parse of ``/proc/PID/stat`` from the first ``)`` gets wrong."""
 TREE = (
     f"cp /bin/sleep '/tmp/{ODD}' && '/tmp/{ODD}' 600 & "
     "(exec -a 'a) b' sleep 601) & "
@@ -62,3 +69,22 @@ def host_state(pid: int) -> str | None:
     except (FileNotFoundError, ProcessLookupError):
         return None
     return stat.rpartition(")")[2].split()[0]
+
+
+@contextlib.contextmanager
+def oddly_named(where: Path, name: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A host shell named ``name`` (the name of the file it runs as, in ``where``),
+    with a child ``sleep`` of its own; both are killed on exit, found by their process
+    group (not by any parse of /proc)."""
+    link = where / name
+    link.symlink_to("/bin/sh")
+    shell = subprocess.Popen([str(link), "-c", "sleep 60 & echo $!; wait"],
+                             stdout=subprocess.PIPE, start_new_session=True)
+    assert shell.stdout is not None
+    with shell.stdout:
+        shell.stdout.readline()  # the child runs
+        try:
+            yield shell
+        finally:
+            os.killpg(shell.pid, signal.SIGKILL)
+            shell.wait()

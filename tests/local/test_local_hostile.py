@@ -12,6 +12,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from process_trees import TREE, sleepers
 
 from provider_sdk import CommandTimeout, NotARegularFile, PermissionDenied, SandboxError
 from provider_sdk.local import LocalProvider
@@ -66,6 +67,17 @@ async def test_timeout_returns_and_kills_every_escaped_process(
         assert caught.value.result is not None
         assert caught.value.result.exit_code == -9
         assert await alive(sandbox, "424201") == []
+
+
+async def test_timeout_kills_processes_whose_names_mimic_proc_stat(
+        provider: LocalProvider) -> None:
+    """The code chooses its processes' names: one named like the fields of
+    ``/proc/PID/stat`` (``a) R 1 1 1 (b``, read from the first ``)`` as a child of pid 1)
+    and one named ``a) b`` die with their command's timeout like the rest of the tree."""
+    async with provider.create() as sandbox:
+        with anyio.fail_after(3 + GRACE), pytest.raises(CommandTimeout):
+            await sandbox.exec(TREE, timeout=3)
+        assert await sleepers(sandbox) == []
 
 
 async def test_a_command_that_exits_leaves_its_daemons_running(
