@@ -42,8 +42,9 @@ __all__ = [
     "broken_reason",
 ]
 
-_TEMPLATE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
-_ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")  # "$" would accept a trailing newline
+# \A and \Z, not ^ and $: "$" would accept a trailing newline.
+_TEMPLATE_NAME = re.compile(r"\A[a-z0-9][a-z0-9._-]{0,127}\Z")
+_ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def _frozen_map(value: Mapping[str, Any] | None) -> Mapping[str, Any]:

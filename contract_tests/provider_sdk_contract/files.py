@@ -354,16 +354,41 @@ class FilesContract(ContractBase):
 
     @pytest.mark.parametrize("path", ["", "/tmp/psdk\0nul", "\0"], ids=["empty", "nul", "only-nul"])
     async def test_files_empty_or_nul_path_is_invalid_input(self, sandbox: Sandbox,
-                                                             path: str) -> None:
-        """An empty path, or one containing NUL, is refused by read, write, stat and remove."""
+                                                             path: str, tmp_path: Path) -> None:
+        """An empty path, or one containing NUL, is refused by every file call, as either
+        path of a rename, and as the sandbox's end of an upload or a download; nothing
+        is moved and no local file is written."""
+        files = sandbox.files
+        local = tmp_path / "local.txt"
+        local.write_bytes(b"local")
+        await files.write("/tmp/psdk-nul-src", b"source")
         with pytest.raises(InvalidInput):
-            await sandbox.files.read(path)
+            await files.read(path)
         with pytest.raises(InvalidInput):
-            await sandbox.files.write(path, b"x")
+            await files.write(path, b"x")
         with pytest.raises(InvalidInput):
-            await sandbox.files.stat(path)
+            await files.stat(path)
         with pytest.raises(InvalidInput):
-            await sandbox.files.remove(path)
+            await files.remove(path)
+        with pytest.raises(InvalidInput):
+            await files.mkdir(path)
+        with pytest.raises(InvalidInput):
+            await files.list(path)
+        with pytest.raises(InvalidInput):
+            await files.rename("/tmp/psdk-nul-src", path)
+        with pytest.raises(InvalidInput):
+            await files.rename(path, "/tmp/psdk-nul-dst")
+        with pytest.raises(InvalidInput):
+            await files.upload(local, path)
+        with pytest.raises(InvalidInput):
+            await files.download(path, local)
+        with pytest.raises(InvalidInput):
+            async for _ in files.stream(path):
+                pass
+        assert await files.read("/tmp/psdk-nul-src") == b"source"
+        assert not await files.exists("/tmp/psdk-nul-dst")
+        assert local.read_bytes() == b"local"
+        assert [p.name async for p in anyio.Path(tmp_path).iterdir()] == ["local.txt"]
 
     async def test_files_dotdot_never_reaches_outside_the_sandbox(
             self, sandbox: Sandbox) -> None:

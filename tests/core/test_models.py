@@ -37,6 +37,9 @@ no_nul = st.text(max_size=30).filter(lambda s: "\0" not in s)
     ({"env": {"1BAD": "x"}}, "env"),
     ({"env": {"A-B": "x"}}, "env"),
     ({"env": {"": "x"}}, "env"),
+    ({"env": {"OK\n": "x"}}, "env"),  # "$" in a pattern would take the trailing newline
+    ({"env": {"\nOK": "x"}}, "env"),
+    ({"env": {"A=B": "x"}}, "env"),
     ({"env": {"OK": "nul\0"}}, "env"),
     ({"env": {"OK": 1}}, "env"),
     ({"env": "A=1"}, "env"),
@@ -64,6 +67,10 @@ def test_bad_spec_field_is_invalid_input_naming_it(fields: dict[str, Any], named
     (NetworkPolicy, {"allow_out": "10.0.0.0/8"}, "allow_out"),
     (NetworkPolicy, {"deny_out": "example.com"}, "deny_out"),
     (TemplateSpec, {"name": "Has Caps"}, "name"),
+    (TemplateSpec, {"name": "ok\n"}, "name"),
+    (TemplateSpec, {"name": ""}, "name"),
+    (TemplateSpec, {"name": "-leading"}, "name"),
+    (TemplateSpec, {"name": "x" * 129}, "name"),
     (TemplateSpec, {"name": "ok", "cpu": -1}, "cpu"),
 ])
 def test_bad_field_is_invalid_input_naming_it(cls: type, fields: dict[str, Any],

@@ -137,6 +137,7 @@ async def test_kill_twice_is_fine_and_marks_the_handle(memory: Store) -> None:
     ({"cmd": "true", "timeout": True}, "timeout"),
     ({"cmd": "true", "cwd": ""}, "path"),
     ({"cmd": "true", "env": {"1X": "v"}}, "env"),
+    ({"cmd": "true", "env": {"X\n": "v"}}, "env"),
 ])
 async def test_exec_validates_before_running(memory: Store, kwargs: dict[str, object],
                                              match: str) -> None:
@@ -200,15 +201,36 @@ def test_supports_takes_members_and_names() -> None:
     assert not provider.supports("network.update")
 
 
-@pytest.mark.parametrize("path", ["", "a\0b"])
-async def test_bad_paths_are_invalid_input(memory: Store, path: str) -> None:
+@pytest.mark.parametrize("path", ["", "a\0b", "\0"], ids=["empty", "nul", "only-nul"])
+async def test_bad_paths_are_invalid_input(memory: Store, path: str, tmp_path: Path) -> None:
+    """Every file call refuses an empty path or one holding NUL, as either of its paths,
+    before anything is done: nothing is read, written, moved or made."""
+    local = tmp_path / "local.txt"
+    local.write_text("kept")
     async with open_provider("memory") as provider, provider.create() as sandbox:
         files = sandbox.files
-        for call in (files.read, files.stat, files.mkdir, files.remove, files.list):
+        await files.write("/tmp/src.txt", b"source")
+        for call in (files.read, files.read_text, files.stat, files.mkdir, files.remove,
+                     files.list, files.exists):
             with pytest.raises(InvalidInput, match="path"):
                 await call(path)
         with pytest.raises(InvalidInput, match="path"):
             await files.write(path, b"")
+        with pytest.raises(InvalidInput, match="path"):
+            await files.rename("/tmp/src.txt", path)
+        with pytest.raises(InvalidInput, match="path"):
+            await files.rename(path, "/tmp/dst.txt")
+        with pytest.raises(InvalidInput, match="path"):
+            await files.upload(local, path)
+        with pytest.raises(InvalidInput, match="path"):
+            await files.download(path, local)
+        with pytest.raises(InvalidInput, match="path"):
+            async for _ in files.stream(path):
+                pass
+        assert await files.read("/tmp/src.txt") == b"source"
+        assert not await files.exists("/tmp/dst.txt")
+    assert local.read_text() == "kept"
+    assert [p.name async for p in anyio.Path(tmp_path).iterdir()] == ["local.txt"]
 
 
 async def test_failed_download_leaves_the_local_file_alone(memory: Store,
