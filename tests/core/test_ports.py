@@ -238,6 +238,30 @@ async def test_wrong_tokens_in_every_form_are_refused(proxy: PortProxy,
     assert upstream.heads == []
 
 
+def _near_misses(token: str) -> list[str]:
+    """Tokens a check that compares only part of the token would take."""
+    other = "A" if token[-1] != "A" else "B"
+    return [token[:-1], token[:1], "", token + "x", token[:-1] + other, token * 2,
+            token.swapcase()]
+
+
+async def test_near_miss_tokens_in_every_form_are_refused(proxy: PortProxy,
+                                                          upstream: _Upstream) -> None:
+    """A token that is all but the real one (a prefix, empty, one more or one other
+    character, twice the token) is a 401 in the query, the header, a bearer or the
+    cookie: the whole token, and only it, opens the port."""
+    exposed = await proxy.expose("sb", 80, _opener(upstream))
+    for wrong in _near_misses(exposed.token.reveal()):
+        for target, extra in ((f"/?psdk_token={wrong}", ""),
+                              ("/", f"X-Psdk-Token: {wrong}\r\n"),
+                              ("/", f"Authorization: Bearer {wrong}\r\n"),
+                              ("/", f"Cookie: psdk_token={wrong}\r\n")):
+            answer = await _send(exposed.base_url, (
+                f"GET {target} HTTP/1.1\r\nHost: x\r\n{extra}\r\n").encode())
+            assert answer.startswith(b"HTTP/1.1 401"), (target, extra, answer[:40])
+    assert upstream.heads == []
+
+
 async def test_cookie_keeps_a_browser_working(proxy: PortProxy, upstream: _Upstream) -> None:
     """The answer to a request with the token in its query sets an HttpOnly,
     SameSite=Strict cookie, with which the next page loads without the token; the
