@@ -7,6 +7,13 @@ from provider_sdk.models import Metrics
 from provider_sdk.sandbox import Sandbox
 from provider_sdk_contract.base import ContractBase
 from provider_sdk_contract.markers import requires
+from provider_sdk_contract.support import eventually
+
+HELD = 64 << 20
+"""Bytes a process of the sandbox holds, for the memory figure to show."""
+# A shell that holds HELD bytes in a variable (touched, so resident) and then sleeps.
+_HOLD = (f'x=$(head -c {HELD} /dev/zero | tr "\\0" a); echo held; '
+         'exec 3>&-; while :; do sleep 300; done')
 
 
 class MetricsContract(ContractBase):
@@ -30,3 +37,32 @@ class MetricsContract(ContractBase):
         assert all(v >= 0 for v in given), m
         limit = m.memory_limit_bytes if m.memory_limit_bytes is not None else float("inf")
         assert (m.memory_bytes or 0) <= limit, m
+
+    @requires(Capability.METRICS, Capability.PROCESS_BACKGROUND)
+    async def test_metrics_memory_follows_what_the_sandbox_holds(
+            self, sandbox: Sandbox) -> None:
+        """``memory_bytes`` grows by about what a process of the sandbox comes to hold
+        (64 MiB), and falls back once that process is gone: it is the sandbox's own
+        memory, not a constant or another's."""
+        before = (await sandbox.metrics()).memory_bytes
+        assert before is not None
+        process = await sandbox.start(["bash", "-c", _HOLD])
+        peak = before
+
+        async def grown() -> bool:
+            nonlocal peak
+            peak = (await sandbox.metrics()).memory_bytes or 0
+            return peak >= before + HELD // 2
+
+        await eventually(grown, what=f"memory_bytes past {before} + {HELD // 2}",
+                         timeout=30, interval=0.2)
+        await process.kill()
+        low = peak
+
+        async def fallen() -> bool:
+            nonlocal low
+            low = (await sandbox.metrics()).memory_bytes or 0
+            return low <= peak - HELD // 2
+
+        await eventually(fallen, what=f"memory_bytes back under {peak} - {HELD // 2}",
+                         timeout=30, interval=0.2)
