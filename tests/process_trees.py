@@ -8,6 +8,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,7 +83,12 @@ def oddly_named(where: Path, name: str) -> Iterator[subprocess.Popen[bytes]]:
                              stdout=subprocess.PIPE, start_new_session=True)
     assert shell.stdout is not None
     with shell.stdout:
-        shell.stdout.readline()  # the child runs
+        child = int(shell.stdout.readline())
+        deadline = time.monotonic() + 10
+        # Forked, the child has its parent's name until it runs sleep.
+        while Path(f"/proc/{child}/comm").read_text() != "sleep\n":
+            assert time.monotonic() < deadline, "the child never ran sleep"
+            time.sleep(0.005)
         try:
             yield shell
         finally:
