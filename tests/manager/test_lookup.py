@@ -3,10 +3,12 @@ its events, and the owner ends up with exactly one working sandbox."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 from structlog.testing import capture_logs
 
@@ -106,6 +108,45 @@ async def test_the_store_level_resumes_a_paused_sandbox(
     assert again.id == first.id
     assert again.info.state == SandboxState.RUNNING
     assert (await again.exec("echo back")).stdout == "back\n"
+
+
+async def test_a_store_hit_on_a_running_sandbox_records_its_use(
+        provider: LocalProvider, store: SQLiteStore) -> None:
+    """Where use is read (idle pausing on), a store hit on a binding that is not paused
+    writes the use down, so no replica's idle sweep pauses a sandbox in use."""
+    first = await SandboxManager(provider, store).acquire("alice")
+    bound = await store.get("alice")
+    assert bound is not None
+    assert not bound.paused
+    assert await store.put(attrs.evolve(bound, last_used=1.0)) is not None
+    before = time.time()
+    async with SandboxManager(provider, store, idle_pause=3600) as manager:
+        with capture_logs() as logs:
+            again = await manager.acquire("alice")
+        assert _level(logs) == "store"
+    assert again.id == first.id
+    after = await store.get("alice")
+    assert after is not None
+    assert after.last_used >= before
+    assert not after.paused
+
+
+async def test_a_store_hit_on_a_paused_binding_records_the_resume(
+        provider: LocalProvider, store: SQLiteStore) -> None:
+    """Where use is not read (no idle pausing, no snapshots), a store hit on a binding
+    marked paused still writes down that it runs again, with its use."""
+    first = await SandboxManager(provider, store).acquire("alice")
+    await first.pause()
+    bound = await store.get("alice")
+    assert bound is not None
+    assert await store.put(attrs.evolve(bound, paused=True, last_used=1.0)) is not None
+    before = time.time()
+    again = await SandboxManager(provider, store).acquire("alice")
+    assert again.id == first.id
+    after = await store.get("alice")
+    assert after is not None
+    assert not after.paused
+    assert after.last_used >= before
 
 
 async def test_a_lost_binding_is_healed_from_the_owner_tag(
