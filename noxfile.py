@@ -1,6 +1,7 @@
 """Developer sessions: ``nox -s demo``, ``nox -s tests``, ``nox -s contract-<provider>``
 (``local``, ``docker``, ``e2b``, ``cube``, ``daytona``), ``nox -s lint``,
-``nox -s typecheck``, ``nox -s docs``, ``nox -s bench``."""
+``nox -s typecheck``, ``nox -s docs``, ``nox -s bench``, ``nox -s mutants``,
+``nox -s flakes``."""
 
 from __future__ import annotations
 
@@ -96,3 +97,30 @@ def bench(session: nox.Session) -> None:
     install(session)
     for script in sorted(Path("bench").glob("*.py")):
         session.run("python", str(script), *session.posargs)
+
+
+@nox.session
+def mutants(session: nox.Session) -> None:
+    """Mutation testing of the modules where a slip breaks a promise (``mutation/``):
+    each module's kill rate, against the goal; arguments go to ``mutation/run.py``
+    (module paths, ``--changed``, ``--survivors``)."""
+    install(session, "test", "mutation")
+    session.run("python", "mutation/run.py", *session.posargs)
+
+
+#: The contract sections that ``flakes`` repeats, and the providers it repeats them on.
+FLAKE_SECTIONS = "lifecycle,pause"
+FLAKE_TESTS = ["tests/contract/test_local_contract.py",
+               "tests/docker_provider/test_docker_contract.py"]
+
+
+@nox.session
+def flakes(session: nox.Session) -> None:
+    """The contract's lifecycle sections on the local and Docker providers, 20 times in
+    a row (``-- N`` for another count); the first failing run stops it."""
+    install(session, "test")
+    runs = int(session.posargs[0]) if session.posargs else 20
+    for run in range(1, runs + 1):
+        session.log(f"run {run} of {runs}")
+        session.run("pytest", "-n", "2", "-q",
+                    f"--contract-sections={FLAKE_SECTIONS}", *FLAKE_TESTS)

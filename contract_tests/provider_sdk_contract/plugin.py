@@ -41,6 +41,14 @@ from provider_sdk_contract.run import ContractRun
 __all__ = ["ContractRun", "psdk_contract_run"]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--contract-sections", metavar="NAMES", default=None,
+        help="run only these sections of the contract, by their classes' names less "
+             "'Contract', lowercase, comma-separated (lifecycle,pause); other tests of a "
+             "contract class are deselected")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", f"{REQUIRES}(*capabilities): skip unless the provider declares them all")
@@ -65,6 +73,9 @@ def psdk_contract_run() -> Iterator[ContractRun]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    sections = config.getoption("--contract-sections", None)
+    if sections:
+        _keep_sections(config, items, {s.strip().lower() for s in sections.split(",")})
     capabilities: dict[type[ContractBase], frozenset[Capability]] = {}
     for item in items:
         cls = getattr(item, "cls", None)
@@ -73,6 +84,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if cls not in capabilities:
             capabilities[cls] = _check_contract_class(cls)
         _apply_marks(item, cls, capabilities[cls])
+
+
+def _keep_sections(config: pytest.Config, items: list[pytest.Item], wanted: set[str]) -> None:
+    """Deselect the contract tests outside the ``wanted`` sections (a section is the
+    class that defines the test: ``PauseContract`` is ``pause``)."""
+    kept, dropped = [], []
+    for item in items:
+        cls = getattr(item, "cls", None)
+        func = getattr(item, "function", None)
+        if not (isinstance(cls, type) and issubclass(cls, ContractBase)) or func is None:
+            kept.append(item)
+            continue
+        section = func.__qualname__.split(".")[0].removesuffix("Contract").lower()
+        (kept if section in wanted else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 def _check_contract_class(cls: type[ContractBase]) -> frozenset[Capability]:

@@ -42,3 +42,98 @@ def test_expose_refuses_a_port_out_of_range_as_a_usage_error(psdk: Psdk, port: s
     outcome = psdk("expose", "sbx", port)
     assert outcome.code == 2
     assert f"expected a port number, got {port!r}" in outcome.err
+
+
+# Each command line as psdk reads it: the attributes its handler gets.
+PARSES: list[tuple[list[str], dict[str, Any]]] = [
+    (["-vv", "ls"], {"command": "ls", "verbose": 2, "provider": None, "all": False,
+                     "json": False, "label": []}),
+    (["ls", "--provider", "docker", "--all", "--json", "--label", "a=b", "--label", "c=d=e"],
+     {"provider": "docker", "all": True, "json": True, "label": [("a", "b"), ("c", "d=e")]}),
+    (["run", "--env", "A=1", "--env", "B=", "--cwd", "/w", "--timeout", "2.5", "-i",
+      "--template", "t", "--", "echo", "--json"],
+     {"command": "run", "env": [("A", "1"), ("B", "")], "cwd": "/w", "timeout": 2.5,
+      "stdin": True, "template": "t", "cmd": ["echo", "--json"]}),
+    (["run", "--", "true"], {"env": [], "cwd": None, "timeout": None, "stdin": False,
+                             "template": None, "cmd": ["true"]}),
+    (["exec", "sbx", "-v", "--", "ls", "-l"], {"command": "exec", "id": "sbx", "verbose": 1,
+                                                "cmd": ["ls", "-l"]}),
+    (["create", "--label", "owner=al", "--template", "t", "--from-snapshot", "s", "--json"],
+     {"command": "create", "label": [("owner", "al")], "template": "t",
+      "from_snapshot": "s", "json": True}),
+    (["create"], {"label": [], "template": None, "from_snapshot": None, "json": False}),
+    (["info", "sbx", "--json"], {"command": "info", "id": "sbx", "json": True}),
+    (["pause", "sbx"], {"command": "pause", "id": "sbx"}),
+    (["resume", "sbx"], {"command": "resume", "id": "sbx"}),
+    (["kill", "sbx"], {"command": "kill", "id": "sbx"}),
+    (["snapshot", "sbx"], {"command": "snapshot", "action": "create", "id": "sbx",
+                           "json": False}),
+    (["snapshot", "--provider", "p", "sbx", "--json"],
+     {"action": "create", "id": "sbx", "json": True}),
+    (["snapshot", "ls", "--sandbox", "sbx", "--json"],
+     {"action": "ls", "sandbox": "sbx", "json": True}),
+    (["snapshot", "rm", "a", "b", "--provider", "p"],
+     {"action": "rm", "ids": ["a", "b"], "provider": "p", "json": False}),
+    (["volume", "create", "v", "--json"], {"command": "volume", "action": "create",
+                                           "name": "v", "json": True}),
+    (["volume", "rm", "v", "w"], {"action": "rm", "names": ["v", "w"], "json": False}),
+    (["cp", "a", "sbx:/b"], {"command": "cp", "src": "a", "dst": "sbx:/b"}),
+    (["expose", "sbx", "8080", "--json"], {"command": "expose", "id": "sbx", "port": 8080,
+                                           "json": True}),
+    (["contract", "--emulator", "--backend", "docker", "--", "-x"],
+     {"command": "contract", "emulator": True, "backend": "docker", "cmd": ["-x"]}),
+    (["contract"], {"emulator": False, "backend": "local", "cmd": []}),
+    (["emulate", "e2b", "--port", "9000", "--backend", "docker", "--api-key-file", "k",
+      "--fault", "after_resume_504=2"],
+     {"command": "emulate", "name": "e2b", "port": 9000, "backend": "docker",
+      "api_key_file": "k", "api_key": None, "fault": [("after_resume_504", "2")]}),
+    (["emulate", "e2b"], {"port": 0, "backend": "local", "fault": [], "api_key": None,
+                          "api_key_file": None}),
+    (["reap", "--store", "sqlite:///x", "--owner-key", "k", "--older-than", "1h30m",
+      "--dry-run", "--json"],
+     {"command": "reap", "store": "sqlite:///x", "owner_key": "k", "older_than": 5400.0,
+      "dry_run": True, "json": True}),
+    (["reap"], {"owner_key": "psdk.manager.owner", "dry_run": False, "json": False}),
+    (["providers"], {"command": "providers"}),
+    (["demo"], {"command": "demo"}),
+]
+
+
+@pytest.mark.parametrize(("argv", "expected"), PARSES, ids=[" ".join(a) for a, _ in PARSES])
+def test_a_command_line_gives_its_handler_these_values(argv: list[str],
+                                                       expected: dict[str, Any]) -> None:
+    args = vars(_parsed(*argv))
+    assert {k: args.get(k, "<missing>") for k in expected} == expected
+
+
+@pytest.mark.parametrize("argv", [
+    ["ls", "--label", "novalue"], ["ls", "--label", "=v"], ["run", "--env", "A"],
+    ["run", "--timeout", "0", "--", "true"], ["run", "--timeout", "-1", "--", "true"],
+    ["run", "--timeout", "soon", "--", "true"], ["run", "--timeout", "nan", "--", "true"],
+    ["reap", "--older-than", ""], ["reap", "--older-than", "1x"], ["reap", "--older-than", "1h30"],
+    ["reap", "--older-than", "h"], ["reap", "--older-than", "1.5.2h"],
+    ["emulate", "e2b", "--api-key", "a", "--api-key-file", "b"],
+    ["info", "sbx", "--", "extra"], ["snapshot"], ["volume"],
+], ids=" ".join)
+def test_a_bad_command_line_is_a_usage_error(psdk: Psdk, argv: list[str]) -> None:
+    outcome = psdk(*argv)
+    assert outcome.code == 2, outcome
+    assert outcome.err.startswith("psdk"), outcome.err
+
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("90", 90.0), ("90s", 90.0), ("15m", 900.0), ("2h", 7200.0), ("1d", 86400.0),
+    ("1h30m", 5400.0), ("1d1h1m1s", 90061.0), ("0.5h", 1800.0), ("2.5", 2.5)])
+def test_a_duration_is_read_in_seconds(text: str, seconds: float) -> None:
+    assert _parsed("reap", "--older-than", text).older_than == seconds
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("0.001", 0.001), ("3", 3.0), ("1e2", 100.0)])
+def test_a_timeout_is_any_positive_number_of_seconds(text: str, seconds: float) -> None:
+    assert _parsed("run", "--timeout", text, "--", "true").timeout == seconds
+
+
+def test_snapshot_is_an_argument_where_it_follows_a_word() -> None:
+    """``snapshot`` after a word is that word's argument, not the command."""
+    assert _parsed("exec", "snapshot", "--", "true").id == "snapshot"
+    assert _parsed("cp", "snapshot", "b").src == "snapshot"

@@ -242,3 +242,19 @@ def test_the_sweep_removes_only_what_the_run_left(pytester: pytest.Pytester,
     assert deleted[0] != "psdk-contract-another-run-kept"
     result.stdout.fnmatch_lines(
         [f"*left 2 behind, now removed: sandbox {left}, volume {deleted[0]}*"])
+
+
+def test_contract_sections_keep_only_the_named_sections(pytester: pytest.Pytester,
+                                                        log: Path) -> None:
+    """``--contract-sections`` keeps the tests of the named sections (the classes that
+    define them) and deselects the rest of the contract."""
+    write_contract(pytester, log)
+    whole = pytester.runpytest("--collect-only", "-q")
+    some = pytester.runpytest("--collect-only", "-q", "--contract-sections=lifecycle, Pause")
+    names = {line.rsplit("::", 1)[-1] for line in some.outlines if "::" in line}
+    assert "test_pause_reports_the_paused_state" in names
+    assert "test_create_returns_a_running_sandbox" in names
+    assert not any(n.startswith(("test_files_", "test_exec_returns", "test_snapshot"))
+                   for n in names)
+    assert len(names) < len({line for line in whole.outlines if "::" in line})
+    some.stdout.fnmatch_lines(["*deselected*"])

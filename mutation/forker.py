@@ -1,0 +1,67 @@
+"""Runs pytest for each mutant in a fork of one process that has already imported the
+libraries the tests use (pytest, trio, hypothesis...), never this project's code: a
+mutant's module is imported fresh, from the mutated file, in each fork.
+
+Reads one JSON list of pytest arguments and a timeout per line on stdin; answers one
+JSON object per line: the exit status, or ``"timeout"``. Used by ``run.py`` only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+
+import anyio  # noqa: F401  (imported ahead, for every fork)
+import attrs  # noqa: F401
+import hypothesis  # noqa: F401
+import pytest
+import trio  # noqa: F401
+
+for _name in ("httpx", "structlog", "rich.console", "docker", "e2b", "redis", "psycopg",
+              "h11", "requests", "connectrpc"):
+    with contextlib.suppress(ImportError):
+        __import__(_name)
+
+
+def _child(args: list[str], log: str) -> None:
+    os.setsid()
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    try:
+        code = pytest.main(args)
+    except BaseException:
+        code = 99
+    os._exit(int(code))
+
+
+def main() -> None:
+    for line in sys.stdin:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            _child(request["args"], request["log"])
+        deadline = time.monotonic() + request["timeout"]
+        status: int | str = "timeout"
+        while time.monotonic() < deadline:
+            done, raw = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = os.waitstatus_to_exitcode(raw)
+                break
+            time.sleep(0.01)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)  # what the tests left running
+        print(json.dumps({"status": status}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

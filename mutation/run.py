@@ -1,0 +1,329 @@
+"""Mutation testing of the modules where a slip breaks a promise (``nox -s mutants``).
+
+For each module in ``modules.toml`` it makes every mutant cosmic-ray's chosen operators
+and this project's own (``operators.py``) can make, one at a time, and runs that
+module's fast selection of tests against it: a test that fails (or hangs past the
+module's timeout) kills the mutant; a mutant every test passes with survives. The
+mutants are made in a copy of the tree under ``.mutants/``, never in the tree itself,
+and the tests import from that copy.
+
+Results are kept per module in ``results.json``, keyed by a hash of the module, its
+tests and the operators, so an unchanged module is not run again; the mutants of a
+module run so far are kept in a cosmic-ray session (``.mutants/<module>.sqlite``), so an
+interrupted run goes on where it stopped. A survivor listed in ``equivalent.toml``, with
+the reason it changes nothing anyone can see, does not count against the module.
+
+    python mutation/run.py                      # every module (cached ones are not rerun)
+    python mutation/run.py provider_sdk/files.py
+    python mutation/run.py --changed [--base REF]   # modules changed since REF
+    python mutation/run.py --survivors provider_sdk/files.py
+
+It prints the kill rate of each module and exits 1 if one is under ``--goal`` (0.85).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SCRATCH = ROOT / ".mutants"
+RESULTS = HERE / "results.json"
+CORE_OPERATORS = (
+    # Comparisons, booleans, numbers, loops and exceptions: what a slip of the pen does.
+    "core/ReplaceComparisonOperator_", "core/ReplaceAndWithOr", "core/ReplaceOrWithAnd",
+    "core/ReplaceTrueWithFalse", "core/ReplaceFalseWithTrue", "core/AddNot",
+    "core/ReplaceUnaryOperator_Delete_Not", "core/NumberReplacer",
+    "core/ReplaceBreakWithContinue", "core/ReplaceContinueWithBreak",
+    "core/ZeroIterationForLoop", "core/ExceptionReplacer",
+    "core/ReplaceBinaryOperator_Add_Sub", "core/ReplaceBinaryOperator_Sub_Add",
+    "core/ReplaceBinaryOperator_Mul_Div", "core/ReplaceBinaryOperator_Div_Mul",
+    "core/ReplaceBinaryOperator_BitOr_BitAnd", "core/ReplaceBinaryOperator_BitAnd_BitOr",
+)
+PROJECT_OPERATORS = ("psdk/SwapMethod", "psdk/SkipCall", "psdk/LooseAnchors")
+# Plugins installed for other test runs that a mutant's tests do without (startup time).
+PLUGINS_OFF = ("-p", "no:langsmith_plugin", "-p", "no:codspeed", "-p", "no:benchmark",
+               "-p", "no:recording", "-p", "no:syrupy", "-p", "no:socket", "-p", "no:xdist",
+               "-p", "no:asyncio")
+
+
+def _load(path: Path) -> dict[str, Any]:
+    with path.open("rb") as f:
+        return tomllib.load(f)
+
+
+def _operators() -> list[str]:
+    import cosmic_ray.plugins
+    from operators import OPERATORS  # mutation/ is on sys.path: this script's folder
+
+    cosmic_ray.plugins.OPERATOR_PROVIDERS["psdk"] = OPERATORS
+    names = [n for n in cosmic_ray.plugins.operator_names() if n.startswith(CORE_OPERATORS)]
+    return sorted(names) + list(PROJECT_OPERATORS)
+
+
+def _test_files(tests: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for arg in tests:
+        path = ROOT / arg.split("::")[0]
+        if path.is_file():
+            files.append(path)
+        elif path.is_dir():
+            files += sorted(path.rglob("*.py"))
+    return files
+
+
+def _key(module: str, entry: dict[str, Any], operators: list[str]) -> str:
+    digest = hashlib.sha256()
+    digest.update((ROOT / module).read_bytes())
+    for path in [*_test_files(entry["tests"]), HERE / "operators.py"]:
+        digest.update(path.read_bytes())
+    digest.update(json.dumps([entry, operators], sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def _copy_tree() -> Path:
+    """A copy of the tracked tree (as it is on disk), where the mutants are made."""
+    tree = SCRATCH / "tree"
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], cwd=ROOT, check=True,
+                            capture_output=True).stdout.decode().split("\0")
+    if tree.exists():
+        shutil.rmtree(tree)
+    for name in filter(None, listed):
+        source = ROOT / name
+        if source.is_file():
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, tree / name)
+    return tree
+
+
+def _environment(tree: Path) -> dict[str, str]:
+    """The tests import from the copy: its package roots come first on the path."""
+    roots = [tree, tree / "contract_tests", tree / "templates", tree / "tests",
+             *sorted(p.parent for p in tree.glob("providers/*/pyproject.toml")),
+             *sorted(p.parent for p in tree.glob("integrations/*/pyproject.toml"))]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(str(r) for r in roots)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def _work_items(module_path: Path, operators: list[str]) -> Iterator[Any]:
+    import cosmic_ray.plugins
+    from cosmic_ray.ast import ast_nodes, get_ast_from_path
+    from cosmic_ray.ast.ast_query import ASTQuery
+    from cosmic_ray.work_item import MutationSpec, WorkItem
+
+    tree = get_ast_from_path(module_path)
+    for name in operators:
+        operator = cosmic_ray.plugins.get_operator(name)()
+        positions = ((node, start, end) for node in ast_nodes(tree)
+                     for start, end in operator.mutation_positions(node))
+        for occurrence, (node, start, end) in enumerate(positions):
+            yield WorkItem.single(job_id=uuid.uuid4().hex, mutation=MutationSpec(
+                module_path=str(module_path), operator_name=name, occurrence=occurrence,
+                start_pos=start, end_pos=end,
+                definition_name=ASTQuery(node).get_definition_name()))
+
+
+def _changed_lines(diff: str) -> tuple[str, str]:
+    removed = [line[1:].strip() for line in diff.splitlines()
+               if line.startswith("-") and not line.startswith("---")]
+    added = [line[1:].strip() for line in diff.splitlines()
+             if line.startswith("+") and not line.startswith("+++")]
+    return " / ".join(removed), " / ".join(added)
+
+
+def _equivalents(module: str) -> list[dict[str, str]]:
+    listed = _load(HERE / "equivalent.toml").get("mutant", [])
+    return [m for m in listed if m["module"] == module]
+
+
+def _is_equivalent(survivor: dict[str, str], known: list[dict[str, str]]) -> bool:
+    return any(m["operator"] == survivor["operator"] and m["line"] == survivor["line"]
+               and m["mutant"] == survivor["mutant"] for m in known)
+
+
+class _Forker:
+    """``forker.py``, started in the copy with the copy's environment."""
+
+    def __init__(self, tree: Path, env: dict[str, str]) -> None:
+        self._log = SCRATCH / "last-test-run.log"
+        self._proc = subprocess.Popen([sys.executable, str(HERE / "forker.py")], cwd=tree,
+                                      env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      text=True)
+
+    def run(self, args: list[str], timeout: float) -> tuple[int | str, str]:
+        assert self._proc.stdin is not None
+        assert self._proc.stdout is not None
+        self._proc.stdin.write(json.dumps({"args": args, "timeout": timeout,
+                                           "log": str(self._log)}) + "\n")
+        self._proc.stdin.flush()
+        status = json.loads(self._proc.stdout.readline())["status"]
+        return status, self._log.read_text(errors="replace")[-4000:]
+
+    def close(self) -> None:
+        assert self._proc.stdin is not None
+        self._proc.stdin.close()
+        self._proc.wait()
+
+
+def run_module(module: str, entry: dict[str, Any], operators: list[str], tree: Path,
+               forker: _Forker) -> dict[str, Any]:
+    """Run (or go on with) one module's session; return its summary."""
+    import cosmic_ray.plugins
+    from cosmic_ray.mutating import use_mutation
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
+
+    key = _key(module, entry, operators)
+    db_path = SCRATCH / (module.replace("/", "__") + ".sqlite")
+    stamp = db_path.with_suffix(".key")
+    args = ["-x", "-q", "-p", "no:cacheprovider", *PLUGINS_OFF, *entry["tests"]]
+    timeout = float(entry.get("timeout", 60))
+    target = tree / module
+    with use_db(str(db_path), WorkDB.Mode.create) as db:
+        if not stamp.exists() or stamp.read_text() != key:
+            began = time.monotonic()
+            status, output = forker.run(args, timeout * 4)
+            if status != 0:
+                raise SystemExit(f"{module}: its tests fail without a mutant:\n{output}")
+            print(f"{module}: its tests take {time.monotonic() - began:.1f} s", flush=True)
+            db.clear()
+            db.add_work_items(_work_items(target, operators))
+            stamp.write_text(key)
+        pending = list(db.pending_work_items)
+        total = db.num_work_items
+        for done, item in enumerate(pending, start=total - len(pending) + 1):
+            mutation = item.mutations[0]
+            operator = cosmic_ray.plugins.get_operator(mutation.operator_name)()
+            with use_mutation(target, operator, mutation.occurrence) as (original, mutated):
+                if mutated is None:
+                    result = WorkResult(worker_outcome=WorkerOutcome.NO_TEST)
+                else:
+                    status, output = forker.run(args, timeout)
+                    diff = "\n".join(difflib.unified_diff(
+                        original.splitlines(), mutated.splitlines(), lineterm="", n=0))
+                    result = WorkResult(
+                        worker_outcome=WorkerOutcome.NORMAL, output=output, diff=diff,
+                        test_outcome=TestOutcome.SURVIVED if status == 0 else TestOutcome.KILLED)
+            db.set_result(item.job_id, result)
+            print(f"  {module} {done}/{total} {mutation.operator_name} {result.test_outcome}",
+                  flush=True)
+        survivors, killed, other = [], 0, 0
+        for item, result in db.completed_work_items:
+            if result.test_outcome == TestOutcome.KILLED:
+                killed += 1
+            elif result.test_outcome == TestOutcome.SURVIVED:
+                line, mutant = _changed_lines(result.diff or "")
+                mutation = item.mutations[0]
+                survivors.append({"operator": mutation.operator_name, "line": line,
+                                  "mutant": mutant, "at": mutation.start_pos[0],
+                                  "in": mutation.definition_name or ""})
+            else:
+                other += 1
+    known = _equivalents(module)
+    live = [s for s in survivors if not _is_equivalent(s, known)]
+    counted = killed + len(live)
+    return {"key": key, "killed": killed, "survived": len(live),
+            "equivalent": len(survivors) - len(live), "not_run": other,
+            "rate": round(killed / counted, 4) if counted else 1.0,
+            "survivors": sorted(live, key=lambda s: s["at"])}
+
+
+def _changed_modules(base: str | None, modules: list[str]) -> list[str]:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    if base is None:
+        base = os.environ.get("PSDK_MUTANTS_BASE") or git("merge-base", "HEAD", "main")
+        if base == git("rev-parse", "HEAD"):
+            base = git("rev-parse", "HEAD~1")  # on main itself: its last change
+    changed = set(git("diff", "--name-only", base, "--").splitlines())
+    return [m for m in modules if m in changed]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("modules", nargs="*", help="modules to run (default: all)")
+    parser.add_argument("--changed", action="store_true",
+                        help="only the modules changed since --base")
+    parser.add_argument("--base", help="the commit to compare with (default: the merge "
+                        "base with main; on main itself, the commit before)")
+    parser.add_argument("--goal", type=float, default=0.85)
+    parser.add_argument("--survivors", action="store_true",
+                        help="print each module's survivors, as they were last run")
+    parser.add_argument("--rerun", action="store_true",
+                        help="run the modules even where the cached result still holds")
+    args = parser.parse_args(argv)
+    config = _load(HERE / "modules.toml")["module"]
+    modules = args.modules or list(config)
+    unknown = [m for m in modules if m not in config]
+    if unknown:
+        parser.error(f"not in modules.toml: {', '.join(unknown)}")
+    if args.changed:
+        modules = _changed_modules(args.base, modules)
+    results: dict[str, Any] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    if args.survivors:
+        for module in modules:
+            for s in results.get(module, {}).get("survivors", []):
+                print(f"{module}:{s['at']} in {s['in']} [{s['operator']}]\n"
+                      f"    - {s['line']}\n    + {s['mutant']}")
+        return 0
+    sys.path.insert(0, str(HERE))
+    operators = _operators()
+    forker: _Forker | None = None
+    for module in modules:
+        entry = config[module]
+        cached = results.get(module)
+        if cached and not args.rerun and cached["key"] == _key(module, entry, operators):
+            summary = {**cached, "survivors": [s for s in cached["survivors"]
+                                               if not _is_equivalent(s, _equivalents(module))]}
+            summary["equivalent"] += cached["survived"] - len(summary["survivors"])
+            summary["survived"] = len(summary["survivors"])
+            counted = summary["killed"] + summary["survived"]
+            summary["rate"] = round(summary["killed"] / counted, 4) if counted else 1.0
+        else:
+            if forker is None:
+                SCRATCH.mkdir(exist_ok=True)
+                tree = _copy_tree()
+                forker = _Forker(tree, _environment(tree))
+            summary = run_module(module, entry, operators, tree, forker)
+        results[module] = summary
+        RESULTS.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    print(f"\n{'module':58} {'killed':>6} {'surv.':>5} {'equiv.':>6} {'rate':>6}")
+    failing = []
+    for module in modules:
+        r = results[module]
+        print(f"{module:58} {r['killed']:6} {r['survived']:5} {r['equivalent']:6} "
+              f"{r['rate']:6.1%}")
+        if r["rate"] < args.goal:
+            failing.append(module)
+    if forker is not None:
+        forker.close()
+    if not modules:
+        print("(no module to check)")
+    if failing:
+        print(f"\nunder the goal of {args.goal:.0%}: {', '.join(failing)}; "
+              f"see `python mutation/run.py --survivors MODULE`")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
