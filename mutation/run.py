@@ -86,12 +86,21 @@ def _test_files(tests: list[str]) -> list[Path]:
     return files
 
 
-def _key(module: str, entry: dict[str, Any], operators: list[str]) -> str:
+def _source_key(module: str, operators: list[str]) -> str:
+    """What the mutants are made from: the module and the operators."""
     digest = hashlib.sha256()
     digest.update((ROOT / module).read_bytes())
-    for path in [*_test_files(entry["tests"]), HERE / "operators.py"]:
+    digest.update((HERE / "operators.py").read_bytes())
+    digest.update(json.dumps(operators).encode())
+    return digest.hexdigest()
+
+
+def _key(module: str, entry: dict[str, Any], operators: list[str]) -> str:
+    """What a module's result depends on: its mutants, and the tests run against them."""
+    digest = hashlib.sha256(_source_key(module, operators).encode())
+    for path in _test_files(entry["tests"]):
         digest.update(path.read_bytes())
-    digest.update(json.dumps([entry, operators], sort_keys=True).encode())
+    digest.update(json.dumps(entry, sort_keys=True).encode())
     return digest.hexdigest()
 
 
@@ -182,6 +191,15 @@ class _Forker:
         self._proc.wait()
 
 
+def _forget(db: Any, outcome: Any) -> None:
+    """Drop the results with ``outcome``, so those mutants run again."""
+    from cosmic_ray.work_db import WorkResultStorage
+
+    with db._session_maker.begin() as session:
+        session.query(WorkResultStorage).filter(
+            WorkResultStorage.test_outcome == outcome).delete()
+
+
 def run_module(module: str, entry: dict[str, Any], operators: list[str], tree: Path,
                forker: _Forker) -> dict[str, Any]:
     """Run (or go on with) one module's session; return its summary."""
@@ -196,16 +214,24 @@ def run_module(module: str, entry: dict[str, Any], operators: list[str], tree: P
     args = ["-x", "-q", "-p", "no:cacheprovider", *PLUGINS_OFF, *entry["tests"]]
     timeout = float(entry.get("timeout", 60))
     target = tree / module
+    source = _source_key(module, operators)
+    stamped = json.loads(stamp.read_text()) if stamp.exists() else {}
     with use_db(str(db_path), WorkDB.Mode.create) as db:
-        if not stamp.exists() or stamp.read_text() != key:
+        if stamped.get("key") != key:
             began = time.monotonic()
             status, output = forker.run(args, timeout * 4)
             if status != 0:
                 raise SystemExit(f"{module}: its tests fail without a mutant:\n{output}")
             print(f"{module}: its tests take {time.monotonic() - began:.1f} s", flush=True)
-            db.clear()
-            db.add_work_items(_work_items(target, operators))
-            stamp.write_text(key)
+            if stamped.get("source") == source:
+                # Same mutants, other tests: what was killed stays killed only if the
+                # tests it failed are still there; run the survivors again, and the rest
+                # where tests were removed or changed (a full run: --rerun).
+                _forget(db, TestOutcome.SURVIVED)
+            else:
+                db.clear()
+                db.add_work_items(_work_items(target, operators))
+            stamp.write_text(json.dumps({"key": key, "source": source}))
         pending = list(db.pending_work_items)
         total = db.num_work_items
         for done, item in enumerate(pending, start=total - len(pending) + 1):
@@ -291,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     for module in modules:
         entry = config[module]
         cached = results.get(module)
+        if args.rerun:
+            (SCRATCH / (module.replace("/", "__") + ".key")).unlink(missing_ok=True)
         if cached and not args.rerun and cached["key"] == _key(module, entry, operators):
             summary = {**cached, "survivors": [s for s in cached["survivors"]
                                                if not _is_equivalent(s, _equivalents(module))]}
