@@ -69,7 +69,24 @@ PARSES: list[tuple[list[str], dict[str, Any]]] = [
     (["snapshot", "sbx"], {"command": "snapshot", "action": "create", "id": "sbx",
                            "json": False}),
     (["snapshot", "--provider", "p", "sbx", "--json"],
-     {"action": "create", "id": "sbx", "json": True}),
+     {"action": "create", "id": "sbx", "json": True, "provider": "p"}),
+    (["snapshot", "-v", "ls"], {"action": "ls", "verbose": 1}),
+    (["snapshot", "--json", "sbx"], {"action": "create", "id": "sbx", "json": True}),
+    (["volume", "ls", "--json", "--provider", "x"], {"action": "ls", "json": True,
+                                                      "provider": "x"}),
+    (["template", "build", "dir", "--name", "n", "--context", "c", "--registry", "r:5",
+      "--force", "--cpu", "2", "--memory-mb", "512", "--start-cmd", "s", "--ready-cmd", "r",
+      "--json", "--provider", "p"],
+     {"command": "template", "action": "build", "path": "dir", "name": "n", "context": "c",
+      "registry": "r:5", "force": True, "cpu": 2.0, "memory_mb": 512, "start_cmd": "s",
+      "ready_cmd": "r", "json": True, "provider": "p"}),
+    (["template", "build", "dir"], {"name": None, "context": None, "registry": None,
+                                    "force": False, "cpu": None, "memory_mb": None,
+                                    "start_cmd": None, "ready_cmd": None, "json": False}),
+    (["template", "ls", "--json"], {"action": "ls", "json": True}),
+    (["template", "rm", "a", "b", "--json"], {"action": "rm", "ids": ["a", "b"],
+                                             "json": True}),
+    (["providers", "--json", "--provider", "p"], {"json": True, "provider": "p"}),
     (["snapshot", "ls", "--sandbox", "sbx", "--json"],
      {"action": "ls", "sandbox": "sbx", "json": True}),
     (["snapshot", "rm", "a", "b", "--provider", "p"],
@@ -112,6 +129,10 @@ def test_a_command_line_gives_its_handler_these_values(argv: list[str],
     ["run", "--timeout", "soon", "--", "true"], ["run", "--timeout", "nan", "--", "true"],
     ["reap", "--older-than", ""], ["reap", "--older-than", "1x"], ["reap", "--older-than", "1h30"],
     ["reap", "--older-than", "h"], ["reap", "--older-than", "1.5.2h"],
+    ["reap", "--older-than", " 1"], ["reap", "--older-than", "-1h"],
+    ["template", "rm"], ["template", "build"],
+    # A command with actions takes --provider after its action, not before.
+    ["snapshot", "--provider", "p", "ls"], ["volume", "--provider", "p", "ls"],
     ["emulate", "e2b", "--api-key", "a", "--api-key-file", "b"],
     ["info", "sbx", "--", "extra"], ["snapshot"], ["volume"],
 ], ids=" ".join)
@@ -137,3 +158,11 @@ def test_snapshot_is_an_argument_where_it_follows_a_word() -> None:
     """``snapshot`` after a word is that word's argument, not the command."""
     assert _parsed("exec", "snapshot", "--", "true").id == "snapshot"
     assert _parsed("cp", "snapshot", "b").src == "snapshot"
+
+
+def test_version_prints_the_version(psdk: Psdk) -> None:
+    from provider_sdk import __version__
+
+    outcome = psdk("--version")
+    assert outcome.code == 0
+    assert outcome.out.strip() == f"psdk {__version__}"
