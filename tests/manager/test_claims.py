@@ -1,0 +1,92 @@
+"""The claim's name and the in-process lock of one owner (``_claims``): one task at a
+time per owner, other owners never wait, a waiter goes on once the holder leaves, and an
+uncontended acquire makes no event and leaves nothing behind."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from provider_sdk.manager._claims import _OwnerLock, owner_claim
+
+pytestmark = pytest.mark.anyio
+
+
+def test_the_claim_is_named_for_its_owner() -> None:
+    assert owner_claim("alice") == "owner:alice"
+    assert owner_claim("bob") != owner_claim("alice")
+
+
+async def test_uncontended_the_lock_leaves_nothing_behind() -> None:
+    locks: dict[str, anyio.Event | None] = {}
+    async with _OwnerLock(locks, "alice"):
+        assert locks == {"alice": None}  # held, and no event made for nobody
+    assert locks == {}
+
+
+async def test_one_task_at_a_time_holds_an_owner() -> None:
+    locks: dict[str, anyio.Event | None] = {}
+    inside: list[str] = []
+    most = 0
+
+    async def work(name: str) -> None:
+        nonlocal most
+        async with _OwnerLock(locks, "alice"):
+            inside.append(name)
+            most = max(most, len(inside))
+            await anyio.sleep(0.01)
+            inside.remove(name)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for n in range(5):
+                tg.start_soon(work, f"task-{n}")
+    assert most == 1
+    assert locks == {}
+
+
+async def test_a_waiter_goes_on_once_the_holder_leaves() -> None:
+    locks: dict[str, anyio.Event | None] = {}
+    order: list[str] = []
+    release = anyio.Event()
+
+    async def holder() -> None:
+        async with _OwnerLock(locks, "alice"):
+            order.append("holder in")
+            await release.wait()
+            order.append("holder out")
+
+    async def waiter() -> None:
+        async with _OwnerLock(locks, "alice"):
+            order.append("waiter in")
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(holder)
+            await anyio.sleep(0.01)
+            tg.start_soon(waiter)
+            await anyio.sleep(0.01)
+            assert isinstance(locks["alice"], anyio.Event)  # the waiter's, for the holder
+            assert order == ["holder in"]
+            release.set()
+    assert order == ["holder in", "holder out", "waiter in"]
+    assert locks == {}
+
+
+async def test_other_owners_never_wait() -> None:
+    locks: dict[str, anyio.Event | None] = {}
+    with anyio.fail_after(10):
+        async with _OwnerLock(locks, "alice"), _OwnerLock(locks, "bob"):
+            assert set(locks) == {"alice", "bob"}
+    assert locks == {}
+
+
+async def test_the_lock_is_let_go_when_its_block_fails() -> None:
+    locks: dict[str, anyio.Event | None] = {}
+    with pytest.raises(LookupError):
+        async with _OwnerLock(locks, "alice"):
+            raise LookupError("the work failed")
+    assert locks == {}
+    with anyio.fail_after(10):
+        async with _OwnerLock(locks, "alice"):
+            pass
