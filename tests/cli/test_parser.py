@@ -105,7 +105,8 @@ PARSES: list[tuple[list[str], dict[str, Any]]] = [
      {"command": "emulate", "name": "e2b", "port": 9000, "backend": "docker",
       "api_key_file": "k", "api_key": None, "fault": [("after_resume_504", "2")]}),
     (["emulate", "e2b"], {"port": 0, "backend": "local", "fault": [], "api_key": None,
-                          "api_key_file": None}),
+                          "api_key_file": None, "provider": None}),
+    (["-v", "snapshot", "sbx"], {"action": "create", "id": "sbx", "verbose": 1}),
     (["reap", "--store", "sqlite:///x", "--owner-key", "k", "--older-than", "1h30m",
       "--dry-run", "--json"],
      {"command": "reap", "store": "sqlite:///x", "owner_key": "k", "older_than": 5400.0,
@@ -133,6 +134,7 @@ def test_a_command_line_gives_its_handler_these_values(argv: list[str],
     ["template", "rm"], ["template", "build"],
     # A command with actions takes --provider after its action, not before.
     ["snapshot", "--provider", "p", "ls"], ["volume", "--provider", "p", "ls"],
+    ["template", "--provider", "p", "ls"], ["emulate", "--provider", "p", "e2b"], [],
     ["emulate", "e2b", "--api-key", "a", "--api-key-file", "b"],
     ["info", "sbx", "--", "extra"], ["snapshot"], ["volume"],
 ], ids=" ".join)
@@ -166,3 +168,11 @@ def test_version_prints_the_version(psdk: Psdk) -> None:
     outcome = psdk("--version")
     assert outcome.code == 0
     assert outcome.out.strip() == f"psdk {__version__}"
+
+
+def test_each_command_runs_its_own_handler() -> None:
+    handlers = collections.defaultdict(object)
+    parser = build_parser(handlers)
+    for argv, _ in PARSES:
+        args = parse_args(parser, argv)
+        assert args.handler is handlers[args.command], argv
