@@ -1,5 +1,6 @@
-"""The claim's name and the in-process lock of one owner (``_claims``): one task at a
-time per owner, other owners never wait, a waiter goes on once the holder leaves, and an
+"""The claim's and the use lease's names, and the in-process lock of one owner
+(``_claims``; owners themselves are checked in ``test_owners.py``): one task at a time per
+owner, other owners never wait, a waiter goes on once the holder leaves, and an
 uncontended acquire makes no event and leaves nothing behind."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from provider_sdk.manager._claims import _OwnerLock, owner_claim
+from provider_sdk.manager._claims import USE_TOKEN, _OwnerLock, owner_claim, use_claim
 
 pytestmark = pytest.mark.anyio
 
@@ -15,6 +16,15 @@ pytestmark = pytest.mark.anyio
 def test_the_claim_is_named_for_its_owner() -> None:
     assert owner_claim("alice") == "owner:alice"
     assert owner_claim("bob") != owner_claim("alice")
+
+
+def test_the_use_lease_is_named_for_its_owner_apart_from_its_claim() -> None:
+    """The lease and the claim of one owner are two names, so holding one never holds
+    or frees the other; every user renews the one lease with the same token."""
+    assert use_claim("alice") == "use:alice"
+    assert use_claim("alice") != owner_claim("alice")
+    assert use_claim("bob") != use_claim("alice")
+    assert USE_TOKEN == "in-use"
 
 
 async def test_uncontended_the_lock_leaves_nothing_behind() -> None:

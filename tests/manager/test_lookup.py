@@ -127,7 +127,7 @@ async def test_a_store_hit_on_a_running_sandbox_records_its_use(
     assert again.id == first.id
     after = await store.get("alice")
     assert after is not None
-    assert after.last_used >= before
+    assert after.last_used >= before - 1  # the store's clock, within a second of this one
     assert not after.paused
 
 
@@ -146,7 +146,7 @@ async def test_a_store_hit_on_a_paused_binding_records_the_resume(
     after = await store.get("alice")
     assert after is not None
     assert not after.paused
-    assert after.last_used >= before
+    assert after.last_used >= before - 1  # the store's clock, within a second of this one
 
 
 async def test_a_lost_binding_is_healed_from_the_owner_tag(
