@@ -8,7 +8,14 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from provider_sdk.manager._claims import USE_TOKEN, _OwnerLock, owner_claim, use_claim
+from provider_sdk.errors import InvalidInput
+from provider_sdk.manager._claims import (
+    USE_TOKEN,
+    _OwnerLock,
+    check_owner,
+    owner_claim,
+    use_claim,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -100,3 +107,23 @@ async def test_the_lock_is_let_go_when_its_block_fails() -> None:
     with anyio.fail_after(10):
         async with _OwnerLock(locks, "alice"):
             pass
+
+
+@pytest.mark.parametrize(("size", "taken"), [(1, True), (256, True), (257, False)])
+def test_an_owner_is_at_most_256_characters(size: int, taken: bool) -> None:
+    if taken:
+        assert check_owner("x" * size) == "x" * size
+    else:
+        with pytest.raises(InvalidInput, match="257 characters, at most 256"):
+            check_owner("x" * size)
+
+
+def test_a_bad_owner_is_shown_in_at_most_60_characters() -> None:
+    """The error shows the owner as ``ascii()`` does, cut after 60 characters."""
+    for size in range(50, 60):
+        owner = "\x00" + "a" * size
+        shown = ascii(owner)
+        with pytest.raises(InvalidInput) as refused:
+            check_owner(owner)
+        expected = shown if len(shown) <= 60 else shown[:60] + "..."
+        assert str(refused.value).endswith(expected), (size, str(refused.value))
