@@ -127,3 +127,10 @@ def test_a_bad_owner_is_shown_in_at_most_60_characters() -> None:
             check_owner(owner)
         expected = shown if len(shown) <= 60 else shown[:60] + "..."
         assert str(refused.value).endswith(expected), (size, str(refused.value))
+
+
+@pytest.mark.parametrize("owner", ["a\u00a0b", "a\u200bb", "\u00e9l\u00e8ve", "a b"])
+def test_an_owner_may_hold_what_prints_oddly_but_breaks_no_line(owner: str) -> None:
+    """Only control characters, line and paragraph separators and lone surrogates are
+    refused: a no-break or zero-width space is an owner's own business."""
+    assert check_owner(owner) == owner
