@@ -1,4 +1,5 @@
-"""The embedded local provider runs the shared contract suite."""
+"""The embedded local provider runs the shared contract suite, and the sections that
+lean on the event loop again on trio."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ from typing import Any
 
 import pytest
 from engines import require_docker
-from provider_sdk_contract import ProviderContract
+from provider_sdk_contract import EventLoopContract, ProviderContract
 
 
-class TestLocalContract(ProviderContract):
+class LocalSettings:
+    """How the local provider's contract classes make their provider."""
+
     provider_name = "local"
 
     @property
@@ -23,7 +26,12 @@ class TestLocalContract(ProviderContract):
         return {"home": str(tmp_path_factory.mktemp("psdk-local"))}
 
 
-class TestLocalContractOnTrio(TestLocalContract):
-    """The whole suite again, on trio: the local provider is anyio throughout."""
+class TestLocalContract(LocalSettings, ProviderContract):
+    """The whole suite."""
+
+
+class TestLocalContractOnTrio(LocalSettings, EventLoopContract):
+    """The sections that lean on the event loop again, on trio: the local provider is
+    anyio throughout."""
 
     async_backend = "trio"

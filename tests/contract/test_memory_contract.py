@@ -11,7 +11,7 @@ from __future__ import annotations
 import anyio
 import pytest
 from memory_provider import MemoryProvider
-from provider_sdk_contract import ProviderContract
+from provider_sdk_contract import EventLoopContract, ProviderContract
 from provider_sdk_contract.support import eventually, new_marker, none_marked
 
 from provider_sdk import registry
@@ -42,7 +42,9 @@ class TestMemoryContract(ProviderContract):
         await eventually(gone, what=f"no process marked {marker} alive", timeout=10)
 
 
-class TestMemoryContractOnTrio(TestMemoryContract):
-    """The whole suite again, on trio: the provider is anyio throughout."""
+class TestMemoryContractOnTrio(EventLoopContract):
+    """The sections that lean on the event loop again, on trio: the provider is anyio
+    throughout."""
 
+    provider_name = "memory-contract"
     async_backend = "trio"
