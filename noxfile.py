@@ -93,10 +93,16 @@ def docs(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks (every script in bench/): one JSON object per line, each a ratio
-    against a baseline measured in the same run."""
+    against a baseline measured in the same run. ``-- --against REF [options]`` runs
+    them for a git ref and for the working tree in one run instead, and prints each
+    line's change (``bench/compare.py``)."""
     install(session)
+    if session.posargs[:1] == ["--against"]:
+        session.run("python", "bench/compare.py", *session.posargs[1:])
+        return
     for script in sorted(Path("bench").glob("*.py")):
-        session.run("python", str(script), *session.posargs)
+        if script.stem != "compare":
+            session.run("python", str(script), *session.posargs)
 
 
 @nox.session
