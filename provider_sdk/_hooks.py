@@ -456,5 +456,8 @@ def _check_id(provider: str, value: str, field: str = "sandbox_id") -> None:
 
 
 def _check_name(provider: str, kind: str, value: str) -> None:
-    if not isinstance(value, str) or not value or "\0" in value or "/" in value:
+    """Refuse a name no backend takes: empty, with a ``/``, or with a control character
+    (NUL, a newline: a pattern ending in ``$`` takes a trailing one)."""
+    if not isinstance(value, str) or not value or "/" in value \
+            or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
         raise InvalidInput(f"{kind} name: {value!r} is not a valid name", provider=provider)

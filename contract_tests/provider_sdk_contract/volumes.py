@@ -7,7 +7,7 @@ import secrets
 import pytest
 
 from provider_sdk.capabilities import Capability
-from provider_sdk.errors import Conflict, PermissionDenied, VolumeNotFound
+from provider_sdk.errors import Conflict, InvalidInput, PermissionDenied, VolumeNotFound
 from provider_sdk.models import VolumeMount
 from provider_sdk_contract.base import ContractBase, Factory
 from provider_sdk_contract.markers import requires
@@ -39,6 +39,20 @@ class VolumeContract(ContractBase):
         volume = await factory.volume()
         with pytest.raises(Conflict):
             await factory.provider.create_volume(volume.name)
+
+    @requires(Capability.VOLUMES)
+    async def test_a_volume_name_with_a_control_character_is_refused(
+            self, factory: Factory) -> None:
+        """A name ending in a newline, or holding a tab or NUL, is ``InvalidInput`` for
+        every volume call, and no volume is made of it."""
+        base = f"psdk-contract-{secrets.token_hex(4)}"
+        for name in (f"{base}\n", f"{base}\tx", f"{base}\0"):
+            with pytest.raises(InvalidInput):
+                await factory.provider.create_volume(name)
+            with pytest.raises(InvalidInput):
+                await factory.provider.get_volume(name)
+        assert not [v for v in await factory.provider.list_volumes()
+                    if v.name.startswith(base)]
 
     @requires(Capability.VOLUMES_SHARED)
     async def test_volume_writes_are_seen_by_another_sandbox(self, factory: Factory) -> None:

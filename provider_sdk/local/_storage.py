@@ -32,7 +32,7 @@ from provider_sdk.models import SandboxInfo, SandboxState, Snapshot, Volume
 
 __all__ = ["VOLUME_NAME", "StorageMixin"]
 
-VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+VOLUME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
 class StorageMixin:
@@ -158,7 +158,7 @@ class StorageMixin:
                         extra={"template": meta.template})
 
     def _check_volume_name(self, name: str) -> None:
-        if not VOLUME_NAME.match(name):
+        if not VOLUME_NAME.fullmatch(name):
             raise errors.InvalidInput(
                 f"volume name {name!r}: use letters, digits, '.', '_' and '-'",
                 provider=self.name)

@@ -234,10 +234,13 @@ async def test_volume_in_use_cannot_be_deleted(provider: LocalProvider) -> None:
     assert await provider.list_volumes() == []
 
 
-async def test_bad_volume_name_is_invalid_input(provider: LocalProvider) -> None:
-    """A volume name that could escape the state directory is refused."""
-    with pytest.raises(InvalidInput):
-        await provider.create_volume("..")
+@pytest.mark.parametrize("name", ["..", "-data", "a b", "x" * 129])
+async def test_bad_volume_name_is_invalid_input(provider: LocalProvider, name: str) -> None:
+    """A volume name that could escape the state directory, or holds what the local
+    provider does not take, is refused, and nothing is made for it."""
+    with pytest.raises(InvalidInput, match="volume name"):
+        await provider.create_volume(name)
+    assert await provider.list_volumes() == []
 
 
 async def test_spec_env_is_kept_private_on_the_host(provider: LocalProvider) -> None:

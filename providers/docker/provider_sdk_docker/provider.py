@@ -89,7 +89,7 @@ SETTINGS = {"base_url": "DOCKER_HOST", "template": "PSDK_DOCKER_TEMPLATE",
 
 #: What a shell needs, and nothing that reaches past the container.
 CAPABILITIES_KEPT = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID")
-VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+VOLUME_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 #: How long a pause the runtime gave up on (see ``FREEZE_FAILED``) is tried again.
 FREEZE_DEADLINE = 10.0
@@ -414,7 +414,7 @@ class DockerProvider(ProcessesMixin, FilesMixin, SnapshotsMixin, TemplatesMixin,
     # ------------------------------------------------------------------ volumes
 
     async def _create_volume(self, name: str) -> Volume:
-        if not VOLUME_NAME.match(name):
+        if not VOLUME_NAME.fullmatch(name):
             raise errors.InvalidInput(f"volume name {name!r}: use letters, digits, '_', '.', "
                                       "'-', starting with a letter or digit",
                                       provider=self.name)
