@@ -204,9 +204,9 @@ def main(argv: list[str] | None = None) -> int:
             alternate(base, tree, suspects, theirs, round_, args.rounds)
             changes = compare(base, tree)
     runs = max((len(r) for r in tree.ratios.values()), default=0)
+    confirmed = f" ({runs} where a line was confirmed)" if runs > args.repeat else ""
     print(f"bench/compare.py: {ref[:12]} (ref) against the working tree, "
-          f"{args.repeat} runs each ({runs} where a line was confirmed), "
-          f"{args.rounds} rounds a run, "
+          f"{args.repeat} runs each{confirmed}, {args.rounds} rounds a run, "
           f"{time.monotonic() - started:.0f} s")
     print(table(changes, args.flag))
     for side in (base, tree):
