@@ -30,9 +30,9 @@ from provider_sdk.config import Secret
 from provider_sdk.distributions import install_hint
 from provider_sdk.errors import ConfigError, InvalidInput, QuotaExceeded
 
-__all__ = ["BODY_LIMIT", "GROUP", "INFLATE_LIMIT", "BodyTooLarge", "Emulator",
-           "EmulatorOptions", "Faults", "RunningEmulator", "available", "decoded", "load",
-           "run"]
+__all__ = ["BACKING_LABEL", "BODY_LIMIT", "GROUP", "INFLATE_LIMIT", "BodyTooLarge", "Emulator",
+           "EmulatorOptions", "Faults", "RunningEmulator", "available", "backing_labels",
+           "decoded", "emulated_by", "load", "run"]
 
 BODY_LIMIT = 16 << 20
 """The most an emulator reads into memory for one request body (JSON, an RPC message),
@@ -48,6 +48,24 @@ make the emulator write (or hold) gigabytes."""
 _INFLATE_STEP = 256 << 10
 
 GROUP = "provider_sdk.emulators"
+
+BACKING_LABEL = "psdk.emulated"
+"""The one label an emulator puts on each sandbox it runs on its backend,
+``"<provider> <id>"``: the emulated sandbox it runs. The client's own labels stay with
+the emulator, which serves them. ``psdk ls`` lists such a sandbox once, under the
+emulated provider, when that provider is listed too."""
+
+
+def backing_labels(provider: str, sandbox_id: str) -> dict[str, str]:
+    """The labels of the backend's sandbox that runs ``provider``'s ``sandbox_id``."""
+    return {BACKING_LABEL: f"{provider} {sandbox_id}"}
+
+
+def emulated_by(metadata: Mapping[str, str]) -> tuple[str, str] | None:
+    """``(provider, id)`` of the emulated sandbox a backend's sandbox runs, from its
+    labels (see :data:`BACKING_LABEL`); ``None`` for any other sandbox."""
+    provider, sep, sandbox_id = metadata.get(BACKING_LABEL, "").partition(" ")
+    return (provider, sandbox_id) if sep and provider and sandbox_id else None
 
 # Where the well-known emulators live, for the hint in "not installed" errors.
 _DISTRIBUTIONS = {

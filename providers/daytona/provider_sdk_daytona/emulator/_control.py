@@ -16,6 +16,7 @@ from typing import Any
 
 from provider_sdk.capabilities import Capability
 from provider_sdk.emulator_kit.http import Request, Response
+from provider_sdk.emulators import backing_labels
 from provider_sdk.errors import Conflict, NotFound, SandboxError, TemplateBuildError
 from provider_sdk.models import SandboxSpec, TemplateSpec, VolumeMount
 from provider_sdk_daytona.emulator._http import (
@@ -40,8 +41,6 @@ from provider_sdk_daytona.emulator._store import (
     now,
 )
 
-BACKEND_TAG = "daytona-emulator"
-"""Metadata key on backend sandboxes: the Daytona sandbox id they serve."""
 _PAGE = 100
 _BIN = f"{HOME}/.local/bin"
 DEFAULT_ENV = {"HOME": HOME, "USER": USER, "LOGNAME": USER,
@@ -105,7 +104,7 @@ async def boot(request: Request, record: SandboxRecord) -> None:
     # its home; one built from a Dockerfile keeps what its image says.
     default = record.daytona_image
     spec = SandboxSpec(env={**DEFAULT_ENV, **record.env} if default else record.env,
-                       cwd=HOME if default else None, metadata={BACKEND_TAG: record.id},
+                       cwd=HOME if default else None, metadata=backing_labels("daytona", record.id),
                        snapshot=snapshot,
                        template=record.backend_template if snapshot is None else None,
                        volumes=mounts)  # type: ignore[arg-type]  # attrs converter

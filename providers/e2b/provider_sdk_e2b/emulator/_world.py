@@ -26,7 +26,7 @@ import attrs
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
 from provider_sdk.emulator_kit.http import Request
-from provider_sdk.emulators import Faults
+from provider_sdk.emulators import Faults, backing_labels
 from provider_sdk.models import SandboxSpec, SandboxState, VolumeMount
 from provider_sdk.provider import SandboxProvider
 from provider_sdk_e2b.emulator._process_entry import ProcessEntry
@@ -165,15 +165,22 @@ class World(ProcessesMixin):
                      auto_pause: bool, auto_resume: bool, pause_memory: bool,
                      network: dict[str, Any], allow_internet: bool | None,
                      volume_mounts: list[dict[str, Any]]) -> SandboxRecord:
-        sandbox = await self.provider.create(spec)
+        record_id = self.new_id()
+        sandbox = await self.provider.create(self.backing(spec, record_id))
         record = SandboxRecord(
-            id=self.new_id(), sandbox=sandbox, spec=spec, template_id=template_id,
+            id=record_id, sandbox=sandbox, spec=spec, template_id=template_id,
             access_token=secrets.token_hex(16) if self.flavor.envd_access_token else None,
             started_at=now(), timeout=timeout, end_at=self.deadline(timeout),
             auto_pause=auto_pause, auto_resume=auto_resume, pause_memory=pause_memory,
             network=network, allow_internet=allow_internet, volume_mounts=volume_mounts)
         self.sandboxes[record.id] = record
         return record
+
+    def backing(self, spec: SandboxSpec, record_id: str) -> SandboxSpec:
+        """The backend's spec for the sandbox ``record_id``: the client's labels stay in
+        the record (the emulator serves them), the backend's sandbox carries only the
+        label that says which emulated sandbox it runs."""
+        return attrs.evolve(spec, metadata=backing_labels(self.flavor.name, record_id))
 
     async def kill(self, record: SandboxRecord) -> None:
         if self.sandboxes.pop(record.id, None) is None:
@@ -265,8 +272,8 @@ class World(ProcessesMixin):
                 await record.sandbox.kill()
             if resumed and record.files_only is not None:
                 snapshot, record.files_only = record.files_only, None
-                record.sandbox = await self.provider.create(
-                    attrs.evolve(record.spec, template=None, snapshot=snapshot.id))
+                record.sandbox = await self.provider.create(self.backing(
+                    attrs.evolve(record.spec, template=None, snapshot=snapshot.id), record.id))
                 with contextlib.suppress(errors.SandboxError):
                     await self.provider.delete_snapshot(snapshot.id)
             elif resumed:
@@ -300,7 +307,7 @@ class World(ProcessesMixin):
         memory and processes start afresh."""
         async with record.lock:
             spec = attrs.evolve(record.spec, template=None, snapshot=snapshot.snapshot.id)
-            fresh = await self.provider.create(spec)
+            fresh = await self.provider.create(self.backing(spec, record.id))
             old, record.sandbox = record.sandbox, fresh
             self._end_processes(record)
             record.state = "running"
