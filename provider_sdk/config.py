@@ -23,6 +23,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
+import re
 import sys
 import types
 import typing
@@ -33,7 +34,13 @@ from typing import Any
 from provider_sdk import registry
 from provider_sdk.errors import ConfigError
 from provider_sdk.secret import Secret
-from provider_sdk.settings import bool_setting, env_setting, float_setting, int_setting
+from provider_sdk.settings import (
+    bool_setting,
+    env_setting,
+    float_setting,
+    given_in,
+    int_setting,
+)
 
 if typing.TYPE_CHECKING:
     from provider_sdk.provider import SandboxProvider
@@ -81,19 +88,41 @@ def config_path() -> Path | None:
     return user if user.is_file() else None
 
 
+# A provider's table written with the singular key: [provider.local].
+_SINGULAR_TABLE = re.compile(r"^[ \t]*\[[ \t]*provider[ \t]*\.[ \t]*([^\]\s]+)[ \t]*\]",
+                             re.MULTILINE)
+
+
 def _read_config() -> tuple[Path | None, dict[str, Any]]:
     path = config_path()
     if path is None:
         return None, {}
     try:
-        data: dict[str, Any] = tomllib.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    try:
+        data: dict[str, Any] = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        _refuse_singular_table(path, text)
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    if isinstance(data.get("provider"), dict):
+        _refuse_singular_table(path, text)
     for key in data:
         if key not in KNOWN_KEYS:
             raise ConfigError(f"{path}: unknown key {key!r}; the known keys are: "
                               f"{', '.join(KNOWN_KEYS)}")
     return path, data
+
+
+def _refuse_singular_table(path: Path, text: str) -> None:
+    """Raise the error that names a ``[provider.NAME]`` table, if the file has one."""
+    typo = _SINGULAR_TABLE.search(text)
+    if typo is not None:
+        line = text.count("\n", 0, typo.start()) + 1
+        raise ConfigError(f"{path}, line {line}: [provider.{typo.group(1)}] should be "
+                          f"[providers.{typo.group(1)}]: a provider's options go in a "
+                          "[providers.NAME] table; provider = \"NAME\" picks the provider")
 
 
 def provider_name(name: str | None = None) -> str:
@@ -134,6 +163,7 @@ def open_provider(name: str | None = None, /, **options: Any) -> SandboxProvider
         raise ConfigError(f"{path}: [providers.{chosen}] must be a table", provider=chosen)
     params = _options_of(cls)
     merged: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     for source, given in ((f"{path}: [providers.{chosen}]", table),
                           (f"open_provider({chosen!r}) keyword", options)):
         for key, value in given.items():
@@ -142,7 +172,9 @@ def open_provider(name: str | None = None, /, **options: Any) -> SandboxProvider
                                   f"{key!r}; its options are: {', '.join(params) or 'none'}",
                                   provider=chosen)
             merged[key] = _checked(value, params[key], f"{source} {key}", key, chosen)
-    return cls(**merged)
+            sources[key] = source
+    with given_in(sources):  # a value the provider refuses is blamed on where it was given
+        return cls(**merged)
 
 
 def _options_of(cls: type[SandboxProvider]) -> dict[str, Any]:

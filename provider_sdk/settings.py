@@ -13,8 +13,12 @@ was found, except for a secret, whose value is never shown::
 
 Values read from the environment are parsed strictly (``yes`` is not a switch, ``1.5``
 is not an integer); values given to the constructor must already have the type (a
-string is never taken for a number). A check of a provider's own (a registry address,
-an existing file) refuses a value with :meth:`Settings.refuse`, in the same words.
+string is never taken for a number). An error about a value read from the environment
+names the variable; one about a value given names the option alone, and where it was
+given when the caller said so with :func:`given_in` (``psdk.toml: [providers.e2b]
+ready_timeout``), as :func:`provider_sdk.config.open_provider` does. A check of a
+provider's own (a registry address, an existing file) refuses a value with
+:meth:`Settings.refuse`, in the same words.
 :func:`env_setting`, :func:`int_setting`, :func:`float_setting` and :func:`bool_setting`
 read a lone variable the same way.
 
@@ -23,17 +27,20 @@ A leaf module: it imports only the errors and :class:`~provider_sdk.secret.Secre
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import overload
 
 from provider_sdk.errors import ConfigError
 from provider_sdk.secret import Secret
 
-__all__ = ["Settings", "bool_setting", "env_setting", "float_setting", "int_setting"]
+__all__ = ["Settings", "bool_setting", "env_setting", "float_setting", "given_in",
+           "int_setting"]
 
 _TRUE = frozenset({"true", "1"})
 _FALSE = frozenset({"false", "0"})
@@ -71,6 +78,23 @@ def _parse_bool(raw: str) -> bool:
     if text in _FALSE:
         return False
     raise _Invalid("true or false (or 1 or 0)")
+
+
+# Where each option passed to the provider being constructed came from (see given_in).
+_SOURCES: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
+    "psdk_settings_sources", default=None)
+
+
+@contextlib.contextmanager
+def given_in(sources: Mapping[str, str]) -> Iterator[None]:
+    """Say, while a provider is constructed in this block, where each option passed to it
+    came from (``{"ready_timeout": "psdk.toml: [providers.e2b]"}``): an error about a
+    given value then names its source instead of calling it the option's variable."""
+    token = _SOURCES.set(dict(sources))
+    try:
+        yield
+    finally:
+        _SOURCES.reset(token)
 
 
 def _refuse(name: str, expected: str, value: object, *, secret: bool,
@@ -204,9 +228,18 @@ class Settings:
         return (os.environ.get(var) or None) if var else None
 
     def _refuse(self, option: str, expected: str, value: object, *,
-                secret: bool = False) -> ConfigError:
-        return _refuse(self._name(option), expected, value, secret=secret,
-                       provider=self.provider)
+                secret: bool = False, given: bool = False) -> ConfigError:
+        """The error for ``value``; a ``given`` one (not read from the environment) is
+        named by the option and where it was given, never by the option's variable."""
+        if not given:
+            return _refuse(self._name(option), expected, value, secret=secret,
+                           provider=self.provider)
+        source = (_SOURCES.get() or {}).get(option)
+        shown = "a value" if secret else repr(value)
+        if source is None:
+            return _refuse(option, expected, value, secret=secret, provider=self.provider)
+        return ConfigError(f"{source} {option} must be {expected}, got {shown}",
+                           provider=self.provider)
 
     def refuse(self, option: str, expected: str, value: object, *,
                secret: bool = False) -> ConfigError:
@@ -233,7 +266,7 @@ class Settings:
              required: bool = False) -> str | None:
         """A string (an empty one given counts as not given)."""
         if given is not None and not isinstance(given, str):
-            raise self._refuse(option, "a string", given)
+            raise self._refuse(option, "a string", given, given=True)
         value = given or self._raw(option) or default
         if value is None and required:
             raise self._missing(option)
@@ -243,7 +276,7 @@ class Settings:
                ) -> Secret | None:
         """A credential, held as a :class:`~provider_sdk.secret.Secret`."""
         if given is not None and not isinstance(given, str):
-            raise self._refuse(option, "a string", given, secret=True)
+            raise self._refuse(option, "a string", given, secret=True, given=True)
         value = given or self._raw(option)
         if value is None:
             if required:
@@ -258,14 +291,14 @@ class Settings:
         value = self.text(option, given, default=default, required=required)
         if value is not None and not value.startswith(tuple(f"{s}://" for s in schemes)):
             kinds = "/".join(schemes)
-            raise self._refuse(option, f"a {kinds} URL{hint}", value)
+            raise self._refuse(option, f"a {kinds} URL{hint}", value, given=bool(given))
         return value
 
     def path(self, option: str, given: str | os.PathLike[str] | None, *,
              default: Path | None = None) -> Path | None:
         """A filesystem path."""
         if given is not None and not isinstance(given, (str, os.PathLike)):
-            raise self._refuse(option, "a path", given)
+            raise self._refuse(option, "a path", given, given=True)
         if given is not None and str(given):
             return Path(given)
         raw = self._raw(option)
@@ -278,7 +311,7 @@ class Settings:
             (f" of at most {maximum:g}" if maximum != math.inf else "")
         if given is not None:
             if isinstance(given, bool) or not isinstance(given, (int, float)):
-                raise self._refuse(option, expected, given)
+                raise self._refuse(option, expected, given, given=True)
             value = float(given)
         elif (raw := self._raw(option)) is not None:
             try:
@@ -288,7 +321,8 @@ class Settings:
         else:
             return default
         if not (math.isfinite(value) and 0 < value <= maximum):
-            raise self._refuse(option, expected, given if given is not None else value)
+            raise self._refuse(option, expected, given if given is not None else value,
+                               given=given is not None)
         return value
 
     def integer(self, option: str, given: int | None, *, default: int,
@@ -297,7 +331,7 @@ class Settings:
         expected = f"an integer of at least {minimum}"
         if given is not None:
             if isinstance(given, bool) or not isinstance(given, int) or given < minimum:
-                raise self._refuse(option, expected, given)
+                raise self._refuse(option, expected, given, given=True)
             return given
         raw = self._raw(option)
         if raw is None:
@@ -311,7 +345,7 @@ class Settings:
         """``True`` or ``False`` (from the environment: ``true``/``1``, ``false``/``0``)."""
         if given is not None:
             if not isinstance(given, bool):
-                raise self._refuse(option, "true or false", given)
+                raise self._refuse(option, "true or false", given, given=True)
             return given
         raw = self._raw(option)
         if raw is None:

@@ -381,3 +381,44 @@ def test_the_environment_does_not_hide_a_broken_file_from_open_provider(
     monkeypatch.setenv("PSDK_PROVIDER", "memory")
     with pytest.raises(ConfigError, match="unknown key 'colour'"):
         open_provider()
+
+
+def test_a_bad_value_in_the_file_is_blamed_on_the_file_not_on_a_variable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if "e2b" not in registry.available():
+        pytest.skip("the e2b provider's plugin is not installed")
+    path = _write_config(tmp_path / "psdk.toml", '[providers.e2b]\napi_key = "k"\n'
+                         "ready_timeout = -5\n", monkeypatch)
+    monkeypatch.delenv("PSDK_E2B_READY_TIMEOUT", raising=False)
+    with pytest.raises(ConfigError) as caught:
+        open_provider("e2b")
+    assert caught.value.message == (f"{path}: [providers.e2b] ready_timeout must be a "
+                                    "positive finite number of seconds, got -5.0")
+    assert "PSDK_E2B_READY_TIMEOUT" not in str(caught.value)
+
+
+def test_a_bad_value_in_the_environment_still_names_its_variable(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    if "e2b" not in registry.available():
+        pytest.skip("the e2b provider's plugin is not installed")
+    monkeypatch.setenv("PSDK_E2B_READY_TIMEOUT", "-5")
+    with pytest.raises(ConfigError, match=r"ready_timeout \(PSDK_E2B_READY_TIMEOUT\) must be"):
+        open_provider("e2b", api_key="k")
+
+
+@pytest.mark.parametrize("text", ['provider = "local"\n\n[provider.local]\nhome = "/x"\n',
+                                  '# the local one\n\n[provider.local]\nhome = "/x"\n'])
+def test_a_singular_provider_table_is_named_with_the_file_line_and_fix(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    path = _write_config(tmp_path / "psdk.toml", text, monkeypatch)
+    with pytest.raises(ConfigError) as caught:
+        open_provider()
+    assert caught.value.message.startswith(
+        f"{path}, line 3: [provider.local] should be [providers.local]: ")
+
+
+def test_a_broken_file_is_named_with_the_parsers_reason(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write_config(tmp_path / "psdk.toml", 'provider = \n', monkeypatch)
+    with pytest.raises(ConfigError, match=f"cannot read config file {path}: Invalid value"):
+        provider_name()
