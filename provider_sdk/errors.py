@@ -82,7 +82,8 @@ class SandboxError(Exception):
 
     Attributes:
         message: the human-readable message, without the provider prefix.
-        provider: name of the provider that raised it, if any.
+        provider: name of the provider that raised it, if any; ``""`` for an error that
+            is no provider's (a binding store's), which the core never attributes.
         sandbox_id: the sandbox concerned, if any.
     """
 
@@ -270,8 +271,9 @@ class TemplateBuildError(SandboxError):
 
 def attribute(exc: BaseException, provider: str, sandbox_id: str | None = None) -> None:
     """Fill in the provider (and sandbox) of ``exc`` where it does not say them: the core
-    calls it on what leaves every public operation, so each error carries its provider."""
-    if isinstance(exc, SandboxError):
+    calls it on what leaves every public operation, so each error carries its provider.
+    An error that says it is no provider's (``provider == ""``) is left as it is."""
+    if isinstance(exc, SandboxError) and exc.provider != "":
         if exc.provider is None:
             exc.provider = provider
         if exc.sandbox_id is None and sandbox_id is not None:

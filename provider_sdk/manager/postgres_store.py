@@ -1,7 +1,8 @@
 """``PostgresStore``: bindings in PostgreSQL, for several application replicas.
 
 Needs the ``postgres`` extra (``pip install 'sandbox-provider-sdk[postgres]'``, psycopg 3); the
-driver is imported when the store first connects, and it runs on the asyncio backend.
+driver is imported when the store is made, which checks the DSN, and it runs on the asyncio
+backend.
 Compare-and-set is one ``UPDATE ... WHERE version = %s`` (or ``INSERT ... ON CONFLICT DO
 NOTHING`` for a first binding); a claim is an ``INSERT ... ON CONFLICT DO UPDATE ...
 WHERE expires_at < now()``, so the row lock makes exactly one of several callers win. A
@@ -51,6 +52,7 @@ class PostgresStore(BindingStore):
     def __init__(self, dsn: str, *, table: str = "psdk_bindings") -> None:
         if not _TABLE.match(table):
             raise InvalidInput(f"table: {table!r} must be lowercase letters, digits and '_'")
+        _check_dsn(str(dsn.reveal() if isinstance(dsn, Secret) else dsn))
         self._dsn = dsn if isinstance(dsn, Secret) else Secret(dsn)
         self.table = table
         self._conn: AsyncConnection[Any] | None = None
@@ -77,11 +79,12 @@ class PostgresStore(BindingStore):
                     await conn.close()
                 if "password authentication failed" in str(exc):
                     raise AuthenticationError(f"binding store {where}: the server refused "
-                                              "the credentials") from exc
-                raise Unavailable(f"binding store {where}: {_safe(str(exc))}") from exc
+                                              "the credentials", provider="") from exc
+                raise Unavailable(f"binding store {where}: {_safe(str(exc))}",
+                                  provider="") from exc
             except psycopg.Error as exc:
                 raise Unavailable(f"binding store {where}: {type(exc).__name__}: "
-                                  f"{_safe(str(exc))}") from exc
+                                  f"{_safe(str(exc))}", provider="") from exc
 
     async def _create_tables(self, conn: AsyncConnection[Any]) -> None:
         sql = _driver().sql
@@ -193,12 +196,36 @@ class PostgresStore(BindingStore):
                 await conn.close()
 
 
+def _check_dsn(dsn: str) -> None:
+    """Refuse, as the store is made, a DSN that libpq cannot read: a mistake shows at
+    construction, not at the first call. Of a DSN that is not a URL nothing is quoted (a
+    ``key=value`` string may hold a password)."""
+    psycopg = _driver()
+    url = dsn.startswith(("postgresql://", "postgres://"))
+    reason = ""
+    try:
+        port = psycopg.conninfo.conninfo_to_dict(dsn).get("port")
+    except psycopg.ProgrammingError as exc:
+        scheme, sep, _ = dsn.partition("://")
+        reason = _safe(str(exc).strip().splitlines()[0]) if url else \
+            f"its scheme is {scheme!r}" if sep and "=" not in scheme else "it cannot be read"
+    else:
+        if port and not all(p.strip().isdigit() for p in str(port).split(",")):
+            reason = f"port {str(port)!r} is not a number"
+    if reason:
+        what = repr(_safe(dsn)) if url else "the DSN"
+        raise InvalidInput(f"PostgresStore: {what} is not a PostgreSQL connection string "
+                           f"(postgresql://USER:PASS@HOST/DB, or key=value pairs): {reason}",
+                           provider="")
+
+
 def _driver() -> ModuleType:
     """psycopg, imported on first use: the core does not need it."""
     try:
         import psycopg
+        import psycopg.conninfo
         import psycopg.sql
     except ImportError as exc:
         raise ConfigError("PostgresStore needs psycopg: "
-                          + install_hint(CORE, extra="postgres")) from exc
+                          + install_hint(CORE, extra="postgres"), provider="") from exc
     return psycopg

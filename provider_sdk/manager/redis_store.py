@@ -94,7 +94,7 @@ class RedisStore(BindingStore):
             import redis.exceptions
         except ImportError as exc:
             raise ConfigError("RedisStore needs the redis package: "
-                              + install_hint(CORE, extra="redis")) from exc
+                              + install_hint(CORE, extra="redis"), provider="") from exc
         if self._client is None:
             self._client = redis.asyncio.Redis.from_url(self._url.reveal(),
                                                         decode_responses=True)
@@ -103,10 +103,10 @@ class RedisStore(BindingStore):
             yield self._client
         except redis.exceptions.AuthenticationError as exc:
             raise AuthenticationError(f"binding store {where}: the server refused the "
-                                      "credentials") from exc
+                                      "credentials", provider="") from exc
         except redis.exceptions.RedisError as exc:
             raise Unavailable(f"binding store {where}: {type(exc).__name__}: "
-                              f"{_safe(str(exc))}") from exc
+                              f"{_safe(str(exc))}", provider="") from exc
 
     async def _script(self, script: str, keys: builtins.list[str], args: builtins.list[Any]
                       ) -> Any:

@@ -118,7 +118,7 @@ class SQLiteStore(BindingStore):
         raise Unavailable(
             f"binding store {self.path}: another connection held the database for "
             f"{self._busy_timeout:g} s ({tries.made} attempts) while it was being switched "
-            "to WAL mode; retry later, or raise busy_timeout") from locked
+            "to WAL mode; retry later, or raise busy_timeout", provider="") from locked
 
     def _open_once(self) -> None:
         """One attempt to open the file (``_Locked`` if another connection holds it)."""
@@ -132,7 +132,7 @@ class SQLiteStore(BindingStore):
         try:
             self._db = self._connect()
         except sqlite3.OperationalError as exc:  # I/O, not a database
-            raise Unavailable(f"binding store {self.path}: {exc}") from exc
+            raise Unavailable(f"binding store {self.path}: {exc}", provider="") from exc
 
     def _connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -177,7 +177,7 @@ class SQLiteStore(BindingStore):
                 except sqlite3.OperationalError as exc:  # busy past the attempt, I/O
                     if _busy(exc):
                         raise _Locked(str(exc)) from exc
-                    raise Unavailable(f"binding store {self.path}: {exc}") from exc
+                    raise Unavailable(f"binding store {self.path}: {exc}", provider="") from exc
 
         try:  # the common case: one call
             return await anyio.to_thread.run_sync(call)
@@ -191,7 +191,7 @@ class SQLiteStore(BindingStore):
                 locked = exc
         raise Unavailable(f"binding store {self.path}: another connection held the database "
                           f"for {self._busy_timeout:g} s ({tries.made} attempts): {locked}; "
-                          "retry later, or raise busy_timeout") from locked
+                          "retry later, or raise busy_timeout", provider="") from locked
 
     # ------------------------------------------------------------------ bindings
 

@@ -234,3 +234,33 @@ def test_open_store_reads_the_setting_then_defaults_to_a_sqlite_file(
     default = open_store()
     assert isinstance(default, SQLiteStore)
     assert default.path == tmp_path / "data" / "psdk" / "manager.sqlite3"
+
+
+@pytest.mark.parametrize(("dsn", "words"), [
+    ("not a dsn", "it cannot be read"),
+    ("mysql://user:hunter2@127.0.0.1/db", "its scheme is 'mysql'"),
+    ("postgresql://user:hunter2@127.0.0.1:notaport/db", "port 'notaport' is not a number"),
+    ("postgresql://user:hunter2@127.0.0.1/db?colour=red", 'invalid URI query parameter'),
+    ("host=127.0.0.1 password=hunter2 oops", "it cannot be read"),
+])
+def test_a_bad_postgres_dsn_is_refused_when_the_store_is_made(dsn: str, words: str) -> None:
+    with pytest.raises(InvalidInput) as info:
+        PostgresStore(dsn)
+    message = str(info.value)
+    assert message.startswith("PostgresStore: ")  # no provider's: no [provider] prefix
+    assert words in message
+    assert "hunter2" not in f"{message} {info.value!r}"
+
+
+async def test_a_store_error_met_in_acquire_is_the_stores_not_the_providers(
+        tmp_path: Path, memory: Any) -> None:
+    from provider_sdk import open_provider
+    from provider_sdk.errors import Unavailable
+    from provider_sdk.manager import SandboxManager
+
+    async with open_provider("memory") as provider, \
+            SandboxManager(provider, SQLiteStore(tmp_path)) as manager:  # a directory
+        with pytest.raises(Unavailable) as info:
+            await manager.acquire("alice")
+    assert info.value.provider == ""
+    assert str(info.value).startswith(f"binding store {tmp_path}: ")
