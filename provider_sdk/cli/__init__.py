@@ -25,6 +25,8 @@ for bugs only.
 SIGTERM and SIGHUP stop a command as Ctrl-C does: its task is cancelled, so ``run``'s
 sandbox is killed, ``cp`` leaves no partial file, ``exec``'s command is stopped,
 ``expose`` unexposes its port and ``emulate`` removes its sandboxes before the process exits.
+For the servers (``expose``, ``emulate``), which run until stopped, a stop is their
+normal end: they say what they stopped in one line and exit with 0.
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ _BLOCKING: dict[str, str] = {"contract": "provider_sdk.cli.contract:cmd_contract
 
 #: Commands that never reach the library's events, so need no logging set up.
 _NO_LOGGING = frozenset({"providers"})
+#: Commands that serve until stopped: Ctrl-C, SIGTERM or SIGHUP is their normal end.
+_SERVERS = frozenset({"expose", "emulate"})
 
 
 def _handler(path: str) -> Any:
@@ -73,6 +77,8 @@ def _handler(path: str) -> Any:
 #: The signals that stop a command the way Ctrl-C does.
 STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
     getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+#: A server's stop signals: Ctrl-C's too.
+_SERVER_STOPS: tuple[signal.Signals, ...] = (signal.SIGINT, *STOP_SIGNALS)
 
 
 class Stopped(Exception):
@@ -83,11 +89,12 @@ class Stopped(Exception):
         self.signum = signum
 
 
-def _in_loop(path: str) -> Callable[[argparse.Namespace, Console], int]:
+def _in_loop(path: str, *, server: bool = False
+             ) -> Callable[[argparse.Namespace, Console], int]:
     def run(args: argparse.Namespace, console: Console) -> int:
         import anyio
 
-        return anyio.run(_until_stopped, _handler(path), args, console)
+        return anyio.run(_until_stopped, _handler(path), args, console, server)
 
     return run
 
@@ -101,13 +108,16 @@ def _blocking(path: str) -> Callable[[argparse.Namespace, Console], int]:
 
 
 async def _until_stopped(handler: AsyncHandler, args: argparse.Namespace,
-                         console: Console) -> int:
+                         console: Console, server: bool = False) -> int:
     """Run ``handler``; a stop signal cancels it as Ctrl-C does, then raises Stopped.
 
     Like asyncio's own SIGINT handling, the signal cancels the main task once (not a
     cancel scope, which would cancel every later await too): cleanup code in ``finally``
     blocks, which Ctrl-C already runs, runs the same. Further signals while it does are
     ignored; Ctrl-C still interrupts at once.
+
+    A ``server`` (a command that runs until stopped) takes Ctrl-C too, and a stop is its
+    normal end: status 0, the handler having said what it stopped.
     """
     import asyncio
 
@@ -115,20 +125,24 @@ async def _until_stopped(handler: AsyncHandler, args: argparse.Namespace,
     received: list[int] = []
 
     def stop(signum: int) -> None:
+        if received and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C interrupts the cleanup at once
         if not received and task is not None:
             received.append(signum)
             task.cancel()
 
-    with _handling(STOP_SIGNALS, stop):
+    with _handling(_SERVER_STOPS if server else STOP_SIGNALS, stop):
         try:
             status = await handler(args, console)
         except asyncio.CancelledError:
+            if received and server:
+                return 0
             if received:
                 raise Stopped(received[0]) from None
             raise
-    if received:  # the handler absorbed the cancellation; it was stopped all the same
+    if received and not server:  # the handler absorbed the cancellation
         raise Stopped(received[0])
-    return status
+    return 0 if received else status
 
 
 @contextlib.contextmanager
@@ -164,7 +178,7 @@ def _handling(signals: Sequence[signal.Signals],
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``psdk`` with ``argv`` (default: the process's arguments); return the exit status."""
     handlers: dict[str, Callable[..., Any]] = {
-        **{name: _in_loop(path) for name, path in _ASYNC.items()},
+        **{name: _in_loop(path, server=name in _SERVERS) for name, path in _ASYNC.items()},
         **{name: _blocking(path) for name, path in _BLOCKING.items()}}
     parser = build_parser(handlers)
     try:
@@ -173,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     if args.command not in _NO_LOGGING or args.verbose:
         configure_logging(args.verbose)
-    console = Console()
+    console = Console(quiet=args.quiet)
     try:
         status: int = args.handler(args, console)
         return status

@@ -27,6 +27,7 @@ from provider_sdk.cli.console import (
     Console,
     cell,
     dump_json,
+    human_size,
     labels_cell,
     table,
     to_json,
@@ -37,14 +38,20 @@ from provider_sdk.errors import (
     FileNotFound,
     NotARegularFile,
     ProviderNotFound,
+    SandboxError,
     SandboxNotFound,
 )
 from provider_sdk.models import (
     ExecResult,
     FileInfo,
     FileType,
+    Lifecycle,
+    NetworkPolicy,
+    Resources,
     SandboxInfo,
     SandboxSpec,
+    SandboxState,
+    VolumeMount,
     broken_reason,
 )
 from provider_sdk.provider import SandboxProvider
@@ -160,14 +167,26 @@ async def cmd_exec(args: argparse.Namespace, console: Console) -> int:
     """Run a command in an existing sandbox; exit with the command's code."""
     argv = _command_argv(args)
     async with provider_holding(args, "sandbox", args.id) as provider:
-        sandbox = await provider.connect(args.id)
+        sandbox = await connect_resuming(provider, args.id, console)
         return await _run_command(sandbox, argv, args, console)
+
+
+async def connect_resuming(provider: SandboxProvider, sandbox_id: str,
+                           console: Console) -> Sandbox:
+    """A handle on the sandbox, resumed first if it was paused, saying so on stderr."""
+    sandbox = await provider.connect(sandbox_id, resume=False)
+    if sandbox.info.state in (SandboxState.PAUSED, SandboxState.PAUSING):
+        with console.status(f"resuming {sandbox_id}"):
+            await sandbox.resume()
+        console.done(f"resumed sandbox {sandbox_id} on {provider.name} (it was paused)")
+    return sandbox
 
 
 def _command_argv(args: argparse.Namespace) -> list[str]:
     if not args.cmd:
-        raise CliError("no command given: put it after '--', e.g. psdk "
-                       f"{args.command} {'ID ' if args.command == 'exec' else ''}-- ls -l",
+        raise CliError("no command given: name it after "
+                       f"{'the id' if args.command == 'exec' else 'the options'}, e.g. psdk "
+                       f"{args.command} {'ID ' if args.command == 'exec' else ''}ls -l",
                        code=2)
     if not args.cmd[0]:
         raise CliError("the command's name is empty: give the program to run after '--', "
@@ -217,25 +236,40 @@ async def cmd_create(args: argparse.Namespace, console: Console) -> int:
     opening = (provider_holding(args, "snapshot", args.from_snapshot)
                if args.from_snapshot else provider_from(args))
     async with opening as provider:
-        spec = SandboxSpec(template=args.template, snapshot=args.from_snapshot,
-                           metadata=dict(args.label))
+        spec = _spec_from(args)
         with console.status(f"creating a {provider.name} sandbox"):
             sandbox = await provider.create(spec)
         default_places().remember("sandbox", sandbox.id, provider.name)
         info = await sandbox.refresh() if args.json else None
     console.out(sandbox.id if info is None else dump_json(info))
+    console.done(f"created sandbox {sandbox.id} on {provider.name}")
     return 0
 
 
+def _spec_from(args: argparse.Namespace) -> SandboxSpec:
+    """The spec ``psdk create``'s options describe."""
+    return SandboxSpec(
+        template=args.template, snapshot=args.from_snapshot, metadata=dict(args.label),
+        env=dict(args.env),
+        resources=Resources(cpu=args.cpu, memory_mb=args.memory, disk_mb=args.disk),
+        lifecycle=Lifecycle(idle_timeout=args.timeout, on_idle=args.on_idle),
+        network=NetworkPolicy(allow_internet=args.network == "internet",
+                              allow_out=args.allow_out, deny_out=args.deny_out),
+        # (mypy reads attrs' tuple converter as a generic it cannot solve)
+        volumes=[VolumeMount(volume=name, path=path, read_only=read_only)  # type: ignore[misc]
+                 for name, path, read_only in args.volume])
+
+
 async def cmd_ls(args: argparse.Namespace, console: Console) -> int:
-    """List sandboxes, optionally those carrying every ``--label``.
+    """List sandboxes, optionally those carrying every ``--label``: of every installed
+    provider that can be asked (``--provider``: of that one).
 
     Broken records (a state the provider could not read) are hidden, with one warning
     line saying how many; ``--all`` shows them, in state ``broken`` with the reason.
     """
-    async with provider_from(args) as provider:
-        infos = await provider.list(metadata=dict(args.label))
-    infos.sort(key=lambda i: (i.created_at.timestamp() if i.created_at else float("inf"), i.id))
+    infos = await _list_everywhere(args, console)
+    infos.sort(key=lambda i: (i.created_at.timestamp() if i.created_at else float("inf"),
+                              i.provider, i.id))
     broken = [i for i in infos if broken_reason(i) is not None]
     if broken and not args.all:
         infos = [i for i in infos if broken_reason(i) is None]
@@ -245,8 +279,8 @@ async def cmd_ls(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         console.out(dump_json(infos))
         return 0
-    header = ["ID", "STATE", "TEMPLATE", "CREATED", "METADATA"]
-    rows = [[i.id, "broken" if broken_reason(i) is not None else str(i.state),
+    header = ["ID", "PROVIDER", "STATE", "TEMPLATE", "CREATED", "METADATA"]
+    rows = [[i.id, i.provider, "broken" if broken_reason(i) is not None else str(i.state),
              i.template or "-", _when(i.created_at, "-"), labels_cell(i.metadata)]
             for i in infos]
     if any(broken_reason(i) is not None for i in infos):
@@ -256,6 +290,40 @@ async def cmd_ls(args: argparse.Namespace, console: Console) -> int:
     for line in table(header, rows):
         console.out(line)
     return 0
+
+
+async def _list_everywhere(args: argparse.Namespace, console: Console) -> list[SandboxInfo]:
+    """The sandboxes of ``--provider``, else of every provider ``psdk`` looks in for an
+    id: the default one, and each one ``psdk`` made a sandbox on; each sandbox once.
+
+    The default provider's errors are the command's; another provider that cannot be
+    asked (its API key unset, its engine down) is one warning line. A sandbox that an
+    emulator runs on its backend (see :data:`provider_sdk.emulators.BACKING_LABEL`) is
+    listed under the emulated provider's id alone when that provider answered.
+    """
+    from provider_sdk.emulators import emulated_by
+
+    default = config.provider_name(args.provider)
+    names = [default] if args.provider else \
+        [default, *sorted(default_places().providers("sandbox") - {default})]
+    found: dict[str, list[SandboxInfo]] = {}
+
+    async def list_one(name: str) -> None:
+        try:
+            async with config.open_provider(name) as provider:
+                found[name] = await provider.list(metadata=dict(args.label))
+        except SandboxError as exc:
+            if name == default:
+                raise
+            console.note(f"psdk: warning: the sandboxes psdk made on {name} are not "
+                         f"listed: {exc}")
+
+    async with anyio.create_task_group() as tg:
+        for name in names:
+            tg.start_soon(list_one, name)
+    listed = {(info.provider, info.id) for infos in found.values() for info in infos}
+    return [info for name in names for info in found.get(name, [])
+            if emulated_by(info.metadata) not in listed]
 
 
 async def cmd_info(args: argparse.Namespace, console: Console) -> int:
@@ -290,20 +358,22 @@ def _info_lines(info: SandboxInfo) -> list[tuple[str, str]]:
 
 async def cmd_pause(args: argparse.Namespace, console: Console) -> int:
     """Pause a sandbox."""
-    return await _change_state(args, console, "pausing", Sandbox.pause)
+    return await _change_state(args, console, ("pausing", "paused"), Sandbox.pause)
 
 
 async def cmd_resume(args: argparse.Namespace, console: Console) -> int:
     """Resume a paused sandbox; returns once it answers."""
-    return await _change_state(args, console, "resuming", Sandbox.resume)
+    return await _change_state(args, console, ("resuming", "resumed"), Sandbox.resume)
 
 
-async def _change_state(args: argparse.Namespace, console: Console, doing: str,
+async def _change_state(args: argparse.Namespace, console: Console, verbs: tuple[str, str],
                         change: Callable[[Sandbox], Awaitable[SandboxInfo]]) -> int:
+    doing, done = verbs
     async with provider_holding(args, "sandbox", args.id) as provider:
         sandbox = await provider.connect(args.id, resume=False)
         with console.status(f"{doing} {args.id}"):
             await change(sandbox)
+    console.done(f"{done} sandbox {args.id} on {provider.name}")
     return 0
 
 
@@ -311,9 +381,12 @@ async def cmd_kill(args: argparse.Namespace, console: Console) -> int:
     """Kill a sandbox, or remove a broken record; an unknown id is an error (killing
     twice is not)."""
     async with provider_holding(args, "sandbox", args.id) as provider:
+        broken = broken_reason(await provider.get_info(args.id)) is not None
         with console.status(f"killing {args.id}"):
             await provider.kill(args.id)
     default_places().forget("sandbox", args.id)
+    what = "removed broken record" if broken else "killed sandbox"
+    console.done(f"{what} {args.id} on {provider.name}")
     return 0
 
 
@@ -326,6 +399,7 @@ async def cmd_snapshot(args: argparse.Namespace, console: Console) -> int:
                 snapshot = await sandbox.snapshot()
             default_places().remember("snapshot", snapshot.id, provider.name)
         console.out(dump_json(snapshot) if args.json else snapshot.id)
+        console.done(f"took snapshot {snapshot.id} of sandbox {args.id} on {provider.name}")
     elif args.action == "ls":
         async with provider_from(args) as provider:
             snapshots = await provider.list_snapshots(sandbox_id=args.sandbox)
@@ -338,6 +412,7 @@ async def cmd_snapshot(args: argparse.Namespace, console: Console) -> int:
             async with provider_holding(args, "snapshot", snapshot_id) as provider:
                 await provider.delete_snapshot(snapshot_id)
             default_places().forget("snapshot", snapshot_id)
+            console.done(f"removed snapshot {snapshot_id} on {provider.name}")
         if args.json:
             console.out(dump_json(args.ids))
     return 0
@@ -349,6 +424,7 @@ async def cmd_volume(args: argparse.Namespace, console: Console) -> int:
         if args.action == "create":
             volume = await provider.create_volume(args.name)
             console.out(dump_json(volume) if args.json else volume.id)
+            console.done(f"created volume {volume.name} on {provider.name}")
         elif args.action == "ls":
             volumes = sorted(await provider.list_volumes(), key=lambda v: v.name)
             _print_rows(console, args.json, volumes, ["ID", "NAME", "CREATED"],
@@ -356,6 +432,7 @@ async def cmd_volume(args: argparse.Namespace, console: Console) -> int:
         else:
             for name in args.names:
                 await provider.delete_volume(name)
+                console.done(f"removed volume {name} on {provider.name}")
             if args.json:
                 console.out(dump_json(args.names))
     return 0
@@ -390,20 +467,22 @@ async def cmd_cp(args: argparse.Namespace, console: Console) -> int:
         if dst_id is None:
             raise CliError("neither side is in a sandbox: write one as ID:PATH", code=2)
         async with provider_holding(args, "sandbox", dst_id) as provider:
-            await _upload(await provider.connect(dst_id), src, dst, console)
+            await _upload(await connect_resuming(provider, dst_id, console), src, dst,
+                          console)
         return 0
     if not src:
         raise CliError(f"{args.src!r} names no file: write ID:PATH", code=2)
     async with contextlib.AsyncExitStack() as stack:
         provider = await stack.enter_async_context(provider_holding(args, "sandbox", src_id))
-        source = await provider.connect(src_id)
+        source = await connect_resuming(provider, src_id, console)
         if dst_id is None:
             await _download(source, src, dst, console)
         else:
             if dst_id != src_id:
                 provider = await stack.enter_async_context(
                     provider_holding(args, "sandbox", dst_id))
-            target = source if dst_id == src_id else await provider.connect(dst_id)
+            target = source if dst_id == src_id else \
+                await connect_resuming(provider, dst_id, console)
             await _between(source, src, target, dst, console)
     return 0
 
@@ -436,6 +515,7 @@ async def _upload(sandbox: Sandbox, src: str, dst: str, console: Console) -> Non
         await sandbox.files.write(target, chunks())
     finally:
         progress.close()
+    console.done(f"copied {src} to {sandbox.id}:{target} ({human_size(size)})")
 
 
 def _refuse_special(sandbox: Sandbox, path: str, info: FileInfo) -> None:
@@ -463,6 +543,7 @@ async def _download(sandbox: Sandbox, src: str, dst: str, console: Console) -> N
         await sandbox.files.download(src, target, progress=progress.advance)
     finally:
         progress.close()
+    console.done(f"copied {sandbox.id}:{src} to {target} ({human_size(info.size)})")
 
 
 async def _between(source: Sandbox, src: str, target: Sandbox, dst: str,
@@ -481,6 +562,8 @@ async def _between(source: Sandbox, src: str, target: Sandbox, dst: str,
         await target.files.write(path, chunks())
     finally:
         progress.close()
+    console.done(f"copied {source.id}:{src} to {target.id}:{path} "
+                 f"({human_size(info.size)})")
 
 
 # ------------------------------------------------------------------ helpers

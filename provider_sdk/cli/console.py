@@ -23,7 +23,8 @@ from types import TracebackType
 from typing import IO, Any
 
 __all__ = ["MAX_CELL", "MAX_LABEL_VALUE", "BuildStatus", "CliError", "Console", "Progress",
-           "Status", "cell", "configure_logging", "labels_cell", "table", "to_json"]
+           "Status", "cell", "configure_logging", "human_size", "labels_cell", "table",
+           "to_json"]
 
 #: The longest cell a table shows; longer values end in an ellipsis.
 MAX_CELL = 80
@@ -103,7 +104,14 @@ def _format_warning(message: Warning | str, category: type[Warning], filename: s
 
 
 class Console:
-    """Where ``psdk`` writes. Streams are looked up on each call, so redirection works."""
+    """Where ``psdk`` writes. Streams are looked up on each call, so redirection works.
+
+    Args:
+        quiet: leave out the lines that say what a command did (:meth:`done`).
+    """
+
+    def __init__(self, *, quiet: bool = False) -> None:
+        self.quiet = quiet
 
     @property
     def interactive(self) -> bool:
@@ -125,6 +133,12 @@ class Console:
     def note(self, text: str) -> None:
         """A message for the person at the terminal, on stderr."""
         print(text, file=sys.stderr, flush=True)
+
+    def done(self, text: str) -> None:
+        """One line on stderr saying what a command did (``killed sandbox X on local``),
+        unless quiet; stdout keeps the results alone."""
+        if not self.quiet:
+            print(_plain(text), file=sys.stderr, flush=True)
 
     def error(self, message: str) -> None:
         """One line on stderr: ``psdk: error: ...``."""
@@ -248,7 +262,7 @@ class BuildStatus(Status):
                 if done < total and now - self._shown.get(what, 0.0) < self._every_bytes:
                     return
                 self._shown[what] = now
-                text = f"{what} {_human(done)} / {_human(total)}"
+                text = f"{what} {human_size(done)} / {human_size(total)}"
             self._stream.write(f"{_plain(self._name)}: {_plain(text)}\n")
             self._stream.flush()
         elif step is not None:
@@ -289,9 +303,9 @@ class Progress:
             self._draw()
 
     def _draw(self) -> None:
-        text = f"{self._label}  {_human(self.done)}"
+        text = f"{self._label}  {human_size(self.done)}"
         if self._total:
-            text += f" / {_human(self._total)} ({100 * self.done // self._total}%)"
+            text += f" / {human_size(self._total)} ({100 * self.done // self._total}%)"
         self._stream.write(f"\r\x1b[2K{text}")
         self._stream.flush()
 
@@ -328,7 +342,8 @@ def dump_json(value: Any) -> str:
     return json.dumps(to_json(value), indent=2, sort_keys=True)
 
 
-def _human(n: int) -> str:
+def human_size(n: int) -> str:
+    """``n`` bytes for a person: ``512 B``, ``1.5 KiB``, ``2.0 GiB``."""
     size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if size < 1024 or unit == "GiB":

@@ -1,8 +1,11 @@
 """The argument grammar of ``psdk``: one argparse parser, its subcommands and their options.
 
-A usage error prints one line (``psdk: error: ...``) and exits with status 2. Everything
-after the first ``--`` is the command to run (``run``, ``exec``) or pytest's arguments
-(``contract``), untouched by argparse.
+A usage error prints one line (``psdk: error: ...``) and exits with status 2. The global
+options (``--provider``, ``-v``, ``-q``) go anywhere: before the command or after it.
+The command to run (``run``, ``exec``) starts at the first word that is not one of
+psdk's options (after the id, for ``exec``), or after ``--``, and is passed untouched,
+as ``docker exec`` does: ``psdk exec ID ls -la``. Everything after the first ``--`` is
+pytest's arguments for ``contract``.
 """
 
 from __future__ import annotations
@@ -17,7 +20,11 @@ __all__ = ["build_parser", "parse_args"]
 
 #: Subcommands that take everything after ``--`` as their ``cmd``.
 _TAKES_REST = frozenset({"run", "exec", "contract"})
+#: Subcommands whose command to run starts at their first plain word (after the id).
+_RUNS_A_COMMAND = {"run": 0, "exec": 1}
 _SNAPSHOT_ACTIONS = frozenset({"create", "ls", "rm", "-h", "--help"})
+#: Commands that name no provider (``emulate`` has ``--backend`` instead).
+_NO_PROVIDER = frozenset({"emulate"})
 
 
 class _Parser(argparse.ArgumentParser):
@@ -57,6 +64,40 @@ def _duration(text: str) -> float:
     return sum(float(n) * _UNITS[u or "s"] for n, u in parts)
 
 
+_SIZE_UNITS = {"": 1, "m": 1, "mb": 1, "mib": 1, "g": 1024, "gb": 1024, "gib": 1024}
+
+
+def _mebibytes(text: str) -> int:
+    """``512`` (MiB), ``512m``, ``2g``, ``2GiB`` in MiB."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]*)", text.strip())
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _SIZE_UNITS or float(match.group(1)) * \
+            _SIZE_UNITS[unit] < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a size such as 512 (MiB), 512m or 2g, got {text!r}")
+    return int(float(match.group(1)) * _SIZE_UNITS[unit])
+
+
+def _cpus(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of CPUs, got {text!r}")
+    return value
+
+
+def _mount(text: str) -> tuple[str, str, bool]:
+    """``NAME:PATH`` or ``NAME:PATH:ro`` (``:rw``, the default, also works)."""
+    parts = text.split(":")
+    mode = parts.pop() if len(parts) == 3 and parts[2] in ("ro", "rw") else "rw"
+    if len(parts) != 2 or not parts[0] or not parts[1].startswith("/"):
+        raise argparse.ArgumentTypeError(
+            f"expected VOLUME:/ABSOLUTE/PATH or VOLUME:/ABSOLUTE/PATH:ro, got {text!r}")
+    return parts[0], parts[1], mode == "ro"
+
+
 def _port(text: str) -> int:
     if not text.isdigit() or int(text) > 65535:
         raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}")
@@ -73,18 +114,28 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
         epilog="The provider defaults to $PSDK_PROVIDER, then psdk.toml, then 'local'.",
     )
     parser.add_argument("--version", action="version", version=f"psdk {__version__}")
+    parser.add_argument("--provider", metavar="P", default=argparse.SUPPRESS,
+                        help="provider to use (also accepted after the command)")
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="show the library's debug events on stderr (-vv: and more)")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no line saying what a command did (results and errors stay)")
 
+    # The global options again, for after the command. Their defaults are SUPPRESS so
+    # that a subcommand never overwrites what was given before it; parse_args merges.
     common = _Parser(add_help=False)
-    common.add_argument("--provider", metavar="P", help="provider to use")
-    common.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
-                        help=argparse.SUPPRESS)
+    common.add_argument("--provider", metavar="P", default=argparse.SUPPRESS,
+                        help="provider to use")
+    common.add_argument("-v", "--verbose", action="count", dest="sub_verbose",
+                        default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    common.add_argument("-q", "--quiet", action="store_true", dest="sub_quiet",
+                        default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
     quiet = _Parser(add_help=False)  # the shared options of commands with no provider
-    quiet.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
-                       help=argparse.SUPPRESS)
-    quiet.set_defaults(provider=None)
+    quiet.add_argument("-v", "--verbose", action="count", dest="sub_verbose",
+                       default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    quiet.add_argument("-q", "--quiet", action="store_true", dest="sub_quiet",
+                       default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
     env = _Parser(add_help=False)
     env.add_argument("--env", metavar="K=V", type=_key_value, action="append", default=[],
@@ -117,6 +168,8 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
 
     p = add("providers", "list installed providers and their capabilities "
                          "(with --provider: that one alone)")
+    p.add_argument("--matrix", action="store_true",
+                   help="a table: one row per capability, one column per provider")
     json_flag(p)
 
     p = add("run", "run one command in a new sandbox, then kill it", env)
@@ -127,6 +180,29 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
     p = add("create", "create a sandbox and print its id", labels)
     p.add_argument("--template", metavar="T", help="template to create the sandbox from")
     p.add_argument("--from-snapshot", metavar="ID", help="start from this snapshot")
+    p.add_argument("--env", metavar="K=V", type=_key_value, action="append", default=[],
+                   help="environment variable of every command in it (repeatable)")
+    p.add_argument("--timeout", metavar="DURATION", type=_duration,
+                   help="kill it once unused for this long (90, 90s, 15m, 2h); "
+                        "default: never")
+    p.add_argument("--on-idle", choices=("kill", "pause"), default="kill",
+                   help="with --timeout: kill (the default) or pause it")
+    p.add_argument("--cpu", metavar="N", type=_cpus, help="CPUs (fractions allowed)")
+    p.add_argument("--memory", metavar="SIZE", type=_mebibytes,
+                   help="memory limit: 512 (MiB), 512m, 2g")
+    p.add_argument("--disk", metavar="SIZE", type=_mebibytes,
+                   help="disk size: 4096 (MiB), 4g")
+    p.add_argument("--network", choices=("none", "internet"), default="none",
+                   help="outbound network: none (the default: loopback only) or internet")
+    p.add_argument("--allow-out", metavar="TARGET", action="append", default=[],
+                   help="a CIDR or host name reachable even with --network none "
+                        "(repeatable)")
+    p.add_argument("--deny-out", metavar="TARGET", action="append", default=[],
+                   help="a CIDR or host name blocked even with --network internet "
+                        "(repeatable)")
+    p.add_argument("--volume", metavar="NAME:PATH[:ro]", type=_mount, action="append",
+                   default=[], help="mount a volume (psdk volume create) at PATH "
+                                    "(repeatable)")
     p.add_argument("--json", action="store_true", help="print the sandbox's details as JSON")
 
     p = add("exec", "run a command in a sandbox; exit with its code", env)
@@ -147,9 +223,7 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
                         ("kill", "kill a sandbox")):
         add(name, help_).add_argument("id", metavar="ID")
 
-    # A command with actions takes --provider after its action: argparse lets the
-    # action's defaults overwrite what the command itself parsed.
-    p = add("snapshot", "snapshot a sandbox, list and remove snapshots", provider=False)
+    p = add("snapshot", "snapshot a sandbox, list and remove snapshots")
     actions = actions_of(p)
     b = actions.add_parser("create", parents=[common], help="snapshot a sandbox and print "
                            "the snapshot's id (psdk snapshot ID is the same)")
@@ -162,7 +236,7 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
     b.add_argument("ids", nargs="+", metavar="ID", help="the snapshots")
     b.add_argument("--json", action="store_true", help="print the removed ids as JSON")
 
-    p = add("volume", "create, list and remove volumes", provider=False)
+    p = add("volume", "create, list and remove volumes")
     actions = actions_of(p)
     b = actions.add_parser("create", parents=[common], help="create a volume; print its id")
     b.add_argument("name", metavar="NAME", help="the volume's name")
@@ -222,8 +296,7 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
     p.add_argument("--dry-run", action="store_true", help="list what would be killed")
     p.add_argument("--json", action="store_true", help="print JSON")
 
-    p = add("template", "build templates from Dockerfiles, list and remove them",
-            provider=False)
+    p = add("template", "build templates from Dockerfiles, list and remove them")
     actions = actions_of(p)
     b = actions.add_parser("build", parents=[common],
                            help="build a template from a Dockerfile (cached by content)",
@@ -252,34 +325,122 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
     return parser
 
 
-def _snapshot_shorthand(argv: list[str]) -> list[str]:
+def _takes_value(parser: argparse.ArgumentParser) -> dict[str, bool]:
+    """Each option string of ``parser``, and whether it takes a value."""
+    return {flag: action.nargs != 0 for action in parser._actions
+            for flag in action.option_strings}
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _skip_option(word: str, options: dict[str, bool]) -> int:
+    """How many words an option ``word`` spans: 2 if it takes its value from the next."""
+    return 2 if "=" not in word and options.get(word, False) else 1
+
+
+def _command_at(parser: argparse.ArgumentParser, argv: list[str]) -> int | None:
+    """Where the subcommand's name is in ``argv`` (global options may come first)."""
+    options = _takes_value(parser)
+    at = 0
+    while at < len(argv):
+        word = argv[at]
+        if word == "--":
+            return None
+        if not word.startswith("-") or word == "-":
+            return at
+        at += _skip_option(word, options)
+    return None
+
+
+def _split_command(parser: argparse.ArgumentParser,
+                   argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """``argv`` as psdk's own words and the command to run (``None``: no command split).
+
+    For ``run`` and ``exec``, the command starts at the first word that is not an option
+    of psdk's (after the sandbox's id, for ``exec``), or after ``--``; it is taken as it
+    stands, its own options and any later ``--`` included. For other commands, the words
+    after the first ``--`` are split off (``contract`` hands them to pytest).
+    """
+    at = _command_at(parser, argv)
+    if at is None or argv[at] not in _RUNS_A_COMMAND:
+        if "--" not in argv:
+            return argv, None
+        cut = argv.index("--")
+        return argv[:cut], argv[cut + 1:]
+    name = argv[at]
+    options = {**_takes_value(parser), **_takes_value(_subparsers(parser)[name])}
+    plain_before = _RUNS_A_COMMAND[name]
+    word_at = at + 1
+    while word_at < len(argv):
+        word = argv[word_at]
+        if word == "--":
+            return argv[:word_at], argv[word_at + 1:]
+        if word.startswith("-") and word != "-":
+            word_at += _skip_option(word, options)
+            continue
+        if plain_before == 0:
+            return argv[:word_at], argv[word_at:]
+        plain_before -= 1
+        word_at += 1
+    return argv, None
+
+
+def _snapshot_shorthand(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     """``psdk snapshot ID`` is ``psdk snapshot create ID``."""
-    if "snapshot" not in argv:
+    at = _command_at(parser, argv)
+    if at is None or argv[at] != "snapshot":
         return argv
-    at = argv.index("snapshot")
-    if any(not w.startswith("-") for w in argv[:at]):
-        return argv  # "snapshot" is an argument here, not the command
-    words = iter(argv[at + 1:])
-    for word in words:
-        if word == "--provider":
-            next(words, None)
-        elif word in _SNAPSHOT_ACTIONS:
+    options = _takes_value(_subparsers(parser)["snapshot"])
+    word_at = at + 1
+    while word_at < len(argv):
+        word = argv[word_at]
+        if word in _SNAPSHOT_ACTIONS:
             return argv
-        elif not word.startswith("-"):
+        if not word.startswith("-"):
             return [*argv[:at + 1], "create", *argv[at + 1:]]
+        word_at += _skip_option(word, options)
     return argv
 
 
+def _check_command_name(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """A provider's name where the command should be is a usage error that says so."""
+    at = _command_at(parser, argv)
+    if at is None or argv[at] in _subparsers(parser):
+        return
+    from provider_sdk import registry
+
+    if argv[at] in registry.available():
+        rest = " ".join(argv[at + 1:at + 2]) or "ls"
+        parser.error(f"{argv[at]!r} is a provider, not a command: name it with --provider "
+                     f"(psdk --provider {argv[at]} {rest})")
+
+
 def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
-    """Parse ``argv``; words after the first ``--`` go, as given, to the command's ``cmd``."""
-    argv = list(argv)
-    rest: list[str] | None = None
-    if "--" in argv:
-        at = argv.index("--")
-        argv, rest = argv[:at], argv[at + 1:]
-    args = parser.parse_args(_snapshot_shorthand(argv))
+    """Parse ``argv``: global options anywhere; the command to run (``run``, ``exec``) and
+    pytest's arguments (``contract``) as given, in ``cmd``."""
+    words, rest = _split_command(parser, list(argv))
+    _check_command_name(parser, words)
+    args, extra = parser.parse_known_args(_snapshot_shorthand(parser, words))
+    if extra:
+        hint = ""
+        if args.command in _RUNS_A_COMMAND and extra[0].startswith("-"):
+            example = "psdk exec ID ls -la" if args.command == "exec" else "psdk run ls -la"
+            hint = ("; a command's own options go after its name "
+                    f"({example}), or put the command after '--'")
+        parser.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+    args.verbose = args.verbose + getattr(args, "sub_verbose", 0)
+    args.quiet = args.quiet or getattr(args, "sub_quiet", False)
+    args.provider = getattr(args, "provider", None)
+    if args.command in _NO_PROVIDER and args.provider is not None:
+        parser.error(f"psdk {args.command} takes no --provider: --backend names the "
+                     "provider behind it")
     if rest is not None:
         if args.command not in _TAKES_REST:
-            parser.parse_args([*argv, "--", *rest])  # argparse reports what is extra
+            parser.parse_args([*words, "--", *rest])  # argparse reports what is extra
         args.cmd = [*args.cmd, *rest]
     return args

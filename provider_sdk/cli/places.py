@@ -67,6 +67,20 @@ class Places:
         provider: str = data["provider"]
         return provider
 
+    def providers(self, kind: Kind) -> set[str]:
+        """Every provider some record of ``kind`` names (unreadable records skipped)."""
+        found: set[str] = set()
+        with contextlib.suppress(OSError):
+            for record in (self.root / kind).glob("*.json"):
+                try:
+                    with record.open("rb") as f:
+                        data = json.loads(f.read(_MAX_RECORD))
+                except (OSError, ValueError):
+                    continue
+                if isinstance(data, dict) and isinstance(data.get("provider"), str):
+                    found.add(data["provider"])
+        return found
+
     def forget(self, kind: Kind, ident: str) -> None:
         """Drop the record of ``ident``, if any."""
         with contextlib.suppress(FileNotFoundError):

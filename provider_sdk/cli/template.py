@@ -46,16 +46,25 @@ async def cmd_template(args: argparse.Namespace, console: Console) -> int:
                     console.note(f"{where}: {problem}")
                 raise CliError(f"the {provider.name} builder cannot build {spec.name!r} "
                                f"({len(problems)} problem{'s' if len(problems) > 1 else ''})")
+            built: list[str] = []
+
+            def progress(line: str) -> None:
+                built.append(line)
+                status.line(line)
+
             with console.build_status(spec.name, f"building {spec.name} on {provider.name}") \
                     as status:
                 template = await provider.build_template(spec, force=args.force,
-                                                         on_progress=status.line)
+                                                         on_progress=progress)
             console.out(dump_json(template) if args.json else template.id)
+            console.done(f"built template {template.id} on {provider.name}" if built else
+                         f"template {template.id} on {provider.name} is up to date (unchanged)")
         elif args.action == "ls":
             _print(await provider.list_templates(), console, json_output=args.json)
         else:
             for template_id in args.ids:
                 await provider.delete_template(template_id)
+                console.done(f"removed template {template_id} on {provider.name}")
             if args.json:
                 console.out(dump_json(args.ids))
     return 0

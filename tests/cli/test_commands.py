@@ -41,15 +41,35 @@ def _create(psdk: Psdk, *args: str) -> str:
 # ----------------------------------------------------------------- providers
 
 
-def test_providers_lists_names_and_capabilities(psdk: Psdk, memory: Store,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_providers_lists_each_one_on_a_short_line(psdk: Psdk, memory: Store,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PSDK_PROVIDER", "memory")
     outcome = psdk("providers")
     assert outcome.code == 0
     line = next(ln for ln in outcome.out.splitlines() if ln.startswith("memory"))
-    assert line.startswith("memory *")  # the configured default is starred
-    assert "exec.stream" in line
-    assert "pause" in line
+    assert line.split() == ["memory", "*",  # the configured default is starred
+                            str(len(MemoryProvider.capabilities)), "of", str(len(Capability))]
+    assert all(len(ln) <= 80 for ln in outcome.out.splitlines())
+    assert outcome.err == "psdk providers --matrix shows which capabilities each one has\n"
+
+
+def test_providers_matrix_has_a_row_per_capability_and_a_column_per_provider(
+        psdk: Psdk, memory: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PSDK_PROVIDER", "memory")
+    outcome = psdk("providers", "--matrix")
+    assert outcome.code == 0
+    header, *rows = outcome.out.splitlines()
+    columns = header.split()
+    assert columns[0] == "CAPABILITY"
+    assert columns[1] == "local"  # the local provider first, then by name
+    assert "memory*" in columns  # the default is starred
+    assert [row.split()[0] for row in rows] == [c.value for c in Capability]
+    at = columns.index("memory*")
+    for row in rows:
+        cells = row.split()
+        declared = Capability(cells[0]) in MemoryProvider.capabilities
+        assert cells[at] == ("yes" if declared else "-"), cells
+    assert max(len(ln) for ln in outcome.out.splitlines()) < 100
 
 
 def test_providers_json(psdk: Psdk, memory: Store) -> None:
@@ -164,12 +184,13 @@ def test_killed_by_signal_exits_128_plus_n() -> None:
 # -------------------------------------------------------------------- create
 
 
-def test_create_prints_only_the_id(psdk: Psdk, memory: Store) -> None:
+def test_create_prints_only_the_id_and_says_so_on_stderr(psdk: Psdk, memory: Store) -> None:
     outcome = psdk("create", *P, "--label", "owner=alice", "--template", "base")
     assert outcome.code == 0
     sandbox_id = outcome.out.strip()
     assert outcome.out == f"{sandbox_id}\n"
-    assert outcome.err == ""  # no progress when stderr is not a terminal
+    # no progress when stderr is not a terminal: the one line of what it did
+    assert outcome.err == f"created sandbox {sandbox_id} on memory\n"
     info = STORE.boxes[sandbox_id].info
     assert (dict(info.metadata), info.template) == ({"owner": "alice"}, "base")
 
@@ -243,8 +264,8 @@ def test_ls_table_and_label_filter(psdk: Psdk, memory: Store) -> None:
     bob = _create(psdk, "--label", "owner=bob", "--label", "team=x")
     outcome = psdk("ls", *P)
     header, *rows = outcome.out.splitlines()
-    assert header.split() == ["ID", "STATE", "TEMPLATE", "CREATED", "METADATA"]
-    assert [r.split()[0] for r in rows] == [alice, bob]
+    assert header.split() == ["ID", "PROVIDER", "STATE", "TEMPLATE", "CREATED", "METADATA"]
+    assert [r.split()[:2] for r in rows] == [[alice, "memory"], [bob, "memory"]]
     assert rows[1].split()[-1] == "owner=bob,team=x"
     filtered = psdk("ls", *P, "--label", "owner=bob").out.splitlines()
     assert [r.split()[0] for r in filtered[1:]] == [bob]
@@ -396,13 +417,14 @@ def test_progress_is_drawn_only_on_a_terminal(psdk: Psdk, memory: Store, tmp_pat
     local = tmp_path / "big.bin"
     local.write_bytes(os.urandom(8 << 20))
     quiet = psdk("cp", *P, str(local), f"{sandbox_id}:/big.bin")
-    assert quiet.err == ""
+    assert quiet.err == f"copied {local} to {sandbox_id}:/big.bin (8.0 MiB)\n"
     monkeypatch.setattr(console_module, "_isatty", lambda stream: True)
     monkeypatch.setattr(console_module.Progress, "advance", _advance_always)
     shown = psdk("cp", *P, str(local), f"{sandbox_id}:/big.bin")
     assert shown.code == 0
     assert "MiB / 8.0 MiB" in shown.err
-    assert shown.err.endswith("\r\x1b[2K")  # the line is erased at the end
+    # the line is erased at the end, before the line that says what was done
+    assert shown.err.endswith(f"\r\x1b[2Kcopied {local} to {sandbox_id}:/big.bin (8.0 MiB)\n")
     assert shown.out == ""
 
 
@@ -482,11 +504,12 @@ def test_ls_all_shows_broken_records_with_the_reason(psdk: Psdk, memory: Store) 
     outcome = psdk("ls", *P, "--all")
     assert (outcome.code, outcome.err) == (0, "")
     header, *rows = outcome.out.splitlines()
-    assert header.split() == ["ID", "STATE", "TEMPLATE", "CREATED", "METADATA", "PROBLEM"]
-    cells = {r.split()[0]: r.split(None, 5) for r in rows}
-    assert cells[good][1] == "running"
-    assert cells["mem-broken"][1] == "broken"
-    assert cells["mem-broken"][5] == "meta.json: not JSON"
+    assert header.split() == ["ID", "PROVIDER", "STATE", "TEMPLATE", "CREATED", "METADATA",
+                              "PROBLEM"]
+    cells = {r.split()[0]: r.split(None, 6) for r in rows}
+    assert cells[good][2] == "running"
+    assert cells["mem-broken"][2] == "broken"
+    assert cells["mem-broken"][6] == "meta.json: not JSON"
     data = {d["id"]: d for d in json.loads(psdk("ls", *P, "--all", "--json").out)}
     assert data["mem-broken"]["state"] == "error"
     assert data["mem-broken"]["extra"]["broken"] == "meta.json:\nnot JSON"

@@ -1,5 +1,6 @@
 """``psdk expose ID PORT``: a real ``psdk`` process prints a URL that reaches a server in
-a local sandbox, and SIGTERM unexposes it."""
+a local sandbox, warns when nothing listens on the port, and Ctrl-C or SIGTERM unexposes
+it, says so in one line and ends with status 0."""
 
 from __future__ import annotations
 
@@ -51,8 +52,9 @@ def _get(url: str) -> tuple[int, bytes]:
         return exc.code, exc.read()
 
 
-def test_expose_prints_a_url_that_works_until_sigterm(
-        served: tuple[SyncSandbox, dict[str, str]]) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_expose_prints_a_url_that_works_until_stopped(
+        served: tuple[SyncSandbox, dict[str, str]], sig: signal.Signals) -> None:
     sandbox, env = served
     proc = subprocess.Popen([sys.executable, "-m", "provider_sdk.cli", "expose", sandbox.id,
                              "8123", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -71,13 +73,36 @@ def test_expose_prints_a_url_that_works_until_sigterm(
         assert _get(f"{base}hello.txt?psdk_token={shown['token']}") == (
             200, b"hello from the sandbox\n")
         assert _get(f"{base}hello.txt")[0] == 401
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert proc.returncode == 0, err
+    assert err.splitlines()[-1] == f"stopped serving port 8123 of {sandbox.id}", err
+    assert "warning" not in err  # something listens on the port
     assert shown["token"] not in err
     with pytest.raises(urllib.error.URLError):
         _get(shown["url"])
+
+
+def test_expose_warns_when_nothing_listens_on_the_port(
+        served: tuple[SyncSandbox, dict[str, str]]) -> None:
+    sandbox, env = served
+    proc = subprocess.Popen([sys.executable, "-m", "provider_sdk.cli", "expose", sandbox.id,
+                             "8124"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=env, text=True)
+    try:
+        assert proc.stderr is not None
+        lines = [proc.stderr.readline(), proc.stderr.readline()]
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert lines[0].startswith(f"port 8124 of {sandbox.id} is served on "), lines
+    assert lines[1] == (f"psdk: warning: nothing in {sandbox.id} listens on port 8124 yet; "
+                        "requests get 502 until something does\n"), lines
+    assert proc.returncode == 0, err

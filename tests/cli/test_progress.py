@@ -4,6 +4,7 @@ id alone either way. Each ``psdk`` is a real subprocess on the Docker provider."
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import re
@@ -35,9 +36,20 @@ def project(tmp_path: Path, env: dict[str, str]) -> Iterator[Path]:
         f"FROM {DEFAULT_TEMPLATE}\nRUN echo {secrets.token_hex(6)} > /opt/marker\n"
         "RUN true\n")
     yield folder
-    subprocess.run([sys.executable, "-m", "provider_sdk.cli", "template", "rm", "--provider",
-                    "docker", f"psdk-template-{folder.name}"], env=env, capture_output=True,
-                   timeout=120, check=False)
+    # Every template built from it, by the ids the provider lists (each build is tagged
+    # with its content hash): a removal that fails fails the test.
+    listed = _psdk(env, "template", "ls", "--provider", "docker", "--json")
+    for template in json.loads(listed.stdout):
+        if template["name"] == folder.name:
+            _psdk(env, "template", "rm", "--provider", "docker", template["id"])
+
+
+def _psdk(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([sys.executable, "-m", "provider_sdk.cli", *argv], env=env,
+                          capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    return done
 
 
 def _build(project: Path, env: dict[str, str], stderr: int) -> subprocess.CompletedProcess[str]:
@@ -58,6 +70,7 @@ def test_build_off_a_terminal_prints_plain_step_lines(project: Path,
     assert steps[0].startswith(f"{project.name}: Step 1/")
     assert steps[0].endswith(" : FROM psdk-base:bookworm")
     assert any(line.endswith(" : RUN true") for line in steps)
+    assert lines[-1] == f"built template {template} on docker"
     assert "\x1b[" not in result.stderr
 
 

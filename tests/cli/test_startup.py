@@ -37,8 +37,13 @@ def test_providers_reads_capabilities_without_importing_providers() -> None:
     result, heavy = _imported_by("providers")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0].split() == ["NAME", "CAPABILITIES"]
-    assert any(line.startswith("docker ") and "pause" in line
-               for line in result.stdout.splitlines())
+    assert any(line.startswith("docker ") for line in result.stdout.splitlines())
+    assert heavy == []
+    matrix, heavy = _imported_by("providers", "--matrix")
+    assert matrix.returncode == 0, matrix.stderr
+    header, *rows = matrix.stdout.splitlines()
+    at = header.split().index("docker")
+    assert next(r for r in rows if r.startswith("pause ")).split()[at] == "yes"
     assert heavy == []
 
 
