@@ -1,10 +1,11 @@
-"""Developer sessions: ``nox -s demo``, ``nox -s tests``, ``nox -s contract-<provider>``
-(``local``, ``docker``, ``e2b``, ``cube``, ``daytona``), ``nox -s lint``,
-``nox -s typecheck``, ``nox -s docs``, ``nox -s bench``, ``nox -s mutants``,
-``nox -s flakes``."""
+"""Developer sessions: ``nox -s demo``, ``nox -s dist``, ``nox -s tests``,
+``nox -s contract-<provider>`` (``local``, ``docker``, ``e2b``, ``cube``, ``daytona``),
+``nox -s lint``, ``nox -s typecheck``, ``nox -s docs``, ``nox -s bench``,
+``nox -s mutants``, ``nox -s flakes``."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import nox
@@ -32,6 +33,21 @@ def demo(session: nox.Session) -> None:
     """A guided tour on the embedded local provider."""
     session.install("-e", ".")
     session.run("psdk", "demo", *session.posargs)
+
+
+@nox.session
+def dist(session: nox.Session) -> None:
+    """A wheel of every distribution in dist/ (``-- --outdir DIR``: in DIR), to install
+    from a checkout: ``pip install --find-links dist 'sandbox-provider-sdk[e2b]'``."""
+    parser = argparse.ArgumentParser(prog="nox -s dist --")
+    parser.add_argument("--outdir", default="dist", help="where the wheels go (default: dist)")
+    outdir = Path(parser.parse_args(session.posargs).outdir).resolve()
+    session.install(*nox.project.dependency_groups(PYPROJECT, "dist"))
+    for path in DISTRIBUTIONS:
+        session.run("python", "-m", "build", "--wheel", "--no-isolation", "--outdir",
+                    str(outdir), path, silent=True)
+    session.log(f"the wheels are in {outdir}; install the SDK with the plugins you use: "
+                f"pip install --find-links {outdir} 'sandbox-provider-sdk[docker,e2b]'")
 
 
 @nox.session
@@ -84,10 +100,25 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def docs(session: nox.Session) -> None:
-    """Build the documentation site; any warning fails."""
+    """Build the documentation site into site/ and say where it is; any warning fails.
+    ``-- --serve`` then serves it on 127.0.0.1 (``--port N``, default 8000) until
+    interrupted; ``-- --site-dir DIR`` builds it in DIR."""
+    parser = argparse.ArgumentParser(prog="nox -s docs --")
+    parser.add_argument("--serve", action="store_true",
+                        help="serve the built site on 127.0.0.1 until interrupted")
+    parser.add_argument("--port", type=int, default=8000, help="with --serve (default 8000)")
+    parser.add_argument("--site-dir", default="site", help="where to build it (default: site)")
+    options = parser.parse_args(session.posargs)
+    site = Path(options.site_dir).resolve()
     install(session, "docs")
     session.env["NO_MKDOCS_2_WARNING"] = "1"  # a notice from the theme, not about this site
-    session.run("mkdocs", "build", "--strict", "--site-dir", session.create_tmp() + "/site")
+    session.run("mkdocs", "build", "--strict", "--site-dir", str(site))
+    session.log(f"the site is in {site}: open {site / 'index.html'}, or serve it with "
+                "nox -s docs -- --serve")
+    if options.serve:
+        session.log(f"serving it on http://127.0.0.1:{options.port}/ (Ctrl-C stops it)")
+        session.run("python", "-m", "http.server", "--bind", "127.0.0.1", "--directory",
+                    str(site), str(options.port))
 
 
 @nox.session

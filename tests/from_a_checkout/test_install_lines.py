@@ -1,0 +1,135 @@
+"""Every install line in the documentation works from a checkout, as a user runs it:
+``nox -s dist`` builds the wheels, and each ``pip install --find-links dist ...`` line
+of the README and docs/ runs, as written, in one fresh virtual environment (pip takes
+the dependencies from the package index by name, as it does for a user). The wheels
+are cached by the content of the sources they are built from, and pip keeps its own
+cache, so a second run mostly checks."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+from engines import missing
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+#: The sources the wheels are built from.
+SOURCES = ["pyproject.toml", "README.md", "provider_sdk", "providers", "templates",
+           "integrations", "contract_tests"]
+_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+_SPAN = re.compile(r"`(pip install [^`]+)`")
+
+
+def install_lines() -> list[tuple[str, str]]:
+    """``(page, command)`` for every ``pip install`` in the pages' shell blocks and inline
+    code, a prompt, a trailing comment and what follows ``&&`` cut off."""
+    found = []
+    for page in PAGES:
+        text = page.read_text()
+        name = str(page.relative_to(ROOT))
+        lines = [line for kind, body in _FENCE.findall(text) if kind in ("sh", "console", "bash")
+                 for line in body.splitlines()]
+        lines += _SPAN.findall(_FENCE.sub("", text).replace("\n", " "))
+        for line in lines:
+            command = line.strip().removeprefix("$ ").split("&&")[0].split("  #")[0].strip()
+            if command.startswith("pip install "):
+                found.append((name, command))
+    return found
+
+
+def _own(command: str) -> bool:
+    return any("sandbox-provider-sdk" in word for word in shlex.split(command))
+
+
+def test_the_docs_install_this_project_one_way() -> None:
+    lines = install_lines()
+    assert any(_own(command) for _, command in lines)
+    for page, command in lines:
+        words = shlex.split(command)
+        if not _own(command):
+            assert words == ["pip", "install", "nox"], (page, command)  # the tool, by name
+            continue
+        # The project is not on the index yet: every line takes its wheels from dist/.
+        assert words[2:4] == ["--find-links", "dist"], (page, command)
+        assert all(re.fullmatch(r"sandbox-provider-sdk(\[[a-z0-9,]+\])?", w) for w in words[4:]), \
+            (page, command)
+
+
+def _digest() -> str:
+    digest = hashlib.sha256()
+    for source in SOURCES:
+        path = ROOT / source
+        files = [path] if path.is_file() else sorted(
+            p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+            and not p.name.endswith((".pyc", ".egg-info")))
+        for file in files:
+            digest.update(str(file.relative_to(ROOT)).encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@pytest.fixture(scope="module")
+def wheels() -> Path:
+    """What ``nox -s dist`` builds, for the sources as they are (cached by their content)."""
+    nox = shutil.which("nox")
+    if nox is None:
+        missing("nox is not installed (pip install nox)")
+    assert nox is not None
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "psdk-tests"
+    built = cache / "dist" / _digest()
+    if not built.is_dir():
+        partial = built.with_name(f".{built.name}.{os.getpid()}")
+        shutil.rmtree(partial, ignore_errors=True)
+        done = subprocess.run([nox, "-r", "--envdir", str(cache / "nox"), "-s", "dist", "--",
+                               "--outdir", str(partial)], cwd=ROOT, capture_output=True,
+                              text=True, timeout=900, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stdout + done.stderr
+        try:
+            partial.rename(built)
+        except OSError:  # another run built the same sources meanwhile
+            shutil.rmtree(partial, ignore_errors=True)
+    return built
+
+
+def test_every_install_line_installs_from_a_checkout(wheels: Path, tmp_path: Path) -> None:
+    names = {p.name for p in wheels.glob("*.whl")}
+    assert len(names) == 8, names  # the core, five plugins' distributions, two integrations
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "dist").symlink_to(wheels)
+    env_dir = tmp_path / "env"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PSDK_PROVIDER", "PSDK_CONFIG")}
+    environ["PATH"] = f"{env_dir / 'bin'}{os.pathsep}{environ.get('PATH', '')}"
+    environ["PSDK_HOME"] = str(tmp_path / "home")
+    # Not what is installed, only how fast: no byte-compiling, no look for a newer pip.
+    environ.update(PIP_NO_COMPILE="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    commands = dict.fromkeys(c for _, c in install_lines() if _own(c))
+    for command in commands:
+        done = subprocess.run(["/bin/sh", "-c", command], cwd=checkout, env=environ,
+                              capture_output=True, text=True, timeout=900,
+                              stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, f"{command}:\n{done.stderr[-4000:]}"
+    python = str(env_dir / "bin" / "python")
+    listed = subprocess.run([str(env_dir / "bin" / "psdk"), "providers", "--json"],
+                            cwd=checkout, env=environ, capture_output=True, text=True,
+                            timeout=120, stdin=subprocess.DEVNULL)
+    assert listed.returncode == 0, listed.stderr
+    providers = {row["name"]: row["error"] for row in json.loads(listed.stdout)}
+    assert providers == dict.fromkeys(["cube", "daytona", "docker", "e2b", "local"])
+    imported = subprocess.run(
+        [python, "-c", "import provider_sdk_templates, provider_sdk_inspect, "
+         "provider_sdk_contract, redis, psycopg" +
+         (", provider_sdk_deepagents" if sys.version_info >= (3, 11) else "")],
+        env=environ, capture_output=True, text=True, timeout=120)
+    assert imported.returncode == 0, imported.stderr
