@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -93,16 +94,25 @@ def test_expose_warns_when_nothing_listens_on_the_port(
     proc = subprocess.Popen([sys.executable, "-m", "provider_sdk.cli", "expose", sandbox.id,
                              "8124"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, env=env, text=True)
+    stream = proc.stderr
+    assert stream is not None
+    lines: list[str] = []  # read as they come: a missing warning fails, never hangs
+    reader = threading.Thread(target=lambda: lines.extend(iter(stream.readline, "")),
+                              daemon=True)
+    reader.start()
     try:
-        assert proc.stderr is not None
-        lines = [proc.stderr.readline(), proc.stderr.readline()]
+        deadline = time.monotonic() + 60
+        while not any("warning" in line for line in lines):
+            assert time.monotonic() < deadline, f"no warning in {lines!r}"
+            time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
+        reader.join(timeout=10)
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.communicate()
+            proc.wait()
     assert lines[0].startswith(f"port 8124 of {sandbox.id} is served on "), lines
     assert lines[1] == (f"psdk: warning: nothing in {sandbox.id} listens on port 8124 yet; "
                         "requests get 502 until something does\n"), lines
-    assert proc.returncode == 0, err
+    assert proc.returncode == 0, lines
