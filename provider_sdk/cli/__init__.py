@@ -2,10 +2,14 @@
 
 ::
 
-    psdk providers [--json]
-    psdk run [--provider P] [--template T] [--env K=V]... [--cwd DIR] [--timeout S] -- CMD...
+    psdk providers [--matrix] [--json]
+    psdk [--provider P] [-v] [-q] COMMAND ...   (the global options also go after COMMAND)
+    psdk run [--provider P] [--template T] [--env K=V]... [--cwd DIR] [--timeout S] CMD...
     psdk create [--provider P] [--template T] [--label K=V]... [--from-snapshot ID]
-    psdk exec ID [--env K=V]... [--cwd DIR] [--timeout S] -- CMD [ARG...]
+                [--env K=V]... [--timeout DURATION [--on-idle pause]] [--cpu N]
+                [--memory SIZE] [--disk SIZE] [--network none|internet]
+                [--allow-out T]... [--deny-out T]... [--volume NAME:PATH[:ro]]...
+    psdk exec ID [--env K=V]... [--cwd DIR] [--timeout S] CMD [ARG...]
     psdk ls [--provider P] [--label K=V]... [--all] [--json]
     psdk info ID [--json] | pause ID | resume ID | kill ID | snapshot ID
     psdk cp SRC DST                      either side may be ID:PATH

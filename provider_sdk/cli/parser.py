@@ -174,8 +174,9 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
 
     p = add("run", "run one command in a new sandbox, then kill it", env)
     p.add_argument("--template", metavar="T", help="template to create the sandbox from")
-    p.add_argument("cmd", nargs="*", default=[], metavar="-- CMD [ARG...]",
-                   help="the command to run")
+    p.add_argument("cmd", nargs="*", default=[], metavar="CMD [ARG...]",
+                   help="the command to run: from the first word that is not one of "
+                        "psdk's options (or after --), taken as it is")
 
     p = add("create", "create a sandbox and print its id", labels)
     p.add_argument("--template", metavar="T", help="template to create the sandbox from")
@@ -207,8 +208,9 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
 
     p = add("exec", "run a command in a sandbox; exit with its code", env)
     p.add_argument("id", metavar="ID", help="the sandbox")
-    p.add_argument("cmd", nargs="*", default=[], metavar="-- CMD [ARG...]",
-                   help="the command to run")
+    p.add_argument("cmd", nargs="*", default=[], metavar="CMD [ARG...]",
+                   help="the command to run: every word after the id from the first that "
+                        "is not one of psdk's options (or after --), taken as it is")
 
     p = add("ls", "list sandboxes", labels)
     p.add_argument("--all", action="store_true",
