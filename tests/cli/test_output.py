@@ -108,7 +108,7 @@ def test_a_label_with_control_characters_and_100_kb_stays_on_one_short_line(
     _relabel(env, sandbox, {"note": "a\nb\x1b[31mred", "big": big})
     try:
         table = _ok(env, "ls").splitlines()
-        assert table[0].split() == ["ID", "STATE", "TEMPLATE", "CREATED", "METADATA"]
+        assert table[0].split() == ["ID", "PROVIDER", "STATE", "TEMPLATE", "CREATED", "METADATA"]
         assert len(table) == 2
         row = table[1]
         assert "\x1b" not in row
@@ -139,14 +139,10 @@ def test_reap_lines_escape_what_a_label_holds(env: dict[str, str], tmp_path: Pat
 
 
 @pytest.mark.parametrize("command", ["snapshot", "volume", "template"])
-def test_provider_before_the_action_is_refused_not_ignored(env: dict[str, str],
-                                                           command: str) -> None:
-    result = _psdk(env, command, "--provider", "docker", "ls")
-    assert result.returncode == 2
-    assert result.stdout == ""
-
-
-def test_provider_after_the_action_is_honoured(env: dict[str, str]) -> None:
-    result = _psdk(env, "volume", "ls", "--provider", "nope")
+@pytest.mark.parametrize("before", [True, False])
+def test_provider_before_or_after_the_action_is_honoured(env: dict[str, str],
+                                                         command: str, before: bool) -> None:
+    argv = ["--provider", "nope", "ls"] if before else ["ls", "--provider", "nope"]
+    result = _psdk(env, command, *argv)
     assert result.returncode == 1
-    assert "'nope'" in result.stderr
+    assert "no provider named 'nope'" in result.stderr

@@ -71,6 +71,10 @@ PARSES: list[tuple[list[str], dict[str, Any]]] = [
     (["snapshot", "--provider", "p", "sbx", "--json"],
      {"action": "create", "id": "sbx", "json": True, "provider": "p"}),
     (["snapshot", "-v", "ls"], {"action": "ls", "verbose": 1}),
+    # --provider is psdk's own: before a command's action as well as after it.
+    (["snapshot", "--provider", "p", "ls"], {"action": "ls", "provider": "p"}),
+    (["volume", "--provider", "p", "ls"], {"action": "ls", "provider": "p"}),
+    (["template", "--provider=p", "ls"], {"action": "ls", "provider": "p"}),
     (["snapshot", "--json", "sbx"], {"action": "create", "id": "sbx", "json": True}),
     (["volume", "ls", "--json", "--provider", "x"], {"action": "ls", "json": True,
                                                       "provider": "x"}),
@@ -131,10 +135,7 @@ def test_a_command_line_gives_its_handler_these_values(argv: list[str],
     ["reap", "--older-than", ""], ["reap", "--older-than", "1x"], ["reap", "--older-than", "1h30"],
     ["reap", "--older-than", "h"], ["reap", "--older-than", "1.5.2h"],
     ["reap", "--older-than", " 1"], ["reap", "--older-than", "-1h"],
-    ["template", "rm"], ["template", "build"],
-    # A command with actions takes --provider after its action, not before.
-    ["snapshot", "--provider", "p", "ls"], ["volume", "--provider", "p", "ls"],
-    ["template", "--provider", "p", "ls"], ["emulate", "--provider", "p", "e2b"], [],
+    ["template", "rm"], ["template", "build"], ["emulate", "--provider", "p", "e2b"], [],
     ["emulate", "e2b", "--api-key", "a", "--api-key-file", "b"],
     ["info", "sbx", "--", "extra"], ["snapshot"], ["volume"],
 ], ids=" ".join)

@@ -43,5 +43,5 @@ def test_an_api_url_that_is_not_http_says_what_it_must_be(
                                                ("unavailable_window", 2.0**31)])
 def test_a_timeout_out_of_range_names_it(option: str, value: float) -> None:
     error = _refused(api_key="k", **{option: value})
-    assert f"the setting {option} must be a positive finite number of seconds of at most" \
-        in error.message
+    assert f"open_provider('daytona') keyword {option} must be a positive finite number " \
+           "of seconds of at most" in error.message

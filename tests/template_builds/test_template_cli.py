@@ -38,7 +38,8 @@ def test_build_prints_plain_progress_lines_then_the_template(project: Path,
         again = psdk("template", "build", str(project), "--provider", "docker", "--json")
         assert again.code == 0
         assert json.loads(again.out)["id"] == template["id"]
-        assert again.err == "", "an unchanged Dockerfile was built again"
+        assert again.err == (f"template {template['id']} on docker is up to date "
+                             "(unchanged)\n"), "an unchanged Dockerfile was built again"
         forced = psdk("template", "build", str(project), "--provider", "docker", "--force")
         assert forced.code == 0
         assert forced.out == f"{template['id']}\n"  # the id alone
