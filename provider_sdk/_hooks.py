@@ -15,11 +15,10 @@ This module imports no handle, so the handles can import it.
 
 from __future__ import annotations
 
-import abc
 import builtins
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import anyio
 import attrs
@@ -50,6 +49,7 @@ from provider_sdk.models import (
     TemplateSpec,
     Volume,
 )
+from provider_sdk.roles import PARTS, Roles
 from provider_sdk.templates import TemplateBuilder, content_hash, problems
 
 __all__ = ["ProviderHooks"]
@@ -57,7 +57,7 @@ __all__ = ["ProviderHooks"]
 T = TypeVar("T")
 
 
-class ProviderHooks(abc.ABC):
+class ProviderHooks:
     """A provider as its handles see it: all of it but ``create``, ``connect`` and the
     shell hook.
 
@@ -80,6 +80,8 @@ class ProviderHooks(abc.ABC):
     ``keep_stdin`` is false; else :meth:`Sandbox.start
     <provider_sdk.sandbox.Sandbox.start>` closes it with ``_close_stdin`` right after."""
     _why_lacking: Mapping[Capability, str] = MappingProxyType({})
+    _roles: Roles | None = None
+    """The role objects calls go to (see :mod:`provider_sdk.roles`)."""
     template_support: ClassVar[TemplateSupport] = TemplateSupport()
     """What this provider's template builder does with a Dockerfile (``templates.build``):
     :meth:`check_template` reports the rest, with line numbers, before a build."""
@@ -253,174 +255,202 @@ class ProviderHooks(abc.ABC):
         return f"<{type(self).__name__} {self.name!r}>"
 
     # ------------------------------------------------------------ required hooks
+    # What the public calls above and the handles call, each passed to a role (see
+    # provider_sdk.roles); the core's checks are done before any of them runs.
 
-    @abc.abstractmethod
     async def _create(self, spec: SandboxSpec) -> SandboxInfo:
         """Create and start a sandbox; return once its data plane answers."""
+        return await self._composed().control.create(spec)
 
-    @abc.abstractmethod
     async def _info(self, sandbox_id: str) -> SandboxInfo:
-        """Return the sandbox's info; raise ``SandboxNotFound`` if unknown."""
+        """The sandbox's info; ``SandboxNotFound`` if unknown."""
+        return await self._composed().control.info(sandbox_id)
 
-    @abc.abstractmethod
     async def _list(self, *, metadata: Mapping[str, str],
                     state: SandboxState | None) -> builtins.list[SandboxInfo]:
-        """List sandboxes, filtering on the backend as far as it can."""
+        """Sandboxes, filtered on the backend as far as it can."""
+        return await self._composed().control.list(metadata=metadata, state=state)
 
-    @abc.abstractmethod
     async def _kill(self, sandbox_id: str) -> None:
-        """Kill the sandbox; do nothing if it is already gone."""
+        """Kill the sandbox; nothing to do if it is already gone."""
+        await self._composed().control.kill(sandbox_id)
 
-    @abc.abstractmethod
     async def _exec(self, sandbox_id: str, command: Command) -> ExecResult:
-        """Run a command to completion.
+        """Run a command to completion (see :meth:`provider_sdk.roles.Commands.exec`)."""
+        return await self._composed().commands.exec(sandbox_id, command)
 
-        Stream output to ``command.on_stdout``/``on_stderr`` if ``exec.stream`` is
-        declared. On ``command.timeout`` kill the whole tree and raise
-        ``CommandTimeout`` with the partial result. If cancelled, kill the process.
-        """
-
-    @abc.abstractmethod
     def _read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
-        """Yield a file's bytes in chunks (an async generator)."""
+        """A file's bytes in chunks."""
+        return self._composed().files.read_file(sandbox_id, path)
 
-    @abc.abstractmethod
     async def _write_file(self, sandbox_id: str, path: str,
                           chunks: AsyncIterator[bytes]) -> None:
-        """Write a file from chunks, creating parent directories, replacing it whole."""
+        """Write a file from chunks, making its parents, replacing it whole."""
+        await self._composed().files.write_file(sandbox_id, path, chunks)
 
-    @abc.abstractmethod
     async def _list_dir(self, sandbox_id: str, path: str) -> builtins.list[FileInfo]:
-        """List a directory's entries (not recursive)."""
+        """A directory's entries (not recursive)."""
+        return await self._composed().files.list_dir(sandbox_id, path)
 
-    @abc.abstractmethod
     async def _stat(self, sandbox_id: str, path: str) -> FileInfo:
         """Stat a path without following a final symlink; ``FileNotFound`` if absent."""
+        return await self._composed().files.stat(sandbox_id, path)
 
-    @abc.abstractmethod
     async def _mkdir(self, sandbox_id: str, path: str, *, parents: bool,
                      exist_ok: bool) -> None:
-        """Create a directory."""
+        """Make a directory."""
+        await self._composed().files.mkdir(sandbox_id, path, parents=parents,
+                                           exist_ok=exist_ok)
 
-    @abc.abstractmethod
     async def _remove(self, sandbox_id: str, path: str, *, recursive: bool) -> None:
         """Remove a file, or a directory (its contents too if ``recursive``)."""
+        await self._composed().files.remove(sandbox_id, path, recursive=recursive)
 
-    @abc.abstractmethod
     async def _rename(self, sandbox_id: str, src: str, dst: str) -> None:
         """Move ``src`` to ``dst``, replacing a file at ``dst``."""
+        await self._composed().files.rename(sandbox_id, src, dst)
 
     # ---------------------------------------------------------- capability hooks
-    # Each raises UnsupportedCapability here; the registry checks that a provider
-    # overrides exactly the hooks of the capabilities it declares.
+    # Each goes to the role part of its capability, which the provider declares exactly
+    # when a role has it (checked when it is made); otherwise UnsupportedCapability.
 
     async def _start(self, sandbox_id: str, command: Command) -> int:
-        """Start a background process; return its pid. (``process.background``)
-
-        Its stdin stays open unless ``command.keep_stdin`` is false and the provider
-        sets :attr:`start_closes_stdin`."""
-        raise self._unsupported(Capability.PROCESS_BACKGROUND, sandbox_id)
+        """Start a background process; its pid. (``process.background``)"""
+        part = self._part(Capability.PROCESS_BACKGROUND, sandbox_id)
+        return int(await part.start(sandbox_id, command))
 
     def _process_events(self, sandbox_id: str, pid: int) -> AsyncIterator[ProcessEvent]:
-        """Yield a process's output, then its exit. (``process.background``)
-
-        Output from before the call may be replayed; the last event is a
-        :class:`ProcessExit`. Raise ``ProcessNotFound`` for an unknown pid.
-        """
-        raise self._unsupported(Capability.PROCESS_BACKGROUND, sandbox_id)
+        """A process's output, then its exit. (``process.background``)"""
+        events: AsyncIterator[ProcessEvent] = self._part(
+            Capability.PROCESS_BACKGROUND, sandbox_id).process_events(sandbox_id, pid)
+        return events
 
     async def _send_stdin(self, sandbox_id: str, pid: int, data: bytes) -> None:
         """Write to a process's stdin. (``process.background``)"""
-        raise self._unsupported(Capability.PROCESS_BACKGROUND, sandbox_id)
+        await self._part(Capability.PROCESS_BACKGROUND, sandbox_id).send_stdin(
+            sandbox_id, pid, data)
 
     async def _close_stdin(self, sandbox_id: str, pid: int) -> None:
         """Close a process's stdin. (``process.background``)"""
-        raise self._unsupported(Capability.PROCESS_BACKGROUND, sandbox_id)
+        await self._part(Capability.PROCESS_BACKGROUND, sandbox_id).close_stdin(
+            sandbox_id, pid)
 
     async def _kill_process(self, sandbox_id: str, pid: int) -> None:
         """Kill a process and its whole tree. (``process.background``)"""
-        raise self._unsupported(Capability.PROCESS_BACKGROUND, sandbox_id)
+        await self._part(Capability.PROCESS_BACKGROUND, sandbox_id).kill_process(
+            sandbox_id, pid)
 
     async def _pause(self, sandbox_id: str) -> SandboxInfo:
         """Pause; return once paused. (``pause``)"""
-        raise self._unsupported(Capability.PAUSE, sandbox_id)
+        info: SandboxInfo = await self._part(Capability.PAUSE, sandbox_id).pause(sandbox_id)
+        return info
 
     async def _resume(self, sandbox_id: str) -> SandboxInfo:
         """Resume; return once the data plane answers. (``pause``)"""
-        raise self._unsupported(Capability.PAUSE, sandbox_id)
+        info: SandboxInfo = await self._part(Capability.PAUSE, sandbox_id).resume(sandbox_id)
+        return info
 
     async def _snapshot(self, sandbox_id: str) -> Snapshot:
         """Snapshot the sandbox. (``snapshot.filesystem``)"""
-        raise self._unsupported(Capability.SNAPSHOT_FILESYSTEM, sandbox_id)
+        snap: Snapshot = await self._part(Capability.SNAPSHOT_FILESYSTEM,
+                                          sandbox_id).snapshot(sandbox_id)
+        return snap
 
     async def _list_snapshots(self, sandbox_id: str | None) -> builtins.list[Snapshot]:
         """List snapshots. (``snapshot.filesystem``)"""
-        raise self._unsupported(Capability.SNAPSHOT_FILESYSTEM, sandbox_id)
+        snaps: builtins.list[Snapshot] = await self._part(
+            Capability.SNAPSHOT_FILESYSTEM, sandbox_id).list_snapshots(sandbox_id)
+        return snaps
 
     async def _delete_snapshot(self, snapshot_id: str) -> None:
         """Delete a snapshot. (``snapshot.filesystem``)"""
-        raise self._unsupported(Capability.SNAPSHOT_FILESYSTEM, None)
+        await self._part(Capability.SNAPSHOT_FILESYSTEM, None).delete_snapshot(snapshot_id)
 
     async def _rollback(self, sandbox_id: str, snapshot_id: str) -> SandboxInfo:
         """Restore a sandbox in place from a snapshot. (``snapshot.rollback``)"""
-        raise self._unsupported(Capability.SNAPSHOT_ROLLBACK, sandbox_id)
+        info: SandboxInfo = await self._part(Capability.SNAPSHOT_ROLLBACK,
+                                             sandbox_id).rollback(sandbox_id, snapshot_id)
+        return info
 
     async def _create_volume(self, name: str) -> Volume:
         """Create a volume. (``volumes``)"""
-        raise self._unsupported(Capability.VOLUMES, None)
+        volume: Volume = await self._part(Capability.VOLUMES, None).create_volume(name)
+        return volume
 
     async def _get_volume(self, name: str) -> Volume:
         """Get a volume by name. (``volumes``)"""
-        raise self._unsupported(Capability.VOLUMES, None)
+        volume: Volume = await self._part(Capability.VOLUMES, None).get_volume(name)
+        return volume
 
     async def _list_volumes(self) -> builtins.list[Volume]:
         """List volumes. (``volumes``)"""
-        raise self._unsupported(Capability.VOLUMES, None)
+        volumes: builtins.list[Volume] = await self._part(Capability.VOLUMES,
+                                                          None).list_volumes()
+        return volumes
 
     async def _delete_volume(self, name: str) -> None:
         """Delete a volume. (``volumes``)"""
-        raise self._unsupported(Capability.VOLUMES, None)
+        await self._part(Capability.VOLUMES, None).delete_volume(name)
 
     async def _update_network(self, sandbox_id: str, policy: NetworkPolicy) -> None:
         """Change a running sandbox's network policy. (``network.update``)"""
-        raise self._unsupported(Capability.NETWORK_UPDATE, sandbox_id)
+        await self._part(Capability.NETWORK_UPDATE, sandbox_id).update_network(
+            sandbox_id, policy)
 
     async def _set_metadata(self, sandbox_id: str, labels: Mapping[str, str]) -> SandboxInfo:
-        """Set ``labels`` on the sandbox, keeping its other labels (internal ones too);
-        return its info with them. (``metadata.update``)"""
-        raise self._unsupported(Capability.METADATA_UPDATE, sandbox_id)
+        """Set ``labels``, keeping the sandbox's others (internal ones too); its info
+        with them. (``metadata.update``)"""
+        info: SandboxInfo = await self._part(Capability.METADATA_UPDATE,
+                                             sandbox_id).set_metadata(sandbox_id, labels)
+        return info
 
     async def _set_metadata_as_seen(self, sandbox_id: str,
                                     labels: Mapping[str, str]) -> SandboxInfo:
-        """``_set_metadata`` without reading the labels first (``reread=False``): where
-        the backend takes the labels only whole, merge ``labels`` into those this
-        provider last saw. Override it where that saves a round trip; by default it is
-        ``_set_metadata``. (``metadata.update``)"""
-        return await self._set_metadata(sandbox_id, labels)
+        """``_set_metadata`` without reading the labels first (``reread=False``).
+        (``metadata.update``)"""
+        info: SandboxInfo = await self._part(
+            Capability.METADATA_UPDATE, sandbox_id).set_metadata_as_seen(sandbox_id, labels)
+        return info
 
     async def _metrics(self, sandbox_id: str) -> Metrics:
         """Read resource use. (``metrics``)"""
-        raise self._unsupported(Capability.METRICS, sandbox_id)
+        metrics: Metrics = await self._part(Capability.METRICS, sandbox_id).metrics(
+            sandbox_id)
+        return metrics
 
     async def _expose(self, sandbox_id: str, port: int) -> ExposedPort:
-        """Serve the sandbox's ``port`` at a URL that needs an access token; exposing a
-        port already exposed returns the same address and token. (``ports.expose``)
-
-        Host-side proxies can use :class:`provider_sdk.ports.PortProxy`.
-        """
-        raise self._unsupported(Capability.PORTS_EXPOSE, sandbox_id)
+        """Serve the sandbox's ``port`` at an address that needs a token.
+        (``ports.expose``)"""
+        exposed: ExposedPort = await self._part(Capability.PORTS_EXPOSE, sandbox_id).expose(
+            sandbox_id, port)
+        return exposed
 
     async def _unexpose(self, sandbox_id: str, port: int) -> None:
-        """Stop serving the port; nothing to do if it is not exposed. (``ports.expose``)"""
-        raise self._unsupported(Capability.PORTS_EXPOSE, sandbox_id)
+        """Stop serving the port. (``ports.expose``)"""
+        await self._part(Capability.PORTS_EXPOSE, sandbox_id).unexpose(sandbox_id, port)
 
     def _template_builder(self) -> TemplateBuilder:
-        """This provider's template builder (the same object each time, or a cheap new
-        one): :meth:`build_template`, :meth:`list_templates` and
-        :meth:`delete_template` go through it. (``templates.build``)"""
-        raise self._unsupported(Capability.TEMPLATES_BUILD, None)
+        """This provider's template builder. (``templates.build``)"""
+        builder: TemplateBuilder = self._part(Capability.TEMPLATES_BUILD,
+                                              None).template_builder()
+        return builder
 
     # ------------------------------------------------------------------- helpers
+
+    def _composed(self) -> Roles:
+        roles = self._roles
+        if roles is None:
+            raise TypeError(f"{type(self).__name__} gives no roles: its __init__ must call "
+                            "SandboxProvider.__init__(control=..., commands=...)")
+        return roles
+
+    def _part(self, capability: Capability, sandbox_id: str | None) -> Any:
+        """The role that makes ``capability``'s calls; ``UnsupportedCapability`` where
+        this provider has none (it does not declare the capability)."""
+        roles = self._roles
+        if capability in type(self).capabilities and roles is not None:
+            return getattr(roles, PARTS[capability].role)
+        raise self._unsupported(capability, sandbox_id)
 
     def _unsupported(self, capability: Capability, sandbox_id: str | None) -> SandboxError:
         return UnsupportedCapability(str(capability), provider=self.name, sandbox_id=sandbox_id)

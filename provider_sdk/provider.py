@@ -1,12 +1,12 @@
 """``SandboxProvider``: the one interface business code talks to, and plugins implement.
 
-A provider author implements the hooks, the ``_``-prefixed methods below (declared
-in ``provider_sdk._hooks``, which the handles import, and inherited here): a small
-required core (create, info, list, kill, exec and six file operations) plus the hooks of
-each capability the class declares (see :data:`provider_sdk.capabilities.HOOKS`). The
-public methods around them are written once, here: they validate input, check
-capabilities, emit events and wrap results in :class:`~provider_sdk.sandbox.Sandbox`
-handles. Hooks translate their backend's errors into the neutral tree, once.
+A provider is made of role objects (:mod:`provider_sdk.roles`): a control plane and
+commands, which every provider writes, files (by default derived from the commands) and
+ports, each with the optional parts of the capabilities its class declares. The public
+methods around them are written once, here and in ``provider_sdk._hooks``: they validate
+input, check capabilities, emit events and wrap results in
+:class:`~provider_sdk.sandbox.Sandbox` handles, then pass each call to its role. Roles
+translate their backend's errors into the neutral tree, once.
 
 This module owns the interface; it must not know any backend.
 """
@@ -20,11 +20,13 @@ import attrs
 
 from provider_sdk._hooks import ProviderHooks, _check_id
 from provider_sdk.capabilities import Capability
+from provider_sdk.command_files import CommandFiles
 from provider_sdk.commands import Command, OutputCallback, ProcessEvent, ProcessExit, ProcessOutput
 from provider_sdk.errors import attributed
 from provider_sdk.events import span
 from provider_sdk.labels import check_labels
 from provider_sdk.models import SandboxSpec, SandboxState
+from provider_sdk.roles import Commands, ControlPlane, Files, Ports, Roles
 from provider_sdk.sandbox import Sandbox, SandboxCreation, Shell
 
 __all__ = [
@@ -61,6 +63,24 @@ class SandboxProvider(ProviderHooks):
     All but ``create``, ``connect`` and the shell hook is inherited from
     ``provider_sdk._hooks.ProviderHooks``, the part the handles hold.
     """
+
+    def __init__(self, *, control: ControlPlane, commands: Commands,
+                 files: Files | None = None, ports: Ports | None = None) -> None:
+        """Make the provider of its roles (see :mod:`provider_sdk.roles`): ``control``
+        and ``commands``, which every provider has; ``files``, without which the files
+        API runs on the commands (:class:`~provider_sdk.command_files.CommandFiles`);
+        ``ports`` for ``ports.expose``.
+
+        Raises:
+            TypeError: a role lacks the part of a capability the class declares.
+        """
+        roles = Roles(control=control, commands=commands,
+                      files=files if files is not None
+                      else CommandFiles(commands, provider=self.name), ports=ports)
+        problems = roles.problems(type(self).capabilities)
+        if problems:
+            raise TypeError(f"{type(self).__name__}: {'; '.join(problems)}")
+        self._roles = roles
 
     # ------------------------------------------------------------------ public API
 
@@ -99,12 +119,10 @@ class SandboxProvider(ProviderHooks):
 
     async def _open_shell(self, sandbox: Sandbox, *, cwd: str | None,
                           env: Mapping[str, str]) -> Shell:
-        """Open a persistent shell session. (``shell.persistent``)
-
-        Providers without native sessions return
-        :class:`~provider_sdk.sandbox.EmulatedShell`.
-        """
-        raise self._unsupported(Capability.SHELL_PERSISTENT, sandbox.id)
+        """Open a persistent shell session. (``shell.persistent``)"""
+        shell: Shell = await self._part(Capability.SHELL_PERSISTENT, sandbox.id).open_shell(
+            sandbox, cwd=cwd, env=env)
+        return shell
 
     # ------------------------------------------------------------------- helpers
 

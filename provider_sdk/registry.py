@@ -1,8 +1,9 @@
 """The provider registry: entry points in group ``provider_sdk.providers``, loaded lazily.
 
 A plugin is imported only when asked for by name. Each class is validated when loaded:
-it subclasses :class:`SandboxProvider`, implements every required hook, and implements
-the hooks of exactly the capabilities it declares.
+it subclasses :class:`SandboxProvider` and declares its capabilities as a frozenset that
+holds what each of them needs (``IMPLIES``); that its roles have the part of exactly the
+capabilities it declares is checked when it is made (:mod:`provider_sdk.roles`).
 
 A plugin may also declare its capabilities as data in the module its entry point names,
 kept light (no vendor SDK imported there): a mapping ``PROVIDER_CAPABILITIES`` from the
@@ -11,13 +12,17 @@ entry point's attribute (the class name) to a frozenset of :class:`Capability`.
 providers`` answers at once; :func:`load` checks that the class declares the same.
 
 ``register()`` adds a provider in-process (tests, notebooks) and wins over an entry
-point of the same name.
+point of the same name. A name of the form ``package.module:Class`` that is neither
+loads that class from where it is importable: a provider being written can be tried
+(``psdk run --provider mine:MyProvider``) and tested (``psdk contract``) before it is
+packaged.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING
@@ -48,6 +53,9 @@ _DISTRIBUTIONS = {
 
 _registered: dict[str, Callable[[], object]] = {}
 _loaded: dict[str, type[SandboxProvider]] = {}
+_IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+"""A provider named by where to import it (``package.module:Class``) rather than by an
+entry point: a provider being written, before it is packaged."""
 
 
 def register(name: str, provider: type[SandboxProvider] | str) -> None:
@@ -125,6 +133,9 @@ def load(name: str) -> type[SandboxProvider]:
         return _loaded[name]
     loaders = {**_entry_points(), **_registered}
     installed = tuple(sorted(loaders))
+    if name not in loaders and _IMPORT_PATH.fullmatch(name):
+        module, _, attr = name.partition(":")  # a provider not packaged (yet)
+        loaders[name] = lambda: getattr(importlib.import_module(module), attr)
     if name not in loaders:
         dist = _DISTRIBUTIONS.get(name)
         install = f"; install it with: {install_hint(dist)}" if dist else ""
@@ -150,6 +161,16 @@ def load(name: str) -> type[SandboxProvider]:
     return cls
 
 
+def _hook_based(cls: type[SandboxProvider]) -> bool:
+    """Whether a provider class overrides the base's hooks itself, as providers did
+    before roles (:mod:`provider_sdk.roles`); a provider made of roles is checked
+    against its capabilities when it is made."""
+    from provider_sdk.provider import SandboxProvider
+
+    return any(getattr(cls, hook) is not getattr(SandboxProvider, hook)
+               for hook in ("_create", "_exec", "_info"))
+
+
 def check_provider_class(obj: object, name: str) -> type[SandboxProvider]:
     """Validate a provider class against the interface's rules; return it.
 
@@ -169,14 +190,15 @@ def check_provider_class(obj: object, name: str) -> type[SandboxProvider]:
     if not isinstance(caps, frozenset) or not all(isinstance(c, Capability) for c in caps):
         raise ConfigError(
             f"provider {name!r}: capabilities must be a frozenset of Capability members")
-    for cap, hooks in HOOKS.items():
-        for hook in hooks:
-            overridden = getattr(obj, hook) is not getattr(SandboxProvider, hook)
-            if overridden != (cap in caps):
-                state = "declared but does not implement" if not overridden else \
-                    "implements, without declaring the capability for,"
-                raise ConfigError(f"provider {name!r}: {obj.__qualname__} {state} {hook}() "
-                                  f"({cap})")
+    if _hook_based(obj):
+        for cap, hooks in HOOKS.items():
+            for hook in hooks:
+                overridden = getattr(obj, hook) is not getattr(SandboxProvider, hook)
+                if overridden != (cap in caps):
+                    state = "declared but does not implement" if not overridden else \
+                        "implements, without declaring the capability for,"
+                    raise ConfigError(f"provider {name!r}: {obj.__qualname__} {state} "
+                                      f"{hook}() ({cap})")
     for cap, needs in IMPLIES.items():
         if cap in caps and not needs <= caps:
             lacking = ", ".join(sorted(str(c) for c in needs - caps))
