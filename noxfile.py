@@ -15,9 +15,10 @@ nox.options.sessions = ["tests"]
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 # Every distribution in the workspace: the SDK, the contract suite, each provider plugin,
-# the template builder.
+# the emulators, each integration, the template builder.
 DISTRIBUTIONS = [".", "contract_tests",
                  *sorted(str(p.parent) for p in Path("providers").glob("*/pyproject.toml")),
+                 "emulators",
                  *sorted(str(p.parent) for p in Path("integrations").glob("*/pyproject.toml")),
                  "templates"]
 

@@ -26,7 +26,7 @@ import time
 
 import anyio
 from e2b import AsyncSandbox
-from provider_sdk_e2b.emulator import run_in_thread
+from provider_sdk_emulators.e2b import run_in_thread
 
 from provider_sdk import open_provider
 from provider_sdk.emulators import EmulatorOptions

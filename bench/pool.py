@@ -115,7 +115,7 @@ async def emulated(name: str, provider: SandboxProvider, rounds: int) -> None:
 
 
 def main(rounds: int) -> None:
-    from provider_sdk_e2b.emulator import run_in_thread
+    from provider_sdk_emulators.e2b import run_in_thread
 
     with tempfile.TemporaryDirectory(prefix="psdk-bench-pool-") as tmp:
         anyio.run(local, rounds, Path(tmp))

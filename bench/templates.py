@@ -29,8 +29,8 @@ import anyio
 from provider_sdk_daytona.provider import DaytonaProvider
 from provider_sdk_docker import DEFAULT_TEMPLATE, DockerProvider
 from provider_sdk_e2b.cube import CubeProvider
-from provider_sdk_e2b.emulator import run_in_thread
 from provider_sdk_e2b.provider import E2BProvider
+from provider_sdk_emulators.e2b import run_in_thread
 from run import report
 
 from provider_sdk.emulators import EmulatorOptions, RunningEmulator

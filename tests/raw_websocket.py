@@ -8,7 +8,7 @@ import os
 import socket
 import struct
 
-from provider_sdk.emulator_kit.websocket import accept_key
+from provider_sdk_emulators.kit.websocket import accept_key
 
 __all__ = ["frame", "handshake", "read_frame"]
 

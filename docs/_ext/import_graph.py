@@ -20,6 +20,7 @@ PACKAGES: dict[str, Path] = {
     "provider_sdk_docker": ROOT / "providers" / "docker" / "provider_sdk_docker",
     "provider_sdk_e2b": ROOT / "providers" / "e2b" / "provider_sdk_e2b",
     "provider_sdk_daytona": ROOT / "providers" / "daytona" / "provider_sdk_daytona",
+    "provider_sdk_emulators": ROOT / "emulators" / "provider_sdk_emulators",
     "provider_sdk_templates": ROOT / "templates" / "provider_sdk_templates",
     "provider_sdk_contract": ROOT / "contract_tests" / "provider_sdk_contract",
     "provider_sdk_deepagents": ROOT / "integrations" / "deepagents" / "provider_sdk_deepagents",
@@ -32,16 +33,17 @@ ALLOWED: dict[str, frozenset[str]] = {
     "provider_sdk_docker": frozenset({"provider_sdk"}),
     "provider_sdk_daytona": frozenset({"provider_sdk"}),
     "provider_sdk_templates": frozenset({"provider_sdk", "provider_sdk_docker"}),
-    "provider_sdk_e2b": frozenset({"provider_sdk", "provider_sdk_templates",
-                                   "provider_sdk_docker"}),
+    "provider_sdk_e2b": frozenset({"provider_sdk", "provider_sdk_templates"}),
+    "provider_sdk_emulators": frozenset({"provider_sdk", "provider_sdk_docker"}),
     "provider_sdk_contract": frozenset({"provider_sdk"}),
     "provider_sdk_deepagents": frozenset({"provider_sdk"}),
     "provider_sdk_inspect": frozenset({"provider_sdk"}),
 }
 """What each package may import of the others. The core imports none of them: it finds
-plugins through entry points. The templates distribution builds images with the Docker
-plugin; the E2B plugin uses both for Cube's image builds and its emulator's Docker
-backend."""
+plugins (and emulators) through entry points. The templates distribution builds images
+with the Docker plugin; the E2B plugin uses it for Cube's image builds. The emulators
+stand on the core alone (the Docker plugin names the base image of the E2B flavor's
+template builds); no provider imports them."""
 
 Graph = Mapping[str, Set[str]]
 

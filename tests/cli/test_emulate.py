@@ -53,11 +53,26 @@ def installed(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_an_unknown_emulator_names_the_distribution_to_install(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(emulators, "_entry_points", dict)
-    with pytest.raises(ConfigError,
-                       match=re.escape(install_hint("sandbox-provider-sdk-daytona"))):
-        emulators.load("daytona")
-    with pytest.raises(ConfigError, match=r"no emulator named 'nope'; installed: "):
+    hint = install_hint("sandbox-provider-sdk-emulators")
+    for name in ("e2b", "cube", "daytona"):
+        with pytest.raises(ConfigError, match=re.escape(
+                "it is in the distribution sandbox-provider-sdk-emulators; install it with: "
+                f"{hint}; installed: none")):
+            emulators.load(name)
+    with pytest.raises(ConfigError, match=r"no emulator named 'nope'; installed: none$"):
         emulators.load("nope")
+
+
+def test_emulate_without_the_emulators_says_in_one_line_what_to_install(
+        psdk: Psdk, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(emulators, "_entry_points", dict)
+    result = psdk("emulate", "e2b", "--api-key", "k")
+    assert result.code == 1
+    assert result.out == ""
+    assert result.err.splitlines() == [
+        "psdk: error: no emulator named 'e2b': it is in the distribution "
+        "sandbox-provider-sdk-emulators; install it with: "
+        f"{install_hint('sandbox-provider-sdk-emulators')}; installed: none"]
 
 
 def test_a_plugin_that_fails_to_import_is_a_config_error(
@@ -66,9 +81,9 @@ def test_a_plugin_that_fails_to_import_is_a_config_error(
         raise ImportError("no module named vendor")
 
     monkeypatch.setattr(emulators, "_entry_points", lambda: {"e2b": broken})
-    hint = install_hint("sandbox-provider-sdk-e2b")
+    hint = install_hint("sandbox-provider-sdk-emulators")
     with pytest.raises(ConfigError, match=r"failed to import .*reinstall "
-                       + re.escape(f"sandbox-provider-sdk-e2b: {hint}")):
+                       + re.escape(f"sandbox-provider-sdk-emulators: {hint}")):
         emulators.load("e2b")
 
 
@@ -134,21 +149,3 @@ def test_contract_without_emulator_inherits_the_environment(
     assert psdk("contract", "--provider", "memory").code == 0
     assert seen == [None]
     assert STARTED == []
-
-
-def test_faults_validate_names_and_values_and_count_what_was_served() -> None:
-    faults = emulators.Faults({"resume_504": "504s after each resume", "latency": "seconds"},
-                              {"resume_504": "2"})
-    assert faults.count("resume_504") == 2
-    assert faults.value("latency") == 0.0
-    faults.set("latency", "0.25")
-    faults.served("resume_504")
-    faults.served("resume_504")
-    assert faults.report() == {"set": {"resume_504": 2.0, "latency": 0.25},
-                               "served": {"resume_504": 2.0, "latency": 0.0}}
-    with pytest.raises(ConfigError, match=r"unknown fault 'nope'; known: latency, resume_504"):
-        faults.set("nope", 1)
-    for bad in ("-1", "many", "inf", "nan"):
-        with pytest.raises(ConfigError, match="non-negative number"):
-            faults.set("latency", bad)
-    assert faults.value("latency") == 0.25

@@ -14,11 +14,9 @@ import anyio
 import httpx
 import pytest
 from httpx_ws import aconnect_ws
-from raw_websocket import frame, handshake, read_frame
-
-from provider_sdk.config import Secret
-from provider_sdk.emulator_kit import http, service, websocket
-from provider_sdk.emulator_kit.http import (
+from provider_sdk_emulators.kit import http, service, websocket
+from provider_sdk_emulators.kit.faults import Faults
+from provider_sdk_emulators.kit.http import (
     Last,
     NotAWebSocket,
     Request,
@@ -26,9 +24,12 @@ from provider_sdk.emulator_kit.http import (
     json_response,
     serve,
 )
-from provider_sdk.emulator_kit.routing import Router
-from provider_sdk.emulator_kit.websocket import MessageType, accept_key
-from provider_sdk.emulators import Faults
+from provider_sdk_emulators.kit.routing import Router
+from provider_sdk_emulators.kit.websocket import MessageType, accept_key
+from raw_websocket import frame, handshake, read_frame
+
+from provider_sdk.config import Secret
+from provider_sdk.errors import ConfigError
 
 pytestmark = pytest.mark.anyio
 
@@ -76,6 +77,24 @@ def test_a_static_part_is_matched_literally() -> None:
 
 
 # ------------------------------------------------------------------ faults, admin
+
+
+def test_faults_validate_names_and_values_and_count_what_was_served() -> None:
+    faults = Faults({"resume_504": "504s after each resume", "latency": "seconds"},
+                     {"resume_504": "2"})
+    assert faults.count("resume_504") == 2
+    assert faults.value("latency") == 0.0
+    faults.set("latency", "0.25")
+    faults.served("resume_504")
+    faults.served("resume_504")
+    assert faults.report() == {"set": {"resume_504": 2.0, "latency": 0.25},
+                               "served": {"resume_504": 2.0, "latency": 0.0}}
+    with pytest.raises(ConfigError, match=r"unknown fault 'nope'; known: latency, resume_504"):
+        faults.set("nope", 1)
+    for bad in ("-1", "many", "inf", "nan"):
+        with pytest.raises(ConfigError, match="non-negative number"):
+            faults.set("latency", bad)
+    assert faults.value("latency") == 0.25
 
 
 def test_a_counted_fault_is_taken_until_it_runs_out() -> None:

@@ -124,7 +124,7 @@ async def test_an_emulator_without_its_key_names_the_variable(
 
 def test_the_emulators_docker_engine_is_read_as_the_docker_provider_reads_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from provider_sdk_e2b.emulator._templates_cube import _Engine
+    from provider_sdk_emulators.e2b._templates_cube import _Engine
 
     monkeypatch.setenv("DOCKER_HOST", "ftp://127.0.0.1:2375")
     with pytest.raises(ConfigError) as caught:
@@ -137,7 +137,7 @@ def test_the_emulators_docker_engine_is_read_as_the_docker_provider_reads_it(
 def test_the_base_template_of_e2b_builds_is_the_docker_providers_setting(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from provider_sdk_docker import DEFAULT_TEMPLATE
-    from provider_sdk_e2b.emulator._templates_e2b import _base_image
+    from provider_sdk_emulators.e2b._templates_e2b import _base_image
 
     monkeypatch.setenv("PSDK_DOCKER_TEMPLATE", "psdk-other-base:1")
     assert _base_image() == "psdk-other-base:1"

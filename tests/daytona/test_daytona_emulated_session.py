@@ -7,7 +7,7 @@ from __future__ import annotations
 import anyio
 import pytest
 from memory_provider import MemoryProvider
-from provider_sdk_daytona.emulator._sessions import CommandRecord, EmulatedSession
+from provider_sdk_emulators.daytona._sessions import CommandRecord, EmulatedSession
 
 from provider_sdk.tasks import TaskOwner
 

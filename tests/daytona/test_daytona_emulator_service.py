@@ -21,9 +21,8 @@ import pytest
 from daytona import CreateSandboxFromSnapshotParams, Daytona, SessionExecuteRequest
 from daytona_emulator_fixtures import running
 from engines import require_bwrap
-from provider_sdk_daytona.emulator import _sessions, _toolbox
-
-from provider_sdk import emulators
+from provider_sdk_emulators.daytona import _sessions, _toolbox
+from provider_sdk_emulators.kit import bodies
 
 KEY = "daytona-file-key-0123456789"
 PEAK_LIMIT = 256 << 20  # the emulator peaks well under 100 MiB here
@@ -156,7 +155,7 @@ def test_a_gzip_bomb_is_refused_with_memory_bounded(service: tuple[str, int]) ->
 
 def test_a_compressed_bulk_upload_is_refused_past_the_inflate_limit(
         sync_client: Daytona, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(emulators, "INFLATE_LIMIT", 1 << 20)  # (the kit reads it)
+    monkeypatch.setattr(bodies, "INFLATE_LIMIT", 1 << 20)  # (the kit reads it)
     boundary = "psdk-boundary"
     body = _gzip_of(f"--{boundary}\r\nContent-Disposition: form-data; name=\"files[0].path\""
                     f"\r\n\r\n/tmp/inflated\r\n--{boundary}\r\nContent-Disposition: form-data;"

@@ -18,10 +18,9 @@ import pytest
 import socketio
 from daytona import AsyncDaytona, CreateSandboxFromSnapshotParams
 from daytona_emulator_fixtures import running, sdk_config
-from provider_sdk_daytona.emulator import _events
+from provider_sdk_emulators.daytona import _events
+from provider_sdk_emulators.kit import websocket
 from raw_websocket import frame, handshake, read_frame
-
-from provider_sdk.emulator_kit import websocket
 
 pytestmark = pytest.mark.anyio
 

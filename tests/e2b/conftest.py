@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from engines import require_namespaces
-from provider_sdk_e2b.emulator import run_in_thread
+from provider_sdk_emulators.e2b import run_in_thread
 
 from provider_sdk.emulators import EmulatorOptions, RunningEmulator
 

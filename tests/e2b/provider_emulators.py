@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import pytest
 from provider_sdk_contract import ProviderContract
-from provider_sdk_e2b.emulator import run_in_thread
+from provider_sdk_emulators.e2b import run_in_thread
 
 from provider_sdk import emulators
 

@@ -32,7 +32,7 @@ from cubesandbox import (  # type: ignore[import-untyped]
 from engines import missing, require_docker
 from provider_emulators import provider_options
 from provider_sdk_e2b.cube import CubeProvider
-from provider_sdk_e2b.emulator import run_in_thread
+from provider_sdk_emulators.e2b import run_in_thread
 
 from provider_sdk.emulators import EmulatorOptions, RunningEmulator
 from provider_sdk.models import SandboxSpec

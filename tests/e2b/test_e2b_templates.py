@@ -18,7 +18,7 @@ from e2b import AsyncSandbox, AsyncTemplate
 from engines import require_docker
 from provider_emulators import provider_options
 from provider_sdk_contract.templates import TemplateContract
-from provider_sdk_e2b.emulator import run_in_thread
+from provider_sdk_emulators.e2b import run_in_thread
 
 from provider_sdk import open_provider
 from provider_sdk.emulators import EmulatorOptions, RunningEmulator

@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 import anyio
 import httpx
 import pytest
+from provider_sdk_emulators.kit.bodies import BodyTooLarge, decoded
+from provider_sdk_emulators.kit.multipart import MultipartError, boundary_of, parts
 
-from provider_sdk.emulator_kit.multipart import MultipartError, boundary_of, parts
-from provider_sdk.emulators import BodyTooLarge, decoded
 from provider_sdk.errors import InvalidInput, QuotaExceeded
 
 pytestmark = pytest.mark.anyio
@@ -129,8 +129,8 @@ def test_a_content_type_without_a_boundary_is_an_error() -> None:
 
 async def test_a_process_stream_that_falls_behind_is_cut_off_with_an_error(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from provider_sdk_e2b.emulator import _process_entry
-    from provider_sdk_e2b.emulator._process_entry import ProcessEntry
+    from provider_sdk_emulators.e2b import _process_entry
+    from provider_sdk_emulators.e2b._process_entry import ProcessEntry
 
     monkeypatch.setattr(_process_entry, "_STALL", 0.05)
     entry = ProcessEntry(pid=1, config={}, tag=None, process=None)  # type: ignore[arg-type]
@@ -146,7 +146,7 @@ async def test_a_process_stream_that_falls_behind_is_cut_off_with_an_error(
 
 async def test_a_process_stream_waits_for_a_slow_reader() -> None:
     """Output is held back while a reader catches up, not dropped: every event arrives."""
-    from provider_sdk_e2b.emulator._process_entry import _BACKLOG, ProcessEntry
+    from provider_sdk_emulators.e2b._process_entry import _BACKLOG, ProcessEntry
 
     entry = ProcessEntry(pid=1, config={}, tag=None, process=None)  # type: ignore[arg-type]
     stream = entry.subscribe()
@@ -170,7 +170,7 @@ async def test_a_process_stream_waits_for_a_slow_reader() -> None:
 async def test_a_reader_still_behind_at_the_end_gets_the_end_not_an_error() -> None:
     """A process that ends while its reader's backlog is full: the reader gets every
     event, then the end (the stream keeps a slot for it)."""
-    from provider_sdk_e2b.emulator._process_entry import _BACKLOG, ProcessEntry
+    from provider_sdk_emulators.e2b._process_entry import _BACKLOG, ProcessEntry
 
     entry = ProcessEntry(pid=1, config={}, tag=None, process=None)  # type: ignore[arg-type]
     stream = entry.subscribe()

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from e2b import Sandbox
 from engines import require_docker
-from provider_sdk_e2b.emulator import run_in_thread
+from provider_sdk_emulators.e2b import run_in_thread
 
 from provider_sdk.emulators import EmulatorOptions, RunningEmulator
 

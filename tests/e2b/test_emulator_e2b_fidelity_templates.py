@@ -18,7 +18,7 @@ import httpx
 import pytest
 from e2b import Sandbox, Template
 from engines import require_docker
-from provider_sdk_e2b.emulator import run_in_thread
+from provider_sdk_emulators.e2b import run_in_thread
 
 from provider_sdk.emulators import EmulatorOptions, RunningEmulator
 

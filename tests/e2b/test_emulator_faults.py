@@ -9,7 +9,7 @@ import httpx
 import pytest
 from e2b import Sandbox
 from e2b.exceptions import RateLimitException
-from provider_sdk_e2b.emulator import run_in_thread
+from provider_sdk_emulators.e2b import run_in_thread
 
 from provider_sdk.emulators import EmulatorOptions, RunningEmulator
 from provider_sdk.errors import ConfigError

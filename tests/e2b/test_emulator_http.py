@@ -15,9 +15,9 @@ import anyio.from_thread
 import httpx
 import pytest
 from e2b import Sandbox
+from provider_sdk_emulators.kit import http
+from provider_sdk_emulators.kit.http import Request, Response, serve
 
-from provider_sdk.emulator_kit import http
-from provider_sdk.emulator_kit.http import Request, Response, serve
 from provider_sdk.emulators import RunningEmulator
 
 

@@ -7,25 +7,17 @@ cache, so a second run mostly checks."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import venv
 from pathlib import Path
 
-import pytest
-from engines import missing
-
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-#: The sources the wheels are built from.
-SOURCES = ["pyproject.toml", "README.md", "provider_sdk", "providers", "templates",
-           "integrations", "contract_tests"]
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 _SPAN = re.compile(r"`(pip install [^`]+)`")
 
@@ -65,44 +57,11 @@ def test_the_docs_install_this_project_one_way() -> None:
             (page, command)
 
 
-def _digest() -> str:
-    digest = hashlib.sha256()
-    for source in SOURCES:
-        path = ROOT / source
-        files = [path] if path.is_file() else sorted(
-            p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-            and not p.name.endswith((".pyc", ".egg-info")))
-        for file in files:
-            digest.update(str(file.relative_to(ROOT)).encode() + b"\0" + file.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-@pytest.fixture(scope="module")
-def wheels() -> Path:
-    """What ``nox -s dist`` builds, for the sources as they are (cached by their content)."""
-    nox = shutil.which("nox")
-    if nox is None:
-        missing("nox is not installed (pip install nox)")
-    assert nox is not None
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "psdk-tests"
-    built = cache / "dist" / _digest()
-    if not built.is_dir():
-        partial = built.with_name(f".{built.name}.{os.getpid()}")
-        shutil.rmtree(partial, ignore_errors=True)
-        done = subprocess.run([nox, "-r", "--envdir", str(cache / "nox"), "-s", "dist", "--",
-                               "--outdir", str(partial)], cwd=ROOT, capture_output=True,
-                              text=True, timeout=900, stdin=subprocess.DEVNULL)
-        assert done.returncode == 0, done.stdout + done.stderr
-        try:
-            partial.rename(built)
-        except OSError:  # another run built the same sources meanwhile
-            shutil.rmtree(partial, ignore_errors=True)
-    return built
-
-
 def test_every_install_line_installs_from_a_checkout(wheels: Path, tmp_path: Path) -> None:
     names = {p.name for p in wheels.glob("*.whl")}
-    assert len(names) == 8, names  # the core, five plugins' distributions, two integrations
+    # The core, the docker, e2b, daytona and templates plugins, the emulators, the contract
+    # suite, two integrations.
+    assert len(names) == 9, names
     checkout = tmp_path / "checkout"
     checkout.mkdir()
     (checkout / "dist").symlink_to(wheels)
@@ -129,7 +88,7 @@ def test_every_install_line_installs_from_a_checkout(wheels: Path, tmp_path: Pat
     assert providers == dict.fromkeys(["cube", "daytona", "docker", "e2b", "local"])
     imported = subprocess.run(
         [python, "-c", "import provider_sdk_templates, provider_sdk_inspect, "
-         "provider_sdk_contract, redis, psycopg" +
+         "provider_sdk_contract, provider_sdk_emulators, redis, psycopg" +
          (", provider_sdk_deepagents" if sys.version_info >= (3, 11) else "")],
         env=environ, capture_output=True, text=True, timeout=120)
     assert imported.returncode == 0, imported.stderr

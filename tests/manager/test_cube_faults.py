@@ -22,7 +22,7 @@ from provider_sdk.manager import SandboxManager, SnapshotPolicy, SQLiteStore
 from provider_sdk.models import SandboxState
 from provider_sdk.provider import SandboxProvider
 
-emulator = pytest.importorskip("provider_sdk_e2b.emulator",
+emulator = pytest.importorskip("provider_sdk_emulators.e2b",
                                reason="the Cube emulator (sandbox-provider-sdk-e2b) is not "
                                "installed")
 

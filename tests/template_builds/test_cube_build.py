@@ -21,7 +21,7 @@ import pytest
 from engines import require_docker, require_registry
 from provider_sdk_docker import DEFAULT_TEMPLATE
 from provider_sdk_e2b.cube import CubeProvider
-from provider_sdk_e2b.emulator import run_in_thread
+from provider_sdk_emulators.e2b import run_in_thread
 
 from provider_sdk.emulators import EmulatorOptions, RunningEmulator
 from provider_sdk.errors import TemplateBuildError, TemplateNotFound

@@ -32,7 +32,7 @@ TARGETS = ["docker", "local", "e2b", "daytona", "cube"]
 @pytest.fixture(scope="module")
 def emulator_pool() -> Iterator[Callable[[str], emulators.RunningEmulator]]:
     """Emulators on the docker backend, started on first use, one per vendor."""
-    from provider_sdk_e2b.emulator import run_in_thread
+    from provider_sdk_emulators.e2b import run_in_thread
 
     started: dict[str, emulators.RunningEmulator] = {}
     with contextlib.ExitStack() as stack:

@@ -1,4 +1,6 @@
-"""Daytona for provider-sdk: :class:`DaytonaProvider` and a Daytona-compatible emulator.
+"""Daytona for provider-sdk: :class:`DaytonaProvider`. It talks to Daytona, or to
+anything that speaks its API, such as ``psdk emulate daytona`` (the distribution
+``sandbox-provider-sdk-emulators``), only through the ``daytona`` SDK.
 
 Its capabilities are declared as data (``PROVIDER_CAPABILITIES``, from ``_capabilities``), so
 ``psdk providers`` reads them without importing the ``daytona`` SDK; the class is imported on

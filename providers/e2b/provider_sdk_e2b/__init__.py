@@ -2,8 +2,9 @@
 
 ``provider_sdk_e2b.provider.E2BProvider`` (entry point ``e2b``) and
 ``provider_sdk_e2b.cube.CubeProvider`` (entry point ``cube``) talk to the services
-through the ``e2b`` SDK; :mod:`provider_sdk_e2b.emulator` serves both wire protocols on
-127.0.0.1, backed by a neutral provider, for offline tests.
+through the ``e2b`` SDK, whether the service is the vendor's or ``psdk emulate e2b|cube``
+(the distribution ``sandbox-provider-sdk-emulators``), which serves both wire protocols
+on 127.0.0.1, backed by a neutral provider, for offline tests.
 
 Their capabilities are declared as data (``PROVIDER_CAPABILITIES``, from ``_capabilities``), so
 ``psdk providers`` reads them without importing the ``e2b`` SDK; the classes are imported on
