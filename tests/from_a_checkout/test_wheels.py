@@ -1,6 +1,6 @@
 """What the wheels ``nox -s dist`` builds hold and require: the runtime wheels carry no
-emulator and no HTTP server, and with the core's wheel alone ``psdk emulate`` says in
-one line what to install."""
+emulator and no HTTP server, every runtime requirement is a range, and with the core's
+wheel alone ``psdk emulate`` says in one line what to install."""
 
 from __future__ import annotations
 
@@ -40,18 +40,25 @@ def test_the_runtime_wheels_hold_no_emulator_and_the_core_no_http_server(
     requires = _requires(core)
     assert [r for r in requires if re.match(r"h11\b", r)] == []
     assert [r for r in requires if r.startswith(EMULATORS)] == [
-        f"{EMULATORS}==0.1.0; extra == 'emulators'"]
+        f"{EMULATORS}<0.2,>=0.1.0; extra == 'emulators'"]
     for plugin in ("sandbox-provider-sdk-e2b", "sandbox-provider-sdk-daytona"):
         wheel = _wheel(wheels, plugin)
         assert [n for n in wheel.namelist() if "emulator" in n] == [], plugin
         assert "provider_sdk.emulators" not in _dist_info(wheel, "entry_points.txt"), plugin
     emulators = _wheel(wheels, EMULATORS)
     assert "provider_sdk_emulators/kit/http.py" in emulators.namelist()
-    assert [r for r in _requires(emulators) if re.match(r"h11\b", r)] == ["h11==0.16.0"]
+    assert [r for r in _requires(emulators) if re.match(r"h11\b", r)] == ["h11<1,>=0.16.0"]
     assert _dist_info(emulators, "entry_points.txt").split("[provider_sdk.emulators]")[1] \
         .split() == ["cube", "=", "provider_sdk_emulators.e2b:cube_emulator",
                      "daytona", "=", "provider_sdk_emulators.daytona:daytona_emulator",
                      "e2b", "=", "provider_sdk_emulators.e2b:e2b_emulator"]
+
+
+def test_every_runtime_requirement_is_a_range(wheels: Path) -> None:
+    pinned = [(path.name, requirement) for path in sorted(wheels.glob("*.whl"))
+              for requirement in _requires(zipfile.ZipFile(path))
+              if "==" in requirement.partition(";")[0]]
+    assert pinned == []
 
 
 def test_emulate_with_the_core_alone_names_the_distribution_and_the_pip_line(
