@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import io
 import secrets
+import sys
 import tarfile
 import time
 import uuid
@@ -115,3 +116,18 @@ def test_upload_that_passes_through_an_absolute_link_is_refused(
     assert status["status"] == "error"
     assert "outside the destination" in status["reason"]["message"]
     assert not (tmp_path / "planted.txt").exists()
+
+
+def test_a_build_from_base_without_the_docker_plugin_names_its_distribution(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the Docker plugin, a build from ``base`` is a 400 that names the plugin's
+    distribution and the command that installs it."""
+    from provider_sdk_emulators.e2b import _templates_e2b
+    from provider_sdk_emulators.e2b._world import ApiError
+
+    monkeypatch.setitem(sys.modules, "provider_sdk_docker", None)  # not importable
+    with pytest.raises(ApiError) as caught:
+        _templates_e2b._base_image()
+    assert caught.value.status == 400
+    assert "needs the distribution sandbox-provider-sdk-docker: pip install" in \
+        caught.value.message

@@ -36,6 +36,7 @@ from typing import Any
 import attrs
 
 from provider_sdk.capabilities import Capability
+from provider_sdk.distributions import install_hint
 from provider_sdk.errors import SandboxError, TemplateBuildError
 from provider_sdk.models import TemplateSpec
 from provider_sdk.settings import Settings
@@ -385,7 +386,8 @@ def _base_image() -> str:
         from provider_sdk_docker import DEFAULT_TEMPLATE
     except ImportError:
         raise ApiError(400, "fromTemplate: building from the base template needs the "
-                            "distribution provider-sdk-docker") from None
+                            "distribution sandbox-provider-sdk-docker: "
+                            f"{install_hint('sandbox-provider-sdk-docker')}") from None
     settings = Settings("docker", {"template": "PSDK_DOCKER_TEMPLATE"})  # as the provider's
     return settings.text("template", None, default=DEFAULT_TEMPLATE)
 
