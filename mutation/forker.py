@@ -9,6 +9,7 @@ JSON object per line: the exit status, or ``"timeout"``. Used by ``run.py`` only
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -21,10 +22,18 @@ import hypothesis  # noqa: F401
 import pytest
 import trio  # noqa: F401
 
+# The libraries, and the pytest plugins of the installed ones with their lazily imported
+# parts (pytest rewrites the asserts of a plugin's package as it imports it: once here,
+# not in every fork).
 for _name in ("httpx", "structlog", "rich.console", "docker", "e2b", "redis", "psycopg",
-              "h11", "requests", "connectrpc"):
+              "h11", "requests", "connectrpc", "anyio.pytest_plugin",
+              "anyio._backends._asyncio", "anyio._backends._trio", "_hypothesis_pytestplugin",
+              "hypothesis.extra.pytestplugin", "platformdirs.pytest_plugin"):
     with contextlib.suppress(ImportError):
         __import__(_name)
+# What was imported here is never garbage: each fork's collections (pytest runs a few at
+# its end) skip it.
+gc.freeze()
 
 
 def _child(args: list[str], log: str) -> None:

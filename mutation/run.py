@@ -58,7 +58,10 @@ PROJECT_OPERATORS = ("psdk/SwapMethod", "psdk/SkipCall", "psdk/LooseAnchors")
 # Plugins installed for other test runs that a mutant's tests do without (startup time).
 PLUGINS_OFF = ("-p", "no:langsmith_plugin", "-p", "no:codspeed", "-p", "no:benchmark",
                "-p", "no:recording", "-p", "no:syrupy", "-p", "no:socket", "-p", "no:xdist",
-               "-p", "no:asyncio")
+               "-p", "no:asyncio",
+               # The leak check (tests/leaks.py): what it sees depends on the other runs
+               # on the machine, and a mutant's verdict must not; and it asks every Engine twice.
+               "-p", "no:leaks")
 
 
 def _load(path: Path) -> dict[str, Any]:
