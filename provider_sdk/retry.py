@@ -46,7 +46,8 @@ class Backoff:
     """How long to pause before each next attempt.
 
     The pause after attempt ``n`` (from 1) is ``min(cap, initial * factor ** (n - 1))``,
-    shortened by a random fraction of at most ``jitter`` of it.
+    shortened by a random fraction of at most ``jitter`` of it. The default: 0.05 s,
+    doubled after each attempt, at most 1 s, no jitter.
     """
 
     initial: float = attrs.field(default=0.05, validator=_positive)
@@ -64,12 +65,10 @@ class Backoff:
 
     def pause(self, attempt: int, rng: random.Random | None = None) -> float:
         """The pause after attempt number ``attempt`` (from 1)."""
-        base = self.initial
-        for _ in range(attempt - 1):  # stepwise: no overflow however many attempts
-            base *= self.factor
-            if base >= self.cap:
-                break
-        base = min(base, self.cap)
+        try:  # in floats: a float's power takes one step however many attempts
+            base = min(self.initial * float(self.factor) ** (attempt - 1), self.cap)
+        except OverflowError:  # a factor above 1, after very many attempts: past the cap
+            base = self.cap if self.initial else 0.0
         if self.jitter:
             base -= base * self.jitter * (rng or random).random()
         return base

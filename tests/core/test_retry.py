@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import random
 import selectors
 from collections.abc import Mapping
@@ -95,6 +96,29 @@ def test_pauses_grow_by_the_factor_up_to_the_cap() -> None:
     assert backoff.pause(10_000) == 1.0  # no overflow
 
 
+def test_the_default_pauses_double_from_a_twentieth_of_a_second_to_one() -> None:
+    assert [Backoff().pause(n) for n in range(1, 8)] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+
+
+def test_pauses_that_shrink_follow_the_formula_under_the_cap() -> None:
+    """A factor below 1: the first pauses are at the cap, then they shrink."""
+    backoff = Backoff(initial=4.0, factor=0.5, cap=1.0)
+    assert [backoff.pause(n) for n in range(1, 6)] == [1.0, 1.0, 1.0, 0.5, 0.25]
+
+
+def test_a_pause_after_very_many_attempts_is_computed_at_once() -> None:
+    assert Backoff(initial=0.1, factor=1).pause(2**62) == 0.1  # a steady poll, for ever
+    assert Backoff(initial=0.1, factor=3).pause(2**62) == 1.0
+    assert Backoff(initial=0.0, factor=3).pause(10_000) == 0.0  # 0 stays 0
+
+
+def test_jitter_is_drawn_from_the_given_source() -> None:
+    backoff = Backoff(initial=1.0, jitter=1)  # a jitter of 1 is allowed: 0 to the whole
+    first = [backoff.pause(1, random.Random(7)) for _ in range(3)]
+    again = [backoff.pause(1, random.Random(7)) for _ in range(3)]
+    assert first == again == [1.0 - random.Random(7).random()] * 3
+
+
 def test_jitter_shortens_each_pause_by_at_most_its_fraction() -> None:
     backoff = Backoff(initial=1.0, factor=1, cap=1.0, jitter=0.5)
     rng = random.Random(7)
@@ -134,6 +158,41 @@ async def test_attempts_end_before_a_pause_that_would_pass_the_deadline() -> Non
     assert tries.remaining() == 3.0
 
 
+async def test_a_pause_may_end_on_the_deadline_itself() -> None:
+    start = anyio.current_time()
+    tries = Attempts(Backoff(initial=5.0, factor=1, cap=5.0), timeout=10)
+    times = [anyio.current_time() - start async for _ in tries]
+    assert times == [0.0, 5.0, 10.0]
+
+
+async def test_the_timeout_runs_from_the_start_of_the_first_attempt() -> None:
+    """A first attempt that takes most of the time leaves no room for a pause."""
+    tries = Attempts(Backoff(initial=1.0), timeout=10)
+    async for attempt in tries:
+        if attempt == 1:
+            await anyio.sleep(9.5)
+    assert tries.made == 1
+
+
+async def test_remaining_counts_down_to_zero_and_never_below() -> None:
+    tries = Attempts(timeout=2, attempts=1)
+    async for _ in tries:
+        pass
+    await anyio.sleep(1.5)
+    assert tries.remaining() == 0.5
+    await anyio.sleep(1.0)
+    assert tries.remaining() == 0.0
+    assert Attempts().remaining() == math.inf
+
+
+async def test_no_attempt_after_the_deadline_even_after_a_reset() -> None:
+    tries = Attempts(timeout=5)
+    async for _ in tries:
+        await anyio.sleep(5.5)  # past the deadline, yet it made progress
+        tries.reset()
+    assert tries.made == 1
+
+
 async def test_an_absolute_deadline_and_a_pause_before_the_first() -> None:
     start = anyio.current_time()
     tries = Attempts(Backoff(initial=2.0, factor=1, cap=2.0), deadline=start + 5,
@@ -156,13 +215,13 @@ async def test_at_least_lengthens_the_next_pause_only() -> None:
 
 
 async def test_reset_makes_the_next_attempt_immediate_and_restarts_the_pauses() -> None:
-    tries = Attempts(Backoff(initial=1.0, factor=2, cap=100), attempts=5)
+    tries = Attempts(Backoff(initial=1.0, factor=2, cap=100), attempts=6)
     times = []
     async for attempt in tries:
         times.append(anyio.current_time())
         if attempt == 3:
             tries.reset()
-    assert _gaps(times) == [1.0, 2.0, 0.0, 1.0]
+    assert _gaps(times) == [1.0, 2.0, 0.0, 1.0, 2.0]
 
 
 def test_attempts_refuse_nonsense() -> None:
@@ -170,6 +229,14 @@ def test_attempts_refuse_nonsense() -> None:
         Attempts(attempts=0)
     with pytest.raises(ValueError, match="not both"):
         Attempts(timeout=1, deadline=2)
+
+
+def test_limits_are_keywords_only() -> None:
+    """A bare number could be a timeout, a deadline or a count: it is refused."""
+    with pytest.raises(TypeError):
+        Attempts(Backoff(), 10)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        retry(Flaky(), ConnectionError)  # type: ignore[misc]
 
 
 # --------------------------------------------------------------------- retry
@@ -200,6 +267,20 @@ async def test_retry_gives_up_with_the_last_error_at_the_attempt_limit() -> None
     with pytest.raises(ConnectionError, match=r"^2$"):
         await retry(op, retry_on=ConnectionError, attempts=3)
     assert len(op.calls) == 3
+
+
+async def test_retry_makes_one_attempt_when_told_so() -> None:
+    op = Flaky(ConnectionError("only"))
+    with pytest.raises(ConnectionError, match="only"):
+        await retry(op, retry_on=ConnectionError, attempts=1)
+    assert len(op.calls) == 1
+
+
+async def test_retry_keeps_a_limit_of_many_attempts() -> None:
+    op = Flaky(*(ConnectionError(str(n)) for n in range(400)))
+    with pytest.raises(ConnectionError, match=r"^299$"):
+        await retry(op, retry_on=ConnectionError, backoff=Backoff(initial=0.0), attempts=300)
+    assert len(op.calls) == 300
 
 
 async def test_retry_gives_up_before_a_pause_past_the_deadline() -> None:
