@@ -15,16 +15,22 @@ from hypothesis import strategies as st
 from provider_sdk.errors import InvalidInput
 from provider_sdk.models import (
     ExecResult,
+    ExposedPort,
     FileInfo,
     FileType,
     Lifecycle,
+    Metrics,
     NetworkPolicy,
     Resources,
+    SandboxInfo,
     SandboxSpec,
     SandboxState,
     Snapshot,
+    Template,
     TemplateSpec,
+    Volume,
     VolumeMount,
+    broken_reason,
 )
 
 env_names = st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,20}\Z")
@@ -140,6 +146,11 @@ def test_default_spec_is_safe() -> None:
     assert spec.volumes == ()
 
 
+def test_any_number_of_mounts_at_distinct_paths_is_taken() -> None:
+    mounts = [VolumeMount(volume=f"v{n}", path=f"/m/{n}") for n in range(300)]
+    assert SandboxSpec(volumes=mounts).volumes == tuple(mounts)
+
+
 def test_network_lists_accept_any_iterable_as_a_tuple() -> None:
     policy = NetworkPolicy(allow_out=["127.0.0.1/32", "localhost"])
     assert policy.allow_out == ("127.0.0.1/32", "localhost")
@@ -167,3 +178,94 @@ def test_enums_print_as_their_value_and_include_unknown() -> None:
     assert str(SandboxState.RUNNING) == "running"
     assert SandboxState("unknown") is SandboxState.UNKNOWN
     assert str(FileType.DIRECTORY) == "directory"
+
+
+def test_a_key_that_is_no_string_is_invalid_input() -> None:
+    with pytest.raises(InvalidInput, match="env"):
+        SandboxSpec(env={1: "x"})  # type: ignore[dict-item]
+
+
+@pytest.mark.parametrize("cls", [Resources, Lifecycle, TemplateSpec])
+@pytest.mark.parametrize("value", [True, False])
+def test_a_bool_is_no_number(cls: type, value: bool) -> None:
+    field = {Resources: "cpu", Lifecycle: "idle_timeout", TemplateSpec: "memory_mb"}[cls]
+    name = {"name": "ok"} if cls is TemplateSpec else {}
+    with pytest.raises(InvalidInput, match=field):
+        cls(**name, **{field: value})
+
+
+def test_a_fraction_of_a_cpu_or_a_second_is_taken() -> None:
+    assert Resources(cpu=0.5, memory_mb=1, disk_mb=1).cpu == 0.5
+    assert Lifecycle(idle_timeout=0.5).idle_timeout == 0.5
+
+
+def test_a_template_name_takes_up_to_128_characters() -> None:
+    assert TemplateSpec(name="x" * 128).name == "x" * 128
+
+
+def test_the_value_types_keep_what_they_are_given() -> None:
+    spec = SandboxSpec(extensions={"e2b.option": 1})
+    assert dict(spec.extensions) == {"e2b.option": 1}
+    info = SandboxInfo(id="i", provider="p", state=SandboxState.RUNNING,
+                       metadata={"k": "v"}, extra={"vendor": 2})
+    assert (dict(info.metadata), dict(info.extra)) == ({"k": "v"}, {"vendor": 2})
+
+
+@pytest.mark.parametrize(("cls", "fields"), [
+    (SandboxInfo, {"id": "i", "provider": "p", "state": SandboxState.RUNNING}),
+    (Volume, {"id": "i", "name": "n", "provider": "p"}),
+    (Snapshot, {"id": "i", "provider": "p"}),
+    (Template, {"id": "i", "name": "n", "provider": "p"}),
+])
+def test_two_readings_are_equal_whatever_the_vendor_leftovers(
+        cls: type, fields: dict[str, Any]) -> None:
+    assert cls(**fields, extra={"polled_at": 1}) == cls(**fields, extra={"polled_at": 2})
+    assert cls(**fields) != cls(**{**fields, "id": "other"})
+
+
+def test_defaults_leave_everything_off() -> None:
+    assert Lifecycle() == Lifecycle(idle_timeout=None, on_idle="kill", auto_resume=False)
+    assert not VolumeMount(volume="v", path="/m").read_only
+    entry = FileInfo(path="/f", type=FileType.FILE)
+    assert (entry.size, entry.mode) == (0, 0)
+
+
+@pytest.mark.parametrize(("cls", "args"), [
+    (Resources, (1.0,)),
+    (Lifecycle, (10.0,)),
+    (NetworkPolicy, (True,)),
+    (VolumeMount, ("v", "/m")),
+    (SandboxInfo, ("i", "p", SandboxState.RUNNING)),
+    (FileInfo, ("/f", FileType.FILE)),
+    (Volume, ("i", "n", "p")),
+    (Snapshot, ("i", "p")),
+    (ExposedPort, (80, "http://h/?t=x", "http://h/", "x")),
+    (Metrics, (1.0,)),
+    (TemplateSpec, ("name",)),
+    (Template, ("i", "n", "p")),
+])
+def test_value_types_take_keywords_only(cls: type, args: tuple[Any, ...]) -> None:
+    """Many fields are of the same type: a value in the wrong place is refused."""
+    with pytest.raises(TypeError):
+        cls(*args)
+
+
+def test_an_exposed_port_never_shows_its_token() -> None:
+    port = ExposedPort(port=80, url="http://127.0.0.1:9/?psdk_token=tok-123",
+                       base_url="http://127.0.0.1:9/", token="tok-123",
+                       token_header="X-Psdk-Token")
+    assert "tok-123" not in repr(port)
+    assert "http://127.0.0.1:9/" in repr(port)
+    assert port.token.reveal() == "tok-123"
+
+
+@pytest.mark.parametrize(("state", "extra", "reason"), [
+    (SandboxState.ERROR, {"broken": "state file\n  cut short"}, "state file cut short"),
+    (SandboxState.ERROR, {}, None),
+    (SandboxState.ERROR, {"broken": ""}, None),
+    (SandboxState.RUNNING, {"broken": "stale"}, None),
+])
+def test_a_broken_record_gives_its_reason_on_one_line(
+        state: SandboxState, extra: dict[str, str], reason: str | None) -> None:
+    info = SandboxInfo(id="i", provider="p", state=state, extra=extra)
+    assert broken_reason(info) == reason
