@@ -59,13 +59,13 @@ class PostgresStore(BindingStore):
         self._lock = anyio.Lock()
 
     def __repr__(self) -> str:
-        return f"<PostgresStore {_safe(self._dsn.reveal())!r} table={self.table!r}>"
+        return f"<PostgresStore {_where(self._dsn.reveal())!r} table={self.table!r}>"
 
     @contextlib.asynccontextmanager
     async def _db(self) -> AsyncIterator[AsyncConnection[Any]]:
         """The connection, used by one call at a time; errors become neutral ones."""
         psycopg = _driver()
-        where = _safe(self._dsn.reveal())
+        where = _where(self._dsn.reveal())
         async with self._lock:
             try:
                 if self._conn is None or self._conn.closed:
@@ -217,6 +217,16 @@ def _check_dsn(dsn: str) -> None:
         raise InvalidInput(f"PostgresStore: {what} is not a PostgreSQL connection string "
                            f"(postgresql://USER:PASS@HOST/DB, or key=value pairs): {reason}",
                            provider="")
+
+
+def _where(dsn: str) -> str:
+    """How errors and reprs name the database: a URL without its user information, else
+    the DSN's settings without the password (a ``key=value`` string, or a URL's query,
+    may hold one)."""
+    if dsn.startswith(("postgresql://", "postgres://")) and "?" not in dsn:
+        return _safe(dsn)
+    settings = _driver().conninfo.conninfo_to_dict(dsn)
+    return " ".join(f"{k}={v}" for k, v in settings.items() if k != "password")
 
 
 def _driver() -> ModuleType:

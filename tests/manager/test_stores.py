@@ -4,6 +4,7 @@ Redis and a real PostgreSQL."""
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import sys
@@ -156,12 +157,28 @@ async def test_a_second_sqlite_store_on_the_same_file_sees_the_bindings(
         assert not await other.claim("x", "b", 30)
 
 
+async def test_credentials_the_server_refuses_are_an_authentication_error(
+        postgres_store: PostgresStore) -> None:
+    import psycopg.conninfo
+
+    from provider_sdk.errors import AuthenticationError
+
+    dsn = psycopg.conninfo.make_conninfo(os.environ["PSDK_TEST_POSTGRES_DSN"],
+                                         password="not-the-password")
+    async with PostgresStore(dsn, table=postgres_store.table) as wrong:
+        with pytest.raises(AuthenticationError) as info:
+            await wrong.get("alice")
+    assert "not-the-password" not in f"{info.value} {info.value!r}"
+
+
 def test_env_values_and_passwords_never_show_in_reprs() -> None:
     assert "s3cret" not in repr(_binding())
     assert "TOKEN" in repr(_binding())
     redis = RedisStore("redis://:hunter2@127.0.0.1:6379/0")
     postgres = PostgresStore("postgresql://psdk:hunter2@127.0.0.1:5432/psdk")
-    for store in (redis, postgres):
+    settings = PostgresStore("host=127.0.0.1 user=psdk password=hunter2 dbname=psdk")
+    query = PostgresStore("postgresql://127.0.0.1/psdk?user=psdk&password=hunter2")
+    for store in (redis, postgres, settings, query):
         assert "hunter2" not in repr(store)
         assert "127.0.0.1" in repr(store)
     assert isinstance(redis._url, Secret)
