@@ -126,6 +126,41 @@ async def test_an_expired_claim_can_be_taken(any_store: BindingStore) -> None:
     assert await any_store.claim("owner:alice", "next", 30)
 
 
+@pytest.mark.parametrize("owner", ["", "alice\nbob", "x" * 257])
+async def test_a_bad_owner_is_refused_and_nothing_is_written(
+        any_store: BindingStore, owner: str) -> None:
+    with pytest.raises(InvalidInput, match="owner"):
+        await any_store.put(_binding(owner=owner))
+    with pytest.raises(InvalidInput, match="owner"):
+        await any_store.delete(owner)
+    with pytest.raises(InvalidInput, match="owner"):
+        await any_store.get(owner)
+    assert await any_store.list() == []
+
+
+async def test_a_closed_redis_store_leaves_no_connection_open(
+        redis_store: RedisStore) -> None:
+    name = f"psdk-test-{secrets.token_hex(4)}"
+    url = f"{os.environ['PSDK_TEST_REDIS_URL']}?client_name={name}"
+
+    async def connected() -> bool:
+        async with redis_store._redis() as client:
+            return any(c.get("name") == name for c in await client.client_list())
+
+    store = RedisStore(url, prefix=redis_store.prefix)
+    assert not await store.claimed("x")
+    assert await connected()
+    await store.aclose()
+    assert not await connected()
+
+
+async def test_a_claim_of_under_a_millisecond_is_taken_and_runs_out(
+        any_store: BindingStore) -> None:
+    assert await any_store.claim("owner:alice", "brief", 0.0001)
+    await anyio.sleep(0.1)
+    assert await any_store.claim("owner:alice", "next", 30)
+
+
 async def test_a_fenced_put_needs_the_claim_held_by_its_token(any_store: BindingStore) -> None:
     fence = ("owner:alice", "creator")
     assert await any_store.put(_binding(), fence=fence) is None  # nobody holds it
@@ -148,12 +183,44 @@ async def test_the_stores_clock_is_the_time_now(any_store: BindingStore) -> None
     assert abs(await any_store.time() - time.time()) < 2
 
 
+async def test_the_stores_clock_reads_fractions_of_a_second(any_store: BindingStore) -> None:
+    """Every server here runs on this machine's clock: each reading falls between the
+    times taken around it (a quarter of a second either way, for a busy machine)."""
+    for _ in range(5):
+        before = time.time()
+        now = await any_store.time()
+        assert before - 0.25 <= now <= time.time() + 0.25
+        await anyio.sleep(0.05)
+
+
+async def test_a_stores_options_are_keywords_only(any_store: BindingStore) -> None:
+    """A bare version or fence could be taken for another: each is named."""
+    stored = await any_store.put(_binding())
+    assert stored is not None
+    with pytest.raises(TypeError):
+        await any_store.put(_binding(), ("owner:alice", "token"))  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        await any_store.delete("alice", stored.version)  # type: ignore[misc]
+    assert await any_store.get("alice") == stored
+
+
 async def test_a_second_sqlite_store_on_the_same_file_sees_the_bindings(
         store: SQLiteStore) -> None:
     await store.put(_binding())
     async with SQLiteStore(store.path) as other:
         assert await other.get("alice") == await store.get("alice")
         assert await store.claim("x", "a", 30)
+        assert not await other.claim("x", "b", 30)
+
+
+async def test_a_second_postgres_store_on_the_same_table_sees_the_bindings(
+        postgres_store: PostgresStore) -> None:
+    """What one replica writes, every other one reads at once: each statement commits."""
+    stored = await postgres_store.put(_binding())
+    async with PostgresStore(os.environ["PSDK_TEST_POSTGRES_DSN"],
+                             table=postgres_store.table) as other:
+        assert await other.get("alice") == stored
+        assert await postgres_store.claim("x", "a", 30)
         assert not await other.claim("x", "b", 30)
 
 
@@ -215,6 +282,9 @@ def test_a_store_url_names_the_redis_prefix_and_the_postgres_table() -> None:
 def test_a_postgres_table_name_is_checked() -> None:
     with pytest.raises(InvalidInput, match="table"):
         PostgresStore("postgresql://127.0.0.1/db", table="x; DROP TABLE y")
+    assert PostgresStore("postgresql://127.0.0.1/db", table="t" * 51).table == "t" * 51
+    with pytest.raises(InvalidInput, match="table"):  # with _claims, past 63 bytes soon
+        PostgresStore("postgresql://127.0.0.1/db", table="t" * 52)
 
 
 async def test_an_unreachable_store_is_unavailable_without_its_password() -> None:
@@ -238,6 +308,52 @@ async def test_a_store_without_its_driver_names_the_extra_to_install(
     monkeypatch.setitem(sys.modules, module, None)  # as if it were not installed
     with pytest.raises(ConfigError, match=re.escape(install_hint(CORE, extra=extra))):
         await store().get("alice")
+
+
+@pytest.mark.parametrize(("module", "store", "extra"), [
+    ("redis", "redis_store", "redis"),
+    ("psycopg", "postgres_store", "postgres"),
+])
+async def test_a_stores_module_imports_without_its_driver(
+        module: str, store: str, extra: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The manager works without the drivers of the stores it does not use: a store's
+    module is imported whole (afresh, here) with its driver missing, and only a store
+    that is made or used says what to install."""
+    import importlib.util
+
+    import provider_sdk.manager
+
+    for name in [module, *(n for n in sys.modules if n.startswith(f"{module}."))]:
+        monkeypatch.setitem(sys.modules, name, None)  # as if it were not installed
+    path = Path(provider_sdk.manager.__file__).parent / f"{store}.py"
+    spec = importlib.util.spec_from_file_location(f"_fresh_{store}", path)
+    assert spec is not None
+    assert spec.loader is not None
+    fresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fresh)
+
+    async def make_and_use() -> None:
+        made = fresh.RedisStore("redis://127.0.0.1:9/0") if module == "redis" \
+            else fresh.PostgresStore("postgresql://127.0.0.1:9/x")  # reads its DSN
+        await made.get("alice")
+
+    with pytest.raises(ConfigError, match=re.escape(install_hint(CORE, extra=extra))):
+        await make_and_use()
+
+
+async def test_a_store_never_used_closes_without_error(tmp_path: Path) -> None:
+    for store in (MemoryStore(), SQLiteStore(tmp_path / "b.sqlite3"),
+                  RedisStore("redis://127.0.0.1:9/0"),
+                  PostgresStore("postgresql://127.0.0.1:9/x")):
+        await store.aclose()
+        await store.aclose()
+
+
+def test_a_stores_settings_are_keywords_only() -> None:
+    with pytest.raises(TypeError):
+        RedisStore("redis://127.0.0.1/0", "app:")  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        PostgresStore("postgresql://127.0.0.1/db", "bindings")  # type: ignore[misc]
 
 
 def test_open_store_reads_the_setting_then_defaults_to_a_sqlite_file(
