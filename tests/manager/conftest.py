@@ -18,7 +18,6 @@ from engines import missing
 from local_fixtures import home, provider
 from psdk_fixtures import memory, unconfigured_structlog
 
-from provider_sdk.errors import SandboxError
 from provider_sdk.manager import (
     BindingStore,
     MemoryStore,
@@ -63,12 +62,19 @@ async def redis_store() -> AsyncIterator[RedisStore]:
     """A Redis store under a key prefix of its own, removed afterwards."""
     url = server_url(REDIS_URL, "Redis")
     prefix = f"psdk-test:{secrets.token_hex(6)}:"
-    store = RedisStore(url, prefix=prefix)
+    # The server is probed with the driver alone: a store that fails must fail the test,
+    # not pass for a missing server.
+    import redis.asyncio
+    import redis.exceptions
+
+    probe = redis.asyncio.Redis.from_url(url)
     try:
-        await store.claimed("probe")
-    except SandboxError as exc:
-        await store.aclose()
+        await probe.ping()
+    except redis.exceptions.RedisError as exc:
         missing(f"Redis at {REDIS_URL} is not reachable: {exc}")
+    finally:
+        await probe.aclose()
+    store = RedisStore(url, prefix=prefix)
     try:
         yield store
     finally:
@@ -84,12 +90,13 @@ async def postgres_store() -> AsyncIterator[PostgresStore]:
     """A PostgreSQL store in tables of its own, dropped afterwards."""
     dsn = server_url(POSTGRES_DSN, "PostgreSQL")
     table = f"psdk_test_{secrets.token_hex(6)}"
-    store = PostgresStore(dsn, table=table)
+    import psycopg
+
     try:
-        await store.claimed("probe")
-    except SandboxError as exc:
-        await store.aclose()
+        await (await psycopg.AsyncConnection.connect(dsn)).close()
+    except psycopg.OperationalError as exc:
         missing(f"PostgreSQL at {POSTGRES_DSN} is not reachable: {exc}")
+    store = PostgresStore(dsn, table=table)
     try:
         yield store
     finally:
