@@ -407,7 +407,12 @@ class ProviderHooks:
     async def _set_metadata_as_seen(self, sandbox_id: str,
                                     labels: Mapping[str, str]) -> SandboxInfo:
         """``_set_metadata`` without reading the labels first (``reread=False``).
-        (``metadata.update``)"""
+        (``metadata.update``)
+
+        A provider that overrides the hooks itself and not this one saves nothing by
+        it: its ``_set_metadata`` is called."""
+        if self._roles is None:
+            return await self._set_metadata(sandbox_id, labels)
         info: SandboxInfo = await self._part(
             Capability.METADATA_UPDATE, sandbox_id).set_metadata_as_seen(sandbox_id, labels)
         return info
