@@ -102,9 +102,11 @@ class Staging:
 
     @classmethod
     def open(cls, owner: int) -> Staging:
+        """A new staging directory, named for this process (``PID-RANDOM``): only a
+        process that is gone leaves one for :func:`sweep` to remove."""
         STAGING_ROOT.mkdir(mode=0o711, parents=True, exist_ok=True)
         os.chmod(STAGING_ROOT, 0o711)
-        path = STAGING_ROOT / secrets.token_hex(8)
+        path = STAGING_ROOT / f"{os.getpid()}-{secrets.token_hex(8)}"
         path.mkdir(mode=0o700)
         os.chown(path, owner, owner)
         return cls(path)
@@ -150,6 +152,24 @@ class Staging:
         _remove_empty(self.path)
 
 
+def _starter(name: str) -> int | None:
+    """The pid a staging directory is named for, if it is named ``PID-RANDOM``."""
+    pid, sep, _random = name.partition("-")
+    return int(pid) if sep and pid.isdigit() and pid[0] != "0" else None
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (a new one with a reused pid counts: its
+    directory then waits for that one to end)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _remove_empty(path: Path) -> None:
     """Remove ``path`` and the empty directories in it; never descend into a mount."""
     with contextlib.suppress(OSError):
@@ -160,16 +180,20 @@ def _remove_empty(path: Path) -> None:
 
 
 def sweep(older_than: float = 300.0) -> None:
-    """Remove staging directories that a process which died while starting a sandbox
-    left behind (older than ``older_than`` seconds: a start closes its own once the
-    agent answers, within seconds). Their mounts are detached first; bubblewrap holds
-    its own copies."""
+    """Remove the staging directories of processes that died while starting a
+    sandbox. A directory whose process is alive is a start under way, however old it
+    looks (a clock that jumps ahead must not end another process's start); one named
+    otherwise (by an older release) goes once older than ``older_than`` seconds. Their
+    mounts are detached first; bubblewrap holds its own copies."""
     if not STAGING_ROOT.is_dir():
         return
     old = time.time() - older_than
     for entry in STAGING_ROOT.iterdir():
         try:
-            if entry.stat().st_mtime >= old:
+            pid = _starter(entry.name)
+            if pid is not None and _alive(pid):
+                continue
+            if pid is None and entry.stat().st_mtime >= old:
                 continue
             for inner in entry.iterdir():
                 with contextlib.suppress(OSError):

@@ -419,22 +419,26 @@ async def test_files_move_when_the_slot_was_taken_meanwhile(rooted: LocalProvide
 async def test_a_listing_removes_what_a_dead_start_staged(rooted: LocalProvider,
                                                           tmp_path: Path) -> None:
     """A staging directory a process left when it died starting a sandbox (its mount
-    still there) is detached and removed by the next listing once it is old; a fresh
-    one (a start under way) is left alone."""
+    still there) is detached and removed by the next listing; one of a live process (a
+    start under way) is left alone, however old it looks: a clock that jumps ahead, or
+    a start that takes long, must not end another process's start."""
     source = tmp_path / "source"
     source.mkdir()
     (source / "kept").write_text("not to be deleted")
-    old, fresh = _mounts.Staging.open(0), _mounts.Staging.open(0)
-    for staging in (old, fresh):
+    gone = await anyio.run_process(["/bin/sh", "-c", "echo $$"])
+    dead = _mounts.Staging(_mounts.STAGING_ROOT / f"{int(gone.stdout)}-0123456789abcdef")
+    dead.path.mkdir(mode=0o700)
+    live = _mounts.Staging.open(0)
+    for staging in (dead, live):
         staging.bind("root", source)
-    os.utime(old.path, (1, 1))
+        os.utime(staging.path, (1, 1))  # both look decades old
     try:
         await rooted.list()
         mounts = await anyio.Path("/proc/self/mountinfo").read_text()
-        assert not await anyio.Path(old.path).exists()
-        assert f" {old.path}/" not in mounts
-        assert await anyio.Path(fresh.path / "root" / "kept").exists()
+        assert not await anyio.Path(dead.path).exists()
+        assert f" {dead.path}/" not in mounts
+        assert await anyio.Path(live.path / "root" / "kept").exists()
         assert (source / "kept").read_text() == "not to be deleted"
     finally:
-        fresh.close()
-        old.close()
+        live.close()
+        dead.close()
