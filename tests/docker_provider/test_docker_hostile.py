@@ -13,8 +13,14 @@ import anyio
 import docker
 import pytest
 from provider_sdk_docker import DockerProvider, _control
-from provider_sdk_docker._control import HostControl, disk_quotas_possible
-from provider_sdk_docker._processes import container_name
+from provider_sdk_docker._control import GROUP_PREFIX, HostControl, disk_quotas_possible
+from provider_sdk_docker._processes import (
+    CONTAIN_DEADLINE,
+    KILL_DEADLINE,
+    PID_WAIT,
+    _held,
+    container_name,
+)
 from provider_sdk_docker._scripts import HOLD
 
 from provider_sdk import errors
@@ -225,6 +231,68 @@ async def test_an_exec_whose_pid_the_engine_never_tells_is_found_and_contained(
     for output in (result.stdout, started.stdout):
         freezer = next(line for line in output.splitlines() if ":freezer:" in line)
         assert freezer.rsplit("/", 1)[-1].startswith("psdk-"), freezer
+
+
+def _held_exec(engine: docker.APIClient, sandbox: Sandbox, group: str) -> str:
+    """An exec made as the provider makes one (held, named ``group``), not yet started:
+    a runtime that is slow to start it, however long the test likes."""
+    created = engine.exec_create(container_name(sandbox.id),
+                                 _held(["/bin/sh", "-c", "exit 7"], group, ""))
+    return str(created["Id"])
+
+
+async def _exit_status(engine: docker.APIClient, exec_id: str) -> int:
+    def ended() -> bool:
+        state = engine.exec_inspect(exec_id)
+        return not state["Running"] and state["ExitCode"] is not None
+
+    with anyio.fail_after(GRACE):
+        while not ended():  # noqa: ASYNC110
+            await anyio.sleep(0.05)  # polls the Engine: there is no event to wait on
+    return int(engine.exec_inspect(exec_id)["ExitCode"])
+
+
+async def test_an_exec_the_runtime_is_slow_to_start_is_still_let_go(
+        provider: DockerProvider, sandbox: Sandbox, engine: docker.APIClient) -> None:
+    # The search for a new exec's pid outlasts any deadline of its own: an exec that
+    # starts late (a loaded host) is found, moved and let go, not held for good.
+    control = await provider._control(sandbox.id)
+    assert control is not None
+    group = f"{GROUP_PREFIX}slow-{os.getpid()}"
+    exec_id = _held_exec(engine, sandbox, group)
+    late = CONTAIN_DEADLINE + PID_WAIT + 1
+
+    async def start_late() -> None:
+        await anyio.sleep(late)
+        engine.exec_start(exec_id, detach=True)
+
+    with anyio.fail_after(late + 3 * GRACE):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(start_late)
+            await provider._contain(control, exec_id, group, sandbox.id)
+        assert await _exit_status(engine, exec_id) == 7
+    await anyio.to_thread.run_sync(control.release, group)
+
+
+async def test_an_exec_whose_search_is_cancelled_never_runs(
+        provider: DockerProvider, sandbox: Sandbox, engine: docker.APIClient) -> None:
+    # A caller that gives up while the exec has not started yet: the exec that starts
+    # a moment later is killed while still held; its command never runs.
+    control = await provider._control(sandbox.id)
+    assert control is not None
+    group = f"{GROUP_PREFIX}gone-{os.getpid()}"
+    exec_id = _held_exec(engine, sandbox, group)
+    with anyio.fail_after(CONTAIN_DEADLINE + KILL_DEADLINE + GRACE):
+        async with anyio.create_task_group() as tg:
+            async def give_up() -> None:
+                await anyio.sleep(1)
+                tg.cancel_scope.cancel()
+                engine.exec_start(exec_id, detach=True)
+
+            tg.start_soon(give_up)
+            await provider._contain(control, exec_id, group, sandbox.id)
+    assert await _exit_status(engine, exec_id) == 128 + 9
+    await anyio.to_thread.run_sync(control.release, group)
 
 
 async def test_a_process_named_as_a_held_exec_is_not_taken_for_it(

@@ -49,7 +49,8 @@ if TYPE_CHECKING:
 __all__ = ["ProcessesMixin", "container_name"]
 
 EXIT_POLL = 0.005
-#: How long moving a new exec into its cgroup may take.
+#: How long moving a new exec into its cgroup (or killing one whose search was
+#: cancelled) may take.
 CONTAIN_DEADLINE = 5.0
 #: How long the Engine has to tell a new exec's pid before the host looks for it.
 PID_WAIT = 2.0
@@ -57,10 +58,13 @@ PID_WAIT = 2.0
 KILL_DEADLINE = 10.0
 #: How long output is still read after a kill, for what the command wrote last.
 DRAIN_GRACE = 2.0
+#: How long a background process may take to start and report its pid.
+START_DEADLINE = 30.0
 #: How long the exit status of an exec whose output has ended may take to show.
 EXIT_DEADLINE = 30.0
-_PID_POLL = Backoff(initial=EXIT_POLL, factor=1, cap=EXIT_POLL)
-"""How often a new exec's pid is asked for."""
+_PID_POLL = Backoff(initial=EXIT_POLL, factor=1.5, cap=0.1)
+"""Pauses between asking for a new exec's pid: often at first, less so on a runtime
+that is slow to start it."""
 _EXIT_POLL = Backoff(initial=EXIT_POLL, factor=2, cap=0.2)
 """Pauses between asking for the exit status of an exec whose output has ended."""
 #: How long the Engine may take to catch up with a container's events (see ``_settle``).
@@ -119,30 +123,54 @@ class ProcessesMixin:
     async def _contain(self, control: HostControl, exec_id: str, group: str,
                        sandbox_id: str) -> None:
         """Move a started exec (held by :func:`_held` under the name ``group``) into
-        cgroup ``group``, then let it run. Its pid is the Engine's word, or, if that
-        does not come within PID_WAIT, the wrapper found by its name. Cancellation waits
-        for it (at most CONTAIN_DEADLINE): a held exec left behind would be out of the
-        kill's reach, and stopped for good."""
-        deadline = time.monotonic() + CONTAIN_DEADLINE
-        # The search and the move keep to ``deadline`` on their own: a wrapper found
-        # at the last moment is still let go.
-        with anyio.CancelScope(shield=True):
-            pid, ended = 0, False
-            with anyio.move_on_after(PID_WAIT):
-                async for _ in Attempts(_PID_POLL):
-                    state = await self._engine.api("exec_inspect", exec_id, kind="exec",
-                                                   sandbox_id=sandbox_id)
-                    pid = int(state.get("Pid") or 0)
-                    ended = not state.get("Running") and state.get("ExitCode") is not None
-                    if pid > 0 or ended:
-                        break
-            if pid <= 0 and not ended:
-                found = await anyio.to_thread.run_sync(functools.partial(
-                    control.find_held, group, deadline=deadline))
-                pid = found or 0
-            if pid > 0:
+        cgroup ``group``, then let it run.
+
+        The exec's pid is looked for until it shows or the exec has ended, however long
+        a loaded runtime takes to start it: an exec given up on would stay held, and its
+        caller wait, for good. The move and the release are not cancelled; they keep to
+        CONTAIN_DEADLINE. A search that is cancelled (the command's timeout, the
+        caller's cancellation) ends with a last look of at most CONTAIN_DEADLINE, and a
+        wrapper found then is killed before its command runs: nothing is left held."""
+        try:
+            pid = await self._held_pid(control, exec_id, group, sandbox_id)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._kill_held, control, group)
+            raise
+        if pid > 0:
+            with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(functools.partial(
-                    control.launch, group, pid, deadline=deadline))
+                    control.launch, group, pid, deadline=time.monotonic() + CONTAIN_DEADLINE))
+
+    async def _held_pid(self, control: HostControl, exec_id: str, group: str,
+                        sandbox_id: str) -> int:
+        """The host pid of a new exec: the Engine's word or, once PID_WAIT has passed,
+        its wrapper found on this host by its name; 0 if it ended without one."""
+        began = time.monotonic()
+        async for _ in Attempts(_PID_POLL):
+            state = await self._engine.api("exec_inspect", exec_id, kind="exec",
+                                           sandbox_id=sandbox_id)
+            pid = int(state.get("Pid") or 0)
+            if pid > 0:
+                return pid
+            if not state.get("Running") and state.get("ExitCode") is not None:
+                return 0
+            if time.monotonic() - began >= PID_WAIT:
+                # One pass over the container's processes (a deadline already past).
+                found = await anyio.to_thread.run_sync(functools.partial(
+                    control.find_held, group, deadline=0.0))
+                if found:
+                    return found
+        raise AssertionError("Attempts without a timeout never end")  # pragma: no cover
+
+    @staticmethod
+    def _kill_held(control: HostControl, group: str) -> None:
+        """Kill the wrapper named ``group`` if it shows within CONTAIN_DEADLINE."""
+        deadline = time.monotonic() + CONTAIN_DEADLINE
+        pid = control.find_held(group, deadline=deadline)
+        if pid is not None:
+            control.contain(group, pid, deadline=deadline)
+            control.kill(group, deadline=time.monotonic() + KILL_DEADLINE)
 
     async def _stop(self, sandbox_id: str, control: HostControl | None, group: str,
                     token: str) -> None:
@@ -186,11 +214,13 @@ class ProcessesMixin:
             done.set()
 
         contained = anyio.Event()
+        search = anyio.CancelScope()
 
         async def contain() -> None:
             try:
                 if control is not None:
-                    await self._contain(control, exec_id, group, sandbox_id)
+                    with search:
+                        await self._contain(control, exec_id, group, sandbox_id)
             finally:
                 contained.set()
 
@@ -203,6 +233,9 @@ class ProcessesMixin:
                     await done.wait()
                 if not done.is_set():
                     timed_out = True
+                    # A command not let go by now never is (a wrapper its search finds
+                    # is killed); one let go is killed with the rest of its cgroup.
+                    search.cancel()
                     with anyio.move_on_after(CONTAIN_DEADLINE + 1):
                         await contained.wait()
                     # The output is still drained meanwhile: the Engine never waits on us.
@@ -309,10 +342,11 @@ class ProcessesMixin:
             sandbox_id, _held(argv, group, pwd) if control is not None else argv,
             env=command.env, cwd=command.cwd, user=command.user)
         stream = await self._engine.attach(exec_id, sandbox_id=sandbox_id)
+        line = b""
         try:
-            if control is not None:
-                await self._contain(control, exec_id, group, sandbox_id)
-            with anyio.move_on_after(30):
+            with anyio.move_on_after(START_DEADLINE):
+                if control is not None:
+                    await self._contain(control, exec_id, group, sandbox_id)
                 line = await stream.line()
         finally:
             with anyio.CancelScope(shield=True):
@@ -388,7 +422,10 @@ def _held(argv: Sequence[str], name: str, pwd: str) -> builtins.list[str]:
 
 async def _pump(stream: ExecStream, stdin: bytes | None, out: OutputBuffer, err: OutputBuffer,
                 on_stdout: OutputCallback | None, on_stderr: OutputCallback | None) -> None:
-    """Feed ``stdin`` (then end of file) while collecting output until the exec ends."""
+    """Feed ``stdin`` (then end of file) while collecting output until the exec ends.
+
+    The output ends when the exec does: what of ``stdin`` it left unread is dropped (the
+    Engine reads no more of it, so a send would wait for good)."""
     async def feed(data: bytes) -> None:
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError,
                                  OSError):
@@ -405,3 +442,4 @@ async def _pump(stream: ExecStream, stdin: bytes | None, out: OutputBuffer, err:
                 done = callback(data)
                 if inspect.isawaitable(done):
                     await done
+        tg.cancel_scope.cancel()
