@@ -168,10 +168,7 @@ class Nsenter:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(_drain, process.stdout, out)
                     tg.start_soon(_drain, process.stderr, err)
-                    assert process.stdin is not None
-                    if command.stdin:
-                        await process.stdin.send(command.stdin)
-                    await process.stdin.aclose()
+                    tg.start_soon(_feed, process.stdin, command.stdin)
                     await process.wait()
         finally:
             if process.returncode is None:  # timed out or cancelled: end its tree
@@ -195,6 +192,18 @@ class Nsenter:
     async def _kill_marked(self, meta: Mapping[str, Any], mark: str) -> None:
         argv = self._argv(meta, "/", BASE_ENV, scripts.kill_marked_argv(mark))
         await anyio.run_process(argv, check=False)
+
+
+async def _feed(stream: anyio.abc.ByteSendStream | None, data: bytes | None) -> None:
+    """Give a command its input, then end of file. A command may end without reading
+    it all: what it left is dropped, as a pipe to a shell would drop it."""
+    assert stream is not None
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        try:
+            if data:
+                await stream.send(data)
+        finally:
+            await stream.aclose()
 
 
 async def _drain(stream: anyio.abc.ByteReceiveStream | None, buffer: OutputBuffer) -> None:

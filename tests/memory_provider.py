@@ -377,10 +377,15 @@ class MemoryProvider(SandboxProvider):
                         await maybe
 
         async def feed() -> None:
+            # A command may end without reading it all: what it left is dropped.
             assert proc.stdin is not None
-            if command.stdin:
-                await proc.stdin.send(command.stdin)
-            await proc.stdin.aclose()
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError,
+                                     OSError):
+                try:
+                    if command.stdin:
+                        await proc.stdin.send(command.stdin)
+                finally:
+                    await proc.stdin.aclose()
 
         ended = False
         try:

@@ -160,6 +160,14 @@ class ExecContract(ContractBase):
         result = await sandbox.exec(["cat"], stdin=data)
         assert result.stdout_bytes == data
 
+    async def test_a_command_that_leaves_its_stdin_unread_still_returns(
+            self, sandbox: Sandbox) -> None:
+        """A command may end without reading its input: what it did not read is dropped,
+        and the call reports the command's exit, not a broken pipe."""
+        result = await sandbox.exec(["sh", "-c", "exit 3"], stdin=b"psdk" * _MiB,
+                                    timeout=60)
+        assert (result.exit_code, result.stdout_bytes) == (3, b"")
+
     async def test_exec_without_stdin_sees_end_of_file(self, sandbox: Sandbox) -> None:
         """With no stdin, a reader sees end of file at once instead of hanging."""
         result = await sandbox.exec(["cat"], timeout=60)

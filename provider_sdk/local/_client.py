@@ -96,15 +96,23 @@ class _Channel:
             return
         # A large frame blocks on an agent that stopped reading: watch it meanwhile (a
         # send cut short cannot be retried, so the watch runs beside it).
-        async with anyio.create_task_group() as tg:
-            async def watch() -> None:
-                while True:
-                    await anyio.sleep(HEALTH_POLL)
-                    await self._check()
+        try:
+            async with anyio.create_task_group() as tg:
+                async def watch() -> None:
+                    while True:
+                        await anyio.sleep(HEALTH_POLL)
+                        await self._check()
 
-            tg.start_soon(watch)
-            await self.stream.send(data)
-            tg.cancel_scope.cancel()
+                tg.start_soon(watch)
+                await self.stream.send(data)
+                tg.cancel_scope.cancel()
+        except BaseException as exc:
+            # The send's error, not the group of one the watch's task group makes of it
+            # (a BaseExceptionGroup on trio).
+            inner = _single(exc)
+            if inner is exc:
+                raise
+            raise inner from None
 
     async def send_json(self, obj: dict[str, Any]) -> None:
         await self.send(b"J", json.dumps(obj).encode())
@@ -239,6 +247,8 @@ class AgentClient:
 
     @staticmethod
     async def _send_stdin(channel: _Channel, data: bytes) -> None:
+        """Send a command's stdin, then end of file. A command that ends without reading
+        it all has the agent answer and close: what it left is dropped."""
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             for i in range(0, len(data), 1 << 20):
                 await channel.send(b"I", data[i:i + (1 << 20)])
@@ -339,7 +349,7 @@ class _Tunnel(ByteStream):
         await self._channel.stream.aclose()
 
 
-def _single(exc: Exception) -> Exception:
+def _single(exc: BaseException) -> BaseException:
     """The one exception inside (nested) exception groups of one, else ``exc``."""
     while True:
         inner = getattr(exc, "exceptions", None)

@@ -253,12 +253,16 @@ class ProcessesMixin(ErrorsMixin):
         return codes[0]
 
     async def _feed(self, sandbox_id: str, handle: _Handle, pid: int, data: bytes) -> None:
-        for i in range(0, len(data), _STDIN_CHUNK):
+        """Write ``data`` to the process's stdin, then close it. A process that ended
+        without reading it all is gone from envd: what it left is dropped."""
+        with contextlib.suppress(errors.ProcessNotFound):
+            for i in range(0, len(data), _STDIN_CHUNK):
+                with self._deadline(sandbox_id), self._translate(sandbox_id, what="process"):
+                    await handle.rpc.send_input(process_pb.SendInputRequest(
+                        process=_selector(pid), input=_stdin(data[i:i + _STDIN_CHUNK])))
             with self._deadline(sandbox_id), self._translate(sandbox_id, what="process"):
-                await handle.rpc.send_input(process_pb.SendInputRequest(
-                    process=_selector(pid), input=_stdin(data[i:i + _STDIN_CHUNK])))
-        with self._deadline(sandbox_id), self._translate(sandbox_id, what="process"):
-            await handle.rpc.close_stdin(process_pb.CloseStdinRequest(process=_selector(pid)))
+                await handle.rpc.close_stdin(process_pb.CloseStdinRequest(
+                    process=_selector(pid)))
 
     @contextlib.contextmanager
     def _deadline(self, sandbox_id: str) -> Iterator[None]:
