@@ -31,7 +31,8 @@ import anyio
 import anyio.to_thread
 from manager import paired, report_paired, timed
 from provider_sdk_deepagents import ProviderSandbox
-from provider_sdk_deepagents._loop import ProviderLoop
+
+from provider_sdk.portal import Portal
 
 FILE = "/tmp/bench/one-mib.bin"
 COMMAND = ["/bin/bash", "-c", "exec 2>&1\ntrue"]  # what aexecute("true") runs
@@ -70,7 +71,7 @@ async def main(rounds: int) -> None:
 
         blocking = await anyio.to_thread.run_sync(
             lambda: ProviderSandbox.create(provider="local", provider_options=options))
-        loop: ProviderLoop = blocking._loop
+        loop: Portal = blocking._loop
         try:
             def direct_sync() -> None:
                 assert loop.call(blocking.sandbox.exec, COMMAND).exit_code == 0

@@ -67,7 +67,6 @@ from contextlib import AbstractAsyncContextManager
 
 import anyio
 import anyio.abc
-import anyio.from_thread
 import anyio.to_thread
 import attrs
 import structlog
@@ -79,6 +78,7 @@ from provider_sdk._port_request import TOKEN_PARAM, Request, credentials, shows_
 from provider_sdk.events import logger
 from provider_sdk.models import ExposedPort
 from provider_sdk.port_credentials import CredentialInTarget
+from provider_sdk.portal import Portal
 from provider_sdk.request_head import HEAD_TIMEOUT, MAX_HEAD, Gate, HeadRefused, read_head
 
 __all__ = ["HEAD_TIMEOUT", "MAX_HEAD", "Opener", "PortProxy"]
@@ -112,8 +112,7 @@ class PortProxy:
         self._provider = provider
         self._lock = threading.Lock()
         self._entries: dict[tuple[str, int], _Entry] = {}
-        self._portal: anyio.from_thread.BlockingPortal | None = None
-        self._thread: threading.Thread | None = None
+        self._portal: Portal | None = None  # the proxy's own loop, once a port is exposed
         self._gate = Gate()  # used on the proxy's loop only
 
     async def expose(self, sandbox_id: str, port: int, opener: Opener) -> ExposedPort:
@@ -125,7 +124,7 @@ class PortProxy:
             return entry.exposed
         portal = await anyio.to_thread.run_sync(self._started_portal)
         entry = _Entry(sandbox_id, port, secrets.token_urlsafe(24), opener)
-        ready = await anyio.to_thread.run_sync(portal.call, self._listen, entry)
+        ready = await portal.acall(self._listen, entry)
         listener, address = ready
         base = f"http://{address[0]}:{address[1]}/"
         entry.exposed = ExposedPort(port=port, base_url=base, token=entry.token,
@@ -136,10 +135,10 @@ class PortProxy:
             if existing is None:
                 self._entries[(sandbox_id, port)] = entry
         if existing is not None:  # exposed meanwhile by another task: keep that one
-            await anyio.to_thread.run_sync(portal.call, listener.aclose)
+            await portal.acall(listener.aclose)
             assert existing.exposed is not None
             return existing.exposed
-        portal.start_task_soon(self._serve, entry, listener)
+        portal.spawn(self._serve, entry, listener)
         return entry.exposed
 
     async def unexpose(self, sandbox_id: str, port: int) -> None:
@@ -165,37 +164,24 @@ class PortProxy:
         """Stop every listener and connection, and the proxy's thread. Safe to call twice."""
         with self._lock:
             self._entries.clear()
-            portal, thread = self._portal, self._thread
-            self._portal = self._thread = None
-        if portal is None or thread is None:
+            portal, self._portal = self._portal, None
+        if portal is None:
             return
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(lambda: portal.call(portal.stop, True))
-            await anyio.to_thread.run_sync(thread.join)
+            # Stopping the loop cancels every listener and connection still served.
+            await anyio.to_thread.run_sync(portal.close)
 
     # ------------------------------------------------------------ the proxy's loop
 
-    def _started_portal(self) -> anyio.from_thread.BlockingPortal:
+    def _started_portal(self) -> Portal:
         with self._lock:
-            if self._portal is not None:
-                return self._portal
-            started = threading.Event()
-            box: list[anyio.from_thread.BlockingPortal] = []
-
-            async def main() -> None:
-                async with anyio.from_thread.BlockingPortal() as portal:
-                    box.append(portal)
-                    started.set()
-                    await portal.sleep_until_stopped()
-
-            thread = threading.Thread(target=anyio.run, args=(main,), daemon=True,
-                                      name=f"psdk-{self._provider}-ports")
-            thread.start()
-            if not started.wait(30):
-                raise errors.Unavailable("the port proxy's event loop did not start",
-                                         provider=self._provider)
-            self._portal, self._thread = box[0], thread
-            return box[0]
+            if self._portal is None:
+                try:
+                    self._portal = Portal.start(name=f"psdk-{self._provider}-ports")
+                except RuntimeError as exc:
+                    raise errors.Unavailable("the port proxy's event loop did not start",
+                                             provider=self._provider) from exc
+            return self._portal
 
     async def _stop(self, entries: list[_Entry]) -> None:
         portal = self._portal
@@ -205,7 +191,7 @@ class PortProxy:
             for entry in entries:
                 if entry.scope is not None:
                     with contextlib.suppress(RuntimeError):  # the loop is stopping
-                        await anyio.to_thread.run_sync(_cancel, portal, entry.scope)
+                        await portal.acall(_cancel, entry.scope)
             for entry in entries:
                 await anyio.to_thread.run_sync(entry.done.wait, 10.0)
 
@@ -301,11 +287,7 @@ class PortProxy:
                                            f"sandbox: {exc.message}")
 
 
-def _cancel(portal: anyio.from_thread.BlockingPortal, scope: anyio.CancelScope) -> None:
-    portal.call(_sync_cancel, scope)
-
-
-def _sync_cancel(scope: anyio.CancelScope) -> None:
+async def _cancel(scope: anyio.CancelScope) -> None:
     scope.cancel()
 
 

@@ -1,7 +1,7 @@
 """The blocking facade, for scripts and notebooks: every call runs the async API.
 
-An event loop runs in a background thread (``anyio.from_thread.start_blocking_portal``)
-for as long as the :class:`SyncProvider` is open; each method hands its coroutine to that
+An event loop runs in a background thread (a :class:`~provider_sdk.portal.Portal`) for
+as long as the :class:`SyncProvider` is open; each method hands its coroutine to that
 loop and waits. Nothing here reimplements behaviour: validation, capability checks,
 events and errors are the async API's own::
 
@@ -21,13 +21,10 @@ This module must not hold logic of its own beyond moving calls between threads.
 from __future__ import annotations
 
 import builtins
-import contextlib
 import os
-import threading
 from collections.abc import (
     AsyncIterable,
     AsyncIterator,
-    Awaitable,
     Callable,
     Iterable,
     Iterator,
@@ -35,11 +32,10 @@ from collections.abc import (
     Sequence,
 )
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import Any, cast
 
 import anyio
 import anyio.to_thread
-from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from provider_sdk import config
 from provider_sdk.capabilities import Capability
@@ -58,6 +54,7 @@ from provider_sdk.models import (
     TemplateSpec,
     Volume,
 )
+from provider_sdk.portal import Portal
 from provider_sdk.provider import OutputCallback, ProcessEvent, SandboxProvider
 from provider_sdk.sandbox import Process, Sandbox, Shell
 
@@ -71,70 +68,8 @@ __all__ = [
     "open_provider",
 ]
 
-T = TypeVar("T")
-P = ParamSpec("P")
-
 #: What :meth:`SyncFiles.write` accepts: bytes, text (UTF-8), or an iterable of chunks.
 SyncData = bytes | bytearray | memoryview | str | Iterable[bytes]
-
-
-class _Runner:
-    """An event loop in a thread, and the one way this module reaches it."""
-
-    def __init__(self, backend: str = "asyncio") -> None:
-        self._stack = contextlib.ExitStack()
-        self._portal: BlockingPortal = self._stack.enter_context(
-            start_blocking_portal(backend))
-        self._closed = False
-
-    def call(self, func: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run ``func(*args, **kwargs)`` in the loop and wait for its result.
-
-        If the wait is interrupted (``KeyboardInterrupt``), the coroutine is cancelled and
-        its cleanup finishes before the interruption propagates.
-        """
-        if self._closed:
-            raise RuntimeError("the provider is closed")
-        finished = threading.Event()
-
-        async def run() -> T:
-            try:
-                return await func(*args, **kwargs)
-            finally:
-                finished.set()
-
-        future = self._portal.start_task_soon(run)
-        try:
-            return future.result()
-        except BaseException:
-            if not future.done():
-                future.cancel()
-                finished.wait()
-            raise
-
-    def iterate(self, iterator: AsyncIterator[T]) -> Iterator[T]:
-        """Drive an async iterator from this thread; close it if abandoned."""
-        done = object()
-
-        async def step() -> T | object:
-            try:
-                return await iterator.__anext__()
-            except StopAsyncIteration:
-                return done
-
-        try:
-            while (item := self.call(step)) is not done:
-                yield cast(T, item)
-        finally:
-            aclose = getattr(iterator, "aclose", None)
-            if aclose is not None and not self._closed:
-                self.call(aclose)
-
-    def close(self) -> None:
-        """Stop the loop and join its thread. Safe to call twice."""
-        if not self._closed:
-            self._closed = True
-            self._stack.close()
 
 
 def open_provider(name: str | None = None, /, **options: Any) -> SyncProvider:
@@ -147,18 +82,18 @@ def open_provider(name: str | None = None, /, **options: Any) -> SyncProvider:
         ProviderNotFound: the named provider is not installed.
         ConfigError: an option is unknown or malformed, or a setting is missing.
     """
-    runner = _Runner()
+    portal = Portal.start(name="provider-sdk-sync")
     try:
         async def open_async() -> SandboxProvider:
             # Built inside the loop, so clients bound to a loop bind to this one.
             provider = config.open_provider(name, **options)
             return await provider.__aenter__()
 
-        provider = runner.call(open_async)
+        provider = portal.call(open_async)
     except BaseException:
-        runner.close()
+        portal.close()
         raise
-    return SyncProvider(provider, runner)
+    return SyncProvider(provider, portal)
 
 
 class SyncProvider:
@@ -168,9 +103,10 @@ class SyncProvider:
     and stops the loop thread; sandboxes are not killed by closing.
     """
 
-    def __init__(self, provider: SandboxProvider, runner: _Runner) -> None:
+    def __init__(self, provider: SandboxProvider, portal: Portal) -> None:
         self._provider = provider
-        self._runner = runner
+        self._portal = portal
+        self._closed = False
 
     @property
     def async_provider(self) -> SandboxProvider:
@@ -203,12 +139,13 @@ class SyncProvider:
 
     def close(self) -> None:
         """Release the provider's resources and stop the loop. Safe to call twice."""
-        if self._runner._closed:
+        if self._closed:
             return
+        self._closed = True
         try:
-            self._runner.call(self._provider.aclose)
+            self._portal.call(self._provider.aclose)
         finally:
-            self._runner.close()
+            self._portal.close()
 
     # ------------------------------------------------------------- sandboxes
 
@@ -223,53 +160,53 @@ class SyncProvider:
         async def create_async() -> Sandbox:
             return await creation
 
-        return SyncSandbox(self, self._runner.call(create_async))
+        return SyncSandbox(self, self._portal.call(create_async))
 
     def connect(self, sandbox_id: str, *, resume: bool = True) -> SyncSandbox:
         """Open a handle on an existing sandbox, resuming it if paused and ``resume``."""
-        return SyncSandbox(self, self._runner.call(self._provider.connect, sandbox_id,
+        return SyncSandbox(self, self._portal.call(self._provider.connect, sandbox_id,
                                                    resume=resume))
 
     def get_info(self, sandbox_id: str) -> SandboxInfo:
         """The sandbox's current state and details; ``SandboxNotFound`` if unknown."""
-        return self._runner.call(self._provider.get_info, sandbox_id)
+        return self._portal.call(self._provider.get_info, sandbox_id)
 
     def list(self, *, metadata: Mapping[str, str] | None = None,
              state: SandboxState | str | None = None) -> builtins.list[SandboxInfo]:
         """Sandboxes whose metadata contains every given pair, optionally in one state."""
-        return self._runner.call(self._provider.list, metadata=metadata, state=state)
+        return self._portal.call(self._provider.list, metadata=metadata, state=state)
 
     def kill(self, sandbox_id: str) -> None:
         """Kill a sandbox. Killing twice is not an error."""
-        self._runner.call(self._provider.kill, sandbox_id)
+        self._portal.call(self._provider.kill, sandbox_id)
 
     # --------------------------------------------------------------- volumes
 
     def create_volume(self, name: str) -> Volume:
         """Create a named volume; ``Conflict`` if it exists."""
-        return self._runner.call(self._provider.create_volume, name)
+        return self._portal.call(self._provider.create_volume, name)
 
     def get_volume(self, name: str) -> Volume:
         """A volume by name; ``VolumeNotFound`` if unknown."""
-        return self._runner.call(self._provider.get_volume, name)
+        return self._portal.call(self._provider.get_volume, name)
 
     def list_volumes(self) -> builtins.list[Volume]:
         """Every volume of this provider."""
-        return self._runner.call(self._provider.list_volumes)
+        return self._portal.call(self._provider.list_volumes)
 
     def delete_volume(self, name: str) -> None:
         """Delete a volume and its data."""
-        self._runner.call(self._provider.delete_volume, name)
+        self._portal.call(self._provider.delete_volume, name)
 
     # ------------------------------------------------------------- snapshots
 
     def list_snapshots(self, *, sandbox_id: str | None = None) -> builtins.list[Snapshot]:
         """Snapshots, optionally only those taken from one sandbox."""
-        return self._runner.call(self._provider.list_snapshots, sandbox_id=sandbox_id)
+        return self._portal.call(self._provider.list_snapshots, sandbox_id=sandbox_id)
 
     def delete_snapshot(self, snapshot_id: str) -> None:
         """Delete a snapshot; ``SnapshotNotFound`` if unknown."""
-        self._runner.call(self._provider.delete_snapshot, snapshot_id)
+        self._portal.call(self._provider.delete_snapshot, snapshot_id)
 
     # ------------------------------------------------------------- templates
 
@@ -279,7 +216,7 @@ class SyncProvider:
 
         ``on_progress`` runs in the loop's thread.
         """
-        return self._runner.call(self._provider.build_template, spec, force=force,
+        return self._portal.call(self._provider.build_template, spec, force=force,
                                  on_progress=on_progress)
 
     def check_template(self, spec: TemplateSpec) -> builtins.list[Problem]:
@@ -290,11 +227,11 @@ class SyncProvider:
 
     def list_templates(self) -> builtins.list[Template]:
         """Templates this provider built or knows."""
-        return self._runner.call(self._provider.list_templates)
+        return self._portal.call(self._provider.list_templates)
 
     def delete_template(self, template_id: str) -> None:
         """Delete a template; ``TemplateNotFound`` if unknown."""
-        self._runner.call(self._provider.delete_template, template_id)
+        self._portal.call(self._provider.delete_template, template_id)
 
 
 class SyncSandbox:
@@ -307,7 +244,7 @@ class SyncSandbox:
         self.provider = provider
         """The provider this sandbox belongs to."""
         self._sandbox = sandbox
-        self._run = provider._runner
+        self._run = provider._portal
         self._files = SyncFiles(self)
 
     @property

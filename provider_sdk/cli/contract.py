@@ -24,11 +24,10 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from anyio.from_thread import start_blocking_portal
-
 from provider_sdk import config, emulators, registry
 from provider_sdk.cli.console import CliError, Console
 from provider_sdk.distributions import install_hint
+from provider_sdk.portal import Portal
 
 __all__ = ["cmd_contract", "test_module"]
 
@@ -74,7 +73,10 @@ def _environment(name: str, args: argparse.Namespace,
         return
     options = emulators.EmulatorOptions(backend=args.backend,
                                         api_key=secrets.token_urlsafe(24))
-    with start_blocking_portal() as portal, \
-            portal.wrap_async_context_manager(emulators.run(name, options)) as running:
-        console.note(f"{name} emulator on {running.url}, backed by {args.backend!r}")
-        yield {**os.environ, **running.environment()}
+    portal = Portal.start(name="psdk-contract-emulator")
+    try:
+        with portal.hold(emulators.run(name, options)) as running:
+            console.note(f"{name} emulator on {running.url}, backed by {args.backend!r}")
+            yield {**os.environ, **running.environment()}
+    finally:
+        portal.close()

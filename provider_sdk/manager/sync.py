@@ -44,9 +44,9 @@ class _HeldOpen:
     (or the end of a ``with`` block)."""
 
     def __init__(self, provider: SyncProvider, target: Any) -> None:
-        self._run = provider._runner
-        self._cm = self._run._portal.wrap_async_context_manager(target)
-        self._cm.__enter__()
+        self._run = provider._portal
+        self._held = self._run.hold(target)
+        self._held.__enter__()
         self._closed = False
 
     def __enter__(self) -> Self:
@@ -60,7 +60,7 @@ class _HeldOpen:
         """Leave the async context manager. Safe to call twice."""
         if not self._closed:
             self._closed = True
-            self._cm.__exit__(None, None, None)
+            self._held.__exit__(None, None, None)
 
 
 class SyncSandboxManager(_HeldOpen):

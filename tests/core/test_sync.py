@@ -40,7 +40,7 @@ def sandbox(provider: SyncProvider) -> Iterator[SyncSandbox]:
 
 
 def _portal_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if "portal" in t.name}
+    return {t for t in threading.enumerate() if t.name == "provider-sdk-sync"}
 
 
 def _wait_for(check: Callable[[], object], what: str, timeout: float = 10.0) -> None:

@@ -24,7 +24,7 @@ import attrs
 from provider_sdk import SandboxProvider
 from provider_sdk.manager import BindingStore, SandboxManager, open_store
 from provider_sdk.models import SandboxSpec
-from provider_sdk_deepagents._loop import ProviderLoop
+from provider_sdk.portal import Portal
 from provider_sdk_deepagents.sandbox import (
     DEFAULT_TIMEOUT,
     Cleanup,
@@ -107,7 +107,7 @@ class CodeSandboxProvider:
             ProviderNotFound: no provider by that name is installed.
         """
         options = dict(provider_options or {})
-        loop = ProviderLoop.start()
+        loop = Portal.start(name="provider-sdk-deepagents")
         cleanups: list[Cleanup] = []
         try:
             provider_obj = loop.call(_open_provider, provider, options)
@@ -188,7 +188,7 @@ def _kill(provider: str | None, options: dict[str, Any], sandbox_id: str) -> Non
         async with await _open_provider(provider, options) as opened:
             await opened.kill(sandbox_id)
 
-    loop = ProviderLoop.start()
+    loop = Portal.start(name="provider-sdk-deepagents")
     try:
         loop.call(kill)
     finally:
@@ -205,7 +205,7 @@ def _release(provider: str | None, options: dict[str, Any], owner: str,
         finally:
             await bindings.aclose()
 
-    loop = ProviderLoop.start()
+    loop = Portal.start(name="provider-sdk-deepagents")
     try:
         loop.call(release)
     finally:

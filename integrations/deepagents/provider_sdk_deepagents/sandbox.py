@@ -50,11 +50,11 @@ from provider_sdk.errors import (
     SandboxError,
 )
 from provider_sdk.models import ExecResult, FileType, SandboxSpec
+from provider_sdk.portal import Portal
 from provider_sdk.provider import SandboxProvider
 from provider_sdk.sandbox import Sandbox
 from provider_sdk.sync import SyncSandbox
 from provider_sdk_deepagents import _read
-from provider_sdk_deepagents._loop import ProviderLoop
 
 __all__ = ["DEFAULT_TIMEOUT", "GLOB_TIMEOUT", "NATIVE_READ_LIMIT", "TIMEOUT_EXIT_CODE",
            "ProviderSandbox"]
@@ -121,7 +121,7 @@ class ProviderSandbox(BaseSandbox):
             provider and anything else this backend opened).
     """
 
-    def __init__(self, sandbox: Sandbox, *, loop: ProviderLoop,
+    def __init__(self, sandbox: Sandbox, *, loop: Portal,
                  timeout: int = DEFAULT_TIMEOUT, output_limit: int | None = None,
                  glob_paths: GlobPaths = "absolute",
                  cleanups: tuple[Cleanup, ...] = ()) -> None:
@@ -165,7 +165,7 @@ class ProviderSandbox(BaseSandbox):
             ConfigError: an option or setting is missing or malformed.
         """
         spec = SandboxSpec(**spec_fields)
-        loop = ProviderLoop.start()
+        loop = Portal.start(name="provider-sdk-deepagents")
         try:
             provider_obj = loop.call(_open_provider, provider, dict(provider_options or {}))
             try:
@@ -198,7 +198,7 @@ class ProviderSandbox(BaseSandbox):
         except BaseException:
             await provider_obj.aclose()
             raise
-        return cls(sandbox, loop=ProviderLoop.current(), timeout=timeout,
+        return cls(sandbox, loop=Portal.current(), timeout=timeout,
                    output_limit=output_limit, glob_paths=glob_paths,
                    cleanups=(provider_obj.aclose,))
 
@@ -217,13 +217,12 @@ class ProviderSandbox(BaseSandbox):
             RuntimeError: an async sandbox passed outside a running event loop.
         """
         if isinstance(sandbox, SyncSandbox):
-            portal = sandbox.provider._runner._portal
-            # The portal belongs to the SyncProvider: this backend never stops it.
-            loop = ProviderLoop(portal.call(_current_loop), portal=portal)
+            # The loop belongs to the SyncProvider: this backend never stops it.
+            loop = sandbox.provider._portal.borrowed()
             return cls(sandbox.async_sandbox, loop=loop, timeout=timeout,
                        output_limit=output_limit, glob_paths=glob_paths)
         try:
-            loop = ProviderLoop.current()
+            loop = Portal.current()
         except RuntimeError:
             raise RuntimeError("from_sandbox(): pass an async Sandbox from the event loop "
                                "its provider lives in, or pass a SyncSandbox") from None
@@ -588,6 +587,3 @@ def _file_error(exc: Exception) -> str:
         return f"{type(exc).__name__}: {exc.message}"
     raise exc
 
-
-async def _current_loop() -> asyncio.AbstractEventLoop:
-    return asyncio.get_running_loop()
