@@ -295,6 +295,41 @@ async def test_an_exec_whose_search_is_cancelled_never_runs(
     await anyio.to_thread.run_sync(control.release, group)
 
 
+async def test_a_wrapper_the_host_gave_up_on_never_runs_its_command(
+        provider: DockerProvider, sandbox: Sandbox, engine: docker.APIClient) -> None:
+    # A search cancelled (the caller's timeout), and the runtime starting the exec only
+    # after the host's last look: the wrapper is held out of the host's sight. Continued
+    # from inside, it stops itself again instead of running outside its cgroup.
+    control = await provider._control(sandbox.id)
+    assert control is not None
+    group = f"{GROUP_PREFIX}late-{os.getpid()}"
+    created = engine.exec_create(container_name(sandbox.id), _held(
+        ["/bin/sh", "-c", "touch /tmp/psdk-ran; exit 7"], group, ""))
+    with anyio.move_on_after(0.5):
+        await provider._contain(control, created["Id"], group, sandbox.id)
+    engine.exec_start(created["Id"], detach=True)
+    continue_it = ('for p in /proc/[0-9]*; do case $(tr "\\0" " " <"$p/cmdline") in '
+                   f'*{group}*) kill -CONT "${{p#/proc/}}" ;; esac; done 2>/dev/null; :')
+    for _ in range(20):
+        assert (await sandbox.exec(["/bin/sh", "-c", continue_it], user="0")).ok
+        await anyio.sleep(0.05)
+    assert not await sandbox.files.exists("/tmp/psdk-ran")
+    assert await _running(sandbox, group)  # still held
+
+
+async def test_a_cancelled_start_leaves_no_process(sandbox: Sandbox) -> None:
+    # A caller that gives up at any moment of a start: whatever it got no handle on ends.
+    started = []
+    for i in range(40):  # moments spread over a start's course, which takes ~0.1-0.3 s
+        with anyio.move_on_after(0.005 + (i % 20) * 0.015):
+            started.append(await sandbox.start(["sleep", "301"]))
+    for process in started:
+        await process.kill()
+    with anyio.fail_after(GRACE):
+        while await _running(sandbox, "sleep 301"):  # noqa: ASYNC110
+            await anyio.sleep(0.1)  # polls the sandbox: there is no event to wait on
+
+
 async def test_a_process_named_as_a_held_exec_is_not_taken_for_it(
         provider: DockerProvider, sandbox: Sandbox, engine: docker.APIClient) -> None:
     # A process in the container's own cgroup (under another client's exec) named as a

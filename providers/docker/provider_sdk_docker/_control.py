@@ -218,6 +218,8 @@ class HostControl:
         wanted = [HOLD.encode(), name.encode()]
         while True:
             for pid in _procs(self.freezer):
+                if pid == self.init_pid:  # never an exec, however it names itself
+                    continue
                 try:
                     argv = _argv(pid)
                     parent = _table([pid]).get(pid, (0, 0))[0]

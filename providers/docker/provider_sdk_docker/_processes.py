@@ -130,7 +130,9 @@ class ProcessesMixin:
         caller wait, for good. The move and the release are not cancelled; they keep to
         CONTAIN_DEADLINE. A search that is cancelled (the command's timeout, the
         caller's cancellation) ends with a last look of at most CONTAIN_DEADLINE, and a
-        wrapper found then is killed before its command runs: nothing is left held."""
+        wrapper found then is killed before its command runs. One the runtime starts
+        later still stays stopped: the wrapper runs its command only from its own cgroup
+        (see :data:`~provider_sdk_docker._scripts.HOLD`)."""
         try:
             pid = await self._held_pid(control, exec_id, group, sandbox_id)
         except anyio.get_cancelled_exc_class():
@@ -348,6 +350,12 @@ class ProcessesMixin:
                 if control is not None:
                     await self._contain(control, exec_id, group, sandbox_id)
                 line = await stream.line()
+        except anyio.get_cancelled_exc_class():
+            # The caller gave up: a process it never got a handle on is no one's, so it
+            # ends (its cgroup has the name of the start until the pid is known).
+            if control is not None:
+                await self._stop(sandbox_id, control, group, "")
+            raise
         finally:
             with anyio.CancelScope(shield=True):
                 await stream.aclose()
@@ -360,7 +368,9 @@ class ProcessesMixin:
                 sandbox_id=sandbox_id)
         pid = int(line)
         if control is not None:
-            await anyio.to_thread.run_sync(control.rename, group, f"{GROUP_PREFIX}p{pid}")
+            # Not cut short: a cgroup left with the start's name is out of the kill's reach.
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(control.rename, group, f"{GROUP_PREFIX}p{pid}")
         return pid
 
     async def _process_events(self, sandbox_id: str, pid: int) -> AsyncIterator[ProcessEvent]:

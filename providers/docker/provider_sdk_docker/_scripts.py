@@ -27,10 +27,15 @@ PROC_DIR = "/tmp/.psdk/proc"
 KEEPALIVE = "while :; do sleep 86400 & wait $!; done"
 
 #: Run "$2"... once let go: the wrapper stops itself first (SIGSTOP), so the host can move
-#: it into its cgroup before the command runs, then continues it (SIGCONT). ``kill`` is a
-#: builtin: nothing is forked before the stop. The shell sets ``PWD`` on its own; "$1"
-#: puts back what the command was given: ``=VALUE``, or empty for none.
-HOLD = 'kill -STOP $$; case $1 in =*) export PWD="${1#=}" ;; *) unset PWD ;; esac; shift; exec "$@"'
+#: it into its cgroup before the command runs, then continues it (SIGCONT). It runs the
+#: command only from its own cgroup, the freezer cgroup named as its ``$0``: continued
+#: anywhere else (by code inside, or after a host that gave up on it), it stops itself
+#: again, so no command ever runs outside its cgroup. ``kill``, ``read`` and ``[`` are
+#: builtins: nothing is forked before the command. The shell sets ``PWD`` on its own;
+#: "$1" puts back what the command was given: ``=VALUE``, or empty for none.
+HOLD = ('while kill -STOP $$; do g=; while read -r l; do case $l in *:*freezer*:*/"$0") '
+        'g=1 ;; esac; done </proc/self/cgroup; [ "$g" ] && break; done; '
+        'case $1 in =*) export PWD="${1#=}" ;; *) unset PWD ;; esac; shift; exec "$@"')
 
 #: Start "$@" in the background, supervised, and detach. The supervisor prints its pid
 #: (the process's pid as the SDK reports it) only once stdin is held open and the
