@@ -89,9 +89,11 @@ class _Channel:
                 return await self.reader.receive_exactly(size)
             await self._check()
 
-    async def send(self, kind: bytes, payload: bytes = b"") -> None:
+    async def send(self, kind: bytes, payload: bytes = b"", *, watched: bool = True) -> None:
+        """Send one frame. A large one is ``watched``: the agent's health is checked
+        while it blocks (a caller that reads the channel meanwhile watches it already)."""
         data = HEADER.pack(kind, len(payload)) + payload
-        if self.health is None or len(data) < 65536:
+        if not watched or self.health is None or len(data) < 65536:
             await self.stream.send(data)
             return
         # A large frame blocks on an agent that stopped reading: watch it meanwhile (a
@@ -248,11 +250,14 @@ class AgentClient:
     @staticmethod
     async def _send_stdin(channel: _Channel, data: bytes) -> None:
         """Send a command's stdin, then end of file. A command that ends without reading
-        it all has the agent answer and close: what it left is dropped."""
+        it all has the agent answer and close: what it left is dropped. The frames are
+        not watched: :meth:`exec` reads the channel meanwhile, and its reads check the
+        agent's health (a watch's task group would group the send's error with a
+        cancellation on trio, out of this suppression's reach)."""
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             for i in range(0, len(data), 1 << 20):
-                await channel.send(b"I", data[i:i + (1 << 20)])
-            await channel.send(b"Z")
+                await channel.send(b"I", data[i:i + (1 << 20)], watched=False)
+            await channel.send(b"Z", watched=False)
 
     async def read(self, path: str) -> AsyncIterator[bytes]:
         """A file's bytes in chunks."""
