@@ -80,17 +80,17 @@ class ProviderContract(
 class EventLoopContract(
     HostileEscapeContract,
     HostileOutputContract,
-    HostilePortClientsContract,
-    HostilePortsContract,
     PortsContract,
     ShellContract,
     ProcessContract,
     ExecContract,
 ):
     """The sections whose tests lean on the event loop most: timeouts and cancellation,
-    streamed output and stdin, output floods, background processes, sessions, port
-    proxies and the servers that attack them. For a second run on another loop
-    (``async_backend = "trio"``) where the whole suite would cost too much; subclass it
-    as :class:`ProviderContract`."""
+    streamed output and stdin, output floods, background processes, sessions, and
+    exposing ports. For a second run on another loop (``async_backend = "trio"``) where
+    the whole suite would cost too much; subclass it as :class:`ProviderContract`.
+    The servers and clients that attack an exposed port are left out: a port proxy
+    serves them from a loop of its own whatever the caller's, so a second caller's loop
+    tries nothing new there."""
 
     pytestmark = pytest.mark.anyio
