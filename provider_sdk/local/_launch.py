@@ -588,18 +588,25 @@ def end_unsupervised(launched: Launched, cgroup: Cgroup | None) -> None:
         if all(pid == launched.init_pid for pid in namespace_pids(launched)):
             return
         group = cgroup if cgroup is not None and cgroup.exists() else None
-        if group is not None:
-            group.freeze(True)
-        else:
-            signal_all(launched, signal.SIGSTOP)
+        _hold(launched, group, True)
         for pid in namespace_pids(launched):
             if pid != launched.init_pid:
                 _signal(pid, signal.SIGKILL)
-        if group is not None:
-            group.freeze(False)
-        else:
-            signal_all(launched, signal.SIGCONT)
+        _hold(launched, group, False)
         time.sleep(0.002)
+
+
+def _hold(launched: Launched, group: Cgroup | None, held: bool) -> None:
+    """Freeze (or thaw) the tree by its cgroup, else stop (or continue) each process.
+    A cgroup removed meanwhile (a kill of the sandbox under way in another process)
+    leaves the signals to do it."""
+    if group is not None:
+        try:
+            group.freeze(held)
+            return
+        except FileNotFoundError:
+            pass
+    signal_all(launched, signal.SIGSTOP if held else signal.SIGCONT)
 
 
 def agent_state(launched: Launched) -> str | None:

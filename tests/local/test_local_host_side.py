@@ -315,6 +315,38 @@ async def test_leftovers_of_a_dead_agent_are_ended_when_the_state_is_read(
         assert (await sandbox.exec(["echo", "back"])).stdout == "back\n"
 
 
+async def test_a_state_read_racing_a_kill_that_removes_the_cgroup_ends_leftovers(
+        provider: LocalProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kill in another process removes the sandbox's cgroups while a read of its state
+    ends a dead agent's leftovers (the freezer's file is gone): the read ends them with
+    signals, and no untyped error reaches the caller (a listing raised
+    ``FileNotFoundError``)."""
+    async with provider.create() as sandbox:
+        launched = await _busy(provider, sandbox)
+        assert launched.agent_pid is not None
+        agent_uid = _uid(launched.agent_pid)
+        served = [pid for pid in _launch.namespace_pids(launched)
+                  if pid != launched.init_pid and _uid(pid) == agent_uid]
+
+        def removed(group: _launch.Cgroup, frozen: bool) -> None:
+            raise FileNotFoundError(2, "No such file or directory",
+                                    str(group.path("freezer") / "freezer.state"))
+
+        monkeypatch.setattr(_launch.Cgroup, "freeze", removed)
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in served:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+        with anyio.fail_after(10):
+            while sandbox.id in {i.id for i in await provider.list()  # noqa: ASYNC110
+                                 if i.state == SandboxState.RUNNING}:
+                await anyio.sleep(0.05)  # polls the listing: there is no event to wait on
+            while not _only_init(launched):
+                await provider.list()
+                await anyio.sleep(0.05)
+        monkeypatch.undo()
+
+
 def _uid(pid: int) -> int | None:
     try:
         return int(Path(f"/proc/{pid}/status").read_text().split("\nUid:")[1].split()[0])
