@@ -187,7 +187,9 @@ async def test_a_claim_that_finds_no_member_answering_makes_a_new_sandbox(
 async def test_a_daemon_stays_with_its_own_member_only(provider: LocalProvider) -> None:
     daemon = ("i=0; head -c 4000000 /dev/zero > /tmp/ballast; "
               "(while :; do :; done) & "
-              "while :; do i=$((i+1)); echo $i > /tmp/ticks; sleep 0.05; done")
+              # Each count whole: a read never meets the file emptied for the next.
+              "while :; do i=$((i+1)); echo $i > /tmp/ticks.new; mv /tmp/ticks.new /tmp/ticks; "
+              "sleep 0.05; done")
     async with WarmPool(provider, _spec(provider), size=2, interval=60) as pool:
         await pool.wait_filled(BOUND)
         haunted, clean = pool._free
