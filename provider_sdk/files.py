@@ -98,11 +98,20 @@ class Files:
         return (await self.read(path, limit=limit)).decode(encoding)
 
     async def stream(self, path: str) -> AsyncIterator[bytes]:
-        """Yield a file's content in chunks, never holding it whole."""
+        """Yield a file's content in chunks, never holding it whole. Closing the stream
+        before its end closes the provider's read at once (its connection, its open
+        file), not whenever the garbage collector gets to it."""
         check_path(path, self._provider.name, self._id)
         async with span("files.read", self._provider.name, self._id):
-            async for chunk in self._provider._read_file(self._id, path):
-                yield chunk
+            chunks = self._provider._read_file(self._id, path)
+            try:
+                async for chunk in chunks:
+                    yield chunk
+            finally:
+                aclose = getattr(chunks, "aclose", None)
+                if aclose is not None:
+                    with anyio.CancelScope(shield=True):
+                        await aclose()
 
     async def write(self, path: str, data: Data) -> None:
         """Write a file (replacing it), creating parent directories.
