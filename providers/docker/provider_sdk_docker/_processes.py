@@ -20,11 +20,14 @@ import contextlib
 import functools
 import inspect
 import secrets
+import threading
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
+import docker.errors
+import requests.exceptions
 
 from provider_sdk import errors, scripts
 from provider_sdk.limits import OutputBuffer
@@ -49,8 +52,7 @@ if TYPE_CHECKING:
 __all__ = ["ProcessesMixin", "container_name"]
 
 EXIT_POLL = 0.005
-#: How long moving a new exec into its cgroup (or killing one whose search was
-#: cancelled) may take.
+#: How long moving a new exec into its cgroup may take.
 CONTAIN_DEADLINE = 5.0
 #: How long the Engine has to tell a new exec's pid before the host looks for it.
 PID_WAIT = 2.0
@@ -58,6 +60,9 @@ PID_WAIT = 2.0
 KILL_DEADLINE = 10.0
 #: How long output is still read after a kill, for what the command wrote last.
 DRAIN_GRACE = 2.0
+#: How long the host watches for an exec it gave up on to start, to kill it.
+HELD_WATCH = 600.0
+_HELD_POLL = 0.05
 #: How long a background process may take to start and report its pid.
 START_DEADLINE = 30.0
 #: How long the exit status of an exec whose output has ended may take to show.
@@ -129,15 +134,15 @@ class ProcessesMixin:
         a loaded runtime takes to start it: an exec given up on would stay held, and its
         caller wait, for good. The move and the release are not cancelled; they keep to
         CONTAIN_DEADLINE. A search that is cancelled (the command's timeout, the
-        caller's cancellation) ends with a last look of at most CONTAIN_DEADLINE, and a
-        wrapper found then is killed before its command runs. One the runtime starts
-        later still stays stopped: the wrapper runs its command only from its own cgroup
-        (see :data:`~provider_sdk_docker._scripts.HOLD`)."""
+        caller's cancellation) hands the exec to a watch of the host's
+        (:meth:`_kill_held`): whenever the runtime starts it, it is killed, with whatever
+        it started. The wrapper's own check (:data:`~provider_sdk_docker._scripts.HOLD`)
+        is a second line only: code inside can rewrite a process of its own user."""
         try:
             pid = await self._held_pid(control, exec_id, group, sandbox_id)
         except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(self._kill_held, control, group)
+            threading.Thread(target=self._kill_held, args=(control, exec_id, group),
+                             name=f"psdk-{group}", daemon=True).start()
             raise
         if pid > 0:
             with anyio.CancelScope(shield=True):
@@ -165,14 +170,28 @@ class ProcessesMixin:
                     return found
         raise AssertionError("Attempts without a timeout never end")  # pragma: no cover
 
-    @staticmethod
-    def _kill_held(control: HostControl, group: str) -> None:
-        """Kill the wrapper named ``group`` if it shows within CONTAIN_DEADLINE."""
-        deadline = time.monotonic() + CONTAIN_DEADLINE
-        pid = control.find_held(group, deadline=deadline)
-        if pid is not None:
-            control.contain(group, pid, deadline=deadline)
-            control.kill(group, deadline=time.monotonic() + KILL_DEADLINE)
+    def _kill_held(self, control: HostControl, exec_id: str, group: str) -> None:
+        """Kill an exec given up on before its pid was known, whenever the runtime starts
+        it: found by the Engine's pid or by its wrapper's name, moved into its cgroup and
+        killed there with whatever it started. Ends once the exec has ended, its
+        container is gone, or after HELD_WATCH seconds (in a thread of its own)."""
+        deadline = time.monotonic() + HELD_WATCH
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    state = self._engine.client.exec_inspect(exec_id)
+                except (docker.errors.DockerException, requests.exceptions.RequestException,
+                        errors.SandboxError):
+                    return  # the container, or the Engine, is gone
+                if not state.get("Running") and state.get("ExitCode") is not None:
+                    return  # ended (its pid may be another process's by now)
+                pid = int(state.get("Pid") or 0) or control.find_held(group, deadline=0.0)
+                if pid:
+                    control.contain(group, pid, deadline=time.monotonic() + CONTAIN_DEADLINE)
+                    control.kill(group, deadline=time.monotonic() + KILL_DEADLINE)
+                time.sleep(_HELD_POLL)
+        finally:
+            control.release(group)
 
     async def _stop(self, sandbox_id: str, control: HostControl | None, group: str,
                     token: str) -> None:

@@ -29,12 +29,14 @@ KEEPALIVE = "while :; do sleep 86400 & wait $!; done"
 #: Run "$2"... once let go: the wrapper stops itself first (SIGSTOP), so the host can move
 #: it into its cgroup before the command runs, then continues it (SIGCONT). It runs the
 #: command only from its own cgroup, the freezer cgroup named as its ``$0``: continued
-#: anywhere else (by code inside, or after a host that gave up on it), it stops itself
-#: again, so no command ever runs outside its cgroup. ``kill``, ``read`` and ``[`` are
+#: anywhere else (by code inside), it stops itself again; only a positive check lets it
+#: go (a failed stop or an unreadable file never does). This is a second line only: code
+#: of the wrapper's user can rewrite its memory, so the host never leaves a wrapper it
+#: gave up on behind (``_processes._kill_held``). ``kill``, ``read`` and ``[`` are
 #: builtins: nothing is forked before the command. The shell sets ``PWD`` on its own;
 #: "$1" puts back what the command was given: ``=VALUE``, or empty for none.
-HOLD = ('while kill -STOP $$; do g=; while read -r l; do case $l in *:*freezer*:*/"$0") '
-        'g=1 ;; esac; done </proc/self/cgroup; [ "$g" ] && break; done; '
+HOLD = ('g=; until [ "$g" ]; do kill -STOP $$; while read -r l; do case $l in '
+        '*:*freezer*:*/"$0") g=1 ;; esac; done </proc/self/cgroup; done; '
         'case $1 in =*) export PWD="${1#=}" ;; *) unset PWD ;; esac; shift; exec "$@"')
 
 #: Start "$@" in the background, supervised, and detach. The supervisor prints its pid
