@@ -158,14 +158,31 @@ class Portal:
         if self.in_loop():
             raise RuntimeError("a blocking call from the event loop it would wait on: "
                                "use the async methods there instead")
-        work = self._submit(functools.partial(func, *args, **kwargs))
+        work: _Work[T] = _Work()
         try:
+            # Inside the try: an interruption may come while the work is handed over.
+            self._schedule(work, functools.partial(func, *args, **kwargs))
             return work.future.result()
         except BaseException:
-            if not work.future.done():
-                work.future.cancel()
-                work.settled.wait()
+            self._abandon(work)
             raise
+
+    def _abandon(self, work: _Work[Any]) -> None:
+        """Cancel work its caller gave up on, and wait for its cleanup. The caller may
+        have been interrupted before the work reached the loop, or at any moment after."""
+        if work.future.done():
+            return
+        work.future.cancel()
+        flushed = threading.Event()
+        try:
+            # Once this runs, whatever was handed to the loop before it has run too: the
+            # work has begun (and will be settled), or never will begin.
+            self._loop.call_soon_threadsafe(flushed.set)
+        except RuntimeError:  # the loop is closed: nothing of the work runs any more
+            return
+        flushed.wait()
+        if work.begun:
+            work.settled.wait()
 
     async def acall(self, func: Callable[P, Awaitable[T]], /, *args: P.args,
                     **kwargs: P.kwargs) -> T:
@@ -186,15 +203,20 @@ class Portal:
             raise
 
     def _submit(self, func: Callable[[], Awaitable[T]]) -> _Work[T]:
+        work: _Work[T] = _Work()
+        self._schedule(work, func)
+        return work
+
+    def _schedule(self, work: _Work[T], func: Callable[[], Awaitable[T]]) -> None:
         if not self.running:
             raise RuntimeError("the event loop this was made in was closed or no longer runs")
-        work: _Work[T] = _Work()
         loop = self._loop
 
         def begin() -> None:
             if work.future.cancelled():  # cancelled before it began: nothing ran
                 work.settled.set()
                 return
+            work.begun = True
             task = loop.create_task(_await(func))
             self._tasks.add(task)
             work.future.add_done_callback(
@@ -203,7 +225,6 @@ class Portal:
             task.add_done_callback(lambda done: self._end(work, done))
 
         loop.call_soon_threadsafe(begin)
-        return work
 
     def _end(self, work: _Work[T], task: asyncio.Task[T]) -> None:
         self._tasks.discard(task)
@@ -282,6 +303,8 @@ class _Work(Generic[T]):
     def __init__(self) -> None:
         self.future: concurrent.futures.Future[T] = concurrent.futures.Future()
         self.settled = threading.Event()
+        self.begun = False
+        """Set in the loop when the work's task is made."""
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

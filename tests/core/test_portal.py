@@ -8,7 +8,7 @@ import contextlib
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import anyio
 import pytest
@@ -88,13 +88,32 @@ def test_an_interrupted_call_returns_only_after_the_works_cleanup(portal: Portal
 
     def interrupt() -> None:
         assert work.began.wait(GRACE)
-        signal.pthread_kill(main, signal.SIGINT)  # type: ignore[arg-type]
+        signal.pthread_kill(main, signal.SIGINT)
 
     threading.Thread(target=interrupt, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
         portal.call(work)
     assert work.cleaned.is_set(), "the call returned before the work's cleanup ran"
     assert portal.call(_thread_name) == "psdk-test-portal"  # the loop still works
+
+
+def test_an_interrupt_while_the_work_is_handed_over_still_waits_for_its_cleanup(
+        portal: Portal, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ctrl-C lands after the work reached the loop, before the caller holds its future.
+    work = _Work()
+    schedule = portal._loop.call_soon_threadsafe
+
+    def interrupted(callback: Callable[..., object], *args: object) -> object:
+        handle = schedule(callback, *args)
+        monkeypatch.undo()  # the first hand-over only
+        assert work.began.wait(GRACE)
+        raise KeyboardInterrupt
+        return handle  # pragma: no cover
+
+    monkeypatch.setattr(portal._loop, "call_soon_threadsafe", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        portal.call(work)
+    assert work.cleaned.is_set(), "the call returned before the work's cleanup ran"
 
 
 def test_work_cancelled_before_it_began_never_runs_and_is_settled(portal: Portal) -> None:
