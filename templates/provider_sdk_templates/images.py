@@ -9,6 +9,7 @@ needs on top, and never talks to a sandbox backend.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import re
 import tarfile
@@ -205,6 +206,13 @@ class ImageBuilder:
                 f"pushing to {registry.host} failed: {_scrub(exc.message, registry.password)}",
                 step="push") from exc
         return f"{reference}:{tag}"
+
+    async def forget(self, *tags: str) -> None:
+        """Remove these tags from the Engine, an image going with its last tag: what a
+        build made here, once the registry holds it. A tag already gone is no error."""
+        for tag in tags:
+            with contextlib.suppress(errors.SandboxError):
+                await self._engine.api("remove_image", tag, kind="image", what=tag)
 
     async def _drain(self, lines: object, *, step: str, on_progress: Progress | None,
                      secret: Secret | None = None) -> None:

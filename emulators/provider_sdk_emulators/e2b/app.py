@@ -264,5 +264,11 @@ async def serve(flavor: Flavor, options: EmulatorOptions) -> AsyncIterator[Runni
                         await world.kill(record)
                     except errors.SandboxError:
                         log.warning("emulator: could not kill sandbox %s", record.id)
+                # The templates built through it go with it, their backend images too.
+                for template in list(world.templates.values()):
+                    try:
+                        await world.delete_template(template)
+                    except errors.SandboxError:
+                        log.warning("emulator: could not delete template %s", template.id)
             tg.cancel_scope.cancel()
 

@@ -121,14 +121,22 @@ class CubeTemplates:
         repository = f"{_REPOSITORY}/{alias}"
         reference = f"{registry.host}/{repository}:{digest}"
         builder = ImageBuilder()
+        made: list[str] = []
         try:
             image = (await builder.build(spec, force=force, on_progress=on_progress)).id
+            made.append(image)
             if not await builder.has_file(image, ENVD_PATH):
                 image = await builder.add_envd(image, self._envd_binary(envd, ENVD_PATH),
                                                tag=f"{image}-envd", on_progress=on_progress)
+                made.append(image)
+            made.append(reference)
             await builder.push(image, registry, repository, digest, on_progress=on_progress)
         finally:
-            await builder.aclose()
+            # The Engine here is only the build's tool: the template lives in the
+            # registry, and a failed build leaves nothing either.
+            with anyio.CancelScope(shield=True):
+                await builder.forget(*reversed(made))
+                await builder.aclose()
         template_id = await self._create(spec, registry, reference, on_progress)
         detail = await self.call("GET", f"/templates/{template_id}")
         return await self._finish(detail, spec, alias, digest, reference)
