@@ -180,7 +180,9 @@ class Portal:
             self._loop.call_soon_threadsafe(flushed.set)
         except RuntimeError:  # the loop is closed: nothing of the work runs any more
             return
-        flushed.wait()
+        while not flushed.wait(0.1):
+            if not self.running:  # the loop stopped meanwhile: nothing runs any more
+                return
         if work.begun:
             work.settled.wait()
 
