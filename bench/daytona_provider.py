@@ -91,7 +91,7 @@ async def run_all(client: AsyncDaytona, provider: DaytonaProvider, rounds: int) 
     try:
         # The same work by hand: the wrapper that separates stdout from stderr,
         # byte-exact, sent with the raw SDK and its answer parsed.
-        cwd = await provider._path(our_sandbox.id, ".")
+        cwd = await provider._calls.path(our_sandbox.id, ".")
 
         async def raw_separated() -> ExecResult:
             run = wrapper.wrap(ECHO, cwd=cwd, env={})

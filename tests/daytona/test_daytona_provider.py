@@ -185,12 +185,12 @@ async def test_set_metadata_reads_the_labels_fresh_into_the_handle_it_keeps(
     are read just before they are replaced, refreshing the SDK handle the provider
     keeps rather than building another."""
     async with provider.create(metadata={"team": "a"}) as sandbox:
-        kept = provider._sandboxes[sandbox.id]
+        kept = provider._calls.sandboxes[sandbox.id]
         async with DaytonaProvider(**provider_options()) as other:
             await (await other.connect(sandbox.id)).set_metadata({"stage": "review"})
         info = await sandbox.set_metadata({"owner": "alice"})
         assert dict(info.metadata) == {"team": "a", "stage": "review", "owner": "alice"}
-        assert provider._sandboxes[sandbox.id] is kept
+        assert provider._calls.sandboxes[sandbox.id] is kept
         assert dict((await provider.get_info(sandbox.id)).metadata) == dict(info.metadata)
 
 

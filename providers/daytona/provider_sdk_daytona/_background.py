@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from daytona import SessionExecuteRequest
 
@@ -27,56 +27,59 @@ from provider_sdk.provider import (
 )
 from provider_sdk.retry import Attempts, Backoff
 from provider_sdk_daytona import _processes as procs
-from provider_sdk_daytona._calls import CallsMixin
+from provider_sdk_daytona._calls import DaytonaCalls
+from provider_sdk_daytona._errors import PROVIDER
+from provider_sdk_daytona._files import DaytonaFiles
 from provider_sdk_daytona._shell import DaytonaShell
 
-__all__ = ["BackgroundMixin"]
+__all__ = ["DaytonaProcesses"]
 
 _SMALL_READ = 4096
+"""Most the provider reads of its own small files (pids, tokens) in a sandbox."""
 _PID_POLL = Backoff(initial=0.01, factor=1, cap=0.01)
 """How often a new process's pid file is looked for."""
 _OUTPUT_POLL = Backoff(initial=0.02, factor=1.5, cap=0.25)
 """How often a process's output is polled while it brings nothing new."""
-"""Most the provider reads of its own small files (pids, tokens) in a sandbox."""
 _STREAMS: tuple[Literal["stdout", "stderr"], ...] = ("stdout", "stderr")
 
 
-class BackgroundMixin(CallsMixin):
-    """The background-process hooks of ``DaytonaProvider``."""
+class DaytonaProcesses:
+    """Background processes: the :class:`~provider_sdk.roles.Processes` part of
+    ``DaytonaProvider``'s commands role, which passes its calls on to this object.
+    Output is read with the files role."""
 
-    _processes: dict[tuple[str, int], tuple[str, str]]
+    name = PROVIDER
 
-    if TYPE_CHECKING:
-        async def _path(self, sandbox_id: str, path: str) -> str: ...
-        async def _download_into(self, sandbox_id: str, path: str, kept: OutputBuffer, *,
-                                 missing_ok: bool = True) -> None: ...
+    def __init__(self, calls: DaytonaCalls, files: DaytonaFiles) -> None:
+        self._calls = calls
+        self._files = files
 
     async def _run_quietly(self, sandbox_id: str, script: str) -> str:
         """Run a helper script with Daytona's plain exec; its merged output (bounded)."""
-        done = await self._toolbox(sandbox_id, lambda s: s.process.exec(script, timeout=60),
-                                   wait=60 + self._request_timeout)
+        done = await self._calls.toolbox(sandbox_id, lambda s: s.process.exec(script, timeout=60),
+                                   wait=60 + self._calls.request_timeout)
         return (done.result or "")[-_SMALL_READ:]
 
-    async def _start(self, sandbox_id: str, command: Command) -> int:
-        cwd = await self._path(sandbox_id, command.cwd or ".")
+    async def start(self, sandbox_id: str, command: Command) -> int:
+        cwd = await self._calls.path(sandbox_id, command.cwd or ".")
         token = secrets.token_hex(8)
         session = procs.session_id(token)
         script = procs.start_script(command, token, cwd=cwd, env=dict(command.env))
-        await self._toolbox(sandbox_id, lambda s: s.process.create_session(session))
-        started = await self._toolbox(sandbox_id, lambda s: s.process.execute_session_command(
+        await self._calls.toolbox(sandbox_id, lambda s: s.process.create_session(session))
+        started = await self._calls.toolbox(sandbox_id, lambda s: s.process.execute_session_command(
             session, SessionExecuteRequest(command=DaytonaShell.EXIT + script, run_async=True)))
         # The wrapper writes the pid as soon as the child exists.
-        async for _ in Attempts(_PID_POLL, timeout=self._window):
+        async for _ in Attempts(_PID_POLL, timeout=self._calls.window):
             # The state first: a quick child that has ended had its pid written already.
-            state = await self._toolbox(sandbox_id, lambda s: s.process.get_session_command(
+            state = await self._calls.toolbox(sandbox_id, lambda s: s.process.get_session_command(
                 session, started.cmd_id))
             with contextlib.suppress(errors.FileNotFound, ValueError):
                 pid = int((await self._read_all(sandbox_id, procs.pid_path(token))).strip())
-                self._processes[(sandbox_id, pid)] = (token, started.cmd_id)
+                self._calls.processes[(sandbox_id, pid)] = (token, started.cmd_id)
                 return pid
             if state.exit_code is not None:
                 break
-        logs = await self._toolbox(sandbox_id, lambda s: (
+        logs = await self._calls.toolbox(sandbox_id, lambda s: (
             s.process.get_session_command_logs(session, started.cmd_id)))
         raise errors.SandboxError(f"the process did not start (exit "
                                   f"{state.exit_code}): {logs.stderr or logs.output}",
@@ -86,12 +89,12 @@ class BackgroundMixin(CallsMixin):
         """One of the provider's small files (a pid, a token): its first bytes only,
         whatever the sandbox put there."""
         kept = OutputBuffer(_SMALL_READ)
-        await self._download_into(sandbox_id, path, kept, missing_ok=False)
+        await self._files.download_into(sandbox_id, path, kept, missing_ok=False)
         return kept.value()
 
     async def _process(self, sandbox_id: str, pid: int) -> tuple[str, str]:
         """The token and session command of the background process ``pid``."""
-        found = self._processes.get((sandbox_id, pid))
+        found = self._calls.processes.get((sandbox_id, pid))
         if found is not None:
             return found
         try:
@@ -99,13 +102,13 @@ class BackgroundMixin(CallsMixin):
         except errors.FileNotFound:
             raise errors.ProcessNotFound(f"no background process {pid}", provider=self.name,
                                          sandbox_id=sandbox_id) from None
-        session = await self._toolbox(sandbox_id,
+        session = await self._calls.toolbox(sandbox_id,
                                       lambda s: s.process.get_session(procs.session_id(token)))
         found = (token, session.commands[0].id)
-        self._processes[(sandbox_id, pid)] = found
+        self._calls.processes[(sandbox_id, pid)] = found
         return found
 
-    async def _process_events(self, sandbox_id: str, pid: int) -> AsyncIterator[ProcessEvent]:
+    async def events(self, sandbox_id: str, pid: int) -> AsyncIterator[ProcessEvent]:
         token, command_id = await self._process(sandbox_id, pid)
         session = procs.session_id(token)
         sent = {"stdout": 0, "stderr": 0}
@@ -115,7 +118,7 @@ class BackgroundMixin(CallsMixin):
         async for _ in polls:
             # Status first: sizes read after the exit is seen are final (but for a
             # daemon the process left holding its output: only what it wrote by then).
-            state = await self._toolbox(sandbox_id, lambda s: s.process.get_session_command(
+            state = await self._calls.toolbox(sandbox_id, lambda s: s.process.get_session_command(
                 session, command_id))
             sizes = await self._output_sizes(sandbox_id, token, sent)
             if state.exit_code is not None and end is None:
@@ -126,7 +129,7 @@ class BackgroundMixin(CallsMixin):
                 if wanted <= sent[stream]:
                     continue
                 piece = OutputBuffer(min(procs.CHUNK, wanted - sent[stream]))
-                await self._download_into(sandbox_id, procs.piece_path(token, stream), piece)
+                await self._files.download_into(sandbox_id, procs.piece_path(token, stream), piece)
                 if len(piece):
                     yield ProcessOutput(stream, piece.value())
                     sent[stream] += len(piece)
@@ -150,16 +153,16 @@ class BackgroundMixin(CallsMixin):
                                       f"measured: {' '.join(said)[-200:]!r}",
                                       provider=self.name, sandbox_id=sandbox_id) from None
 
-    async def _send_stdin(self, sandbox_id: str, pid: int, data: bytes) -> None:
+    async def send_stdin(self, sandbox_id: str, pid: int, data: bytes) -> None:
         token, _command = await self._process(sandbox_id, pid)
         staged = f"{procs.PREFIX}{token}.w-{secrets.token_hex(4)}"
-        await self._toolbox(sandbox_id, lambda s: s.fs.upload_file(data, staged))
+        await self._calls.toolbox(sandbox_id, lambda s: s.fs.upload_file(data, staged))
         await self._run_quietly(sandbox_id, procs.write_script(token, staged))
 
-    async def _close_stdin(self, sandbox_id: str, pid: int) -> None:
+    async def close_stdin(self, sandbox_id: str, pid: int) -> None:
         token, _command = await self._process(sandbox_id, pid)
         await self._run_quietly(sandbox_id, procs.close_stdin_script(token))
 
-    async def _kill_process(self, sandbox_id: str, pid: int) -> None:
+    async def kill(self, sandbox_id: str, pid: int) -> None:
         await self._process(sandbox_id, pid)
         await self._run_quietly(sandbox_id, procs.kill_script(pid))

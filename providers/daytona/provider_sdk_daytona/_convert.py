@@ -1,5 +1,6 @@
 """Daytona's payloads as neutral values, and neutral specs as Daytona's fields: one
-function per type, no I/O."""
+function per type, no I/O. What a sandbox's state means (:data:`STATES`) and the labels
+the provider keeps for itself are here too, since every role reads them."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from provider_sdk.models import (
     FileInfo,
     FileType,
     NetworkPolicy,
+    SandboxInfo,
     SandboxSpec,
+    SandboxState,
     Snapshot,
     Template,
     Volume,
@@ -24,8 +27,62 @@ from provider_sdk.models import (
 from provider_sdk.models import Resources as NeutralResources
 from provider_sdk_daytona._errors import PROVIDER
 
-__all__ = ["image_from_dockerfile", "network_fields", "resources", "state_of", "timestamp",
-           "to_file_info", "to_snapshot", "to_template", "to_volume"]
+__all__ = ["CREATE_LABEL", "CWD_LABEL", "LANGUAGE_LABEL", "RESERVED_LABELS", "STATES",
+           "image_from_dockerfile", "network_fields", "resources", "sandbox_state",
+           "state_name", "state_of", "timestamp", "to_file_info", "to_info", "to_snapshot",
+           "to_template", "to_volume"]
+
+LANGUAGE_LABEL = "code-toolbox-language"
+CWD_LABEL = "provider-sdk.cwd"
+CREATE_LABEL = "provider-sdk.create"
+"""A token per create: a create retried after a 502 first looks for what it made."""
+RESERVED_LABELS = frozenset({LANGUAGE_LABEL, CWD_LABEL, CREATE_LABEL})
+
+STATES = {
+    "started": SandboxState.RUNNING, "snapshotting": SandboxState.RUNNING,
+    "forking": SandboxState.RUNNING, "resizing": SandboxState.RUNNING,
+    "creating": SandboxState.STARTING, "starting": SandboxState.STARTING,
+    "restoring": SandboxState.STARTING, "resuming": SandboxState.STARTING,
+    "pending_build": SandboxState.STARTING, "building_snapshot": SandboxState.STARTING,
+    "pulling_snapshot": SandboxState.STARTING,
+    "stopping": SandboxState.PAUSING, "archiving": SandboxState.PAUSING,
+    "pausing": SandboxState.PAUSING,
+    "stopped": SandboxState.PAUSED, "archived": SandboxState.PAUSED,
+    "paused": SandboxState.PAUSED,
+    "destroying": SandboxState.KILLED, "destroyed": SandboxState.KILLED,
+    "error": SandboxState.ERROR, "build_failed": SandboxState.ERROR,
+}
+"""Daytona's sandbox states as neutral ones."""
+
+
+def state_name(sandbox: Any) -> str:
+    """Daytona's name for a sandbox's state."""
+    state = sandbox.state
+    return str(getattr(state, "value", state) or "unknown")
+
+
+def sandbox_state(sandbox: Any) -> SandboxState:
+    """A sandbox's neutral state."""
+    return STATES.get(state_name(sandbox), SandboxState.UNKNOWN)
+
+
+def to_info(sandbox: Any) -> SandboxInfo:
+    labels = dict(sandbox.labels or {})
+    state = state_name(sandbox)
+    return SandboxInfo(
+        id=sandbox.id, provider=PROVIDER,
+        state=STATES.get(state, SandboxState.UNKNOWN), template=sandbox.snapshot,
+        metadata=labels,
+        created_at=timestamp(sandbox.created_at), expires_at=None,
+        resources=NeutralResources(cpu=sandbox.cpu or None,
+                                   memory_mb=(sandbox.memory or 0) * 1024 or None,
+                                   disk_mb=(sandbox.disk or 0) * 1024 or None),
+        extra={"daytona_state": state, "name": sandbox.name, "target": sandbox.target,
+               "auto_stop_interval": sandbox.auto_stop_interval,
+               "auto_archive_interval": sandbox.auto_archive_interval,
+               "auto_delete_interval": sandbox.auto_delete_interval,
+               "cwd": labels.get(CWD_LABEL)},
+    )
 
 
 def timestamp(value: str | None) -> dt.datetime | None:

@@ -24,9 +24,9 @@ import time
 import anyio
 
 from provider_sdk.models import ExposedPort
-from provider_sdk_daytona._calls import CallsMixin
+from provider_sdk_daytona._calls import DaytonaCalls, translate
 
-__all__ = ["LIFETIME", "PortsMixin"]
+__all__ = ["LIFETIME", "DaytonaPorts"]
 
 LIFETIME = 24 * 60 * 60
 """Seconds a signed preview URL lives (Daytona allows 1 s to 24 h)."""
@@ -34,43 +34,40 @@ _RENEW_BEFORE = 60 * 60
 """An exposed URL with less than this left is replaced by a new one on ``expose``."""
 
 
-class PortsMixin(CallsMixin):
-    """The ``ports.expose`` hooks of ``DaytonaProvider``."""
+class DaytonaPorts:
+    """The ports role of ``DaytonaProvider`` (a :class:`provider_sdk.roles.Ports`); what
+    it exposed is kept in the shared calls, which forget a killed sandbox's ports."""
 
-    _exposed: dict[tuple[str, int], tuple[ExposedPort, float]]
+    def __init__(self, calls: DaytonaCalls) -> None:
+        self._calls = calls
 
-    async def _expose(self, sandbox_id: str, port: int) -> ExposedPort:
-        known = self._exposed.get((sandbox_id, port))
+    async def expose(self, sandbox_id: str, port: int) -> ExposedPort:
+        known = self._calls.exposed.get((sandbox_id, port))
         if known is not None and known[1] - time.monotonic() > _RENEW_BEFORE:
             return known[0]
-        sandbox = await self._sandbox(sandbox_id)
+        sandbox = await self._calls.sandbox(sandbox_id)
         until = time.monotonic() + LIFETIME
-        with self._translate(sandbox_id):
-            signed = await self._retrying(lambda: sandbox.create_signed_preview_url(
+        with translate(sandbox_id):
+            signed = await self._calls.retrying(lambda: sandbox.create_signed_preview_url(
                 port, expires_in_seconds=LIFETIME))
-            link = await self._retrying(lambda: sandbox.get_preview_link(port))
-        known = self._exposed.get((sandbox_id, port))
+            link = await self._calls.retrying(lambda: sandbox.get_preview_link(port))
+        known = self._calls.exposed.get((sandbox_id, port))
         if known is not None and known[1] - time.monotonic() > _RENEW_BEFORE:
             # exposed meanwhile by another task: keep that one, expire this one
-            with anyio.CancelScope(shield=True), self._translate(sandbox_id):
-                await self._retrying(lambda: sandbox.expire_signed_preview_url(
+            with anyio.CancelScope(shield=True), translate(sandbox_id):
+                await self._calls.retrying(lambda: sandbox.expire_signed_preview_url(
                     port, signed.token))
             return known[0]
         exposed = ExposedPort(port=port, url=signed.url, base_url=link.url,
                               token=signed.token, token_header=None)
-        self._exposed[(sandbox_id, port)] = (exposed, until)
+        self._calls.exposed[(sandbox_id, port)] = (exposed, until)
         return exposed
 
-    async def _unexpose(self, sandbox_id: str, port: int) -> None:
-        known = self._exposed.pop((sandbox_id, port), None)
+    async def unexpose(self, sandbox_id: str, port: int) -> None:
+        known = self._calls.exposed.pop((sandbox_id, port), None)
         if known is None:
             return
-        sandbox = await self._sandbox(sandbox_id)
+        sandbox = await self._calls.sandbox(sandbox_id)
         token = known[0].token.reveal()
-        with anyio.CancelScope(shield=True), self._translate(sandbox_id):
-            await self._retrying(lambda: sandbox.expire_signed_preview_url(port, token))
-
-    def _forget_ports(self, sandbox_id: str) -> None:
-        """Drop what is known of a killed sandbox's exposed ports."""
-        for key in [k for k in self._exposed if k[0] == sandbox_id]:
-            del self._exposed[key]
+        with anyio.CancelScope(shield=True), translate(sandbox_id):
+            await self._calls.retrying(lambda: sandbox.expire_signed_preview_url(port, token))

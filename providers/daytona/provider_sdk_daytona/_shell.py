@@ -24,22 +24,21 @@ T = TypeVar("T")
 
 
 class ShellHost(Protocol):
-    """What a :class:`DaytonaShell` needs of its provider, and all it uses: the name and
-    output limit, toolbox calls and their timeout, and where a path resolves."""
+    """What a :class:`DaytonaShell` needs to call Daytona, and all it uses (the
+    provider's shared ``DaytonaCalls`` meets it): the provider's name, toolbox calls
+    and their timeout, and where a path resolves. Its output limit is the provider's,
+    read from the sandbox handle."""
 
     @property
     def name(self) -> str: ...
 
     @property
-    def output_limit(self) -> int: ...
+    def request_timeout(self) -> float: ...
 
-    @property
-    def _request_timeout(self) -> float: ...
+    async def toolbox(self, sandbox_id: str, call: Callable[[AsyncSandbox], Awaitable[T]], *,
+                      wait: float | None = 0.0) -> T: ...
 
-    async def _toolbox(self, sandbox_id: str, call: Callable[[AsyncSandbox], Awaitable[T]], *,
-                       wait: float | None = 0.0) -> T: ...
-
-    async def _path(self, sandbox_id: str, path: str) -> str: ...
+    async def path(self, sandbox_id: str, path: str) -> str: ...
 
 
 class DaytonaShell(Shell):
@@ -55,29 +54,28 @@ class DaytonaShell(Shell):
     EXIT = 'exit() { return "${1:-$?}"; }; '
     """Prefixed to every command: ``exit`` returns from the command, the session lives."""
 
-    def __init__(self, provider: ShellHost, sandbox: Sandbox, session_id: str) -> None:
+    def __init__(self, host: ShellHost, sandbox: Sandbox, session_id: str) -> None:
         super().__init__(sandbox)
-        self._provider = provider
+        self._host = host
         self._sandbox_id = sandbox.id
         self._session = session_id
         self._closed = False
 
     @classmethod
-    async def open(cls, provider: ShellHost, sandbox: Sandbox, *, cwd: str | None,
+    async def open(cls, host: ShellHost, sandbox: Sandbox, *, cwd: str | None,
                    env: Mapping[str, str]) -> DaytonaShell:
         """Create the session and set its starting directory and variables."""
         sandbox_id = sandbox.id
-        shell = cls(provider, sandbox, f"psdk-shell-{secrets.token_hex(8)}")
-        await provider._toolbox(sandbox_id,
-                                lambda s: s.process.create_session(shell._session))
+        shell = cls(host, sandbox, f"psdk-shell-{secrets.token_hex(8)}")
+        await host.toolbox(sandbox_id, lambda s: s.process.create_session(shell._session))
         setup = scripts.export_script(env)
-        start = await provider._path(sandbox_id, cwd or ".")
+        start = await host.path(sandbox_id, cwd or ".")
         setup += f"cd -- {shlex.quote(start)}"
         result = await shell.run(setup)
         if not result.ok:
             await shell.aclose()
             raise errors.InvalidInput(f"shell: cannot start in {start!r}: "
-                                      f"{result.stderr.strip()}", provider=provider.name,
+                                      f"{result.stderr.strip()}", provider=host.name,
                                       sandbox_id=sandbox_id)
         return shell
 
@@ -85,17 +83,17 @@ class DaytonaShell(Shell):
                    on_stdout: OutputCallback | None,
                    on_stderr: OutputCallback | None) -> ExecResult:
         """Run ``cmd`` in the session; its result once it ends."""
-        where: dict[str, Any] = {"provider": self._provider.name, "sandbox_id": self._sandbox_id}
+        where: dict[str, Any] = {"provider": self._host.name, "sandbox_id": self._sandbox_id}
         if self._closed:
             raise errors.InvalidInput("the shell is closed", **where)
         request = SessionExecuteRequest(command=self.EXIT + cmd, run_async=False)
         limit = daemon_seconds(timeout)
         start = anyio.current_time()
         try:
-            done = await self._provider._toolbox(
+            done = await self._host.toolbox(
                 self._sandbox_id, lambda s: s.process.execute_session_command(
                     self._session, request, timeout=limit),
-                wait=None if limit is None else limit + self._provider._request_timeout)
+                wait=None if limit is None else limit + self._host.request_timeout)
         except errors.Unavailable as exc:
             if timeout is None:
                 raise
@@ -103,8 +101,9 @@ class DaytonaShell(Shell):
             raise errors.CommandTimeout(f"the shell command ran longer than {timeout:g} s",
                                         result=empty, **where) from exc
         # The daemon answers with the whole output; keep the provider's output_limit.
-        out = OutputBuffer(self._provider.output_limit)
-        err = OutputBuffer(self._provider.output_limit)
+        kept = self._sandbox.provider.output_limit
+        out = OutputBuffer(kept)
+        err = OutputBuffer(kept)
         out.append((done.stdout or "").encode())
         err.append((done.stderr or "").encode())
         return ExecResult(exit_code=done.exit_code if done.exit_code is not None else -1,
@@ -118,5 +117,5 @@ class DaytonaShell(Shell):
             return
         self._closed = True
         with contextlib.suppress(errors.SandboxError):
-            await self._provider._toolbox(self._sandbox_id,
-                                          lambda s: s.process.delete_session(self._session))
+            await self._host.toolbox(self._sandbox_id,
+                                     lambda s: s.process.delete_session(self._session))
