@@ -293,6 +293,19 @@ async def test_shell_keeps_plain_variables_and_functions(provider: DaytonaProvid
         assert result.stdout == "not-exported\nfrom-function\n"
 
 
+async def test_a_shell_keeps_the_output_limit_set_on_its_provider(
+        provider: DaytonaProvider) -> None:
+    """The daemon answers a session command with its whole output: the shell keeps what
+    the provider's ``output_limit`` (set on the instance) allows of each stream, and
+    counts the rest."""
+    provider.output_limit = 1000
+    async with provider.create() as sandbox, await sandbox.shell() as shell:
+        result = await shell.run("head -c 3000 /dev/zero | tr '\\0' a; "
+                                 "head -c 2500 /dev/zero | tr '\\0' b >&2")
+    assert (result.stdout, result.stderr) == ("a" * 1000, "b" * 1000)
+    assert (result.stdout_truncated, result.stderr_truncated) == (2000, 1500)
+
+
 async def test_large_output_is_downloaded_from_files(provider: DaytonaProvider) -> None:
     async with provider.create() as sandbox:
         result = await sandbox.exec("head -c 6000000 /dev/zero | tr '\\0' x")
