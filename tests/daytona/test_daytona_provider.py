@@ -266,6 +266,7 @@ async def test_archive_extension_then_resume(provider: DaytonaProvider) -> None:
         await sandbox.files.write("kept.txt", b"archived")
         info = await provider.ex_archive(sandbox.id)
         assert (info.state, info.extra["daytona_state"]) == (SandboxState.PAUSED, "archived")
+        assert not set(info.metadata) & provider.internal_labels
         again = await provider.connect(sandbox.id)
         assert await again.files.read("kept.txt") == b"archived"
 

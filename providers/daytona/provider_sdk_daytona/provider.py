@@ -131,8 +131,8 @@ class DaytonaProvider(SandboxProvider):
     async def ex_archive(self, sandbox_id: str) -> SandboxInfo:
         """Archive a sandbox (Daytona only): its files move to cheaper storage; a running
         sandbox is stopped first. ``resume`` starts it again (slower than from stopped)."""
-        return await self._control.ex_archive(sandbox_id)
+        return self._visible(await self._control.ex_archive(sandbox_id))
 
     async def ex_recover(self, sandbox_id: str) -> SandboxInfo:
         """Recover a sandbox from a recoverable error state (Daytona only)."""
-        return await self._control.ex_recover(sandbox_id)
+        return self._visible(await self._control.ex_recover(sandbox_id))
