@@ -51,13 +51,24 @@ def dist(session: nox.Session) -> None:
                 f"pip install --find-links {outdir} 'sandbox-provider-sdk[docker,e2b]'")
 
 
+# The fast tier: the core, the CLI, the manager and the contract suite's own tests, on
+# the in-process memory provider, without the tests marked slow (they start processes,
+# wait out clocks or need a real backend).
+FAST = ["-m", "not slow", "tests/core", "tests/cli", "tests/manager", "tests/contract_meta"]
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Unit tests and the contract suite against every provider installed here, on
     two worker processes (most tests wait on sandboxes, not on the CPU); ``-n 0`` after
-    ``--`` runs them in this process."""
+    ``--`` runs them in this process. ``nox -s tests -- fast`` runs the fast tier (a
+    couple of minutes); pytest's arguments may follow ``fast``."""
     install(session, "test")
-    session.run("pytest", "-n", "2", *session.posargs)
+    args = session.posargs
+    if args[:1] == ["fast"]:
+        session.run("pytest", "-n", "2", *FAST, *args[1:])
+    else:
+        session.run("pytest", "-n", "2", "--durations=30", *args)
 
 
 # The contract suite against one provider each, through ``psdk contract``: local and

@@ -114,6 +114,7 @@ def test_run_without_dashes_takes_plain_words(psdk: Psdk, memory: Store) -> None
     assert psdk("run", *P, "echo", "plain").out == "plain\n"
 
 
+@pytest.mark.slow
 def test_run_timeout_exits_124_with_one_line_and_kills(psdk: Psdk, memory: Store) -> None:
     outcome = psdk("run", *P, "--timeout", "0.3", "--", "sh", "-c", "echo started; sleep 30")
     assert outcome.code == 124

@@ -12,6 +12,8 @@ from psdk_fixtures import Psdk
 
 from provider_sdk.cli import contract
 
+pytestmark = pytest.mark.slow
+
 
 def test_generated_module_subclasses_the_contract_for_the_provider() -> None:
     source = contract.test_module("my-provider")

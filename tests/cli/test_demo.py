@@ -18,6 +18,8 @@ from psdk_fixtures import Psdk
 
 from provider_sdk import registry
 
+pytestmark = pytest.mark.slow
+
 
 class _Local(MemoryProvider):
     """The memory provider posing as ``local``, accepting local's options."""

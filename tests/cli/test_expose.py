@@ -20,6 +20,8 @@ import pytest
 
 from provider_sdk.sync import SyncSandbox, open_provider
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[SyncSandbox, dict[str, str]]]:

@@ -54,6 +54,7 @@ def _id_alone(out: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_create_prints_its_id_alone_and_json_with_json(env: dict[str, str]) -> None:
     ident = _id_alone(_ok(env, "create"))
     data = json.loads(_ok(env, "create", "--json", "--label", "k=v"))
@@ -63,6 +64,7 @@ def test_create_prints_its_id_alone_and_json_with_json(env: dict[str, str]) -> N
         _ok(env, "kill", made)
 
 
+@pytest.mark.slow
 def test_snapshot_create_ls_rm(env: dict[str, str]) -> None:
     sandbox = _id_alone(_ok(env, "create"))
     try:
@@ -80,6 +82,7 @@ def test_snapshot_create_ls_rm(env: dict[str, str]) -> None:
         _ok(env, "kill", sandbox)
 
 
+@pytest.mark.slow
 def test_volume_create_ls_rm(env: dict[str, str]) -> None:
     made = _id_alone(_ok(env, "volume", "create", "data"))
     table = _ok(env, "volume", "ls").splitlines()
@@ -90,6 +93,7 @@ def test_volume_create_ls_rm(env: dict[str, str]) -> None:
     assert json.loads(_ok(env, "volume", "ls", "--json")) == []
 
 
+@pytest.mark.slow
 def test_template_ls_has_a_header(env: dict[str, str]) -> None:
     assert _ok(env, "template", "ls").splitlines()[0].split() == [
         "ID", "NAME", "CONTENT", "CREATED"]
@@ -101,6 +105,7 @@ def test_emulate_does_not_take_provider(env: dict[str, str]) -> None:
     assert "--provider" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_label_with_control_characters_and_100_kb_stays_on_one_short_line(
         env: dict[str, str]) -> None:
     big = "x" * 100_000
@@ -123,6 +128,7 @@ def test_a_label_with_control_characters_and_100_kb_stays_on_one_short_line(
         _ok(env, "kill", sandbox)
 
 
+@pytest.mark.slow
 def test_reap_lines_escape_what_a_label_holds(env: dict[str, str], tmp_path: Path) -> None:
     from provider_sdk.manager.manager import OWNER_LABEL
 
@@ -138,6 +144,7 @@ def test_reap_lines_escape_what_a_label_holds(env: dict[str, str], tmp_path: Pat
         _ok(env, "kill", sandbox)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["snapshot", "volume", "template"])
 @pytest.mark.parametrize("before", [True, False])
 def test_provider_before_or_after_the_action_is_honoured(env: dict[str, str],

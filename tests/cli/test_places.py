@@ -15,6 +15,8 @@ from engines import require_docker
 
 from provider_sdk.cli.places import Places
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def home(tmp_path: Path) -> Path:

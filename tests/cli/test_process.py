@@ -16,6 +16,8 @@ import pytest
 
 from provider_sdk.distributions import install_hint
 
+pytestmark = pytest.mark.slow
+
 TESTS = Path(__file__).resolve().parent.parent
 
 # Runs psdk with the in-process memory provider registered first. Entry points are the

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from engines import require_docker
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:

@@ -19,6 +19,8 @@ from typing import IO
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 TESTS = Path(__file__).resolve().parent.parent
 
 STOPS = [pytest.param(signal.SIGTERM, id="SIGTERM"), pytest.param(signal.SIGHUP, id="SIGHUP")]

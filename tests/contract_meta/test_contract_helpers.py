@@ -141,6 +141,7 @@ def test_a_test_within_its_deadline_keeps_its_own_verdict(pytester: pytest.Pytes
     result.stdout.no_fnmatch_line("*still running after*")
 
 
+@pytest.mark.slow
 def test_the_deadline_leaves_sync_and_property_tests_alone(pytester: pytest.Pytester,
                                                            log: Path) -> None:
     """A test that is not a coroutine, and a property test (each example is small, the
@@ -150,6 +151,7 @@ def test_the_deadline_leaves_sync_and_property_tests_alone(pytester: pytest.Pyte
     result.assert_outcomes(passed=2)
 
 
+@pytest.mark.slow
 def test_the_deadline_is_the_class_s(pytester: pytest.Pytester, log: Path) -> None:
     """A test is cancelled at its class's ``test_timeout``, not at a fixed one."""
     write_contract(pytester, log, extra='''

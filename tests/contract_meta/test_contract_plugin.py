@@ -151,6 +151,7 @@ def test_leftover_sandboxes_are_killed_at_session_end(pytester: pytest.Pytester,
     result.stdout.fnmatch_lines([f"*left 1 behind, now removed: sandbox {leaked}*"])
 
 
+@pytest.mark.slow
 def test_hung_test_fails_after_its_deadline(pytester: pytest.Pytester, log: Path) -> None:
     """A test still running after the class's test_timeout is cancelled and failed, and its
     sandbox is still killed."""
@@ -163,6 +164,7 @@ def test_hung_test_fails_after_its_deadline(pytester: pytest.Pytester, log: Path
     assert [f"kill {c}" in lines for c in created] == [True]
 
 
+@pytest.mark.slow
 def test_the_event_loop_sections_are_the_suite_s_and_only_those(
         pytester: pytest.Pytester, log: Path) -> None:
     """A subclass of ``EventLoopContract`` collects the sections that lean on the event

@@ -89,6 +89,7 @@ async def test_events_never_carry_env_values_or_file_contents(memory: Store) -> 
         assert secret not in text
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_cancelled_operation_logs_failed(memory: Store) -> None:
     async with open_provider("memory") as provider, provider.create() as sandbox:

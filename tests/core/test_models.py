@@ -90,6 +90,7 @@ def test_invalid_input_is_a_value_error() -> None:
         SandboxSpec(cwd="x")
 
 
+@pytest.mark.slow
 @given(env=st.dictionaries(env_names, no_nul, max_size=5))
 def test_valid_env_is_kept_exactly(env: dict[str, str]) -> None:
     assert dict(SandboxSpec(env=env).env) == env

@@ -132,6 +132,7 @@ async def test_token_holders_pass_while_a_crowd_without_a_token_waits(
             await stream.aclose()
 
 
+@pytest.mark.slow
 async def test_a_head_that_shows_no_token_soon_is_closed_and_one_that_does_may_take_longer(
         exposed: ExposedPort, monkeypatch: pytest.MonkeyPatch) -> None:
     """Without the token, the head has ``TOKEN_TIMEOUT`` (408 after); once a line has

@@ -407,6 +407,7 @@ async def _true(value: bool) -> bool:
     return value
 
 
+@pytest.mark.slow
 async def test_nothing_past_a_chunked_body_is_forwarded(proxy: PortProxy) -> None:
     """A chunked body reaches the server re-framed (extensions and trailers dropped),
     up to its last chunk; a request pipelined after it, token, other ports' cookies and
@@ -508,6 +509,7 @@ async def test_transfer_coding_not_ending_in_chunked_is_refused(
 _UPGRADE = b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nX-Psdk-Token: "
 
 
+@pytest.mark.slow
 async def test_nothing_after_an_upgrade_request_passes_without_a_101(
         proxy: PortProxy) -> None:
     """What a client sends after a request that asks for an upgrade waits for the

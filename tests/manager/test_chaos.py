@@ -50,7 +50,7 @@ from provider_sdk.manager import (
     reap,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 WORKER = Path(__file__).with_name("chaos_worker.py")
 REPLICAS = 3

@@ -19,7 +19,7 @@ from provider_sdk.local import LocalProvider
 from provider_sdk.manager import BindingStore, PostgresStore, RedisStore, SandboxManager
 from provider_sdk.models import SandboxState
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 WORKER = Path(__file__).with_name("sweep_worker.py")
 IDLE_PAUSE = 2.0

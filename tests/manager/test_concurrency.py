@@ -15,7 +15,7 @@ import pytest
 from provider_sdk.local import LocalProvider
 from provider_sdk.manager import OWNER_LABEL, PostgresStore, RedisStore
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 WORKER = Path(__file__).with_name("acquire_worker.py")
 PROCESSES, CALLS, OWNERS = 2, 25, 5

@@ -29,7 +29,7 @@ from provider_sdk.manager import (
 from provider_sdk.manager.pool import taken_claim
 from provider_sdk.provider import SandboxProvider
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 WORKER = Path(__file__).with_name("crash_worker.py")
 MAX_AGE = 2.0

@@ -76,6 +76,7 @@ def _served(running: RunningEmulator) -> int:
     return int(answer.json()["served"]["resume_504"])
 
 
+@pytest.mark.slow
 async def test_a_short_504_window_after_resume_is_ridden_out(
         start_cube: Start, cube_provider: Callable[..., SandboxProvider],
         db_path: Path) -> None:
@@ -93,6 +94,7 @@ async def test_a_short_504_window_after_resume_is_ridden_out(
     assert _served(running) == 3  # the 504s really were served, and absorbed
 
 
+@pytest.mark.slow
 async def test_504s_past_the_retry_window_get_the_sandbox_replaced_from_its_snapshot(
         start_cube: Start, cube_provider: Callable[..., SandboxProvider],
         db_path: Path) -> None:
@@ -139,6 +141,7 @@ async def test_without_replacement_a_504_window_is_unavailable_within_the_bound(
         assert [i.id for i in await provider.list()] == [first.id]
 
 
+@pytest.mark.slow
 async def test_idle_pause_is_left_to_cubes_own_auto_pause(
         start_cube: Start, cube_provider: Callable[..., SandboxProvider],
         db_path: Path) -> None:

@@ -89,6 +89,7 @@ async def test_sqlite_held_by_another_process(freezing: _FreezeOnCreate,
     assert took < TIMEOUT + SLACK
 
 
+@pytest.mark.slow
 async def test_redis_paused_in_the_middle_of_a_create(freezing: _FreezeOnCreate,
                                                       redis_store: RedisStore) -> None:
     async def pause() -> None:
@@ -160,6 +161,7 @@ class _Frozen:
         self.cgroup.rmdir()
 
 
+@pytest.mark.slow
 async def test_a_frozen_agent_costs_the_health_timeout_then_is_replaced(
         provider: LocalProvider, store: SQLiteStore) -> None:
     first = await SandboxManager(provider, store).acquire("alice")
@@ -181,6 +183,7 @@ async def test_a_frozen_agent_costs_the_health_timeout_then_is_replaced(
 # ---------------------------------------------------------------- commands
 
 
+@pytest.mark.slow
 async def test_a_command_paused_under_it_ends_within_its_timeout(
         provider: LocalProvider, store: SQLiteStore) -> None:
     sandbox = await SandboxManager(provider, store).acquire("alice")

@@ -55,6 +55,7 @@ async def test_an_idle_sandbox_is_paused_then_resumed_by_acquire(
         assert not binding.paused
 
 
+@pytest.mark.slow
 async def test_a_sandbox_in_use_is_not_paused(provider: LocalProvider,
                                               store: SQLiteStore) -> None:
     async with SandboxManager(provider, store, idle_pause=1.0,
@@ -80,6 +81,7 @@ async def test_a_command_on_a_handle_paused_elsewhere_resumes_it(
     assert await _state(provider, sandbox.id) == SandboxState.RUNNING
 
 
+@pytest.mark.slow
 async def test_a_long_command_in_one_replica_is_not_paused_by_anothers_sweep(
         provider: LocalProvider, store: SQLiteStore) -> None:
     other = SandboxManager(provider, store, idle_pause=1.0)  # another replica's sweeps

@@ -67,6 +67,7 @@ async def test_a_second_acquire_is_answered_by_the_cache_without_the_provider(
                                          "sandbox.manager.acquire.complete"]
 
 
+@pytest.mark.slow
 async def test_the_least_recently_used_owner_leaves_a_full_cache(
         provider: LocalProvider, store: SQLiteStore) -> None:
     manager = SandboxManager(provider, store, cache_size=2)
@@ -163,6 +164,7 @@ async def test_a_lost_binding_is_healed_from_the_owner_tag(
     assert [i.id for i in await provider.list()] == [first.id]
 
 
+@pytest.mark.slow
 async def test_duplicates_found_by_tag_are_reduced_to_the_oldest_running_one(
         provider: LocalProvider, store: SQLiteStore) -> None:
     oldest = await provider.create(metadata={OWNER_LABEL: "alice"})
@@ -195,6 +197,7 @@ async def test_duplicates_next_to_a_bound_sandbox_are_killed_in_the_background(
     assert [i.id for i in await provider.list()] == [bound.id]
 
 
+@pytest.mark.slow
 async def test_a_vanished_sandbox_is_replaced_by_a_new_one(
         provider: LocalProvider, store: SQLiteStore) -> None:
     first = await SandboxManager(provider, store).acquire("alice")
@@ -216,6 +219,7 @@ def _break_data_plane(provider: LocalProvider, sandbox_id: str) -> None:
     (provider.home / "sandboxes" / sandbox_id / "agent.sock").unlink()
 
 
+@pytest.mark.slow
 async def test_an_unhealthy_sandbox_is_replaced_and_killed(
         provider: LocalProvider, store: SQLiteStore) -> None:
     first = await SandboxManager(provider, store).acquire("alice")

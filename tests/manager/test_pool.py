@@ -47,6 +47,7 @@ async def _until(condition: Any) -> None:
             await anyio.sleep(0.01)
 
 
+@pytest.mark.slow
 async def test_concurrent_claims_hand_out_each_member_once_and_the_pool_refills(
         memory: Store) -> None:
     async with WarmPool(MemoryProvider(), size=5, interval=FAST) as pool:
@@ -202,6 +203,7 @@ async def test_extra_members_are_killed(memory: Store) -> None:
         assert len(_members(memory)) == 2
 
 
+@pytest.mark.slow
 async def test_a_pool_with_another_store_leaves_the_members_alone(memory: Store) -> None:
     # This provider's labels are fixed at create: only the store a member was made
     # through knows whether it was handed out.
@@ -224,6 +226,7 @@ async def test_a_pool_with_another_store_leaves_the_members_alone(memory: Store)
     assert alice.id in memory.boxes
 
 
+@pytest.mark.slow
 async def test_pools_sharing_a_store_reuse_its_free_members(memory: Store) -> None:
     provider, store = MemoryProvider(), MemoryStore()
     async with WarmPool(provider, size=2, store=store, interval=60, max_age=AGE) as first:

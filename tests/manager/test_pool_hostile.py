@@ -47,7 +47,7 @@ from provider_sdk.manager.pool import TAKEN_LABEL
 from provider_sdk.models import Resources, SandboxSpec, SandboxState
 from provider_sdk.sandbox import Sandbox
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 BOUND = 60.0  # seconds a wait may take on a loaded machine
 AGE = 3.0  # max_age of pools whose members must expire: room for a loaded machine to

@@ -35,6 +35,7 @@ def _level(logs: list[dict[str, Any]]) -> str:
     return str(done[0]["level"])
 
 
+@pytest.mark.slow
 async def test_a_claim_labels_the_member_and_a_miss(provider: LocalProvider) -> None:
     spec = SandboxSpec(metadata={"tier": "free"})
     idle = WarmPool(provider, spec, size=1, name="idle")  # never run: every claim misses

@@ -24,7 +24,7 @@ from provider_sdk.local._home import read_meta
 from provider_sdk.manager import POOL_LABEL, SandboxManager, SQLiteStore, WarmPool
 from provider_sdk.models import SandboxSpec, SandboxState
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 BOUND = 60.0
 AGE = 3.0  # max_age of pools whose members must expire: room for a loaded machine to

@@ -15,7 +15,7 @@ from provider_sdk.errors import RateLimited, Unavailable
 from provider_sdk.manager import MemoryStore, WarmPool
 from provider_sdk.models import SandboxInfo, SandboxSpec
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SIZE = 4
 INTERVAL = 1.0

@@ -20,7 +20,7 @@ from provider_sdk.manager import (
     WarmPool,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 BOUND = 20.0
 

@@ -87,6 +87,7 @@ async def test_a_failed_background_kill_is_counted_and_the_application_goes_on(
             "chore": "kill", "error": "OSError", "log_level": "warning"} in logs
 
 
+@pytest.mark.slow
 async def test_a_pools_failed_discard_is_counted_and_the_application_goes_on(
         busy: _Busy) -> None:
     async with WarmPool(busy, size=1, interval=60, check_timeout=5) as pool:
