@@ -2,9 +2,9 @@
 use.
 
 A claim (an owner's, a snapshot's) is held only as long as the work under it: a task
-renews it every third of ``claim_ttl`` (:meth:`LeaseMixin._holding`), so a replica that
+renews it every third of ``claim_ttl`` (:meth:`Claims.holding`), so a replica that
 dies holding one frees it within ``claim_ttl`` seconds, and one that works for minutes
-keeps it. Letting go of a claim (:meth:`LeaseMixin._let_go`) never holds up a caller: it
+keeps it. Letting go of a claim (:meth:`Claims.let_go`) never holds up a caller: it
 runs in the background with a deadline of its own, and a claim not released runs out.
 
 Where the manager sweeps idle sandboxes (``idle_pause`` on a provider without
@@ -33,24 +33,22 @@ import functools
 import math
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 import anyio
-import anyio.abc
 import attrs
 
 from provider_sdk.errors import SandboxNotFound
 from provider_sdk.events import span
+from provider_sdk.manager._chores import Chores
 from provider_sdk.manager._claims import USE_TOKEN, owner_claim, use_claim
-from provider_sdk.manager._clock import StoreClock
-from provider_sdk.manager._errors import Failures
-from provider_sdk.manager.store import Binding, BindingStore
+from provider_sdk.manager._shared import Shared
+from provider_sdk.manager.store import Binding
 from provider_sdk.models import SandboxState
-from provider_sdk.provider import SandboxProvider
 from provider_sdk.retry import Attempts, Backoff
 
-__all__ = ["LeaseMixin"]
+__all__ = ["Claims", "Leases"]
 
 T = TypeVar("T")
 
@@ -81,38 +79,23 @@ class _Use:
     """Until when the lease surely holds: the last renewal's start plus its time."""
 
 
-class LeaseMixin:
-    """Claims held while working, and use leases, for ``SandboxManager``."""
+class Claims:
+    """Claims a ``SandboxManager`` holds while working: renewed while the work goes on,
+    let go of off the caller's path (a chore while the manager runs)."""
 
-    provider: SandboxProvider
-    store: BindingStore
-    claim_ttl: float
-    idle_pause: float | None
-    snapshots: Any
-    _sweep_idle: bool
-    _touch_every: float
-    _tg: anyio.abc.TaskGroup | None
-    _clock: StoreClock
-    _uses: dict[str, _Use]
-    failures: Failures
+    def __init__(self, shared: Shared, chores: Chores) -> None:
+        self._shared = shared
+        self._chores = chores
 
-    if TYPE_CHECKING:
-        def _queue(self, work: Coroutine[Any, Any, Any], chore: str) -> None: ...
-        def _suspect(self, owner: str, sandbox_id: str) -> None: ...
-        async def _update(self, owner: str, sandbox_id: str,
-                          change: Callable[[Binding], Binding]) -> Binding | None: ...
-
-    # --------------------------------------------------------------- claims
-
-    async def _holding(self, name: str, token: str, work: Callable[[], Awaitable[T]],
-                       ttl: float | None = None) -> T:
+    async def holding(self, name: str, token: str, work: Callable[[], Awaitable[T]],
+                      ttl: float | None = None) -> T:
         """Run ``work`` while renewing the claim ``name`` (which ``token`` holds) for
         ``ttl`` (default ``claim_ttl``) every third of that. The claim is not released
         here."""
         outcome: list[T] = []
         failed: list[Exception] = []
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._renewing, name, token, ttl or self.claim_ttl)
+            tg.start_soon(self._renewing, name, token, ttl or self._shared.claim_ttl)
             try:
                 outcome.append(await work())
             except Exception as exc:  # raised below, not as the task group's
@@ -127,58 +110,87 @@ class LeaseMixin:
         while True:
             await anyio.sleep(period)
             with anyio.move_on_after(period):
-                await self.failures.quietly("renew claim", self.store.claim(name, token, ttl))
+                await self._shared.failures.quietly(
+                    "renew claim", self._shared.store.claim(name, token, ttl))
 
-    async def _let_go(self, name: str, token: str, kill_first: Sequence[str] = ()) -> None:
+    async def let_go(self, name: str, token: str, kill_first: Sequence[str] = ()) -> None:
         """Release a claim ``token`` may hold, off the caller's path: in the background
         while the manager runs, else for at most a quarter of a second. The sandboxes in
         ``kill_first`` (made or found under the claim, and nobody's) are killed before,
         still under the claim, so nobody adopts one meanwhile."""
         ids = tuple(kill_first)
-        if self._tg is not None:
+        if self._chores.running:
             bound = _RELEASE_BOUND + (_KILLS_BOUND if ids else 0.0)
-            self._queue(self._release_bounded(name, token, ids, bound), "release claim")
+            self._chores.queue(self._release_bounded(name, token, ids, bound),
+                               "release claim")
         else:
             await self._release_bounded(name, token, ids, _INLINE_RELEASE_BOUND)
 
     async def _release_bounded(self, name: str, token: str, kill_first: tuple[str, ...],
                                bound: float) -> None:
+        failures = self._shared.failures
         with anyio.CancelScope(shield=True, deadline=anyio.current_time() + bound):
             if kill_first:  # the claim is renewed while they go
-                await self.failures.quietly("kill", self._holding(
+                await failures.quietly("kill", self.holding(
                     name, token, functools.partial(self._kill_each, kill_first)))
-            await self.failures.quietly("release claim", self.store.release(name, token))
+            await failures.quietly("release claim", self._shared.store.release(name, token))
 
     async def _kill_each(self, sandbox_ids: tuple[str, ...]) -> None:
         for sandbox_id in sandbox_ids:
-            await self.failures.quietly("kill", self.provider.kill(sandbox_id))
+            await self._shared.failures.quietly("kill",
+                                                self._shared.provider.kill(sandbox_id))
 
-    async def _wait_claimed_by_nobody(self, owner: str) -> None:
+    async def wait_claimed_by_nobody(self, owner: str) -> None:
         """Wait until nobody else holds the owner's claim (for at most ``claim_ttl``:
         a holder that died lets it run out), taking and dropping it once."""
         token = secrets.token_hex(8)
-        with anyio.move_on_after(self.claim_ttl):
+        with anyio.move_on_after(self._shared.claim_ttl):
             async for _ in Attempts(_WAIT_BACKOFF):
-                if await self.store.claim(owner_claim(owner), token, self.claim_ttl):
+                if await self._shared.store.claim(owner_claim(owner), token,
+                                                  self._shared.claim_ttl):
                     break
-        await self._let_go(owner_claim(owner), token)
+        await self.let_go(owner_claim(owner), token)
 
-    # ----------------------------------------------------------- use leases
+
+class Leases:
+    """What a ``SandboxManager``'s process knows of the use of its owners' sandboxes,
+    and their use leases.
+
+    Args:
+        idle_pause: the manager's ``idle_pause``.
+        sweep_idle: whether the manager sweeps idle sandboxes itself (and so keeps use
+            leases).
+        records_use: whether the use is written to the bindings (the snapshot policy
+            reads it).
+        touch_every: how often a use is renewed or written (``math.inf``: never read).
+    """
+
+    def __init__(self, shared: Shared, chores: Chores, claims: Claims, *,
+                 idle_pause: float | None, sweep_idle: bool, records_use: bool,
+                 touch_every: float) -> None:
+        self._shared = shared
+        self._chores = chores
+        self._claims = claims
+        self.idle_pause = idle_pause
+        self.sweep_idle = sweep_idle
+        self.records_use = records_use
+        self.touch_every = touch_every
+        self._uses: dict[str, _Use] = {}
 
     @property
-    def _lease_ttl(self) -> float:
+    def lease_ttl(self) -> float:
         """How long a use lease lasts after a renewal: renewals come at most every
-        ``_touch_every``, so a sandbox is paused between ``idle_pause`` and about a
+        ``touch_every``, so a sandbox is paused between ``idle_pause`` and about a
         half more after its last use."""
-        return (self.idle_pause or 0.0) + 2 * self._touch_every
+        return (self.idle_pause or 0.0) + 2 * self.touch_every
 
     @property
-    def _tracks_use(self) -> bool:
+    def tracks_use(self) -> bool:
         """Whether anything reads what this process knows of use: the idle sweeps'
         leases, or the snapshot policy's ``last_used``."""
-        return self._touch_every != math.inf
+        return self.touch_every != math.inf
 
-    def _use_of(self, owner: str, sandbox_id: str) -> _Use:
+    def use_of(self, owner: str, sandbox_id: str) -> _Use:
         use = self._uses.get(owner)
         if use is None or use.sandbox_id != sandbox_id:
             if len(self._uses) >= _USES_KEPT:
@@ -186,50 +198,55 @@ class LeaseMixin:
             use = self._uses[owner] = _Use(sandbox_id=sandbox_id)
         return use
 
+    def drop(self, owner: str) -> None:
+        """Forget what this process knows of the owner's use."""
+        self._uses.pop(owner, None)
+
     def _forget_idle_uses(self) -> None:
         """Drop what nothing needs any more: uses not running, whose lease has run out
         and whose use was written to the store (or is not read)."""
         now = time.monotonic()
         for owner, use in list(self._uses.items()):
             if not use.busy and use.until < now and (
-                    self.snapshots is None or use.used <= use.stored):
+                    not self.records_use or use.used <= use.stored):
                 del self._uses[owner]
 
-    def _note_use(self, owner: str, sandbox_id: str) -> None:
+    def note_use(self, owner: str, sandbox_id: str) -> None:
         """An acquire or a command: renew the lease in the background when due."""
-        if not self._tracks_use:
+        if not self.tracks_use:
             return
-        use = self._use_of(owner, sandbox_id)
+        use = self.use_of(owner, sandbox_id)
         now = use.used = time.monotonic()
-        if self._sweep_idle and self._tg is not None \
-                and now - use.renewed >= self._touch_every:
+        if self.sweep_idle and self._chores.running \
+                and now - use.renewed >= self.touch_every:
             use.renewed = now  # one renewal on its way is enough
-            self._queue(self._keep_use(owner, use), "renew use")
+            self._chores.queue(self._keep_use(owner, use), "renew use")
 
-    async def _using(self, owner: str, sandbox_id: str, call: Callable[[], Awaitable[T]],
-                     resume: Callable[[], Awaitable[object]]) -> T:
+    async def using(self, owner: str, sandbox_id: str, call: Callable[[], Awaitable[T]],
+                    resume: Callable[[], Awaitable[object]]) -> T:
         """Run ``call`` (a command, a file operation) as a use of the owner's sandbox:
         under a use lease where the manager sweeps idle sandboxes, renewed while it runs
         (see the module's docstring); ``resume`` resumes the sandbox if a sweep paused it
         before the call could start."""
-        if not self._tracks_use:
+        if not self.tracks_use:
             return await call()
-        use = self._use_of(owner, sandbox_id)
+        use = self.use_of(owner, sandbox_id)
         use.busy += 1
         use.used = time.monotonic()
         try:
-            if not self._sweep_idle:
+            if not self.sweep_idle:
                 return await call()
             if use.until <= time.monotonic():  # run out, or never taken: take it, look
                 # A store that does not answer holds the call up for a claim's time at
                 # most: the command runs then, and its timeout still bounds it.
-                with anyio.move_on_after(self.claim_ttl):
+                with anyio.move_on_after(self._shared.claim_ttl):
                     await self._keep_use(owner, use, resume=resume)
-            elif time.monotonic() - use.renewed >= self._touch_every:
-                self._note_use(owner, sandbox_id)
-            if self._tg is not None:  # the manager's keeper renews it while it runs
+            elif time.monotonic() - use.renewed >= self.touch_every:
+                self.note_use(owner, sandbox_id)
+            if self._chores.running:  # the manager's keeper renews it while it runs
                 return await call()
-            return await self._holding(use_claim(owner), USE_TOKEN, call, self._lease_ttl)
+            return await self._claims.holding(use_claim(owner), USE_TOKEN, call,
+                                              self.lease_ttl)
         finally:
             use.busy -= 1
             use.used = time.monotonic()
@@ -238,62 +255,65 @@ class LeaseMixin:
                         resume: Callable[[], Awaitable[object]] | None = None) -> None:
         """Renew the use lease; if it had run out, read the binding, and resume the
         sandbox if a sweep paused it (after the sweep is done)."""
+        store, provider = self._shared.store, self._shared.provider
         start = time.monotonic()
         use.renewed = start
         held = use.until > start
-        await self.store.claim(use_claim(owner), USE_TOKEN, self._lease_ttl)
-        use.until = max(use.until, start + self._lease_ttl)
+        await store.claim(use_claim(owner), USE_TOKEN, self.lease_ttl)
+        use.until = max(use.until, start + self.lease_ttl)
         if held:
             return
-        binding = await self.store.get(owner)
+        binding = await store.get(owner)
         if binding is None or binding.sandbox_id != use.sandbox_id or not binding.paused:
             return
-        await self._wait_claimed_by_nobody(owner)  # a sweep pausing it holds the claim
-        async with span("manager.resume", self.provider.name, use.sandbox_id, owner=owner):
+        # A sweep pausing it holds the claim.
+        await self._claims.wait_claimed_by_nobody(owner)
+        async with span("manager.resume", provider.name, use.sandbox_id, owner=owner):
             try:
-                sandbox = await self.provider.connect(use.sandbox_id, resume=False)
+                sandbox = await provider.connect(use.sandbox_id, resume=False)
                 if sandbox.info.state in (SandboxState.PAUSED, SandboxState.PAUSING):
                     await (resume() if resume is not None else sandbox.resume())
             except SandboxNotFound:
                 return  # the next acquire replaces it
-        now = await self._clock.now()
-        await self._update(owner, use.sandbox_id,
-                           lambda b: attrs.evolve(b, paused=False, last_used=now))
+        now = await self._shared.clock.now()
+        await self._shared.update(owner, use.sandbox_id,
+                                  lambda b: attrs.evolve(b, paused=False, last_used=now))
 
-    def _used_here(self, binding: Binding) -> float:
+    def used_here(self, binding: Binding) -> float:
         """When this process last used the bound sandbox, on the store's clock (as
         estimated; 0 if it has not, or the offset is not known yet)."""
         use = self._uses.get(binding.owner)
-        now = self._clock.cached()
+        now = self._shared.clock.cached()
         if use is None or use.sandbox_id != binding.sandbox_id or now is None \
                 or use.used == -math.inf:
             return 0.0
         return now - (time.monotonic() - use.used)
 
-    def _in_use_here(self, owner: str, sandbox_id: str) -> bool:
+    def in_use_here(self, owner: str, sandbox_id: str) -> bool:
         """Whether this process uses the sandbox now, or holds its lease."""
         use = self._uses.get(owner)
         return use is not None and use.sandbox_id == sandbox_id and (
             use.busy > 0 or use.until > time.monotonic())
 
-    async def _keeper(self) -> None:
+    async def keeper(self) -> None:
         """The manager's background loop: renew the leases of sandboxes in use, and
         write their use to the bindings (for the snapshot policy) when due."""
+        failures = self._shared.failures
         while True:
-            await anyio.sleep(self._touch_every / 2)
+            await anyio.sleep(self.touch_every / 2)
             now = time.monotonic()
             for owner, use in list(self._uses.items()):
-                if self._sweep_idle and (use.busy or use.used > use.renewed) \
-                        and now - use.renewed >= self._touch_every:
+                if self.sweep_idle and (use.busy or use.used > use.renewed) \
+                        and now - use.renewed >= self.touch_every:
                     use.renewed = now
-                    await self.failures.quietly("renew use", self._keep_use(owner, use))
-                if self.snapshots is not None and use.used > use.stored \
-                        and now - use.stored >= self._touch_every:
+                    await failures.quietly("renew use", self._keep_use(owner, use))
+                if self.records_use and use.used > use.stored \
+                        and now - use.stored >= self.touch_every:
                     use.stored = now
-                    await self.failures.quietly("record use", self._record_use(owner, use))
+                    await failures.quietly("record use", self._record_use(owner, use))
             self._forget_idle_uses()
 
     async def _record_use(self, owner: str, use: _Use) -> None:
-        used = await self._clock.now() - (time.monotonic() - use.used)
-        await self._update(owner, use.sandbox_id,
-                           lambda b: attrs.evolve(b, last_used=max(b.last_used, used)))
+        used = await self._shared.clock.now() - (time.monotonic() - use.used)
+        await self._shared.update(owner, use.sandbox_id,
+                                  lambda b: attrs.evolve(b, last_used=max(b.last_used, used)))

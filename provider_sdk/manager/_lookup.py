@@ -22,8 +22,7 @@ import functools
 import math
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Mapping
 
 import anyio
 import attrs
@@ -39,19 +38,19 @@ from provider_sdk.errors import (
     Unavailable,
 )
 from provider_sdk.events import span
+from provider_sdk.manager._chores import Chores
 from provider_sdk.manager._claims import USE_TOKEN, owner_claim, use_claim
-from provider_sdk.manager._clock import StoreClock
+from provider_sdk.manager._housekeeping import Housekeeping
+from provider_sdk.manager._leases import Claims, Leases
+from provider_sdk.manager._shared import Shared
 from provider_sdk.manager.handle import ManagedSandbox
 from provider_sdk.manager.pool import Finish, WarmPool
-from provider_sdk.manager.store import Binding, BindingStore
+from provider_sdk.manager.store import Binding
 from provider_sdk.models import SandboxInfo, SandboxSpec, SandboxState
-from provider_sdk.provider import SandboxProvider
 from provider_sdk.retry import Attempts, Backoff
 from provider_sdk.sandbox import Sandbox
 
-__all__ = ["LookupMixin"]
-
-T = TypeVar("T")
+__all__ = ["Lookup"]
 
 _DEAD = frozenset({SandboxState.KILLED, SandboxState.ERROR})
 _HEALTH_BACKOFF = Backoff(initial=0.05, factor=2, cap=1.0)
@@ -81,40 +80,39 @@ class _ClaimLost(Exception):
     """Our claim ran out and someone else holds it: we may not bind."""
 
 
-class LookupMixin:
-    """The lookup chain's levels 2 to 4, for ``SandboxManager``."""
+class Lookup:
+    """The lookup chain's levels 2 to 4, for a ``SandboxManager``.
 
-    provider: SandboxProvider
-    store: BindingStore
-    owner_key: str
-    spec: SandboxSpec
-    pool: WarmPool | None
-    health_timeout: float
-    replace_unhealthy: bool
-    claim_ttl: float
-    _touch_every: float
+    Args:
+        shared: the manager's provider, store and clock.
+        chores: where work off the caller's path goes.
+        claims: the claims held while working.
+        leases: the use leases (taken before the binding is read).
+        housekeeping: what kills the owner's duplicates.
+        managed: makes the handle of an owner's sandbox, with its environment.
+        owner_key, spec, pool, health_timeout, replace_unhealthy: the manager's.
+    """
 
-    _sweep_idle: bool
-    _clock: StoreClock
+    def __init__(self, shared: Shared, chores: Chores, claims: Claims, leases: Leases,
+                 housekeeping: Housekeeping, *,
+                 managed: Callable[[Sandbox, str, Mapping[str, str]], ManagedSandbox],
+                 owner_key: str, spec: SandboxSpec, pool: WarmPool | None,
+                 health_timeout: float, replace_unhealthy: bool) -> None:
+        self._shared = shared
+        self._chores = chores
+        self._claims = claims
+        self._leases = leases
+        self._housekeeping = housekeeping
+        self._managed = managed
+        self.provider = shared.provider
+        self.store = shared.store
+        self.owner_key = owner_key
+        self.spec = spec
+        self.pool = pool
+        self.health_timeout = health_timeout
+        self.replace_unhealthy = replace_unhealthy
 
-    if TYPE_CHECKING:
-        def _managed(self, sandbox: Sandbox, owner: str,
-                     env: Mapping[str, str]) -> ManagedSandbox: ...
-        async def _update(self, owner: str, sandbox_id: str,
-                          change: Callable[[Binding], Binding]) -> Binding | None: ...
-        async def _background(self, work: Coroutine[Any, Any, Any], chore: str) -> None: ...
-        async def _kill_duplicates(self, owner: str, keep: str) -> None: ...
-        async def _kill_all(self, sandbox_ids: list[str]) -> None: ...
-        async def _holding(self, name: str, token: str, work: Callable[[], Awaitable[T]],
-                           ttl: float | None = None) -> T: ...
-        async def _let_go(self, name: str, token: str,
-                          kill_first: Sequence[str] = ()) -> None: ...
-        async def _wait_claimed_by_nobody(self, owner: str) -> None: ...
-        def _use_of(self, owner: str, sandbox_id: str) -> Any: ...
-        @property
-        def _lease_ttl(self) -> float: ...
-
-    async def _lookup(self, owner: str) -> tuple[ManagedSandbox, str]:
+    async def lookup(self, owner: str) -> tuple[ManagedSandbox, str]:
         """Levels 2 to 4 of the chain; returns the sandbox and the level that answered."""
         leased = await self._take_use_lease(owner)
         binding = await self.store.get(owner)
@@ -122,8 +120,8 @@ class LookupMixin:
         while True:
             if binding is not None and (tried is None or binding.sandbox_id != tried.sandbox_id):
                 try:
-                    if binding.paused and self._sweep_idle:
-                        await self._wait_claimed_by_nobody(owner)  # a sweep may be pausing
+                    if binding.paused and self._leases.sweep_idle:
+                        await self._claims.wait_claimed_by_nobody(owner)  # a sweep may be pausing
                     sandbox = await self._open_bound(binding)
                 except _Lost:
                     tried = binding
@@ -146,7 +144,7 @@ class LookupMixin:
                     binding = current  # bound between our read and our claim
                     continue
                 repair = functools.partial(self._repair, owner, current, token, doomed)
-                found, level = await self._holding(owner_claim(owner), token, repair)
+                found, level = await self._claims.holding(owner_claim(owner), token, repair)
                 self._leased(owner, found.id, leased)
                 return found, level
             except _Rebound as rebound:  # theirs wins; ours was killed or is a duplicate
@@ -157,24 +155,24 @@ class LookupMixin:
                 continue
             finally:
                 if maybe_held:
-                    await self._let_go(owner_claim(owner), token, doomed)
+                    await self._claims.let_go(owner_claim(owner), token, doomed)
 
     async def _take_use_lease(self, owner: str) -> float | None:
         """Where idle sandboxes are swept, renew the owner's use lease before the binding
         is read (the order ``_leases`` relies on); when it was asked for."""
-        if not self._sweep_idle:
+        if not self._leases.sweep_idle:
             return None
         start = time.monotonic()
-        await self.store.claim(use_claim(owner), USE_TOKEN, self._lease_ttl)
+        await self.store.claim(use_claim(owner), USE_TOKEN, self._leases.lease_ttl)
         return start
 
     def _leased(self, owner: str, sandbox_id: str, leased: float | None) -> None:
         """Record the lease :meth:`_take_use_lease` renewed, for the sandbox acquired."""
         if leased is None:
             return
-        use = self._use_of(owner, sandbox_id)
+        use = self._leases.use_of(owner, sandbox_id)
         use.renewed = max(use.renewed, leased)
-        use.until = max(use.until, leased + self._lease_ttl)
+        use.until = max(use.until, leased + self._leases.lease_ttl)
 
     async def _open_bound(self, binding: Binding) -> ManagedSandbox:
         """Level 2: connect to the bound sandbox and probe it; ``_Lost`` if it is gone
@@ -238,14 +236,15 @@ class LookupMixin:
         return sandbox
 
     async def _after_store_hit(self, binding: Binding, sandbox: ManagedSandbox) -> None:
-        if binding.paused or self._touch_every != math.inf:
-            now = self._clock.cached() or await self._clock.now()
-            await self._update(binding.owner, binding.sandbox_id,
-                               lambda b: attrs.evolve(b, paused=False,
-                                                      last_used=max(b.last_used, now)))
+        if binding.paused or self._leases.touch_every != math.inf:
+            now = self._shared.clock.cached() or await self._shared.clock.now()
+            await self._shared.update(binding.owner, binding.sandbox_id,
+                                      lambda b: attrs.evolve(b, paused=False,
+                                                             last_used=max(b.last_used, now)))
         # Races elsewhere (an expired claim, a store restored from backup) leave extra
         # sandboxes: look for them off the caller's path.
-        await self._background(self._kill_duplicates(binding.owner, sandbox.id), "duplicates")
+        await self._chores.background(
+            self._housekeeping.kill_duplicates(binding.owner, sandbox.id), "duplicates")
 
     async def _claim_or_newer(self, owner: str, token: str,
                               tried: Binding | None) -> Binding | None:
@@ -254,7 +253,7 @@ class LookupMixin:
         waited = False
         async with span("manager.claim", self.provider.name, owner=owner) as ev:
             async for _ in Attempts(_CLAIM_BACKOFF):
-                if await self.store.claim(owner_claim(owner), token, self.claim_ttl):
+                if await self.store.claim(owner_claim(owner), token, self._shared.claim_ttl):
                     ev["waited"] = waited
                     return None
                 waited = True
@@ -297,7 +296,7 @@ class LookupMixin:
             doomed.append(sandbox.id)
             raise
         if handed_out is not None:
-            await self._background(handed_out(), "pool hand-out")
+            await self._chores.background(handed_out(), "pool hand-out")
         doomed += stale
         return self._managed(sandbox, owner, bound.env), level
 
@@ -338,7 +337,7 @@ class LookupMixin:
         our claim. If someone else bound the owner to another sandbox meanwhile, return
         their binding; ``_ClaimLost`` if someone else holds the claim now."""
         fence = (owner_claim(owner), token)
-        now = await self._clock.now()
+        now = await self._shared.clock.now()
         for _ in range(20):
             current = await self.store.get(owner)
             if current is not None and current.sandbox_id not in (
@@ -354,7 +353,7 @@ class LookupMixin:
             if stored is not None:
                 return stored
             # A newer version, or our claim ran out: take it again if nobody else has.
-            if not await self.store.claim(*fence, self.claim_ttl):
+            if not await self.store.claim(*fence, self._shared.claim_ttl):
                 raise _ClaimLost
         raise Conflict(f"could not bind owner {owner!r}: the binding keeps changing",
                        provider=self.provider.name, sandbox_id=sandbox_id)

@@ -15,22 +15,22 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import attrs
 
 from provider_sdk.errors import InvalidInput, SandboxNotFound, SnapshotNotFound
 from provider_sdk.events import span
+from provider_sdk.manager._cache import Cache
 from provider_sdk.manager._claims import use_claim
-from provider_sdk.manager._clock import StoreClock
-from provider_sdk.manager.store import Binding, BindingStore
+from provider_sdk.manager._leases import Leases
+from provider_sdk.manager._shared import Shared
+from provider_sdk.manager.store import Binding
 from provider_sdk.models import SandboxState, Snapshot
-from provider_sdk.provider import SandboxProvider
 from provider_sdk.sandbox import Sandbox
 
-__all__ = ["PoliciesMixin", "SnapshotPolicy"]
+__all__ = ["Policies", "SnapshotPolicy"]
 
 
 def _positive(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
@@ -58,49 +58,49 @@ class SnapshotPolicy:
     """How many snapshots to keep per owner; older ones are deleted."""
 
 
-class PoliciesMixin:
-    """What ``SandboxManager``'s snapshot and idle policies do to one bound sandbox."""
+class Policies:
+    """What a ``SandboxManager``'s snapshot and idle policies do to one bound sandbox.
+    A paused sandbox's handle is suspected in ``cache``; a sandbox ``leases`` knows in
+    use here is not paused."""
 
-    provider: SandboxProvider
-    store: BindingStore
-    snapshots: SnapshotPolicy | None
-    idle_pause: float | None
-    _clock: StoreClock
+    def __init__(self, shared: Shared, cache: Cache, leases: Leases, *,
+                 snapshots: SnapshotPolicy | None) -> None:
+        self._shared = shared
+        self._cache = cache
+        self._leases = leases
+        self.snapshots = snapshots
 
-    if TYPE_CHECKING:
-        def _suspect(self, owner: str, sandbox_id: str) -> None: ...
-        def _in_use_here(self, owner: str, sandbox_id: str) -> bool: ...
-        async def _update(self, owner: str, sandbox_id: str,
-                          change: Callable[[Binding], Binding]) -> Binding | None: ...
-
-    async def _pause_bound(self, binding: Binding) -> bool:
+    async def pause_bound(self, binding: Binding) -> bool:
         """Pause the bound sandbox if its use lease has run out; the caller holds the
         owner's claim. Marks the binding first, then looks at the lease (see
         ``_leases``); whether it paused it."""
-        marked = await self._update(binding.owner, binding.sandbox_id,
-                                    lambda b: attrs.evolve(b, paused=True))
+        update = self._shared.update
+        marked = await update(binding.owner, binding.sandbox_id,
+                              lambda b: attrs.evolve(b, paused=True))
         if marked is None:
             return False
-        if await self.store.claimed(use_claim(binding.owner)) \
-                or self._in_use_here(binding.owner, binding.sandbox_id):
-            await self._update(binding.owner, binding.sandbox_id,
-                               lambda b: attrs.evolve(b, paused=False))
+        if await self._shared.store.claimed(use_claim(binding.owner)) \
+                or self._leases.in_use_here(binding.owner, binding.sandbox_id):
+            await update(binding.owner, binding.sandbox_id,
+                         lambda b: attrs.evolve(b, paused=False))
             return False
-        async with span("manager.pause", self.provider.name, binding.sandbox_id,
+        provider = self._shared.provider
+        async with span("manager.pause", provider.name, binding.sandbox_id,
                         owner=binding.owner):
             try:
-                sandbox = await self.provider.connect(binding.sandbox_id, resume=False)
+                sandbox = await provider.connect(binding.sandbox_id, resume=False)
                 if sandbox.info.state == SandboxState.RUNNING:
                     await sandbox.pause()
             except SandboxNotFound:
                 return False  # the next acquire recovers it
-            self._suspect(binding.owner, binding.sandbox_id)
+            self._cache.suspect(binding.owner, binding.sandbox_id)
         return True
 
-    async def _snapshot(self, binding: Binding) -> Snapshot:
-        async with span("manager.snapshot", self.provider.name, binding.sandbox_id,
+    async def snapshot(self, binding: Binding) -> Snapshot:
+        provider = self._shared.provider
+        async with span("manager.snapshot", provider.name, binding.sandbox_id,
                         owner=binding.owner) as ev:
-            sandbox = await self.provider.connect(binding.sandbox_id, resume=False)
+            sandbox = await provider.connect(binding.sandbox_id, resume=False)
             # Once started, a snapshot is recorded even if the manager is stopping:
             # an unrecorded one would be nobody's, and never deleted.
             with anyio.CancelScope(shield=True):
@@ -114,7 +114,7 @@ class PoliciesMixin:
         ev["snapshot_id"] = snap.id
         keep = self.snapshots.keep if self.snapshots is not None else None
         pruned: builtins.list[str] = []
-        now = await self._clock.now()
+        now = await self._shared.clock.now()
 
         def record(b: Binding) -> Binding:
             snaps = (*b.snapshots, snap.id)
@@ -122,13 +122,13 @@ class PoliciesMixin:
             pruned[:] = snaps[:cut]
             return attrs.evolve(b, snapshots=snaps[cut:], snapshot_at=now)
 
-        if await self._update(binding.owner, binding.sandbox_id, record) is None:
+        if await self._shared.update(binding.owner, binding.sandbox_id, record) is None:
             pruned[:] = [snap.id]  # rebound meanwhile: this snapshot is nobody's
-        await self._delete_snapshots(pruned)
+        await self.delete_snapshots(pruned)
         return snap
 
-    async def _delete_snapshots(self, snapshot_ids: tuple[str, ...] | builtins.list[str]
-                                ) -> None:
+    async def delete_snapshots(self, snapshot_ids: tuple[str, ...] | builtins.list[str]
+                               ) -> None:
         for snapshot_id in snapshot_ids:
             with contextlib.suppress(SnapshotNotFound):
-                await self.provider.delete_snapshot(snapshot_id)
+                await self._shared.provider.delete_snapshot(snapshot_id)

@@ -29,9 +29,11 @@ background is counted (:attr:`SandboxManager.failures`) and logged.
 
 This module owns the binding logic: the class, its settings and lifetime, ``acquire``
 and the owner's other operations, and what handles ask of it (``_HandleLink``, the
-handle's ``ManagerLink``). Its parts are mixins: ``_cache`` (level 1), ``_lookup``
-(levels 2 to 4), ``_leases`` (claims held while working, use leases), ``_policies``
-(snapshots and idle pause of one sandbox), ``_housekeeping`` (work off the caller's
+handle's ``ManagerLink``). The manager is composed of its parts, objects it makes
+and wires together, each given what it needs (what they all share, the provider, the
+store and its clock, is ``_shared``): ``_cache`` (level 1), ``_lookup`` (levels 2 to
+4), ``_leases`` (claims held while working, use leases), ``_policies`` (snapshots and
+idle pause of one sandbox), ``_chores`` and ``_housekeeping`` (work off the caller's
 path); claim names, the owner check and the per-owner lock are in ``_claims``. It must
 not know any provider or store by name.
 """
@@ -39,13 +41,12 @@ not know any provider or store by name.
 from __future__ import annotations
 
 import builtins
-import collections
 import contextlib
 import functools
 import math
 import secrets
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeVar
 
 import anyio
 import anyio.abc
@@ -55,7 +56,8 @@ from provider_sdk.capabilities import Capability
 from provider_sdk.errors import Conflict, InvalidInput, OperationTimeout, SandboxNotFound
 from provider_sdk.events import span
 from provider_sdk.labels import check_labels
-from provider_sdk.manager._cache import CacheMixin, _Entry
+from provider_sdk.manager._cache import Cache
+from provider_sdk.manager._chores import Chores
 from provider_sdk.manager._claims import (
     USE_TOKEN,
     _OwnerLock,
@@ -65,10 +67,11 @@ from provider_sdk.manager._claims import (
 )
 from provider_sdk.manager._clock import StoreClock
 from provider_sdk.manager._errors import Failures, translated, typed
-from provider_sdk.manager._housekeeping import HousekeepingMixin
-from provider_sdk.manager._leases import LeaseMixin, _Use
-from provider_sdk.manager._lookup import LookupMixin
-from provider_sdk.manager._policies import PoliciesMixin, SnapshotPolicy
+from provider_sdk.manager._housekeeping import Housekeeping
+from provider_sdk.manager._leases import Claims, Leases
+from provider_sdk.manager._lookup import Lookup
+from provider_sdk.manager._policies import Policies, SnapshotPolicy
+from provider_sdk.manager._shared import Shared
 from provider_sdk.manager.handle import ManagedSandbox
 from provider_sdk.manager.pool import WarmPool
 from provider_sdk.manager.store import Binding, BindingStore, default_store_path
@@ -89,7 +92,7 @@ OWNER_LABEL = "psdk.manager.owner"
 owner: ``psdk ls --label psdk.manager.owner=alice`` shows alice's managed sandbox."""
 
 
-class SandboxManager(CacheMixin, LookupMixin, LeaseMixin, PoliciesMixin, HousekeepingMixin):
+class SandboxManager:
     """One resident sandbox per owner, over any provider and any binding store.
 
     Use it with ``async with`` (or call :meth:`aclose`): that runs the background work,
@@ -175,7 +178,7 @@ class SandboxManager(CacheMixin, LookupMixin, LeaseMixin, PoliciesMixin, Houseke
             raise InvalidInput(f"pool: its provider is {pool.provider.name!r}, the "
                                f"manager's {provider.name!r}")
         self.pool = pool
-        self._sweep_idle = False
+        sweep_idle = False
         if idle_pause is not None:
             if provider.supports(Capability.LIFECYCLE_AUTO_PAUSE):
                 spec = attrs.evolve(spec, lifecycle=Lifecycle(
@@ -183,7 +186,7 @@ class SandboxManager(CacheMixin, LookupMixin, LeaseMixin, PoliciesMixin, Houseke
                     auto_resume=provider.supports(Capability.LIFECYCLE_AUTO_RESUME)))
             else:
                 provider.require(Capability.PAUSE, detail="idle_pause")
-                self._sweep_idle = True
+                sweep_idle = True
         self.provider = provider
         self._own_store = store is None
         if store is None:
@@ -200,24 +203,37 @@ class SandboxManager(CacheMixin, LookupMixin, LeaseMixin, PoliciesMixin, Houseke
         self.health_timeout = float(health_timeout)
         self.replace_unhealthy = replace_unhealthy
         self.claim_ttl = float(claim_ttl)
-        periods = [p for p in (idle_pause if self._sweep_idle else None,
+        periods = [p for p in (idle_pause if sweep_idle else None,
                                snapshots.every if snapshots else None) if p is not None]
         self.sweep_interval = float(sweep_interval or min([*periods, 120.0]) / 4)
-        # How often a handle's use is written to the store and its lease renewed (only
-        # when something reads them).
-        self._touch_every = (min(periods) / 4) if periods else math.inf
         self.failures = Failures("manager", provider.name)
         """Failures of background work (kills of duplicates, sweeps, renewals), counted
         by what failed; each is also logged as ``sandbox.manager.background.failed``."""
-        self._clock = StoreClock(store)
-        self._uses: dict[str, _Use] = {}
-        self._cache: collections.OrderedDict[str, _Entry] = collections.OrderedDict()
         self._locks: dict[str, anyio.Event | None] = {}  # owners held (see _OwnerLock)
         self._tg: anyio.abc.TaskGroup | None = None
-        self._chores: collections.deque[tuple[Coroutine[Any, Any, Any], str]] = \
-            collections.deque()
-        self._chores_queued: anyio.Event  # made when the manager starts, in its event loop
         self._stack: contextlib.AsyncExitStack | None = None
+        # The parts, each given what it needs; they call each other through these.
+        shared = self._shared = Shared(provider=provider, store=store,
+                                       clock=StoreClock(store), failures=self.failures,
+                                       claim_ttl=self.claim_ttl)
+        self._chores = Chores(self.failures)
+        self._claims = Claims(shared, self._chores)
+        self._cache = Cache(cache_size)
+        self._leases = Leases(
+            shared, self._chores, self._claims, idle_pause=idle_pause,
+            sweep_idle=sweep_idle, records_use=snapshots is not None,
+            # How often a handle's use is written to the store and its lease renewed
+            # (only when something reads them).
+            touch_every=(min(periods) / 4) if periods else math.inf)
+        self._policies = Policies(shared, self._cache, self._leases, snapshots=snapshots)
+        self._housekeeping = Housekeeping(
+            shared, self._claims, owner_key=owner_key, sweep_interval=self.sweep_interval,
+            sweeps=(self.pause_idle, self.snapshot_due))
+        self._link = _HandleLink(shared=shared, cache=self._cache, leases=self._leases)
+        self._lookup = Lookup(
+            shared, self._chores, self._claims, self._leases, self._housekeeping,
+            managed=self._managed, owner_key=owner_key, spec=spec, pool=pool,
+            health_timeout=self.health_timeout, replace_unhealthy=replace_unhealthy)
 
     def __repr__(self) -> str:
         return (f"<SandboxManager provider={self.provider.name!r} store={self.store!r} "
@@ -232,11 +248,10 @@ class SandboxManager(CacheMixin, LookupMixin, LeaseMixin, PoliciesMixin, Houseke
         self._tg = await stack.enter_async_context(anyio.create_task_group())
         stack.callback(self._stopped)
         self._stack = stack
-        self._chores_queued = anyio.Event()
-        await self._tg.start(self._housekeeper)
-        if self._sweep_idle or self.snapshots is not None:
-            self._tg.start_soon(self._sweeper)
-            self._tg.start_soon(self._keeper)
+        await self._chores.start(self._tg)
+        if self._leases.sweep_idle or self.snapshots is not None:
+            self._tg.start_soon(self._housekeeping.sweeper)
+            self._tg.start_soon(self._leases.keeper)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -244,6 +259,7 @@ class SandboxManager(CacheMixin, LookupMixin, LeaseMixin, PoliciesMixin, Houseke
 
     def _stopped(self) -> None:
         self._tg = None
+        self._chores.stopped()
 
     async def aclose(self) -> None:
         """Stop the background work (letting kills in flight finish) and close a store
@@ -278,8 +294,8 @@ class SandboxManager(CacheMixin, LookupMixin, LeaseMixin, PoliciesMixin, Houseke
         limit = self.acquire_timeout if timeout is None else _positive("timeout", timeout)
         entry = self._cache.get(owner)
         if entry is not None and not entry.suspect:
-            self._cache.move_to_end(owner)
-            self._note_use(owner, entry.sandbox.id)
+            self._cache.touch(owner)
+            self._leases.note_use(owner, entry.sandbox.id)
             async with span("manager.acquire", self.provider.name, entry.sandbox.id,
                             owner=owner, level="cache"):
                 return entry.sandbox
@@ -289,12 +305,12 @@ class SandboxManager(CacheMixin, LookupMixin, LeaseMixin, PoliciesMixin, Houseke
                     entry = self._cache.get(owner)
                     if entry is not None and not entry.suspect:  # another task found it
                         ev.update(sandbox_id=entry.sandbox.id, level="cache")
-                        self._note_use(owner, entry.sandbox.id)
+                        self._leases.note_use(owner, entry.sandbox.id)
                         return entry.sandbox
-                    sandbox, level = await self._lookup(owner)
+                    sandbox, level = await self._lookup.lookup(owner)
                     ev.update(sandbox_id=sandbox.id, level=level)
-                    self._remember(sandbox)
-                    self._note_use(owner, sandbox.id)
+                    self._cache.remember(sandbox)
+                    self._leases.note_use(owner, sandbox.id)
                     return sandbox
             assert scope.cancelled_caught
             raise OperationTimeout(f"no working sandbox for owner {owner!r} within "
@@ -318,18 +334,18 @@ class SandboxManager(CacheMixin, LookupMixin, LeaseMixin, PoliciesMixin, Houseke
             with anyio.move_on_after(self.acquire_timeout) as scope, \
                     typed("release", self.provider.name):
                 async with self._owner_lock(owner):
-                    self._cache.pop(owner, None)
-                    self._uses.pop(owner, None)
+                    self._cache.drop(owner)
+                    self._leases.drop(owner)
                     token = secrets.token_hex(8)
                     try:
                         async for _ in Attempts(_RELEASE_BACKOFF):
                             if await self.store.claim(owner_claim(owner), token,
                                                       self.claim_ttl):
                                 break
-                        ev["killed"] = await self._holding(
+                        ev["killed"] = await self._claims.holding(
                             owner_claim(owner), token, lambda: self._release_held(owner))
                     finally:
-                        await self._let_go(owner_claim(owner), token)
+                        await self._claims.let_go(owner_claim(owner), token)
             if scope.cancelled_caught:
                 raise OperationTimeout(f"could not release owner {owner!r} within "
                                        f"{self.acquire_timeout:g}s",
@@ -352,7 +368,7 @@ class SandboxManager(CacheMixin, LookupMixin, LeaseMixin, PoliciesMixin, Houseke
             except Exception as exc:  # the others still go, and so does the binding
                 failed.append((sandbox_id, exc))
         if binding is not None:
-            await self._delete_snapshots(binding.snapshots)
+            await self._policies.delete_snapshots(binding.snapshots)
             await self.store.delete(owner)
         await self.store.release(use_claim(owner), USE_TOKEN)
         if failed:
@@ -371,7 +387,7 @@ class SandboxManager(CacheMixin, LookupMixin, LeaseMixin, PoliciesMixin, Houseke
 
     def forget(self, owner: str) -> None:
         """Drop the owner's cached handle; the next ``acquire`` asks the store."""
-        self._cache.pop(check_owner(owner), None)
+        self._cache.drop(check_owner(owner))
 
     async def snapshot(self, owner: str) -> Snapshot:
         """Snapshot the owner's sandbox now and record it (the policy's ``keep``
@@ -386,7 +402,7 @@ class SandboxManager(CacheMixin, LookupMixin, LeaseMixin, PoliciesMixin, Houseke
             if binding is None:
                 raise SandboxNotFound(f"no sandbox is bound to owner {owner!r}",
                                       provider=self.provider.name)
-            return await self._snapshot(binding)
+            return await self._policies.snapshot(binding)
 
     async def snapshot_due(self) -> builtins.list[str]:
         """One round of the snapshot policy: snapshot every bound sandbox used since
@@ -399,11 +415,11 @@ class SandboxManager(CacheMixin, LookupMixin, LeaseMixin, PoliciesMixin, Houseke
             return []
         with typed("snapshot_due", self.provider.name):
             done = []
-            now = await self._clock.now()
+            now = await self._shared.clock.now()
             for binding in await self.store.list():
                 if binding.provider != self.provider.name:
                     continue
-                used = max(binding.last_used, self._used_here(binding))
+                used = max(binding.last_used, self._leases.used_here(binding))
                 if binding.snapshot_at is not None and (
                         now - binding.snapshot_at < self.snapshots.every
                         or used <= binding.snapshot_at):
@@ -412,11 +428,11 @@ class SandboxManager(CacheMixin, LookupMixin, LeaseMixin, PoliciesMixin, Houseke
                 if not await self.store.claim(name, token, self.claim_ttl):
                     continue
                 try:
-                    if await self._holding(name, token,
-                                           functools.partial(self._snapshot_if_due, binding)):
+                    if await self._claims.holding(
+                            name, token, functools.partial(self._snapshot_if_due, binding)):
                         done.append(binding.owner)
                 finally:
-                    await self._let_go(name, token)
+                    await self._claims.let_go(name, token)
             return done
 
     async def _snapshot_if_due(self, binding: Binding) -> bool:
@@ -424,7 +440,7 @@ class SandboxManager(CacheMixin, LookupMixin, LeaseMixin, PoliciesMixin, Houseke
         if current is None or current.snapshot_at != binding.snapshot_at:
             return False  # another replica just did it
         try:
-            await self._snapshot(current)
+            await self._policies.snapshot(current)
         except SandboxNotFound:
             return False
         return True
@@ -433,57 +449,47 @@ class SandboxManager(CacheMixin, LookupMixin, LeaseMixin, PoliciesMixin, Houseke
         """One round of the idle policy: pause every bound sandbox whose use lease has
         run out (unused for ``idle_pause`` seconds, by the store's clock, and no command
         running through any replica's handle). Returns the owners paused."""
-        if not self._sweep_idle or self.idle_pause is None:
+        if not self._leases.sweep_idle or self.idle_pause is None:
             return []
         with typed("pause_idle", self.provider.name):
             paused = []
             for binding in await self.store.list():
                 if binding.provider != self.provider.name or binding.paused \
-                        or self._in_use_here(binding.owner, binding.sandbox_id) \
+                        or self._leases.in_use_here(binding.owner, binding.sandbox_id) \
                         or await self.store.claimed(use_claim(binding.owner)):
                     continue
                 name, token = owner_claim(binding.owner), secrets.token_hex(8)
                 if not await self.store.claim(name, token, self.claim_ttl):
                     continue  # being acquired or repaired right now
                 try:
-                    if await self._holding(name, token,
-                                           functools.partial(self._pause_bound, binding)):
+                    if await self._claims.holding(
+                            name, token, functools.partial(self._policies.pause_bound,
+                                                           binding)):
                         paused.append(binding.owner)
                 finally:
-                    await self._let_go(name, token)
+                    await self._claims.let_go(name, token)
             return paused
 
     # -------------------------------------------------------------- internals
 
     def _managed(self, sandbox: Sandbox, owner: str, env: Mapping[str, str]) -> ManagedSandbox:
-        return ManagedSandbox(self.provider, sandbox.info, manager=_HandleLink(self),
-                              owner=owner, env=env)
-
-    async def _update(self, owner: str, sandbox_id: str,
-                      change: Callable[[Binding], Binding]) -> Binding | None:
-        """Apply ``change`` to the owner's binding while it binds ``sandbox_id``
-        (compare-and-set, retried); ``None`` if it is gone or bound elsewhere."""
-        for _ in range(20):
-            current = await self.store.get(owner)
-            if current is None or current.sandbox_id != sandbox_id:
-                return None
-            stored = await self.store.put(change(current))
-            if stored is not None:
-                return stored
-        raise Conflict(f"owner {owner!r}: the binding keeps changing",
-                       provider=self.provider.name, sandbox_id=sandbox_id)
+        return ManagedSandbox(self.provider, sandbox.info, manager=self._link, owner=owner,
+                              env=env)
 
     def _owner_lock(self, owner: str) -> _OwnerLock:
         """One task per owner at a time in this process."""
         return _OwnerLock(self._locks, owner)
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class _HandleLink:
     """What a :class:`~provider_sdk.manager.handle.ManagedSandbox` asks of the manager
-    that made it: the :class:`~provider_sdk.manager.handle.ManagerLink` interface."""
+    that made it: the :class:`~provider_sdk.manager.handle.ManagerLink` interface,
+    answered by the manager's parts."""
 
-    manager: SandboxManager
+    shared: Shared
+    cache: Cache
+    leases: Leases
 
     async def change_env(self, sandbox: ManagedSandbox, *, set_: Mapping[str, str],
                          unset: tuple[str, ...]) -> dict[str, str]:
@@ -491,32 +497,32 @@ class _HandleLink:
             env = {k: v for k, v in {**b.env, **set_}.items() if k not in unset}
             return attrs.evolve(b, env=env)
 
-        with typed("set_env", self.manager.provider.name, sandbox.id):
-            stored = await self.manager._update(sandbox.owner, sandbox.id, change)
+        with typed("set_env", self.shared.provider.name, sandbox.id):
+            stored = await self.shared.update(sandbox.owner, sandbox.id, change)
         if stored is None:
             raise Conflict(f"owner {sandbox.owner!r} is no longer bound to this sandbox",
-                           provider=self.manager.provider.name, sandbox_id=sandbox.id)
+                           provider=self.shared.provider.name, sandbox_id=sandbox.id)
         return dict(stored.env)
 
     async def resume(self, sandbox: ManagedSandbox) -> SandboxInfo:
-        provider = self.manager.provider
+        provider = self.shared.provider
         with typed("resume", provider.name, sandbox.id):
             async with span("manager.resume", provider.name, sandbox.id, owner=sandbox.owner):
                 info = await Sandbox.resume(sandbox)
-            now = await self.manager._clock.now()
-            await self.manager._update(sandbox.owner, sandbox.id,
-                                       lambda b: attrs.evolve(b, paused=False, last_used=now))
+            now = await self.shared.clock.now()
+            await self.shared.update(sandbox.owner, sandbox.id,
+                                     lambda b: attrs.evolve(b, paused=False, last_used=now))
         return info
 
     async def using(self, sandbox: ManagedSandbox, call: Callable[[], Awaitable[T]]) -> T:
-        return await self.manager._using(sandbox.owner, sandbox.id, call,
-                                         lambda: Sandbox.resume(sandbox))
+        return await self.leases.using(sandbox.owner, sandbox.id, call,
+                                       lambda: Sandbox.resume(sandbox))
 
     def suspect(self, owner: str, sandbox_id: str) -> None:
-        self.manager._suspect(owner, sandbox_id)
+        self.cache.suspect(owner, sandbox_id)
 
     def forget(self, owner: str, sandbox_id: str) -> None:
-        self.manager._forget(owner, sandbox_id)
+        self.cache.forget(owner, sandbox_id)
 
 
 def _positive(name: str, value: float) -> float:
