@@ -49,15 +49,15 @@ Every error that leaves a pool is a :class:`~provider_sdk.errors.SandboxError`; 
 fails in its background task is counted (:attr:`WarmPool.failures`) and logged, never
 raised into the application's task group.
 
-This module owns the pool, its lifetime and its claims; its rounds are in
-``_pool_rounds``. It must not know any provider or store by name, and it does not bind
-owners (the manager does).
+This module owns the pool, its lifetime and its claims; the pool is composed of the
+state it shares with its rounds (``_pool_state``) and the rounds themselves
+(``_pool_rounds``), an object it makes and calls. It must not know any provider or
+store by name, and it does not bind owners (the manager does).
 """
 
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
@@ -85,7 +85,8 @@ from provider_sdk.manager._pool_members import (
     refill_claim,
     taken_claim,
 )
-from provider_sdk.manager._pool_rounds import RoundsMixin
+from provider_sdk.manager._pool_rounds import Rounds
+from provider_sdk.manager._pool_state import PoolState
 from provider_sdk.manager.store import BindingStore, MemoryStore
 from provider_sdk.models import SandboxInfo, SandboxSpec, SandboxState, _env_map
 from provider_sdk.provider import SandboxProvider
@@ -104,7 +105,7 @@ class _HandedOut(Exception):
     """A member a claim took turned out to be handed out already."""
 
 
-class WarmPool(RoundsMixin):
+class WarmPool:
     """Keeps ``size`` ready sandboxes for ``spec`` and hands them out at once.
 
     Use it with ``async with``: that runs the background task that fills the pool.
@@ -172,22 +173,32 @@ class WarmPool(RoundsMixin):
         self.claim_ttl = float(claim_ttl)
         self.check_on_claim = bool(check_on_claim)
         self.check_timeout = float(check_timeout)
-        self._token = secrets.token_hex(8)
         self.failures = Failures("pool", provider.name)
         """Failures of the background task (rounds, creates, kills), counted by what
         failed; each is also logged as ``sandbox.pool.background.failed``."""
-        self._clock = StoreClock(self.store)
-        self._free: dict[str, SandboxInfo] = {}  # as last seen, oldest first
-        self._taken: set[str] = set()  # members seen handed out (that never changes)
-        self._limiter = anyio.CapacityLimiter(starting)
-        self._budget = 2.0 * size
-        self._budget_at = time.monotonic()
-        self._failed_rounds = 0
-        self._not_before = 0.0
         self._tg: anyio.abc.TaskGroup | None = None
         self._wake: anyio.Event | None = None
         self._round_done: anyio.Event | None = None  # made in the event loop, on start
-        self.spec = self._checked(spec or SandboxSpec())
+        self._state = PoolState(
+            provider=provider, store=self.store, name=name, size=size,
+            max_age=self.max_age, paused=paused, interval=self.interval,
+            claim_ttl=self.claim_ttl, token=secrets.token_hex(8), failures=self.failures,
+            clock=StoreClock(self.store), spec=self._checked(spec or SandboxSpec()))
+        self._rounds = Rounds(self._state, starting=starting)
+
+    @property
+    def spec(self) -> SandboxSpec:
+        """The spec members are made for (:meth:`set_spec` changes it)."""
+        return self._state.spec
+
+    @spec.setter
+    def spec(self, spec: SandboxSpec) -> None:
+        self._state.spec = spec
+
+    @property
+    def _free(self) -> dict[str, SandboxInfo]:
+        """The free members this process knows of, as last seen, oldest first."""
+        return self._state.free
 
     def __repr__(self) -> str:
         return (f"<WarmPool {self.name!r} provider={self.provider.name!r} size={self.size} "
@@ -217,7 +228,8 @@ class WarmPool(RoundsMixin):
         self._wake = None
         with anyio.CancelScope(shield=True, deadline=anyio.current_time() + 5):
             await self.failures.quietly("release claim",
-                                        self.store.release(alive_claim(self.name), self._token))
+                                        self.store.release(alive_claim(self.name),
+                                                           self._state.token))
 
     @property
     def running(self) -> bool:
@@ -240,6 +252,18 @@ class WarmPool(RoundsMixin):
             raise OperationTimeout(f"the pool {self.name!r} was not filled within "
                                    f"{timeout:g}s ({len(self._free)} of {self.size} free)",
                                    provider=self.provider.name)
+
+    async def check(self) -> None:
+        """One round of the background task, now: drain members of another spec or
+        template build, replace dead and expired ones, kill extras, and refill (within
+        the pool's rate, and not while it backs off after failed creates).
+
+        Raises:
+            SandboxError: the provider or the store failed (any other error too, as a
+                :class:`~provider_sdk.errors.SandboxError`).
+        """
+        with typed("pool round", self.provider.name):
+            await self._rounds.round()
 
     # --------------------------------------------------------------- claims
 
@@ -351,7 +375,7 @@ class WarmPool(RoundsMixin):
             sandbox_id = next(iter(self._free))
             info = self._free.pop(sandbox_id)
             now = await self._now()
-            if sandbox_id in self._taken or expiry(info) <= now:
+            if sandbox_id in self._state.taken or expiry(info) <= now:
                 continue  # the next round replaces it
             # The claim lasts as long as the member may be handed out, and as long again
             # as a hand-out may take (its check, and a round's claim): it expires with
@@ -360,7 +384,7 @@ class WarmPool(RoundsMixin):
             if not await self.store.claim(taken_claim(sandbox_id), secrets.token_hex(8),
                                           life):
                 continue  # another caller's now
-            self._taken.add(sandbox_id)
+            self._state.taken.add(sandbox_id)
             self._refill_soon()
             if info.state == SandboxState.RUNNING and not self.check_on_claim:
                 # Seen running by the last round: no round trip before the caller's own.
@@ -380,8 +404,9 @@ class WarmPool(RoundsMixin):
 
     async def _now(self) -> float:
         """The store's time (as estimated), without a round trip once it is known."""
-        cached = self._clock.cached()
-        return cached if cached is not None else await self._clock.now()
+        clock = self._state.clock
+        cached = clock.cached()
+        return cached if cached is not None else await clock.now()
 
     async def _ready(self, sandbox_id: str) -> Sandbox | None:
         """The member taken, resumed if paused and, with ``check_on_claim``, answering
@@ -412,9 +437,9 @@ class WarmPool(RoundsMixin):
         """Kill a member taken but not handed out: in the background while the pool
         runs, so the caller does not wait for it (even when cancelled)."""
         if self._tg is not None:
-            self._tg.start_soon(self._kill_quietly, sandbox_id)
+            self._tg.start_soon(self._rounds.kill_quietly, sandbox_id)
         else:
-            await self._kill_quietly(sandbox_id)
+            await self._rounds.kill_quietly(sandbox_id)
 
     @property
     def free(self) -> int:
@@ -440,9 +465,10 @@ class WarmPool(RoundsMixin):
         with typed("pool drain", self.provider.name):
             bound = {b.sandbox_id for b in await self.store.list()}
             for info in await self.provider.list(metadata={POOL_LABEL: self.name}):
-                if info.id not in self._taken and info.id not in bound \
+                if info.id not in self._state.taken and info.id not in bound \
                         and TAKEN_LABEL not in info.metadata \
-                        and await self._made_here(info.id) and await self._kill_free(info.id):
+                        and await self._state.made_here(info.id) \
+                        and await self._rounds.kill_free(info.id):
                     killed += 1
         return killed
 
@@ -459,21 +485,13 @@ class WarmPool(RoundsMixin):
                      provider=self.provider.name)
         return spec
 
-    async def _made_here(self, sandbox_id: str) -> bool:
-        """Whether this pool's store can tell if the member was handed out: always
-        where the provider labels members as it hands them out (``metadata.update``),
-        elsewhere only if the member was made through this store (:func:`made_claim`).
-        A member it cannot tell about is never handed out, drained or killed."""
-        return self.provider.supports(Capability.METADATA_UPDATE) \
-            or await self.store.claimed(made_claim(sandbox_id))
-
     def _refill_soon(self) -> None:
         if self._wake is not None:
             self._wake.set()
 
     async def _maintain(self) -> None:
         while True:
-            await self.failures.quietly("round", self._round())
+            await self.failures.quietly("round", self._rounds.round())
             done, self._round_done = self._round_done, anyio.Event()
             if done is not None:
                 done.set()
