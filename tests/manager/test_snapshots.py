@@ -68,6 +68,24 @@ async def test_the_running_manager_takes_snapshots_by_itself(
     assert {s.id for s in await provider.list_snapshots()} == set(binding.snapshots)
 
 
+async def test_use_in_one_replica_makes_the_sandbox_due_for_anothers_round(
+        provider: LocalProvider, store: SQLiteStore) -> None:
+    policy = SnapshotPolicy(every=0.4)
+    other = SandboxManager(provider, store, snapshots=policy)  # never uses the sandbox
+    # This replica's own sweeps are far off: only what it writes of its use counts.
+    async with SandboxManager(provider, store, snapshots=policy,
+                              sweep_interval=3600) as user:
+        sandbox = await user.acquire("alice")
+        assert await other.snapshot_due() == ["alice"]  # never snapshotted yet
+        await sandbox.exec("true")  # used after that snapshot, here only
+        with anyio.fail_after(10):  # once its use is written and the policy's time is up
+            while True:
+                if await other.snapshot_due() == ["alice"]:
+                    break
+                await anyio.sleep(0.05)
+    assert len(await provider.list_snapshots()) == 2
+
+
 async def test_a_vanished_sandbox_comes_back_from_its_latest_snapshot(
         provider: LocalProvider, store: SQLiteStore) -> None:
     manager = SandboxManager(provider, store, snapshots=SnapshotPolicy(every=3600))
