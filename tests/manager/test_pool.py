@@ -290,12 +290,15 @@ async def test_the_manager_takes_a_new_owners_sandbox_from_the_pool(memory: Stor
 
 async def test_reap_spares_running_pools_and_handed_out_members(memory: Store) -> None:
     provider, store = MemoryProvider(), MemoryStore()
-    async with WarmPool(provider, size=2, store=store, max_age=0.2, interval=60) as pool:
+    # max_age leaves a loaded machine time to hand out a member before it is too old.
+    async with WarmPool(provider, size=2, store=store, max_age=1.0, interval=60) as pool:
         await pool.wait_filled(BOUND)
+        members = set(pool._free)
         claimed = await pool.claim()
-        await anyio.sleep(0.3)
+        assert claimed.id in members  # a hit: the member carries the pool's labels
+        await anyio.sleep(1.1)
         assert await reap(provider, store) == []  # the pool runs: its rounds replace them
-    await anyio.sleep(0.3)  # the members made after the claim are past max_age too
+    await anyio.sleep(1.1)  # the members made after the claim are past max_age too
     free = {i.id for i in _members(memory)} - {claimed.id}
     assert free
     reaped = {i.id for i in await reap(provider, store)}
