@@ -10,12 +10,13 @@ live in :mod:`~provider_sdk_contract.hostile_escapes` and
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import anyio
 import pytest
 
 from provider_sdk.capabilities import Capability
-from provider_sdk.errors import FileTooLarge, InvalidInput, NotARegularFile
+from provider_sdk.errors import CommandTimeout, FileTooLarge, InvalidInput, NotARegularFile
 from provider_sdk.models import ExecResult
 from provider_sdk.provider import ProcessExit, ProcessOutput
 from provider_sdk.sandbox import Sandbox
@@ -214,7 +215,46 @@ class HostileOutputContract(ContractBase):
         with anyio.fail_after(_PROMPT), pytest.raises(NotARegularFile):
             await sandbox.files.read(path)
 
+    @pytest.mark.parametrize("call", ["stream", "download"])
+    @pytest.mark.parametrize("target", ["/dev/zero", "fifo"])
+    async def test_hostile_stream_or_download_through_a_symlink_to_a_device_is_refused(
+            self, sandbox: Sandbox, tmp_path: Path, call: str, target: str) -> None:
+        """A stream or a download of a symlink to ``/dev/zero`` or to a FIFO raises
+        NotARegularFile before a byte arrives, and a download leaves no file behind."""
+        link = f"/tmp/{new_marker('to-' + target.strip('/').replace('/', '-'))}"
+        made = await sandbox.exec(["sh", "-c", 'case $1 in /*) ;; *) mkfifo "$2.fifo"; '
+                                   'set -- "$2.fifo" "$2";; esac; ln -s "$1" "$2"',
+                                   "psdk-link", target, link])
+        assert made.exit_code == 0, made.stderr
+
+        async def fetch() -> None:
+            if call == "stream":
+                async for _chunk in sandbox.files.stream(link):
+                    pass
+            else:
+                await sandbox.files.download(link, tmp_path / "out")
+
+        with anyio.fail_after(_PROMPT), pytest.raises(NotARegularFile):
+            await fetch()
+        assert [entry async for entry in anyio.Path(tmp_path).iterdir()] == []
+
     # --------------------------------------------------------------------- timeouts
+
+    async def test_hostile_timeout_keeps_a_bounded_partial_result(
+            self, sandbox: Sandbox) -> None:
+        """A command that prints past its output limit and then times out raises
+        CommandTimeout whose result kept the limit and counted the rest."""
+        with anyio.fail_after(3 + _PROMPT), pytest.raises(CommandTimeout) as caught:
+            await sandbox.exec(["sh", "-c", "head -c 1000000 /dev/zero; sleep 100"],
+                               timeout=3, output_limit=1000)
+        _assert_kept(caught.value.result, 1000, 1_000_000 - 1000)
+
+    async def test_hostile_huge_finite_timeout_overflows_nothing(
+            self, sandbox: Sandbox) -> None:
+        """A finite timeout far past any clock (``1e300``) is taken and the command runs."""
+        with anyio.fail_after(_PROMPT):
+            result = await sandbox.exec(["echo", "ok"], timeout=1e300)
+        assert (result.exit_code, result.stdout) == (0, "ok\n")
 
     @pytest.mark.parametrize("timeout", [math.inf, math.nan],
                              ids=["infinite", "not-a-number"])

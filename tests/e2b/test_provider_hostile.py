@@ -1,7 +1,8 @@
 """The E2B and Cube providers against code that attacks the caller, through each flavor's
-emulator: output floods are kept within the limit (with counts), reads of devices and
-FIFOs are refused before a byte is read, a timeout or a kill takes the whole tree down
-(odd process names, new sessions and a double fork's orphan included)."""
+emulator, where it goes past the contract's hostile sections (which they run too): a
+timeout or a kill takes the whole tree down, odd process names, new sessions and a
+double fork's orphan included, and a data plane that stops answering ends in a typed
+error."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from process_trees import TREE, first_chunk, sleepers, until_started
+from process_trees import TREE, sleepers, until_started
 from provider_emulators import emulator, faults, provider_options
 
 from provider_sdk import errors, open_provider
@@ -33,51 +34,6 @@ async def sandbox(running: RunningEmulator) -> AsyncIterator[Sandbox]:
     async with open_provider(running.name, **provider_options(running)) as provider, \
             provider.create() as made:
         yield made
-
-
-async def test_an_output_flood_is_kept_within_the_limit_and_counted(sandbox: Sandbox) -> None:
-    seen = [0]
-
-    def count(chunk: bytes) -> None:
-        seen[0] += len(chunk)
-
-    result = await sandbox.exec("head -c 3000000 /dev/zero; head -c 70000 /dev/zero >&2",
-                                output_limit=65536, on_stdout=count)
-    assert (len(result.stdout_bytes), result.stdout_truncated) == (65536, 3000000 - 65536)
-    assert (len(result.stderr_bytes), result.stderr_truncated) == (65536, 70000 - 65536)
-    assert result.truncated
-    assert seen[0] == 3000000  # the callback got every byte
-
-
-async def test_a_timeout_keeps_a_bounded_partial_result(sandbox: Sandbox) -> None:
-    with pytest.raises(errors.CommandTimeout) as caught:
-        await sandbox.exec("head -c 1000000 /dev/zero; sleep 100", timeout=5,
-                           output_limit=1000)
-    partial = caught.value.result
-    assert len(partial.stdout_bytes) == 1000
-    assert partial.stdout_truncated == 1000000 - 1000
-
-
-async def test_a_huge_finite_timeout_overflows_nothing(sandbox: Sandbox) -> None:
-    result = await sandbox.exec("echo ok", timeout=1e300)
-    assert result.stdout == "ok\n"
-
-
-@pytest.mark.parametrize("path", ["/dev/zero", "/tmp/fifo", "/tmp/to-zero", "/tmp/to-fifo"])
-async def test_reads_of_devices_and_fifos_are_refused_at_once(sandbox: Sandbox, path: str,
-                                                              tmp_path: Path) -> None:
-    await sandbox.exec("mkfifo /tmp/fifo && ln -s /dev/zero /tmp/to-zero && "
-                       "ln -s fifo /tmp/to-fifo")
-    with anyio.fail_after(20):
-        with pytest.raises(errors.NotARegularFile):
-            await sandbox.files.read(path)
-        with pytest.raises(errors.NotARegularFile):
-            await first_chunk(sandbox, path)
-        with pytest.raises(errors.NotARegularFile):
-            await sandbox.files.download(path, tmp_path / "out")
-    assert [entry async for entry in anyio.Path(tmp_path).iterdir()] == []
-    await sandbox.exec("ln -sf /etc/hostname /tmp/to-file")
-    assert await sandbox.files.read("/tmp/to-file") == await sandbox.files.read("/etc/hostname")
 
 
 async def test_a_timeout_kills_the_whole_tree(sandbox: Sandbox) -> None:
