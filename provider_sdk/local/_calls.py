@@ -12,7 +12,7 @@ import attrs
 
 from provider_sdk import errors
 from provider_sdk.capabilities import Capability
-from provider_sdk.local import _launch
+from provider_sdk.local._cgroups import Cgroup
 from provider_sdk.models import ExecResult, FileInfo, FileType
 from provider_sdk.provider import Command, ProcessEvent
 from provider_sdk.sandbox import EmulatedShell
@@ -31,7 +31,7 @@ class CallsMixin:
     _cgroups: bool
 
     if TYPE_CHECKING:
-        def _cgroup(self, sandbox_id: str) -> _launch.Cgroup: ...
+        def _cgroup(self, sandbox_id: str) -> Cgroup: ...
         def _running(self, sandbox_id: str) -> AgentClient: ...
         async def _agent(self, sandbox_id: str,
                          call: Callable[[AgentClient], Any]) -> Any: ...

@@ -4,8 +4,9 @@ A sandbox is bubblewrap running the agent in fresh namespaces (user, mount, PID,
 network, IPC, UTS, cgroup), detached from whoever started it. Where cgroup v1
 controllers are writable the whole tree is placed in its own cgroups: the freezer pauses
 it with memory intact, memory and CPU limits apply, and the pids controller stops fork
-bombs. Without them, pause stops each process by signal. Blocking functions here run in
-worker threads; they know processes and kernel interfaces, not the agent protocol.
+bombs (``_cgroups``). Without them, pause stops each process by signal. The command
+line comes from ``_bwrap``. Blocking functions here run in worker threads; they know
+processes and kernel interfaces, not the agent protocol.
 """
 
 from __future__ import annotations
@@ -13,41 +14,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import attrs
 
 from provider_sdk.local import _seccomp
-from provider_sdk.local._system import SYSTEM_DIRS
-from provider_sdk.local._users import AGENT_CAPS, SANDBOX_UID
+from provider_sdk.local._bwrap import ARGS_FD, INFO_FD, LISTEN_FD, SECCOMP_FD, USERNS_FD
+from provider_sdk.local._cgroups import Cgroup
 from provider_sdk.models import Resources
-
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-CONTROLLERS = ("freezer", "memory", "cpu", "cpuacct", "pids")
-PIDS_MAX = 4096
-SHM_MB = 64
-"""The size of a sandbox's ``/dev/shm`` (a tmpfs; what it holds counts as the
-sandbox's memory too)."""
-AGENT_SOURCE = Path(__file__).with_name("_agent.py")
-SANDBOX_PYTHON = "/usr/bin/python3"
-SANDBOX_AGENT = "/etc/psdk/agent.py"
-SANDBOX_CONFIG = "/etc/psdk/agent.json"
-# The agent's process model and file operations, beside the agent (which imports them
-# from its own directory).
-PROCS_SOURCE = AGENT_SOURCE.with_name("_procs.py")
-SANDBOX_PROCS = "/etc/psdk/_procs.py"
-FILEOPS_SOURCE = AGENT_SOURCE.with_name("_fileops.py")
-SANDBOX_FILEOPS = "/etc/psdk/_fileops.py"
-SPAWNER_SOURCE = AGENT_SOURCE.with_name("_spawner.py")
-SANDBOX_SPAWNER = "/etc/psdk/_spawner.py"
-# Host /etc entries that change as packages are installed: shown read-only, live.
-ETC_LIVE = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives")
 
 
 @attrs.frozen
@@ -66,142 +45,6 @@ class Launched:
     """Names this launch's exit-status file (:func:`status_path`)."""
 
 
-def bwrap_path() -> str | None:
-    """The bubblewrap executable, if installed."""
-    return shutil.which("bwrap")
-
-
-class Cgroup:
-    """The v1 cgroups of one sandbox (one directory per controller)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    @staticmethod
-    def available() -> bool:
-        """Whether every controller we use is mounted and writable."""
-        return all(os.access(CGROUP_ROOT / c, os.W_OK) and (CGROUP_ROOT / c / "cgroup.procs")
-                   .exists() for c in CONTROLLERS)
-
-    def path(self, controller: str) -> Path:
-        return CGROUP_ROOT / controller / self.name
-
-    def create(self, resources: Resources) -> list[str]:
-        """Create the cgroups with their limits; return their ``cgroup.procs`` files."""
-        for c in CONTROLLERS:
-            self.path(c).mkdir(exist_ok=True)
-        self._write("pids", "pids.max", str(PIDS_MAX))
-        if resources.memory_mb:
-            limit = str(resources.memory_mb << 20)
-            self._write("memory", "memory.limit_in_bytes", limit)
-            # Memory plus swap at the same bound: swapping out cannot dodge the limit.
-            if (self.path("memory") / "memory.memsw.limit_in_bytes").exists():
-                self._write("memory", "memory.memsw.limit_in_bytes", limit)
-        if resources.cpu:
-            self._write("cpu", "cpu.cfs_period_us", "100000")
-            self._write("cpu", "cpu.cfs_quota_us", str(int(resources.cpu * 100000)))
-        return [str(self.path(c) / "cgroup.procs") for c in CONTROLLERS]
-
-    def _write(self, controller: str, name: str, value: str) -> None:
-        (self.path(controller) / name).write_text(value)
-
-    def _read(self, controller: str, name: str) -> str | None:
-        try:
-            return (self.path(controller) / name).read_text().strip()
-        except OSError:
-            return None
-
-    def exists(self) -> bool:
-        return self.path("freezer").is_dir()
-
-    def frozen(self) -> bool:
-        return self._read("freezer", "freezer.state") in ("FROZEN", "FREEZING")
-
-    def freeze(self, frozen: bool) -> None:
-        """Freeze or thaw the whole tree and wait until the kernel says it is done."""
-        want = "FROZEN" if frozen else "THAWED"
-        deadline = time.monotonic() + 10
-        while True:
-            self._write("freezer", "freezer.state", want)
-            if self._read("freezer", "freezer.state") == want:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"cgroup freezer did not reach {want}")
-            time.sleep(0.002)
-
-    def pids(self) -> list[int]:
-        text = self._read("freezer", "cgroup.procs") or ""
-        return [int(p) for p in text.split()]
-
-    def memory(self) -> tuple[int | None, int | None]:
-        """Memory in use and the limit (``None`` when unlimited)."""
-        usage = self._read("memory", "memory.usage_in_bytes")
-        limit = self._read("memory", "memory.limit_in_bytes")
-        lim = int(limit) if limit and int(limit) < 1 << 60 else None
-        return (int(usage) if usage else None), lim
-
-    def oom_kills(self) -> int | None:
-        """How many processes the kernel killed for this sandbox's memory limit, in
-        its memory cgroup and any below it (``None`` where the kernel does not say).
-        Read before and after every exec: a directory is listed only when its link
-        count says it holds a cgroup (each one below adds a link)."""
-        total, found = 0, False
-        todo = [str(self.path("memory"))]
-        while todo:
-            directory = todo.pop()
-            try:
-                with open(f"{directory}/memory.oom_control") as control:
-                    text = control.read()
-                below = os.stat(directory).st_nlink > 2
-            except OSError:
-                continue
-            for line in text.splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill" and value.strip().isdigit():
-                    total += int(value)
-                    found = True
-            if below:
-                with contextlib.suppress(OSError), os.scandir(directory) as entries:
-                    todo.extend(e.path for e in entries if e.is_dir(follow_symlinks=False))
-        return total if found else None
-
-    def cpu_seconds(self) -> float | None:
-        usage = self._read("cpuacct", "cpuacct.usage")
-        return int(usage) / 1e9 if usage else None
-
-    def destroy(self) -> None:
-        """Kill what is left in the cgroups and remove them."""
-        if not self.exists():
-            return
-        deadline = time.monotonic() + 10
-        while self.pids() and time.monotonic() < deadline:
-            for pid in self.pids():
-                _signal(pid, signal.SIGKILL)
-            if self.frozen():
-                self.freeze(False)
-            time.sleep(0.005)
-        for c in CONTROLLERS:
-            try:
-                self.path(c).rmdir()
-            except FileNotFoundError:
-                pass
-            except OSError:
-                time.sleep(0.02)
-                self.path(c).rmdir()
-
-
-INFO_FD = "{info_fd}"
-LISTEN_FD = "{listen_fd}"
-ARGS_FD = "{args_fd}"
-SECCOMP_FD = "{seccomp_fd}"
-AGENT_FD = "{agent_fd}"
-CONFIG_FD = "{config_fd}"
-PROCS_FD = "{procs_fd}"
-FILEOPS_FD = "{fileops_fd}"
-SPAWNER_FD = "{spawner_fd}"
-USERNS_FD = "{userns_fd}"
-EMPTY_FD = "{empty}"
-"""An empty file's placeholder (``data`` maps it to ``b""``)."""
 AGENT_NS_PID = 2
 """The agent's pid inside an isolated sandbox: bubblewrap's init is 1, and its first
 (and only) child is the agent."""
@@ -211,138 +54,6 @@ launcher records the status in a file only the host can write, so code inside th
 sandbox cannot forge it by writing anywhere."""
 OUTPUT_QUOTED = 2000
 """Bytes of start-up output (bubblewrap's and the agent's) quoted in an error."""
-
-
-def seal_args(*, separate: bool) -> list[str]:
-    """bubblewrap options that seal the sandbox: its own namespaces, a user namespace
-    in which no further one can be made, and the seccomp filter (where the architecture
-    is known). ``separate``: bubblewrap runs as the sandbox's own uid 0 in the
-    namespace :func:`~provider_sdk.local._users.namespaces` made for it: the agent keeps
-    ``AGENT_CAPS`` and runs commands as the sandbox user."""
-    if separate:
-        # Every namespace --unshare-all makes but the user namespace, which is given.
-        args = ["--userns", USERNS_FD, "--unshare-ipc", "--unshare-pid", "--unshare-net",
-                "--unshare-uts", "--unshare-cgroup-try", "--cap-drop", "ALL"]
-        for cap in AGENT_CAPS:
-            args += ["--cap-add", cap]
-    else:
-        args = ["--unshare-all", "--unshare-user", "--disable-userns",
-                "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
-    if _seccomp.supported():
-        args += ["--seccomp", SECCOMP_FD]
-    return args
-
-
-def bwrap_argv(*, bwrap: str, root: Path, etc: Path, volumes: list[tuple[Path, str, bool]],
-               separate: bool, devices: Path | None = None) -> list[str]:
-    """The bubblewrap command line for a sandbox whose writable root is ``root``
-    (:func:`start` fills in the ``*_FD`` placeholders). The agent and its configuration
-    are copied in (``--ro-bind-data``), not bound from host paths."""
-    argv = [
-        bwrap, *seal_args(separate=separate), "--hostname", "sandbox", "--new-session",
-        "--info-fd", INFO_FD, "--bind", str(root), "/",
-        "--ro-bind", "/usr", "/usr",
-    ]
-    for name in SYSTEM_DIRS:
-        host = Path("/") / name
-        if host.is_dir() and not host.is_symlink():
-            argv += ["--ro-bind", str(host), f"/{name}"]
-    argv += [*proc_argv(), *device_argv(devices), *shm_argv(), *etc_args(etc)]
-    for name in ETC_LIVE:
-        if (Path("/etc") / name).exists():
-            argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-    argv += [*agent_data_args(), "--remount-ro", "/etc", *volume_args(volumes)]
-    return argv
-
-
-def volume_args(volumes: list[tuple[Path, str, bool]]) -> list[str]:
-    """bubblewrap options that bind each volume at its target. Missing directories on
-    the way are made ``0755`` first: bubblewrap would make them ``0700`` for its own
-    user, which the sandbox user is not where users are separate. Existing ones are
-    left as they are."""
-    argv: list[str] = []
-    for source, target, read_only in volumes:
-        parts = PurePosixPath(target).parts[1:]
-        for depth in range(1, len(parts) + 1):
-            argv += ["--perms", "0755", "--dir", "/" + "/".join(parts[:depth])]
-        argv += ["--ro-bind" if read_only else "--bind", str(source), target]
-    return argv
-
-
-READ_ONLY_PROC = ("sys", "sysrq-trigger", "irq", "bus", "fs", "pressure")
-"""What of ``/proc`` is read-only inside: the host-global knobs (Docker's list, and the
-pressure files, where any user may register a trigger). The kernel refuses most of
-their writes to every id a sandbox has already; this holds whoever runs it."""
-
-
-def proc_argv() -> list[str]:
-    """bubblewrap arguments mounting the sandbox's ``/proc`` with
-    :data:`READ_ONLY_PROC` read-only (the binds show the same files, from the host's
-    ``/proc``, whose ``sys`` answers for the reader's own namespaces as the sandbox's
-    would)."""
-    argv = ["--proc", "/proc"]
-    for name in READ_ONLY_PROC:
-        argv += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
-    return argv
-
-
-DEVICES = {"null": (1, 3), "zero": (1, 5), "full": (1, 7), "random": (1, 8),
-           "urandom": (1, 9), "tty": (5, 0)}
-"""The device nodes a sandbox has (bubblewrap's ``--dev`` set), by name: major, minor."""
-
-
-def device_argv(devices: Path | None) -> list[str]:
-    """bubblewrap arguments for ``/dev``: bubblewrap's own (a tmpfs, the sandbox's
-    terminals, the standard nodes bound from the host), and over each standard node,
-    where ``devices`` holds the sandbox's own copies of them, its own."""
-    argv = ["--dev", "/dev"]
-    for name in DEVICES if devices is not None else ():
-        argv += ["--dev-bind", f"{devices}/{name}", f"/dev/{name}"]
-    return argv
-
-
-def shm_argv() -> list[str]:
-    """bubblewrap arguments making ``/dev/shm`` a tmpfs of :data:`SHM_MB`, writable by
-    every user as on any Linux (after ``--dev``)."""
-    return ["--perms", "1777", "--size", str(SHM_MB << 20), "--tmpfs", "/dev/shm"]
-
-
-def _etc_entries(etc: Path) -> list[Path]:
-    """The shared ``etc`` directory's own entries (not the mount points for the host's
-    live entries, which bubblewrap makes on the tmpfs)."""
-    if not etc.is_dir():
-        return []
-    return sorted(e for e in etc.iterdir() if e.name not in ETC_LIVE)
-
-
-def etc_args(etc: Path) -> list[str]:
-    """bubblewrap options that make ``/etc`` a copy of the shared ``etc`` directory on
-    a tmpfs (files through descriptors, see :func:`etc_data`), so that no host path of
-    the home shows in the sandbox's mount table. The caller remounts it read-only."""
-    argv = ["--tmpfs", "/etc"]
-    for entry in _etc_entries(etc):
-        inside = f"/etc/{entry.name}"
-        if entry.is_symlink():
-            argv += ["--symlink", os.readlink(entry), inside]
-        elif entry.is_dir():
-            argv += ["--dir", inside]
-        elif entry.is_file():
-            argv += ["--perms", "0644", "--ro-bind-data", "{etc:" + entry.name + "}", inside]
-    return argv
-
-
-def etc_data(etc: Path, names: tuple[str, ...] | None = None) -> dict[str, bytes]:
-    """The contents :func:`etc_args` (or one of its ``names``) refers to."""
-    return {"{etc:" + e.name + "}": e.read_bytes() for e in _etc_entries(etc)
-            if e.is_file() and not e.is_symlink() and (names is None or e.name in names)}
-
-
-def agent_data_args() -> list[str]:
-    """bubblewrap options that copy the agent and its configuration into the sandbox."""
-    return ["--ro-bind-data", AGENT_FD, SANDBOX_AGENT, "--ro-bind-data", PROCS_FD,
-            SANDBOX_PROCS, "--ro-bind-data", FILEOPS_FD, SANDBOX_FILEOPS,
-            "--ro-bind-data", SPAWNER_FD, SANDBOX_SPAWNER,
-            "--ro-bind-data", CONFIG_FD, SANDBOX_CONFIG]
 
 
 @attrs.frozen
@@ -482,10 +193,6 @@ def _read_info(fd: int) -> dict[str, int] | None:
             continue
     return None
 
-
-def agent_command(python: str, *, agent: str, config: str) -> list[str]:
-    """How the agent is started (:func:`start` fills in ``LISTEN_FD``)."""
-    return [python, "-I", "-S", "-B", agent, config, LISTEN_FD]
 
 
 def _stat_fields(pid: int) -> list[bytes] | None:

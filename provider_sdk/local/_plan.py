@@ -21,7 +21,7 @@ from pathlib import Path
 
 import attrs
 
-from provider_sdk.local import _disk, _ids, _launch, _mountpoints, _mounts, _templates, _users
+from provider_sdk.local import _bwrap, _disk, _ids, _mountpoints, _mounts, _templates, _users
 from provider_sdk.local._records import SandboxRecord
 
 __all__ = ["Plan", "make"]
@@ -32,7 +32,7 @@ class Plan:
     """A sandbox's start, ready to run (see :func:`make`)."""
 
     argv: list[str]
-    """The command to start, with ``_launch``'s descriptor placeholders."""
+    """The command to start, with ``_bwrap``'s descriptor placeholders."""
     args: list[str]
     """bubblewrap's options and command (after its executable)."""
     data: dict[str, bytes]
@@ -72,9 +72,9 @@ def make(*, directory: Path, meta: SandboxRecord, bwrap: str, etc: Path, templat
         separate = plan.userns is not None
         if meta.template == "default":
             prefix: list[str] = []
-            args = _launch.bwrap_argv(bwrap=bwrap, root=root, etc=etc, volumes=volumes,
+            args = _bwrap.bwrap_argv(bwrap=bwrap, root=root, etc=etc, volumes=volumes,
                                       separate=separate, devices=devices)
-            python = [_launch.SANDBOX_PYTHON]
+            python = [_bwrap.SANDBOX_PYTHON]
         else:
             upper, work = _disk.overlay_dirs(directory, meta)
             prefix = _templates.overlay_prefix(lower=lower, upper=upper, work=work, root=root,
@@ -83,16 +83,16 @@ def make(*, directory: Path, meta: SandboxRecord, bwrap: str, etc: Path, templat
                                          separate=separate, devices=devices)
             python = _templates.agent_interpreter()
         agent = _users.as_agent(meta.ids) if separate and meta.ids is not None else []
-        plan.argv = [*prefix, *agent, args[0], "--args", _launch.ARGS_FD, *python[:-1],
-                     *_launch.agent_command(python[-1], agent=_launch.SANDBOX_AGENT,
-                                            config=_launch.SANDBOX_CONFIG)]
+        plan.argv = [*prefix, *agent, args[0], "--args", _bwrap.ARGS_FD, *python[:-1],
+                     *_bwrap.agent_command(python[-1], agent=_bwrap.SANDBOX_AGENT,
+                                            config=_bwrap.SANDBOX_CONFIG)]
         plan.args = args[1:]
-        plan.data = {_launch.AGENT_FD: _launch.AGENT_SOURCE.read_bytes(),
-                     _launch.PROCS_FD: _launch.PROCS_SOURCE.read_bytes(),
-                     _launch.FILEOPS_FD: _launch.FILEOPS_SOURCE.read_bytes(),
-                     _launch.SPAWNER_FD: _launch.SPAWNER_SOURCE.read_bytes(),
-                     _launch.CONFIG_FD: config, _launch.EMPTY_FD: b"",
-                     **_launch.etc_data(etc, None if meta.template == "default"
+        plan.data = {_bwrap.AGENT_FD: _bwrap.AGENT_SOURCE.read_bytes(),
+                     _bwrap.PROCS_FD: _bwrap.PROCS_SOURCE.read_bytes(),
+                     _bwrap.FILEOPS_FD: _bwrap.FILEOPS_SOURCE.read_bytes(),
+                     _bwrap.SPAWNER_FD: _bwrap.SPAWNER_SOURCE.read_bytes(),
+                     _bwrap.CONFIG_FD: config, _bwrap.EMPTY_FD: b"",
+                     **_bwrap.etc_data(etc, None if meta.template == "default"
                                         else ("hosts", "hostname"))}
     except BaseException:
         plan.close()
@@ -144,7 +144,7 @@ def _stage(plan: Plan, directory: Path, meta: SandboxRecord, base: int, template
             root = staging.place("root")
             lower = staging.bind("template", template_root, userns=maps.pop(0),
                                  read_only=True)
-        devices = staging.devices("dev", _launch.DEVICES)
+        devices = staging.devices("dev", _bwrap.DEVICES)
         staged = [(staging.bind(f"volume-{index}", source, userns=maps[0],
                                 read_only=read_only), target, read_only)
                   for index, (source, target, read_only) in enumerate(volumes)]

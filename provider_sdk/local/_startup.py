@@ -21,7 +21,17 @@ import anyio
 import attrs
 
 from provider_sdk import disks, errors
-from provider_sdk.local import _disk, _ids, _launch, _plan, _system, _templates, _users
+from provider_sdk.local import (
+    _bwrap,
+    _disk,
+    _ids,
+    _launch,
+    _plan,
+    _system,
+    _templates,
+    _users,
+)
+from provider_sdk.local._cgroups import Cgroup
 from provider_sdk.local._home import Home, write_meta
 from provider_sdk.local._records import SandboxRecord, SnapshotRecord
 from provider_sdk.local._trees import copy_tree, make_dirs_within
@@ -60,7 +70,7 @@ class StartupMixin:
     _separate: bool
 
     if TYPE_CHECKING:
-        def _cgroup(self, sandbox_id: str) -> _launch.Cgroup: ...
+        def _cgroup(self, sandbox_id: str) -> Cgroup: ...
         def _status_path(self, sandbox_id: str, token: str) -> Path: ...
         def _client(self, sandbox_id: str,
                     launched: _launch.Launched | None = None) -> AgentClient: ...
@@ -168,15 +178,15 @@ class StartupMixin:
                 shutil.copytree(src, staging / name, symlinks=True)
             elif src.exists() or src.is_symlink():
                 shutil.copy2(src, staging / name, follow_symlinks=False)
-        for name in _launch.ETC_LIVE:  # mount points for the live host entries
+        for name in _bwrap.ETC_LIVE:  # mount points for the live host entries
             src = Path("/etc") / name
             if src.is_dir():
                 (staging / name).mkdir()
             elif src.exists():
                 (staging / name).touch()
         (staging / "psdk").mkdir()
-        for name in (_launch.SANDBOX_AGENT, _launch.SANDBOX_PROCS, _launch.SANDBOX_FILEOPS,
-                     _launch.SANDBOX_SPAWNER, _launch.SANDBOX_CONFIG):
+        for name in (_bwrap.SANDBOX_AGENT, _bwrap.SANDBOX_PROCS, _bwrap.SANDBOX_FILEOPS,
+                     _bwrap.SANDBOX_SPAWNER, _bwrap.SANDBOX_CONFIG):
             (staging / "psdk" / name.rsplit("/", 1)[1]).touch()
         (staging / "passwd").write_text(PASSWD)
         (staging / "group").write_text(GROUP)
@@ -228,8 +238,8 @@ class StartupMixin:
                 argv, args, data = launch.argv, launch.args, launch.data
                 userns = launch.userns
             else:
-                argv = _launch.agent_command(_launch.host_python(),
-                                             agent=str(_launch.AGENT_SOURCE),
+                argv = _bwrap.agent_command(_launch.host_python(),
+                                             agent=str(_bwrap.AGENT_SOURCE),
                                              config=str(directory / "agent.json"))
                 args, data, userns = None, {}, None
             cgroup = self._cgroup(sandbox_id) if self._cgroups else None

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, ClassVar
 import anyio
 
 from provider_sdk import disks, errors
-from provider_sdk.local import _disk, _ids, _launch, _records, _users
+from provider_sdk.local import _bwrap, _cgroups, _disk, _ids, _launch, _records, _users
 from provider_sdk.local._home import Home, now, write_meta
 from provider_sdk.local._records import SandboxRecord, SnapshotRecord, VolumeRecord
 from provider_sdk.local._trees import copy_confined, copy_tree
@@ -44,7 +44,7 @@ class StorageMixin:
     _separate: bool
 
     if TYPE_CHECKING:
-        def _cgroup(self, sandbox_id: str) -> _launch.Cgroup: ...
+        def _cgroup(self, sandbox_id: str) -> _cgroups.Cgroup: ...
         def _read(self, sandbox_id: str) -> SandboxRecord: ...
         def _state(self, sandbox_id: str, meta: SandboxRecord) -> SandboxState: ...
         async def _list(self, *, metadata: Mapping[str, str],
@@ -68,7 +68,7 @@ class StorageMixin:
                        meta: SandboxRecord) -> Snapshot:
         snapshot_id = self._home.new_id("snapshots")
         target = self._home.snapshot(snapshot_id)
-        bwrap = None if meta.unisolated else _launch.bwrap_path()
+        bwrap = None if meta.unisolated else _bwrap.bwrap_path()
         try:
             with self._home.lock(directory), self._still(sandbox_id, meta):
                 # A template sandbox's own files are its overlay layer: the snapshot

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from provider_sdk import errors
-from provider_sdk.local import _launch, _mounts, _system
+from provider_sdk.local import _bwrap, _mounts, _system
 
 HOST_DIR = "/.psdk/host"
 """Where the host's ``/usr`` (and real ``/lib``... directories) appear in a template
@@ -225,13 +225,13 @@ def agent_interpreter() -> list[str]:
 
     Raises ``ConfigError`` where the host's interpreter cannot be run that way.
     """
-    python = os.path.realpath(_launch.SANDBOX_PYTHON)
+    python = os.path.realpath(_bwrap.SANDBOX_PYTHON)
     interp = _elf_interpreter(python)
     loader = _inside(os.path.realpath(interp)) if interp else None
     shown_python = _inside(python)
     if loader is None or shown_python is None:
         raise errors.ConfigError(
-            f"local templates run the agent with the host's {_launch.SANDBOX_PYTHON} through "
+            f"local templates run the agent with the host's {_bwrap.SANDBOX_PYTHON} through "
             "its dynamic loader, which is not under /usr or a system directory here",
             provider="local")
     arch = sysconfig.get_config_var("MULTIARCH") or ""
@@ -326,16 +326,16 @@ def bwrap_argv(*, bwrap: str, root: Path, etc: Path, volumes: list[tuple[Path, s
     own, and ``/etc/ld.so.preload``, which the dynamic loader that starts it reads, is
     an empty read-only file (a template's own is not honoured)."""
     argv = [
-        bwrap, *_launch.seal_args(separate=separate),
-        "--hostname", "sandbox", "--new-session", "--info-fd", _launch.INFO_FD,
+        bwrap, *_bwrap.seal_args(separate=separate),
+        "--hostname", "sandbox", "--new-session", "--info-fd", _bwrap.INFO_FD,
         "--bind", str(root), "/",
         *host_binds(),
-        *_launch.proc_argv(), *_launch.device_argv(devices), *_launch.shm_argv(),
+        *_bwrap.proc_argv(), *_bwrap.device_argv(devices), *_bwrap.shm_argv(),
         "--perms", "0644", "--ro-bind-data", "{etc:hosts}", "/etc/hosts",
         "--perms", "0644", "--ro-bind-data", "{etc:hostname}", "/etc/hostname",
-        "--perms", "0644", "--ro-bind-data", _launch.EMPTY_FD, "/etc/ld.so.preload",
-        "--perms", "0755", "--tmpfs", AGENT_DIR, *_launch.agent_data_args(),
+        "--perms", "0644", "--ro-bind-data", _bwrap.EMPTY_FD, "/etc/ld.so.preload",
+        "--perms", "0755", "--tmpfs", AGENT_DIR, *_bwrap.agent_data_args(),
         "--remount-ro", AGENT_DIR,
-        *_launch.volume_args(volumes),
+        *_bwrap.volume_args(volumes),
     ]
     return argv

@@ -42,6 +42,8 @@ from provider_sdk.config import default_home
 from provider_sdk.dockerfile import Problem, TemplateSupport
 from provider_sdk.labels import check_labels
 from provider_sdk.local import (
+    _bwrap,
+    _cgroups,
     _disk,
     _ids,
     _launch,
@@ -149,7 +151,7 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         self._home = Home(settings.path("home", home) or default_home())
         self._unisolated = unisolated = settings.switch("unisolated", unisolated,
                                                         default=False)
-        self._cgroups = _launch.Cgroup.available()
+        self._cgroups = _cgroups.Cgroup.available()
         self._quota = not unisolated and disks.available()
         self._separate = not unisolated and _users.separate_users()
         self._registry = _ids.Registry(_ids.host_range()) if self._separate else None
@@ -244,7 +246,7 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
     def _check_can_launch(self) -> str | None:
         if self._unisolated:
             return None
-        bwrap = _launch.bwrap_path()
+        bwrap = _bwrap.bwrap_path()
         if bwrap is None:
             raise errors.ConfigError(
                 "the local provider needs bubblewrap (bwrap) to isolate sandboxes: install "
@@ -257,9 +259,9 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
                 "(none of them root's), which cannot be done here: "
                 f"{_users.separation_problem()}; fix that, or run the provider as a user "
                 "other than root", provider=self.name)
-        if not Path(_launch.SANDBOX_PYTHON).is_file():
+        if not Path(_bwrap.SANDBOX_PYTHON).is_file():
             raise errors.ConfigError(
-                f"the local provider runs its agent with {_launch.SANDBOX_PYTHON}, which is "
+                f"the local provider runs its agent with {_bwrap.SANDBOX_PYTHON}, which is "
                 "missing: install python3 from the system's packages", provider=self.name)
         return bwrap
 
@@ -309,8 +311,8 @@ class LocalProvider(StartupMixin, CallsMixin, StorageMixin, TemplateBuildsMixin,
         the sandbox's root, which nothing inside can write)."""
         return self._home.sandbox(sandbox_id) / f"exit-{token}"
 
-    def _cgroup(self, sandbox_id: str) -> _launch.Cgroup:
-        return _launch.Cgroup(f"psdk-{self._home.tag}-{sandbox_id}")
+    def _cgroup(self, sandbox_id: str) -> _cgroups.Cgroup:
+        return _cgroups.Cgroup(f"psdk-{self._home.tag}-{sandbox_id}")
 
     async def _info(self, sandbox_id: str) -> SandboxInfo:
         broken = self._broken(sandbox_id)

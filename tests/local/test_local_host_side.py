@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 from provider_sdk import Capability, InvalidInput, SandboxError, SandboxState, VolumeMount
-from provider_sdk.local import LocalProvider, _launch, _mountpoints, _storage, _trees
+from provider_sdk.local import LocalProvider, _cgroups, _launch, _mountpoints, _storage, _trees
 from provider_sdk.local._trees import copy_tree
 from provider_sdk.sandbox import Sandbox
 
@@ -102,7 +102,7 @@ async def test_a_snapshot_stops_the_sandbox_without_a_freezer(
     are copied, so even an unconfined copy sees them still: the racer swaps only after."""
     if not provider.supports(Capability.SEAL_HOST):
         pytest.skip("the copy is confined where sandboxes are isolated as root")
-    monkeypatch.setattr(_launch.Cgroup, "available", staticmethod(lambda: False))
+    monkeypatch.setattr(_cgroups.Cgroup, "available", staticmethod(lambda: False))
     monkeypatch.setattr(_storage, "copy_confined",
                         lambda src, dst, bwrap: copy_tree(src, dst))
     unfrozen = LocalProvider(home=provider.home)
@@ -328,11 +328,11 @@ async def test_a_state_read_racing_a_kill_that_removes_the_cgroup_ends_leftovers
         served = [pid for pid in _launch.namespace_pids(launched)
                   if pid != launched.init_pid and _uid(pid) == agent_uid]
 
-        def removed(group: _launch.Cgroup, frozen: bool) -> None:
+        def removed(group: _cgroups.Cgroup, frozen: bool) -> None:
             raise FileNotFoundError(2, "No such file or directory",
                                     str(group.path("freezer") / "freezer.state"))
 
-        monkeypatch.setattr(_launch.Cgroup, "freeze", removed)
+        monkeypatch.setattr(_cgroups.Cgroup, "freeze", removed)
         for sig in (signal.SIGSTOP, signal.SIGKILL):
             for pid in served:
                 with contextlib.suppress(ProcessLookupError):

@@ -16,7 +16,7 @@ from local_fixtures import provider_in, tmpfs
 
 from provider_sdk import CommandTimeout, Resources, UnsupportedCapability, disks
 from provider_sdk.capabilities import Capability
-from provider_sdk.local import LocalProvider, _disk, _launch
+from provider_sdk.local import LocalProvider, _bwrap, _cgroups, _disk
 from provider_sdk.local.provider import DEFAULT_MEMORY_MB
 
 pytestmark = pytest.mark.anyio
@@ -31,7 +31,7 @@ ALLOCATE = textwrap.dedent("""
 
 
 def needs_cgroups() -> None:
-    if not _launch.Cgroup.available():
+    if not _cgroups.Cgroup.available():
         pytest.skip("cgroup v1 controllers are not writable here")
 
 
@@ -63,7 +63,7 @@ def test_oom_kills_counts_the_sandbox_cgroup_and_those_below_it() -> None:
     """What an exec compares to tell an OOM kill: kills in the sandbox's memory cgroup,
     and in one made below it, each counted."""
     needs_cgroups()
-    cgroup = _launch.Cgroup(f"psdk-test-oom-{os.getpid()}")
+    cgroup = _cgroups.Cgroup(f"psdk-test-oom-{os.getpid()}")
     cgroup.create(Resources(memory_mb=64))
     below = cgroup.path("memory") / "below"
     try:
@@ -123,7 +123,7 @@ async def test_defaults_are_applied_declared_and_reported(provider: LocalProvide
         assert int(memsw.read_text()) == 2048 << 20
     root_kb, shm_kb = (int(line.split()[1]) for line in df.stdout.splitlines())
     assert 3 << 20 < root_kb <= 4 << 20  # 4 GiB less the filesystem's own metadata
-    assert shm_kb == _launch.SHM_MB << 10
+    assert shm_kb == _bwrap.SHM_MB << 10
 
 
 async def test_unisolated_sandboxes_declare_no_limits(home: Path) -> None:
@@ -182,7 +182,7 @@ async def test_dev_shm_fills_at_its_bound(provider: LocalProvider) -> None:
         result = await sandbox.exec(
             "dd if=/dev/zero of=/dev/shm/fill bs=1M count=200 2>&1; stat -c %s /dev/shm/fill")
     assert "No space left on device" in result.stdout
-    assert int(result.stdout.split()[-1]) <= _launch.SHM_MB << 20
+    assert int(result.stdout.split()[-1]) <= _bwrap.SHM_MB << 20
 
 
 async def test_writes_past_the_disk_quota_fail_inside_and_spare_the_host(

@@ -35,7 +35,7 @@ from provider_sdk import (
     VolumeMount,
 )
 from provider_sdk.capabilities import Capability
-from provider_sdk.local import LocalProvider, UnisolatedWarning, _launch
+from provider_sdk.local import LocalProvider, UnisolatedWarning, _bwrap, _cgroups, _launch
 from provider_sdk.local._client import AgentClient
 
 pytestmark = pytest.mark.anyio
@@ -201,7 +201,7 @@ async def test_idle_timeout_waits_for_background_processes(provider: LocalProvid
 
 async def test_memory_limit_reaches_the_cgroup(provider: LocalProvider) -> None:
     """Resources(memory_mb) becomes the sandbox's memory limit, reported by metrics."""
-    if not _launch.Cgroup.available():
+    if not _cgroups.Cgroup.available():
         pytest.skip("cgroup v1 controllers are not writable here")
     async with provider.create(resources=Resources(memory_mb=256, cpu=0.5)) as sandbox:
         metrics = await sandbox.metrics()
@@ -285,7 +285,7 @@ async def test_unisolated_mode_warns_on_every_create(home: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """unisolated=True works without bwrap, and every create warns loudly."""
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
-    monkeypatch.setattr(_launch, "bwrap_path", lambda: None)
+    monkeypatch.setattr(_bwrap, "bwrap_path", lambda: None)
     async with LocalProvider(home=home, unisolated=True) as provider:
         # Root's file operations pass every permission check: not declared then.
         assert provider.supports(Capability.FILES_PERMISSIONS) is (os.geteuid() != 0)
@@ -360,7 +360,7 @@ async def test_paused_sandbox_is_frozen_not_stopped(provider: LocalProvider) -> 
 async def test_pause_without_a_freezer_stops_by_signal(provider: LocalProvider,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Where cgroups are not writable, pause sends SIGSTOP to the whole tree."""
-    monkeypatch.setattr(_launch.Cgroup, "available", staticmethod(lambda: False))
+    monkeypatch.setattr(_cgroups.Cgroup, "available", staticmethod(lambda: False))
     fallback = LocalProvider(home=provider.home)
     async with fallback.create() as sandbox:
         process = await sandbox.start("while true; do sleep 0.05; done")

@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from provider_sdk import Capability, ConfigError, VolumeMount
-from provider_sdk.local import LocalProvider, _ids, _launch, _seccomp, _users
+from provider_sdk.local import LocalProvider, _bwrap, _ids, _launch, _seccomp, _users
 from provider_sdk.sandbox import Sandbox
 
 pytestmark = pytest.mark.anyio
@@ -218,7 +218,7 @@ SCAN = textwrap.dedent("""
 
 def _host_paths(provider: LocalProvider, sandbox_id: str) -> list[str]:
     directory = provider.home / "sandboxes" / sandbox_id
-    return [str(provider.home), str(_launch.AGENT_SOURCE.parent), str(directory / "agent.sock")]
+    return [str(provider.home), str(_bwrap.AGENT_SOURCE.parent), str(directory / "agent.sock")]
 
 
 async def test_no_host_path_in_command_lines_environments_or_etc(
@@ -372,14 +372,14 @@ async def test_the_agents_modules_are_copied_in_where_no_command_may_change_them
     """The agent and each module it imports (the file operations answering here among
     them) are in /etc/psdk beside the agent's configuration and nothing else, and a
     command can neither write, replace nor remove them."""
-    shipped = {_launch.SANDBOX_AGENT: _launch.AGENT_SOURCE,
-               _launch.SANDBOX_PROCS: _launch.PROCS_SOURCE,
-               _launch.SANDBOX_FILEOPS: _launch.FILEOPS_SOURCE,
-               _launch.SANDBOX_SPAWNER: _launch.SPAWNER_SOURCE}
+    shipped = {_bwrap.SANDBOX_AGENT: _bwrap.AGENT_SOURCE,
+               _bwrap.SANDBOX_PROCS: _bwrap.PROCS_SOURCE,
+               _bwrap.SANDBOX_FILEOPS: _bwrap.FILEOPS_SOURCE,
+               _bwrap.SANDBOX_SPAWNER: _bwrap.SPAWNER_SOURCE}
     assert all(source.is_file() for source in shipped.values())
     async with provider.create() as sandbox:
         entries = {entry.path: entry for entry in await sandbox.files.list("/etc/psdk")}
-        assert set(entries) == {*shipped, _launch.SANDBOX_CONFIG}
+        assert set(entries) == {*shipped, _bwrap.SANDBOX_CONFIG}
         for inside, source in shipped.items():
             assert entries[inside].size == source.stat().st_size, inside
             for change in ('echo x >> "$1"', 'rm -f "$1"', 'mv "$1" "$1.moved"'):

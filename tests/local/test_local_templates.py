@@ -33,7 +33,7 @@ from provider_sdk import (
     VolumeMount,
 )
 from provider_sdk.distributions import install_hint
-from provider_sdk.local import LocalProvider, _launch
+from provider_sdk.local import LocalProvider, _bwrap, _launch
 from provider_sdk.models import SandboxSpec, Template, TemplateSpec
 
 pytestmark = pytest.mark.anyio
@@ -66,7 +66,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Template]:
     """One home with one template built from DOCKERFILE, shared by this module."""
     require_bwrap()
     require_docker()
-    assert Path(_launch.SANDBOX_PYTHON).exists()  # the host has the python3 the image lacks
+    assert Path(_bwrap.SANDBOX_PYTHON).exists()  # the host has the python3 the image lacks
     home = tmp_path_factory.mktemp("psdk-templates")
     return home, _build(home, TemplateSpec(name="psdk-test-local", dockerfile=DOCKERFILE))
 

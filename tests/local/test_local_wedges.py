@@ -18,7 +18,7 @@ from provider_sdk import (
     SandboxState,
     Unavailable,
 )
-from provider_sdk.local import LocalProvider, _launch
+from provider_sdk.local import LocalProvider, _cgroups, _launch
 from provider_sdk.local._home import read_meta
 from provider_sdk.sandbox import Sandbox
 
@@ -135,7 +135,7 @@ async def test_unacknowledged_call_times_out(provider: LocalProvider) -> None:
     """An agent that takes no call within agent_timeout (here: all its threads frozen
     by a cgroup freeze the provider did not make, so its state looks normal) ends
     the call with Unavailable."""
-    if not _launch.Cgroup.available():
+    if not _cgroups.Cgroup.available():
         pytest.skip("cgroup v1 freezer is not writable here")
     provider.agent_timeout = 1.5
     async with provider.create() as sandbox:
