@@ -42,7 +42,7 @@ class Launched:
     """The agent's pid on the host, once known (:func:`find_agent`)."""
     agent_start: int = 0
     token: str = ""
-    """Names this launch's exit-status file (:func:`status_path`)."""
+    """Names this launch's exit-status file (``Shared.status_path``)."""
 
 
 AGENT_NS_PID = 2

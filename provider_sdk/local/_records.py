@@ -404,10 +404,12 @@ def broken_info(home: Home, sandbox_id: str, *, provider: str,
 
 
 def _warn(sandbox_id: str, reason: str, home: Path) -> None:
-    """Say once per listing that a record is broken (never the record's contents)."""
+    """Say once per listing that a record is broken (never the record's contents), at
+    the line that called ``provider.list`` (through its hook, the control plane's
+    ``list`` and ``Sandboxes.broken``)."""
     warnings.warn(f"local sandbox {sandbox_id} in {home} is broken: {reason}; "
                   "kill it (psdk kill, or provider.kill) to remove it",
-                  BrokenRecordWarning, stacklevel=6)
+                  BrokenRecordWarning, stacklevel=7)
 
 
 def warn_template(template_id: str, reason: str, home: Path) -> None:
@@ -418,10 +420,12 @@ def warn_template(template_id: str, reason: str, home: Path) -> None:
 
 
 def warn_stored(kind: str, ident: str, reason: str, home: Path) -> None:
-    """Say, as a listing passes it, that a snapshot's or a volume's record is broken."""
+    """Say, as a listing passes it, that a snapshot's or a volume's record is broken,
+    at the line that called the provider's listing (through its hook, the control plane
+    and ``LocalStorage``)."""
     warnings.warn(f"local {kind} {ident} in {home} is broken: {reason}; delete it "
                   f"(psdk {kind} rm, or provider.delete_{kind})",
-                  BrokenRecordWarning, stacklevel=4)
+                  BrokenRecordWarning, stacklevel=6)
 
 
 def template_of(directory: Path) -> str | None:

@@ -2,8 +2,8 @@
 ``/etc``, the agent's launch inside bubblewrap (or without it), and the wait until the
 agent and a template's ``ready_cmd`` answer.
 
-``StartupMixin`` holds these for ``LocalProvider``, at create and when ``resume``
-starts a stopped sandbox again from its files.
+``Startup`` holds these for the control plane of ``LocalProvider``, at create and when
+``resume`` starts a stopped sandbox again from its files.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import shutil
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any
 
 import anyio
 import attrs
@@ -31,17 +31,15 @@ from provider_sdk.local import (
     _templates,
     _users,
 )
-from provider_sdk.local._cgroups import Cgroup
-from provider_sdk.local._home import Home, write_meta
-from provider_sdk.local._records import SandboxRecord, SnapshotRecord
+from provider_sdk.local._commands import LocalCommands
+from provider_sdk.local._home import write_meta
+from provider_sdk.local._records import SandboxRecord
+from provider_sdk.local._sandboxes import Sandboxes
+from provider_sdk.local._storage import LocalStorage
 from provider_sdk.local._trees import copy_tree, make_dirs_within
 from provider_sdk.provider import Command
 
-if TYPE_CHECKING:
-    from provider_sdk.local._client import AgentClient
-    from provider_sdk.models import ExecResult
-
-__all__ = ["WORKDIR", "StartupMixin"]
+__all__ = ["WORKDIR", "Startup"]
 
 WORKDIR = "/home/user"
 BASE_ENV = {
@@ -61,49 +59,92 @@ READY_CMD_TIMEOUT = 120.0  # seconds a template's ready_cmd may take to succeed
 READY_TIMEOUT = 15.0
 
 
-class StartupMixin:
-    """The start of a sandbox's processes, for ``LocalProvider``."""
+class Startup:
+    """The start of a sandbox's processes, for the control plane of ``LocalProvider``.
 
-    name: ClassVar[str]
-    _home: Home
-    _cgroups: bool
-    _separate: bool
+    Args:
+        sandboxes: the provider's sandboxes.
+        storage: their snapshots and volumes (a new root copies a snapshot's files, a
+            start mounts volumes).
+        commands: the commands role (a template's ``start_cmd`` and ``ready_cmd``).
+    """
 
-    if TYPE_CHECKING:
-        def _cgroup(self, sandbox_id: str) -> Cgroup: ...
-        def _status_path(self, sandbox_id: str, token: str) -> Path: ...
-        def _client(self, sandbox_id: str,
-                    launched: _launch.Launched | None = None) -> AgentClient: ...
-        async def _start(self, sandbox_id: str, command: Command) -> int: ...
-        async def _exec(self, sandbox_id: str, command: Command) -> ExecResult: ...
-        def _snapshot_record(self, snapshot_id: str) -> SnapshotRecord: ...
-        def _hold_ids(self, directory: Path, meta: SandboxRecord) -> None: ...
-        def _id_range(self) -> _ids.IdRange: ...
-        def _ready_volume(self, name: str) -> None: ...
+    def __init__(self, sandboxes: Sandboxes, storage: LocalStorage,
+                 commands: LocalCommands) -> None:
+        self._sandboxes = sandboxes
+        self._shared = sandboxes.shared
+        self._storage = storage
+        self._commands = commands
 
-    def _make_layer(self, directory: Path, meta: SandboxRecord) -> None:
+    def check_can_launch(self) -> str | None:
+        if self._shared.unisolated:
+            return None
+        bwrap = _bwrap.bwrap_path()
+        if bwrap is None:
+            raise errors.ConfigError(
+                "the local provider needs bubblewrap (bwrap) to isolate sandboxes: install "
+                "it (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install "
+                "bubblewrap), or pass unisolated=True to run WITHOUT isolation",
+                provider=self._shared.name)
+        if os.geteuid() == 0 and not self._shared.separate:
+            raise errors.ConfigError(
+                "run as root, the local provider gives each sandbox host ids of its own "
+                "(none of them root's), which cannot be done here: "
+                f"{_users.separation_problem()}; fix that, or run the provider as a user "
+                "other than root", provider=self._shared.name)
+        if not Path(_bwrap.SANDBOX_PYTHON).is_file():
+            raise errors.ConfigError(
+                f"the local provider runs its agent with {_bwrap.SANDBOX_PYTHON}, which is "
+                "missing: install python3 from the system's packages", provider=self._shared.name)
+        return bwrap
+
+    def _id_range(self) -> _ids.IdRange:
+        """This host's range of sandbox ids (only where sandboxes have ids of their own)."""
+        return _ids.host_range()
+
+    def _hold_ids(self, directory: Path, meta: SandboxRecord) -> None:
+        """Hold the sandbox's slot again as it starts. Where the registry gives it
+        another (its slot was taken meanwhile, or the host's range changed), and for a
+        sandbox made by a version that ran its user as the host's root, its own files
+        move to the ids of the slot it gets."""
+        assert self._shared.registry is not None
+        base = self._shared.registry.claim(directory, meta.ids)
+        if base == meta.ids:
+            return
+        files = _disk.own_files(directory, meta)
+        try:
+            _ids.shift_tree(files, _ids.legacy(base) if meta.ids is None
+                            else _ids.rebase(meta.ids, base))
+        except OSError as exc:  # a tree too deep, no descriptor to be had
+            raise errors.SandboxError(
+                f"the sandbox's files could not be moved to its ids: {exc.strerror or exc}",
+                provider=self._shared.name, sandbox_id=meta.id) from exc
+        meta.ids = base
+        write_meta(directory, meta.to_json())
+
+    def make_layer(self, directory: Path, meta: SandboxRecord) -> None:
         """A new sandbox's writable layer: its quota'd image mounted (where quotas
         hold), then its root's first files, owned by the sandbox's own ids."""
         if meta.resources.disk_mb and _disk.has_quota(meta):
-            blank = disks.blank(self._home.path / "base", meta.resources.disk_mb)
+            blank = disks.blank(self._shared.home.path / "base", meta.resources.disk_mb)
             _disk.make(directory, meta.template, blank)
         self._make_root(directory, meta)
 
-    async def _start_command(self, sandbox_id: str, meta: SandboxRecord) -> None:
+    async def start_command(self, sandbox_id: str, meta: SandboxRecord) -> None:
         """Start a template's ``start_cmd`` in the background and wait until its
         ``ready_cmd`` exits 0 (at create, and when a stopped sandbox is started again)."""
         if meta.start_cmd:
-            await self._start(sandbox_id, Command(argv=("/bin/sh", "-c", meta.start_cmd)))
+            await self._commands.start(sandbox_id, Command(argv=("/bin/sh", "-c", meta.start_cmd)))
         if not meta.ready_cmd:
             return
         probe = Command(argv=("/bin/sh", "-c", meta.ready_cmd), timeout=10)
         with anyio.move_on_after(READY_CMD_TIMEOUT):
-            while (await self._exec(sandbox_id, probe)).exit_code != 0:  # noqa: ASYNC110
+            while (await self._commands.exec(sandbox_id, probe)).exit_code != 0:  # noqa: ASYNC110
                 await anyio.sleep(0.1)  # a command's result: there is no event to wait on
             return
         raise errors.OperationTimeout(
             f"the template's ready_cmd did not succeed within {READY_CMD_TIMEOUT:.0f}s",
-            provider=self.name, sandbox_id=sandbox_id)
+            provider=self._shared.name, sandbox_id=sandbox_id)
 
     def _make_root(self, directory: Path, meta: SandboxRecord) -> None:
         root = directory / "root"
@@ -112,7 +153,7 @@ class StartupMixin:
             # The template is the overlay's lower layer; the sandbox writes to upper/.
             upper, work = _disk.overlay_dirs(directory, meta)
             if snapshot is not None:
-                copy_tree(self._home.snapshot(snapshot) / "root", upper)
+                copy_tree(self._shared.home.snapshot(snapshot) / "root", upper)
                 self._move_snapshot_files(upper, snapshot, meta.ids)
             else:
                 upper.mkdir()
@@ -122,14 +163,14 @@ class StartupMixin:
             work.mkdir()
             root.mkdir()
             owner = None if meta.ids is None else _users.template_owner(meta.ids)
-            _templates.make_cwd(self._home.template(meta.template) / "root", upper, meta.cwd,
+            _templates.make_cwd(self._shared.home.template(meta.template) / "root", upper, meta.cwd,
                                 owner)
             return
         if snapshot is not None:
             if _disk.has_quota(meta):
-                disks.copy_into(self._home.snapshot(snapshot) / "root", root)
+                disks.copy_into(self._shared.home.snapshot(snapshot) / "root", root)
             else:
-                copy_tree(self._home.snapshot(snapshot) / "root", root)
+                copy_tree(self._shared.home.snapshot(snapshot) / "root", root)
             self._move_snapshot_files(root, snapshot, meta.ids)
         else:
             # Mount points first (bubblewrap would make them anyway), then the writable
@@ -155,22 +196,22 @@ class StartupMixin:
         by an earlier version, by the host's root as that sandbox's user)."""
         if base is None:
             return
-        taken = self._snapshot_record(snapshot).ids
+        taken = self._storage.snapshot_record(snapshot).ids
         try:
             _ids.shift_tree(files, _ids.rebase(taken, base) if taken is not None
                             else _ids.legacy(base))
         except OSError as exc:  # a tree too deep, no descriptor to be had
             raise errors.SandboxError(
                 f"snapshot {snapshot!r}'s files could not be moved to the new sandbox's "
-                f"ids: {exc.strerror or exc}", provider=self.name) from exc
+                f"ids: {exc.strerror or exc}", provider=self._shared.name) from exc
 
     def _base_etc(self) -> Path:
         """The read-only /etc every sandbox of this home shares, made once."""
-        etc = self._home.path / "base" / "etc"
+        etc = self._shared.home.path / "base" / "etc"
         if etc.is_dir():
             return etc
         # Unique per call: concurrent first creates, in one process or several, race here.
-        staging = self._home.path / "base" / f".etc-{os.getpid()}-{secrets.token_hex(6)}"
+        staging = self._shared.home.path / "base" / f".etc-{os.getpid()}-{secrets.token_hex(6)}"
         staging.mkdir(parents=True)
         for name in ETC_COPIED:
             src = Path("/etc") / name
@@ -198,17 +239,17 @@ class StartupMixin:
             shutil.rmtree(staging, ignore_errors=True)
         return etc
 
-    async def _start_sandbox(self, sandbox_id: str, meta: SandboxRecord,
+    async def start_sandbox(self, sandbox_id: str, meta: SandboxRecord,
                              bwrap: str | None) -> None:
         """Start the sandbox's processes and wait until its agent answers."""
-        directory = self._home.sandbox(sandbox_id)
+        directory = self._shared.home.sandbox(sandbox_id)
         config: dict[str, Any] = {
             "workdir": meta.cwd,
             "env": {**BASE_ENV, **meta.image_env, **meta.env},
             "idle_timeout": meta.idle_timeout,
             "root": str(directory / "root") if meta.unisolated else "",
         }
-        separate = self._separate and bwrap is not None
+        separate = self._shared.separate and bwrap is not None
         if separate:
             # The agent is uid 0 inside (the first host id of the sandbox's slot); it
             # runs commands, and acts on files, as the sandbox user.
@@ -225,16 +266,16 @@ class StartupMixin:
         try:
             if bwrap is not None:
                 for mount in meta.volumes:
-                    await anyio.to_thread.run_sync(self._ready_volume, mount.volume)
-                volumes = [(self._home.volume(m.volume) / "data", m.path, m.read_only)
+                    await anyio.to_thread.run_sync(self._storage.ready_volume, mount.volume)
+                volumes = [(self._shared.home.volume(m.volume) / "data", m.path, m.read_only)
                            for m in meta.volumes]
                 etc = await anyio.to_thread.run_sync(self._base_etc)
-                template_root = self._home.template(meta.template) / "root"
+                template_root = self._shared.home.template(meta.template) / "root"
                 ids = self._id_range() if separate else None
                 launch = await anyio.to_thread.run_sync(lambda: _plan.make(
                     directory=directory, meta=meta, bwrap=bwrap, etc=etc,
                     template_root=template_root, volumes=volumes, config=config_bytes,
-                    ids=ids, provider=self.name))
+                    ids=ids, provider=self._shared.name))
                 argv, args, data = launch.argv, launch.args, launch.data
                 userns = launch.userns
             else:
@@ -242,9 +283,9 @@ class StartupMixin:
                                              agent=str(_bwrap.AGENT_SOURCE),
                                              config=str(directory / "agent.json"))
                 args, data, userns = None, {}, None
-            cgroup = self._cgroup(sandbox_id) if self._cgroups else None
+            cgroup = self._shared.cgroup(sandbox_id) if self._shared.cgroups else None
             resources = meta.resources
-            status = self._status_path(sandbox_id, token)
+            status = self._shared.status_path(sandbox_id, token)
             started = await anyio.to_thread.run_sync(lambda: _launch.start(
                 argv=argv, args=args, listener=listener, data=data, status=status,
                 cgroup=cgroup, resources=resources, userns=userns))
@@ -260,7 +301,7 @@ class StartupMixin:
             meta.launch = launched
             write_meta(directory, meta.to_json())
             (directory / "paused").unlink(missing_ok=True)
-            await self._wait_ready(sandbox_id, launched, started)
+            await self.wait_ready(sandbox_id, launched, started)
         finally:
             started.close()  # from now on the sandbox writes to no one
             if launch is not None:
@@ -272,11 +313,11 @@ class StartupMixin:
         meta.launch = _launch.find_agent(launched)
         write_meta(directory, meta.to_json())
 
-    async def _wait_ready(self, sandbox_id: str, launched: _launch.Launched,
+    async def wait_ready(self, sandbox_id: str, launched: _launch.Launched,
                           started: _launch.Started | None = None) -> None:
         """Ping the agent. Its socket listens from before the launch, so the ping waits
         in the socket's backlog until the agent serves it: no polling delay."""
-        client = self._client(sandbox_id)
+        client = self._sandboxes.client(sandbox_id)
         with anyio.move_on_after(READY_TIMEOUT):
             while True:
                 try:
@@ -286,11 +327,11 @@ class StartupMixin:
                     if not _launch.alive(launched):
                         said = started.output_text() if started else "(no output)"
                         raise errors.SandboxError(f"the sandbox exited at start; {said}",
-                                                  provider=self.name,
+                                                  provider=self._shared.name,
                                                   sandbox_id=sandbox_id) from None
                 await anyio.sleep(0.005)
         raise errors.OperationTimeout(f"the sandbox's agent did not answer in {READY_TIMEOUT}s",
-                                      provider=self.name, sandbox_id=sandbox_id)
+                                      provider=self._shared.name, sandbox_id=sandbox_id)
 
 
 def _listen(path: Path) -> socket.socket:

@@ -19,7 +19,6 @@ import secrets
 import shutil
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import ClassVar
 
 import anyio
 
@@ -33,7 +32,7 @@ from provider_sdk.local._trees import remove_tree
 from provider_sdk.models import Template, TemplateSpec
 from provider_sdk.templates import ROOTFS_GROUP, ImageConfig, Progress, RootfsSource, parsed
 
-__all__ = ["LocalTemplates", "TemplateBuildsMixin", "rootfs_source"]
+__all__ = ["TEMPLATE_SUPPORT", "LocalTemplates", "rootfs_source"]
 
 _DISTRIBUTION = "sandbox-provider-sdk-templates"
 
@@ -211,15 +210,3 @@ class LocalTemplates:
                                "workdir": record.workdir, "user": record.user,
                                "start_cmd": record.start_cmd, "ready_cmd": record.ready_cmd})
 
-
-class TemplateBuildsMixin:
-    """The template hook of ``LocalProvider``, and the template records it reads."""
-
-    name: ClassVar[str]
-    _home: Home
-
-    def _template_builder(self) -> LocalTemplates:
-        return LocalTemplates(self._home, self.name)
-
-    def _template_record(self, template_id: str) -> TemplateRecord:
-        return self._template_builder().record(template_id)

@@ -91,7 +91,7 @@ async def test_a_snapshots_copy_reaches_nothing_of_the_host(
     snapshot."""
     if not provider.supports(Capability.SEAL_HOST):
         pytest.skip("the copy is confined where sandboxes are isolated as root")
-    monkeypatch.setattr(_storage.StorageMixin, "_still",
+    monkeypatch.setattr(_storage.LocalStorage, "_still",
                         lambda self, sandbox_id, meta: contextlib.nullcontext())
     assert "HOST ONLY" not in await _race_a_snapshot(provider, host_secret)
 

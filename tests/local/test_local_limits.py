@@ -17,7 +17,7 @@ from local_fixtures import provider_in, tmpfs
 from provider_sdk import CommandTimeout, Resources, UnsupportedCapability, disks
 from provider_sdk.capabilities import Capability
 from provider_sdk.local import LocalProvider, _bwrap, _cgroups, _disk
-from provider_sdk.local.provider import DEFAULT_MEMORY_MB
+from provider_sdk.local._control import DEFAULT_MEMORY_MB
 
 pytestmark = pytest.mark.anyio
 
@@ -113,7 +113,7 @@ async def test_defaults_are_applied_declared_and_reported(provider: LocalProvide
     async with provider.create() as sandbox:
         info = await provider.get_info(sandbox.id)
         metrics = await sandbox.metrics()
-        cgroup = provider._cgroup(sandbox.id)
+        cgroup = provider._shared.cgroup(sandbox.id)
         memsw = cgroup.path("memory") / "memory.memsw.limit_in_bytes"
         df = await sandbox.exec("df -k / /dev/shm | tail -n 2")
     assert info.resources.memory_mb == DEFAULT_MEMORY_MB == 2048
@@ -208,8 +208,8 @@ async def test_a_quota_survives_a_host_restart(provider: LocalProvider) -> None:
     needs_quota()
     async with provider.create(resources=Resources(disk_mb=64)) as sandbox:
         await sandbox.files.write("/home/user/kept.txt", b"kept")
-        directory = provider._home.sandbox(sandbox.id)
-        provider._stop_processes(sandbox.id, provider._read(sandbox.id))
+        directory = provider._shared.home.sandbox(sandbox.id)
+        provider._sandboxes.stop_processes(sandbox.id, provider._sandboxes.read(sandbox.id))
         _disk.unmount_all(directory)
         assert not mounted(directory / "root")
         await sandbox.resume()
@@ -230,5 +230,5 @@ async def test_snapshots_copy_the_files_out_of_the_quota(provider: LocalProvider
     async with provider.create(snapshot=snapshot.id) as copy:
         assert await copy.files.read("/home/user/note.txt") == b"hello"
         assert (await copy.refresh()).resources.disk_mb == _disk.DEFAULT_DISK_MB
-        assert mounted(provider._home.sandbox(copy.id) / "root")
+        assert mounted(provider._shared.home.sandbox(copy.id) / "root")
     await provider.delete_snapshot(snapshot.id)

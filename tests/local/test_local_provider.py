@@ -340,7 +340,7 @@ async def test_kill_ends_every_process_and_removes_the_cgroups(provider: LocalPr
     assert _launch.namespace_pids(launched)
     await sandbox.kill()
     assert _launch.namespace_pids(launched) == []
-    assert not provider._cgroup(sandbox.id).exists()
+    assert not provider._shared.cgroup(sandbox.id).exists()
     assert not (provider.home / "sandboxes" / sandbox.id).exists()
 
 
@@ -442,7 +442,7 @@ async def test_a_paused_sandbox_is_thawed_before_it_is_killed(
     """Frozen processes take no signal: kill thaws first, so it never waits them out."""
     sandbox = await provider.create()
     await sandbox.pause()
-    cgroup = provider._cgroup(sandbox.id)
+    cgroup = provider._shared.cgroup(sandbox.id)
     if not cgroup.exists():
         pytest.skip("no cgroup freezer here")
     frozen_at_kill: list[bool] = []

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.anyio
 
 def corrupt(provider: LocalProvider, sandbox_id: str, text: str) -> dict[str, Any]:
     """Replace a record's meta.json with ``text``; return what it held."""
-    path = provider._home.sandbox(sandbox_id) / "meta.json"
+    path = provider._shared.home.sandbox(sandbox_id) / "meta.json"
     meta: dict[str, Any] = json.loads(path.read_text())
     path.write_text(text)
     return meta
@@ -44,7 +44,7 @@ def mounts() -> list[str]:
 
 def record(provider: LocalProvider, sandbox_id: str) -> dict[str, Any]:
     meta: dict[str, Any] = json.loads(
-        (provider._home.sandbox(sandbox_id) / "meta.json").read_text())
+        (provider._shared.home.sandbox(sandbox_id) / "meta.json").read_text())
     return meta
 
 
@@ -66,7 +66,7 @@ RECORD_KEYS = {"id", "created_at", "template", "metadata", "image_env", "env", "
 
 def with_ids(provider: LocalProvider, keys: set[str]) -> set[str]:
     """``keys``, and ``ids`` where the provider gives sandboxes host ids of their own."""
-    return keys | {"ids"} if provider._separate else keys
+    return keys | {"ids"} if provider._shared.separate else keys
 
 
 async def test_a_record_is_written_in_the_shape_earlier_versions_read(
@@ -94,7 +94,7 @@ async def test_snapshot_and_volume_records_keep_the_shape_earlier_versions_read(
     hand in that shape (as an earlier version would) is listed and used."""
     volume = await provider.create_volume("psdk-vol-record")
     try:
-        vol_path = provider._home.volume(volume.name) / "meta.json"
+        vol_path = provider._shared.home.volume(volume.name) / "meta.json"
         vol_meta = json.loads(vol_path.read_text())
         assert set(vol_meta) in (with_ids(provider, {"name", "created_at"}),
                                  with_ids(provider, {"name", "created_at", "disk_mb"}))
@@ -102,7 +102,7 @@ async def test_snapshot_and_volume_records_keep_the_shape_earlier_versions_read(
         async with provider.create() as sandbox:
             await sandbox.files.write("/tmp/kept.txt", "kept")
             snapshot = await sandbox.snapshot()
-        snap_path = provider._home.snapshot(snapshot.id) / "meta.json"
+        snap_path = provider._shared.home.snapshot(snapshot.id) / "meta.json"
         snap_meta = json.loads(snap_path.read_text())
         assert set(snap_meta) == with_ids(provider, {"id", "sandbox_id", "created_at",
                                                      "template"})
@@ -187,12 +187,12 @@ async def test_kill_of_a_broken_record_removes_its_processes_cgroups_and_mount(
     processes, removes its cgroups, unmounts its layer and deletes its directory."""
     sandbox = await provider.create()
     meta = corrupt(provider, sandbox.id, "{}")
-    directory = provider._home.sandbox(sandbox.id)
+    directory = provider._shared.home.sandbox(sandbox.id)
     launched = _launch.Launched(**meta["launch"])
     assert _launch.alive(launched)
     await provider.kill(sandbox.id)
     assert not _launch.alive(launched)
-    assert not provider._cgroup(sandbox.id).exists()
+    assert not provider._shared.cgroup(sandbox.id).exists()
     assert not directory.exists()
     assert not any(str(directory) in line for line in mounts())
     assert (await listed(provider))[0] == {}
@@ -202,7 +202,7 @@ async def test_a_half_created_record_is_broken_once_its_creator_is_gone(
         provider: LocalProvider) -> None:
     """A directory with no meta.json (its creator was killed mid-create) is broken and
     killable; while its creator holds it, it is being made and listed as nothing."""
-    sandbox_id, claim = provider._home.claim("sandboxes")
+    sandbox_id, claim = provider._shared.home.claim("sandboxes")
     try:
         found, said = await listed(provider)
         assert found == {}
@@ -215,7 +215,7 @@ async def test_a_half_created_record_is_broken_once_its_creator_is_gone(
     assert found[sandbox_id].state == SandboxState.ERROR
     assert "no meta.json" in found[sandbox_id].extra["broken"]
     await provider.kill(sandbox_id)
-    assert not provider._home.sandbox(sandbox_id).exists()
+    assert not provider._shared.home.sandbox(sandbox_id).exists()
 
 
 async def test_a_record_never_started_is_broken_once_its_creator_is_gone(
@@ -234,7 +234,7 @@ async def test_an_abandoned_claim_is_removed_by_listing(provider: LocalProvider)
     """A creator killed before its record had a name leaves a hidden directory that
     listing removes (it never held a sandbox), once it is old enough that it cannot be
     a claim between its mkdir and its lock."""
-    sandboxes = provider._home.path / "sandboxes"
+    sandboxes = provider._shared.home.path / "sandboxes"
     staging, fresh = sandboxes / ".new-abandoned", sandboxes / ".new-just-made"
     for path in (staging, fresh):
         path.mkdir()

@@ -69,7 +69,7 @@ async def test_a_broken_snapshot_record_is_left_out_refused_and_deletable(
         await sandbox.files.write("/tmp/kept.txt", "kept")
         bad = await sandbox.snapshot()
         good = await sandbox.snapshot()
-    broken(provider._home.snapshot(bad.id) / "meta.json", change, drop)
+    broken(provider._shared.home.snapshot(bad.id) / "meta.json", change, drop)
 
     for call in (provider.list_snapshots(), provider.list_snapshots(sandbox_id=sandbox.id)):
         found, said = await warned(call)
@@ -89,7 +89,7 @@ async def test_a_broken_snapshot_record_is_left_out_refused_and_deletable(
     async with provider.create(snapshot=good.id) as restored:
         assert await restored.files.read_text("/tmp/kept.txt") == "kept"
     await provider.delete_snapshot(bad.id)
-    assert not provider._home.snapshot(bad.id).exists()
+    assert not provider._shared.home.snapshot(bad.id).exists()
     assert await warned(provider.list_snapshots()) == ([good], [])
     with pytest.raises(SnapshotNotFound, match="does not exist"):
         await provider.delete_snapshot(bad.id)
@@ -122,7 +122,7 @@ async def test_a_broken_volume_record_is_left_out_refused_and_deletable(
     good = await provider.create_volume("psdk-good")
     try:
         assert (await provider.get_volume(bad.name)).name == bad.name
-        broken(provider._home.volume(bad.name) / "meta.json", change, drop)
+        broken(provider._shared.home.volume(bad.name) / "meta.json", change, drop)
 
         found, said = await warned(provider.list_volumes())
         assert [v.name for v in found] == [good.name]
@@ -142,7 +142,7 @@ async def test_a_broken_volume_record_is_left_out_refused_and_deletable(
         assert (await provider.get_volume(good.name)).name == good.name
 
         await provider.delete_volume(bad.name)
-        assert not provider._home.volume(bad.name).exists()
+        assert not provider._shared.home.volume(bad.name).exists()
         assert [v.name for v in (await warned(provider.list_volumes()))[0]] == [good.name]
         with pytest.raises(VolumeNotFound, match="does not exist"):
             await provider.delete_volume(bad.name)
@@ -150,7 +150,7 @@ async def test_a_broken_volume_record_is_left_out_refused_and_deletable(
             await provider.get_volume(bad.name)
     finally:
         for volume in (bad, good):
-            if provider._home.volume(volume.name).exists():
+            if provider._shared.home.volume(volume.name).exists():
                 await provider.delete_volume(volume.name)
 
 
@@ -158,7 +158,7 @@ async def test_volume_records_in_the_current_shape_load(provider: LocalProvider)
     """A volume record written by hand in the shape this version writes (with and
     without a quota, and with ``disk_mb`` null) is listed, got and mounted."""
     volume = await provider.create_volume("psdk-shapes")
-    path = provider._home.volume(volume.name) / "meta.json"
+    path = provider._shared.home.volume(volume.name) / "meta.json"
     try:
         for disk_mb in ({}, {"disk_mb": None}, {"disk_mb": 64}):
             path.write_text(json.dumps({"name": volume.name,
@@ -181,7 +181,7 @@ async def test_a_name_outside_the_records_is_no_snapshot(
         provider: LocalProvider, name: str) -> None:
     """A snapshot id that is not one directory of the home's records is not found,
     and deleting it removes nothing."""
-    hidden = provider._home.path / "snapshots" / ".hidden"
+    hidden = provider._shared.home.path / "snapshots" / ".hidden"
     hidden.mkdir()
     (hidden / "meta.json").write_text("{}")
     with pytest.raises(SnapshotNotFound, match="does not exist"):
@@ -189,4 +189,4 @@ async def test_a_name_outside_the_records_is_no_snapshot(
     with pytest.raises(SnapshotNotFound, match="does not exist"):
         await provider.create(snapshot=name)
     assert hidden.is_dir()
-    assert (provider._home.path / "snapshots").is_dir()
+    assert (provider._shared.home.path / "snapshots").is_dir()

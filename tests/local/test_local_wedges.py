@@ -139,8 +139,8 @@ async def test_unacknowledged_call_times_out(provider: LocalProvider) -> None:
         pytest.skip("cgroup v1 freezer is not writable here")
     provider.agent_timeout = 1.5
     async with provider.create() as sandbox:
-        client = provider._running(sandbox.id)
-        cgroup = provider._cgroup(sandbox.id)
+        client = provider._sandboxes.running(sandbox.id)
+        cgroup = provider._shared.cgroup(sandbox.id)
         cgroup.freeze(True)
         try:
             with anyio.fail_after(BOUND), pytest.raises(Unavailable, match="did not take"):

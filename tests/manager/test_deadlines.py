@@ -165,7 +165,7 @@ class _Frozen:
 async def test_a_frozen_agent_costs_the_health_timeout_then_is_replaced(
         provider: LocalProvider, store: SQLiteStore) -> None:
     first = await SandboxManager(provider, store).acquire("alice")
-    agent = provider._read(first.id).launch
+    agent = provider._sandboxes.read(first.id).launch
     assert agent is not None
     assert agent.agent_pid is not None
     async with SandboxManager(provider, store, health_timeout=1.5) as fresh:  # a replica

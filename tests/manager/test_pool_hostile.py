@@ -94,7 +94,7 @@ async def _pool_ids(provider: LocalProvider) -> set[str]:
 async def _bombed(provider: LocalProvider, sandbox_id: str) -> None:
     """Start :data:`FORK_BOMB` in a member; return once its pids limit is full."""
     await (await _member(provider, sandbox_id)).start(["/bin/sh", "-c", FORK_BOMB])
-    pids = provider._cgroup(sandbox_id).path("pids")
+    pids = provider._shared.cgroup(sandbox_id).path("pids")
 
     def full() -> bool:
         return (pids / "pids.current").read_text() == (pids / "pids.max").read_text()
