@@ -21,8 +21,8 @@ from collections.abc import Awaitable, Callable
 import anyio
 import docker
 from provider_sdk_docker import DEFAULT_TEMPLATE, DockerProvider
+from provider_sdk_docker._control import CAPABILITIES_KEPT
 from provider_sdk_docker._scripts import KEEPALIVE
-from provider_sdk_docker.provider import CAPABILITIES_KEPT
 from run import report
 
 FILE_SIZE = 64 << 20

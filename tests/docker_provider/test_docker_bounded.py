@@ -37,7 +37,7 @@ async def provider(tmp_path: Path,
                    monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[DockerProvider]:
     monkeypatch.setenv("PSDK_DOCKER_DISKS", str(tmp_path / "disks"))
     provider = DockerProvider(disk_mb=DISK_MB)
-    if provider.disk_quota or provider._bounded is None:
+    if provider.disk_quota or provider._shared.bounded is None:
         reason = "the Engine has storage quotas, or this process cannot mount disks"
         if os.environ.get("CI") == "true":
             pytest.fail(f"{reason}: CI's main Engine (overlay2 on ext4, as root) must "
@@ -161,7 +161,7 @@ async def test_a_snapshot_carries_the_bounded_directories(
 async def test_a_killed_sandbox_leaves_nothing_behind(provider: DockerProvider,
                                                       engine: docker.APIClient) -> None:
     sandbox = await provider.create()
-    directory = provider._bounded.root / sandbox.id  # type: ignore[union-attr]
+    directory = provider._shared.bounded.root / sandbox.id  # type: ignore[union-attr]
     assert _on_host(directory) == ["disk.img", "mounted"]
     await sandbox.kill()
     assert _on_host(directory) == []

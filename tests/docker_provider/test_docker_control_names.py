@@ -1,4 +1,4 @@
-"""The host's view of a container's processes (``_control._table``, ``_subtree``)
+"""The host's view of a container's processes (``_host._table``, ``_subtree``)
 against processes whose names the code chose: a tree is found by parent pids alone,
 whatever a name holds."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from process_trees import ODD_NAMES, oddly_named
-from provider_sdk_docker import _control
+from provider_sdk_docker import _host
 
 
 @pytest.fixture
@@ -23,8 +23,8 @@ def named(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[subprocess
 @pytest.mark.parametrize("named", ODD_NAMES, indirect=True)
 def test_an_oddly_named_process_and_its_child_are_in_the_subtree(
         named: subprocess.Popen[bytes]) -> None:
-    table = _control._table()
+    table = _host._table()
     assert table[named.pid][0] == os.getpid()
-    below = _control._subtree(table, os.getpid())
+    below = _host._subtree(table, os.getpid())
     assert named.pid in below
     assert next(pid for pid, (parent, _) in table.items() if parent == named.pid) in below

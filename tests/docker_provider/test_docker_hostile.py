@@ -12,15 +12,16 @@ from pathlib import Path
 import anyio
 import docker
 import pytest
-from provider_sdk_docker import DockerProvider, _control
-from provider_sdk_docker._control import GROUP_PREFIX, HostControl, disk_quotas_possible
-from provider_sdk_docker._processes import (
+from provider_sdk_docker import DockerProvider, _host
+from provider_sdk_docker._commands import (
     CONTAIN_DEADLINE,
     KILL_DEADLINE,
     PID_WAIT,
+    DockerCommands,
     _held,
-    container_name,
 )
+from provider_sdk_docker._host import GROUP_PREFIX, HostControl, disk_quotas_possible
+from provider_sdk_docker._labels import container_name
 from provider_sdk_docker._scripts import HOLD
 
 from provider_sdk import errors
@@ -62,6 +63,13 @@ async def provider() -> AsyncIterator[DockerProvider]:
 async def sandbox(provider: DockerProvider) -> AsyncIterator[Sandbox]:
     async with provider.create(resources=Resources(memory_mb=128)) as sandbox:
         yield sandbox
+
+
+def _commands(provider: DockerProvider) -> DockerCommands:
+    """The provider's commands role, which holds the host's control of its processes."""
+    commands = provider._composed().commands
+    assert isinstance(commands, DockerCommands)
+    return commands
 
 
 async def _procs(sandbox: Sandbox) -> list[str]:
@@ -215,7 +223,7 @@ async def test_an_exec_whose_pid_the_engine_never_tells_is_found_and_contained(
         provider: DockerProvider, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
     # An Engine that never says the pid: each held wrapper is found by its name on the
     # host, moved and let go, not left stopped for good.
-    api = provider._engine.api
+    api = provider.engine.api
 
     async def silent(method: str, *args: object, **kwargs: object) -> object:
         answer = await api(method, *args, **kwargs)
@@ -223,7 +231,7 @@ async def test_an_exec_whose_pid_the_engine_never_tells_is_found_and_contained(
             return {**answer, "Pid": 0}
         return answer
 
-    monkeypatch.setattr(provider._engine, "api", silent)
+    monkeypatch.setattr(provider.engine, "api", silent)
     with anyio.fail_after(3 * GRACE):
         result = await sandbox.exec(["cat", "/proc/self/cgroup"], timeout=GRACE)
         process = await sandbox.start(["cat", "/proc/self/cgroup"])
@@ -256,7 +264,7 @@ async def test_an_exec_the_runtime_is_slow_to_start_is_still_let_go(
         provider: DockerProvider, sandbox: Sandbox, engine: docker.APIClient) -> None:
     # The search for a new exec's pid outlasts any deadline of its own: an exec that
     # starts late (a loaded host) is found, moved and let go, not held for good.
-    control = await provider._control(sandbox.id)
+    control = await _commands(provider)._host_control(sandbox.id)
     assert control is not None
     group = f"{GROUP_PREFIX}slow-{os.getpid()}"
     exec_id = _held_exec(engine, sandbox, group)
@@ -269,7 +277,7 @@ async def test_an_exec_the_runtime_is_slow_to_start_is_still_let_go(
     with anyio.fail_after(late + 3 * GRACE):
         async with anyio.create_task_group() as tg:
             tg.start_soon(start_late)
-            await provider._contain(control, exec_id, group, sandbox.id)
+            await _commands(provider)._contain(control, exec_id, group, sandbox.id)
         assert await _exit_status(engine, exec_id) == 7
     await anyio.to_thread.run_sync(control.release, group)
 
@@ -278,7 +286,7 @@ async def test_an_exec_whose_search_is_cancelled_never_runs(
         provider: DockerProvider, sandbox: Sandbox, engine: docker.APIClient) -> None:
     # A caller that gives up while the exec has not started yet: the exec that starts
     # a moment later is killed while still held; its command never runs.
-    control = await provider._control(sandbox.id)
+    control = await _commands(provider)._host_control(sandbox.id)
     assert control is not None
     group = f"{GROUP_PREFIX}gone-{os.getpid()}"
     exec_id = _held_exec(engine, sandbox, group)
@@ -290,7 +298,7 @@ async def test_an_exec_whose_search_is_cancelled_never_runs(
                 engine.exec_start(exec_id, detach=True)
 
             tg.start_soon(give_up)
-            await provider._contain(control, exec_id, group, sandbox.id)
+            await _commands(provider)._contain(control, exec_id, group, sandbox.id)
     assert await _exit_status(engine, exec_id) == 128 + 9
     await anyio.to_thread.run_sync(control.release, group)
 
@@ -300,13 +308,13 @@ async def test_an_exec_the_host_gave_up_on_is_killed_when_it_starts(
     # A search cancelled (the caller's timeout), and the runtime starting the exec only
     # long after: the host kills it when it shows, while code inside keeps continuing
     # it. Its command never runs.
-    control = await provider._control(sandbox.id)
+    control = await _commands(provider)._host_control(sandbox.id)
     assert control is not None
     group = f"{GROUP_PREFIX}late-{os.getpid()}"
     created = engine.exec_create(container_name(sandbox.id), _held(
         ["/bin/sh", "-c", "touch /tmp/psdk-ran; exit 7"], group, ""))
     with anyio.move_on_after(0.5):
-        await provider._contain(control, created["Id"], group, sandbox.id)
+        await _commands(provider)._contain(control, created["Id"], group, sandbox.id)
     await anyio.sleep(CONTAIN_DEADLINE + 1)  # past what was once the host's last look
     engine.exec_start(created["Id"], detach=True)
     continue_it = ('for p in /proc/[0-9]*; do case $(tr "\\0" " " <"$p/cmdline") in '
@@ -341,13 +349,13 @@ async def test_a_process_named_as_a_held_exec_is_not_taken_for_it(
         ["/bin/sh", "-c", '/bin/sh -c "$1" psdk-impostor "" sleep 60 & exec sleep 61',
          "outer", HOLD])
     engine.exec_start(outer["Id"], detach=True)
-    control = await provider._control(sandbox.id)
+    control = await _commands(provider)._host_control(sandbox.id)
     with anyio.fail_after(GRACE):
         while not await _running(sandbox, "psdk-impostor"):  # noqa: ASYNC110
             await anyio.sleep(0.05)  # polls the sandbox: there is no event to wait on
 
     def named() -> list[int]:
-        return [pid for pid in _control._procs(control.freezer)
+        return [pid for pid in _host._procs(control.freezer)
                 if b"psdk-impostor" in Path(f"/proc/{pid}/cmdline").read_bytes()]
 
     assert await anyio.to_thread.run_sync(named), "the impostor is not in the container's cgroup"
@@ -600,7 +608,7 @@ def test_the_container_is_frozen_only_for_a_forking_tree(
     left = iter(moves)
     monkeypatch.setattr(HostControl, "_move_subtree", lambda self, group, pid: next(left, 0))
     states: list[str] = []
-    monkeypatch.setattr("provider_sdk_docker._control._set_state",
+    monkeypatch.setattr("provider_sdk_docker._host._set_state",
                         lambda group, state, deadline: states.append(state))
     control.contain("psdk-test", 4242, deadline=time.monotonic() + 5)
     assert states == (["FROZEN", "THAWED"] if freezes else []), states

@@ -25,7 +25,7 @@ import docker.errors
 import pytest
 import requests
 from provider_sdk_docker import DockerProvider
-from provider_sdk_docker import provider as docker_provider_module
+from provider_sdk_docker import _control as docker_control_module
 
 from provider_sdk import errors
 from provider_sdk.models import SandboxState, Snapshot
@@ -161,7 +161,7 @@ def _refusing_freezes(provider: DockerProvider, times: float) -> list[str]:
     """Make the Engine's ``pause`` fail ``times`` times first as runc fails it on a busy
     host (it then thaws the container, so the Engine pauses nothing); the rest go to the
     Engine. Returns the calls seen."""
-    real = provider._engine.api
+    real = provider.engine.api
     calls: list[str] = []
 
     async def api(method: str, *args: Any, **kwargs: Any) -> Any:
@@ -170,7 +170,7 @@ def _refusing_freezes(provider: DockerProvider, times: float) -> list[str]:
             if len(calls) <= times:
                 response = requests.Response()
                 response.status_code = 500
-                raise provider._engine.translate(
+                raise provider.engine.translate(
                     docker.errors.APIError(
                         "500 Server Error", response=response,
                         explanation=f"Cannot pause container {args[0]}: OCI runtime pause "
@@ -178,7 +178,7 @@ def _refusing_freezes(provider: DockerProvider, times: float) -> list[str]:
                     kind="sandbox", what=kwargs.get("what"), sandbox_id=kwargs.get("sandbox_id"))
         return await real(method, *args, **kwargs)
 
-    provider._engine.api = api  # type: ignore[method-assign]
+    provider.engine.api = api  # type: ignore[method-assign]
     return calls
 
 
@@ -199,7 +199,7 @@ async def test_a_pause_the_runtime_never_manages_is_unavailable(
     (transient), naming why, and the sandbox still runs commands."""
     provider = sandbox.provider
     assert isinstance(provider, DockerProvider)
-    monkeypatch.setattr(docker_provider_module, "FREEZE_DEADLINE", 0.3)
+    monkeypatch.setattr(docker_control_module, "FREEZE_DEADLINE", 0.3)
     calls = _refusing_freezes(provider, times=math.inf)
     with pytest.raises(errors.Unavailable, match="did not all stop in time"):
         await sandbox.pause()

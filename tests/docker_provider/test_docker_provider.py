@@ -17,7 +17,8 @@ import docker
 import docker.errors
 import pytest
 from provider_sdk_docker import DEFAULT_TEMPLATE, DockerProvider, _ports
-from provider_sdk_docker.provider import CAPABILITIES_KEPT, LABEL
+from provider_sdk_docker._control import CAPABILITIES_KEPT
+from provider_sdk_docker._labels import LABEL
 
 from provider_sdk import errors
 from provider_sdk.models import Lifecycle, NetworkPolicy, Resources, SandboxState, TemplateSpec
@@ -281,7 +282,7 @@ async def test_a_relay_the_engine_never_starts_is_a_prompt_502(
     async def never_started(exec_id: str, *, sandbox_id: str) -> None:
         await anyio.sleep_forever()
 
-    monkeypatch.setattr(provider._engine, "attach", never_started)
+    monkeypatch.setattr(provider.engine, "attach", never_started)
     monkeypatch.setattr(_ports, "CONNECT_DEADLINE", 1.0)
     host, _, port = exposed.base_url.removeprefix("http://").rstrip("/").partition(":")
     answer = b""

@@ -38,7 +38,7 @@ import docker.types
 from provider_sdk import disks, errors
 from provider_sdk.config import default_home
 from provider_sdk_docker._engine import Engine
-from provider_sdk_docker._processes import container_name
+from provider_sdk_docker._labels import container_name
 
 __all__ = ["BOUNDED", "LABEL_BOUNDED", "LABEL_CARRIED", "SNAPSHOT_FILES", "BoundedDirs",
            "bounded_dirs_possible", "carried", "carried_label", "describe", "dirs_for"]

@@ -1,441 +1,361 @@
-"""Process control from the host: each exec in a cgroup of its own, killed from outside.
+"""The control plane of ``DockerProvider`` (:class:`DockerControl`): the containers
+themselves (create, inspect, list, remove), pause, metrics and templates, with snapshots
+(``_snapshots``) and volumes (``_volumes``) as its parts.
 
-When the Engine runs on this host (its containers' processes are in this host's
-``/proc`` and their cgroup v1 hierarchies are writable here), every command a sandbox
-runs is moved, right after it starts, into a freezer cgroup of its own nested in the
-container's (``<container>/psdk-<name>``). A process cannot leave a cgroup from inside
-the container (``/sys/fs/cgroup`` is read-only there), so ``setsid``, double forks, a
-cleared environment or another user change nothing: a timeout or a kill freezes that
-cgroup, SIGKILLs every process in it from the host and thaws it. Nothing runs inside
-the container to do it: no image tool, no fork in a full pids cgroup, no Engine call.
-
-An exec starts held: a ``sh`` wrapper (:data:`~provider_sdk_docker._scripts.HOLD`)
-stops itself before it runs the command, is moved while stopped, and only then is let
-go (:meth:`HostControl.launch`), so not even a command that forks at once runs a moment
-outside its cgroup. The Engine tells the exec's pid; where it does not in time, the
-wrapper is found by its name among the runtime's children (:meth:`HostControl.find_held`).
-What another client's ``docker exec`` orphans to the container's PID 1 stays in the
-container's own cgroup; every timeout or kill ends such processes too ("escaped"),
-sparing PID 1, the keep-alive process (its oldest child) and commands that other clients
-are still running.
-
-Storage is the host's business too: whether the Engine can hold a container's files to a
-size (``storage_opt size``) depends on its storage driver and, for overlay2, on the
-filesystem under it, which only this host's mounts tell (:func:`engine_has_disk_quotas`).
-
-Everything here blocks (cgroupfs, ``/proc``, the Engine's ``info``): call it from a
-worker thread, or once at start-up.
+A sandbox is a container named ``psdk-<id>``, labelled ``psdk.sandbox=<id>``, made
+hardened (every capability dropped but what a shell needs, no new privileges, limits on
+processes, memory and CPU, no log kept) and kept alive by a PID 1 of its own.
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
-import os
-import posixpath
-import signal
-import time
-from collections.abc import Iterable, Mapping
-from pathlib import Path
+import datetime as dt
+import json
+import secrets
+from collections.abc import Mapping
 from typing import Any
 
-import docker
-import docker.errors
-import requests.exceptions
+import anyio
+import docker.types
 
-from provider_sdk_docker._scripts import HOLD
+from provider_sdk import errors
+from provider_sdk.models import (
+    Metrics,
+    Resources,
+    SandboxInfo,
+    SandboxSpec,
+    SandboxState,
+    Snapshot,
+    Volume,
+)
+from provider_sdk.retry import Backoff, retry
+from provider_sdk_docker import _bounded, _scripts
+from provider_sdk_docker._commands import DockerCommands
+from provider_sdk_docker._engine import FREEZE_FAILED, Kind
+from provider_sdk_docker._labels import (
+    LABEL,
+    LABEL_CREATED,
+    LABEL_DISK,
+    LABEL_META,
+    LABEL_METADATA,
+    LABEL_SNAPSHOT,
+    LABEL_TEMPLATE,
+    LABEL_TEMPLATE_HASH,
+    SNAPSHOT_REPOSITORY,
+    container_name,
+    now,
+)
+from provider_sdk_docker._shared import Shared
+from provider_sdk_docker._snapshots import DockerSnapshots
+from provider_sdk_docker._templates import DockerTemplates
+from provider_sdk_docker._volumes import DockerVolumes
 
-__all__ = ["GROUP_PREFIX", "HostControl", "disk_quotas_possible", "engine_has_disk_quotas",
-           "host_control_possible"]
+__all__ = ["CAPABILITIES_KEPT", "DockerControl"]
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-GROUP_PREFIX = "psdk-"
-_POLL = 0.01
-_HOLD_POLL = 0.0005
-STALE_AFTER = 120.0
-_MAX_CHAIN = 4096
+#: What a shell needs, and nothing that reaches past the container.
+CAPABILITIES_KEPT = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID")
 
+#: How long a pause the runtime gave up on (see ``FREEZE_FAILED``) is tried again.
+FREEZE_DEADLINE = 10.0
+_FREEZE_BACKOFF = Backoff(initial=0.05, factor=2, cap=1.0)
 
-def host_control_possible(base_url: str) -> bool:
-    """Whether this process could control an Engine's containers from the host: the
-    Engine is reached over a local socket and the cgroup v1 freezer is writable here."""
-    return base_url.startswith(("unix://", "http+unix://")) and \
-        os.access(CGROUP_ROOT / "freezer", os.W_OK) and \
-        (CGROUP_ROOT / "freezer" / "cgroup.procs").exists()
-
-
-def engine_has_disk_quotas(base_url: str) -> bool:
-    """Whether the Engine at ``base_url`` (on this host) can limit a writable layer's
-    size; ``False`` when it cannot be asked."""
-    try:
-        client = docker.APIClient(base_url=base_url, version="auto", timeout=5)
-        try:
-            info = client.info()
-        finally:
-            client.close()
-    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError):
-        return False
-    return disk_quotas_possible(info)
-
-
-def disk_quotas_possible(info: Mapping[str, Any], mountinfo: str | None = None) -> bool:
-    """Whether the Engine that ``docker info`` describes (running on this host) can hold a
-    container's files to a size (``storage_opt size``): the btrfs driver (a qgroup per
-    container), or overlay2 whose storage is on XFS mounted with project quotas.
-    ``mountinfo`` is this host's ``/proc/self/mountinfo`` (read when not given)."""
-    if info.get("Driver") == "btrfs":
-        return True
-    root = info.get("DockerRootDir")
-    if info.get("Driver") != "overlay2" or not isinstance(root, str) or not root:
-        return False
-    if mountinfo is None:
-        try:
-            mountinfo = Path("/proc/self/mountinfo").read_text()
-        except OSError:
-            return False
-    storage = posixpath.join(root, "overlay2")
-    best: tuple[int, str, str] | None = None  # the deepest mount holding the storage
-    for line in mountinfo.splitlines():
-        fields, _, rest = line.partition(" - ")
-        parts, tail = fields.split(), rest.split()
-        if len(parts) < 5 or len(tail) < 3:
-            continue
-        point = parts[4].replace("\\040", " ")
-        holds = storage == point or storage.startswith(point.rstrip("/") + "/")
-        if holds and (best is None or len(point) >= best[0]):  # a later mount hides
-            best = (len(point), tail[0], tail[2])
-    if best is None:
-        return False
-    _, fstype, options = best
-    return fstype == "xfs" and bool({"prjquota", "pquota"} & set(options.split(",")))
+_STATES = {
+    "created": SandboxState.STARTING,
+    "restarting": SandboxState.STARTING,
+    "running": SandboxState.RUNNING,
+    "paused": SandboxState.PAUSED,
+    "removing": SandboxState.KILLED,
+    "exited": SandboxState.STOPPED,
+    "dead": SandboxState.ERROR,
+}
+#: The container's own log: PID 1's stdout, which sandboxed code can write through
+#: ``/proc/1/fd/1``. Nothing reads it, so nothing is kept on the host.
+LOG_CONFIG = {"type": "none", "config": {}}
 
 
-class HostControl:
-    """One running container's processes and cgroups, as this host sees them."""
+class DockerControl:
+    """The containers of one ``DockerProvider``: create, info, list, kill, pause and
+    resume (``pause``), snapshots (``snapshot.filesystem``), volumes (``volumes``),
+    metrics (``metrics``) and the template builder (``templates.build``).
 
-    def __init__(self, container_id: str, init_pid: int, freezer: Path,
-                 memory: Path | None) -> None:
-        self.container_id = container_id
-        self.init_pid = init_pid
-        self.freezer = freezer
-        self.memory = memory
-
-    @classmethod
-    def locate(cls, container_id: str, init_pid: int) -> HostControl | None:
-        """The container whose PID 1 is host pid ``init_pid``, or ``None`` when it is not
-        on this host (a remote Engine, another PID namespace) or its cgroups are not
-        writable here."""
-        if init_pid <= 0:
-            return None
-        try:
-            lines = Path(f"/proc/{init_pid}/cgroup").read_text().splitlines()
-        except OSError:
-            return None
-        paths: dict[str, str] = {}
-        for line in lines:
-            _, controllers, path = line.split(":", 2)
-            for controller in controllers.split(","):
-                paths[controller] = path
-        freezer_path = paths.get("freezer", "")
-        # The pid must be this container's: a remote Engine's pid means nothing here.
-        if container_id not in freezer_path:
-            return None
-        freezer = CGROUP_ROOT / "freezer" / freezer_path.lstrip("/")
-        if not os.access(freezer / "cgroup.procs", os.W_OK):
-            return None
-        memory = CGROUP_ROOT / "memory" / paths.get("memory", "").lstrip("/")
-        return cls(container_id, init_pid, freezer,
-                   memory if (memory / "memory.oom_control").exists() else None)
-
-    def alive(self) -> bool:
-        """Whether the container's PID 1 is still the one this was made for."""
-        try:
-            return self.container_id in Path(f"/proc/{self.init_pid}/cgroup").read_text()
-        except OSError:
-            return False
-
-    # ------------------------------------------------------------ containment
-
-    def contain(self, name: str, pid: int, *, deadline: float) -> None:
-        """Move host process ``pid`` and its descendants into cgroup ``name``.
-
-        Children forked before the move stay behind, so the subtree is moved again until
-        a pass finds nothing left outside; a command that forks faster than that (a fork
-        bomb) is moved with the container frozen for that one pass. A lone process that
-        keeps turning up outside is the runtime still joining it to the container's
-        cgroups: it is moved again after a moment, never with the container frozen (an
-        exec started by anyone meanwhile would find the container paused).
-        """
-        group = self._group(name)
-        group.mkdir(exist_ok=True)
-        moved = 0
-        for _ in range(3):
-            moved = self._move_subtree(group, pid)
-            if not moved:
-                return
-        if moved == 1:
-            while self._move_subtree(group, pid) and time.monotonic() < deadline:
-                time.sleep(0.005)
-            return
-        was = _state(self.freezer)
-        if was == "THAWED":
-            _set_state(self.freezer, "FROZEN", deadline)
-        try:
-            while self._move_subtree(group, pid) and time.monotonic() < deadline:
-                pass
-        finally:
-            if was == "THAWED":
-                _set_state(self.freezer, "THAWED", deadline)
-
-    def launch(self, name: str, pid: int, *, deadline: float) -> None:
-        """Move host process ``pid``, an exec held by its wrapper, into cgroup ``name``,
-        then let it run its command.
-
-        The move waits (until ``deadline``) for the runtime to have started the wrapper
-        and for the wrapper to have stopped itself. A wrapper that something else let go
-        early is contained as it runs, as :meth:`contain` does for any process.
-        """
-        seen = False
-        while time.monotonic() < deadline:
-            state = _hold_state(pid)
-            if state in ("held", "gone") or (state == "other" and seen):
-                break
-            seen = seen or state == "starting"
-            time.sleep(_HOLD_POLL)
-        try:
-            self.contain(name, pid, deadline=deadline)
-        finally:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGCONT)
-
-    def find_held(self, name: str, *, deadline: float) -> int | None:
-        """The host pid of the exec whose wrapper is named ``name`` (its ``$0``), for
-        when the Engine does not tell it in time; ``None`` if none shows by ``deadline``.
-
-        Only a process whose parent is outside the container counts: an exec's parent
-        is the runtime's, while any process the sandbox's code starts, however it names
-        itself, has its parent inside.
-        """
-        wanted = [HOLD.encode(), name.encode()]
-        while True:
-            for pid in _procs(self.freezer):
-                if pid == self.init_pid:  # never an exec, however it names itself
-                    continue
-                try:
-                    argv = _argv(pid)
-                    parent = _table([pid]).get(pid, (0, 0))[0]
-                    if argv[2:4] != wanted or not parent:
-                        continue
-                    with open(f"/proc/{parent}/cgroup") as cgroups:
-                        if self.container_id not in cgroups.read():
-                            return pid
-                except OSError:
-                    continue
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(_POLL)
-
-    def _move_subtree(self, group: Path, pid: int) -> int:
-        """Move what of ``pid``'s subtree is not in ``group``; how many were moved."""
-        # Whatever is not moved yet is still in the container's own cgroup: only its
-        # members need a look, not every process of the host.
-        outside = _table(_procs(self.freezer))
-        left = _subtree(outside, pid)
-        # A zombie cannot be moved: only moves that happened count.
-        return sum(_move(group, member) for member in left)
-
-    def rename(self, name: str, new_name: str) -> None:
-        """Give cgroup ``name`` another name (a background process's, once known)."""
-        with contextlib.suppress(OSError):
-            self._group(name).rename(self._group(new_name))
-
-    def release(self, name: str) -> None:
-        """Remove cgroup ``name`` if nothing is left in it, and any other empty ones.
-
-        Processes a command left running on purpose (a daemon) keep their cgroup, so a
-        later kill of the sandbox's escaped processes does not count them; empty cgroups
-        of other commands are removed once older than STALE_AFTER seconds.
-        """
-        with contextlib.suppress(OSError):
-            self._group(name).rmdir()
-        # Others' only once surely not an exec's that is still being set up.
-        stale = time.time() - STALE_AFTER
-        with contextlib.suppress(OSError):
-            for entry in self.freezer.iterdir():
-                with contextlib.suppress(OSError):
-                    if entry.name.startswith(GROUP_PREFIX) and entry.is_dir() and \
-                            entry.stat().st_mtime < stale:
-                        entry.rmdir()
-
-    def exists(self, name: str) -> bool:
-        """Whether cgroup ``name`` is there."""
-        return self._group(name).is_dir()
-
-    # ------------------------------------------------------------------ kills
-
-    def kill(self, name: str, *, deadline: float) -> bool:
-        """SIGKILL every process in cgroup ``name`` and every escaped process.
-
-        The cgroup is frozen first, so nothing in it forks while it is listed. Returns
-        whether everything was gone by ``deadline`` (a ``time.monotonic()`` value).
-        """
-        group = self._group(name)
-        if group.is_dir():
-            _set_state(group, "FROZEN", deadline)
-            _signal(_procs(group))
-            _set_state(group, "THAWED", deadline)
-        while time.monotonic() < deadline:
-            left = (_procs(group) if group.is_dir() else []) + self.escaped()
-            if not left:
-                with contextlib.suppress(OSError):
-                    group.rmdir()
-                return True
-            _signal(left)
-            time.sleep(_POLL)
-        return False
-
-    def escaped(self) -> list[int]:
-        """Processes in the container's own cgroup orphaned to its PID 1 (and their
-        descendants), except the keep-alive process's tree."""
-        members = [p for p in _procs(self.freezer) if p != self.init_pid]
-        if not members:
-            return []
-        table = _table()
-        children = sorted((start, pid) for pid, (ppid, start) in table.items()
-                          if ppid == self.init_pid)
-        keepalive = children[0][1] if children else -1
-        found = []
-        for pid in members:
-            top = _top_below(table, pid, self.init_pid)
-            if top is not None and top != keepalive:
-                found.append(pid)
-        return found
-
-    # ----------------------------------------------------------------- memory
-
-    def oom_kills(self) -> int | None:
-        """How many processes the container's memory cgroup has killed so far."""
-        if self.memory is None:
-            return None
-        with contextlib.suppress(OSError, ValueError):
-            for line in (self.memory / "memory.oom_control").read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    return int(value)
-        return None
-
-    def _group(self, name: str) -> Path:
-        if "/" in name or not name.startswith(GROUP_PREFIX):
-            raise ValueError(f"not an exec cgroup name: {name!r}")
-        return self.freezer / name
-
-
-def _procs(group: Path) -> list[int]:
-    try:
-        return [int(p) for p in (group / "cgroup.procs").read_text().split()]
-    except (OSError, ValueError):
-        return []
-
-
-def _move(group: Path, pid: int) -> bool:
-    try:
-        (group / "cgroup.procs").write_text(str(pid))
-    except OSError:  # it ended meanwhile
-        return False
-    return True
-
-
-def _signal(pids: Iterable[int]) -> None:
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def _state(group: Path) -> str:
-    try:
-        return (group / "freezer.state").read_text().strip()
-    except OSError:
-        return ""
-
-
-def _set_state(group: Path, state: str, deadline: float) -> None:
-    """Freeze or thaw a cgroup, waiting (until ``deadline``) for a freeze to complete."""
-    with contextlib.suppress(OSError):
-        (group / "freezer.state").write_text(state)
-    while state == "FROZEN" and time.monotonic() < deadline:
-        try:
-            if (group / "freezer.state").read_text().strip() == "FROZEN":
-                return
-        except OSError:
-            return
-        time.sleep(_POLL)
-
-
-def _argv(pid: int) -> list[bytes]:
-    """Host process ``pid``'s command line; raises ``OSError`` once it is gone."""
-    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-        return cmdline.read().split(b"\0")
-
-
-def _hold_state(pid: int) -> str:
-    """Where an exec held by its wrapper is: ``held`` (stopped by the wrapper),
-    ``starting`` (the wrapper on its way to stopping), ``other`` (not the wrapper: the
-    runtime still setting it up, or its command already) or ``gone``."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            text = stat.read()
-        argv = _argv(pid)
-    except OSError:
-        return "gone"
-    state = text[text.rfind(b")") + 2:][:1]
-    if state in (b"Z", b"X"):
-        return "gone"
-    if argv[2:3] != [HOLD.encode()]:
-        return "other"
-    return "held" if state == b"T" else "starting"
-
-
-def _table(pids: Iterable[int] | None = None) -> dict[int, tuple[int, int]]:
-    """Live host processes (``pids``, or all): pid -> (parent pid, start time in ticks).
-
-    Zombies are left out: they are in no cgroup and cannot be moved or killed.
+    Args:
+        shared: the provider's Engine, settings and caches.
+        commands: its commands role, which tells when the Engine has settled after a
+            pause or a commit.
     """
-    table = {}
-    names = [str(p) for p in pids] if pids is not None else \
-        [e.name for e in os.scandir("/proc") if e.name.isdigit()]
-    for name in names:
+
+    def __init__(self, shared: Shared, commands: DockerCommands) -> None:
+        self._shared = shared
+        self._engine = shared.engine
+        self._commands = commands
+        self.name = shared.name
+        self._snapshots = DockerSnapshots(shared, commands)
+        self._volumes = DockerVolumes(shared)
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def create(self, spec: SandboxSpec) -> SandboxInfo:
+        """Create and start a sandbox's container."""
+        shared = self._shared
+        network_mode = shared.network if spec.network.allow_internet else "none"
+        mounts = []
+        for mount in spec.volumes:
+            await self._volumes.get_volume(mount.volume)
+            mounts.append(docker.types.Mount(target=mount.path, source=mount.volume,
+                                             type="volume", read_only=mount.read_only))
+        kind: Kind = "image"
+        image = shown = spec.template or shared.template
+        if spec.snapshot is not None:
+            image, kind, shown = f"{SNAPSHOT_REPOSITORY}:{spec.snapshot}", "snapshot", \
+                spec.snapshot
+        sandbox_id = secrets.token_hex(6)
+        created = now()
+        labels = {
+            LABEL: sandbox_id,
+            LABEL_METADATA: json.dumps(dict(spec.metadata), sort_keys=True),
+            LABEL_TEMPLATE: spec.snapshot or image,
+            LABEL_CREATED: created.isoformat(),
+            **{f"{LABEL_META}{k}": v for k, v in spec.metadata.items()},
+        }
+        memory = (spec.resources.memory_mb or shared.memory_mb) << 20
+        disk_mb = spec.resources.disk_mb or \
+            (shared.disk_mb if shared.disk_quota or shared.bounded else None)
+        host_config: dict[str, Any] = {
+            "network_mode": network_mode,
+            "privileged": False,
+            "cap_drop": ["ALL"],
+            "cap_add": list(CAPABILITIES_KEPT),
+            "security_opt": ["no-new-privileges"],
+            "pids_limit": shared.pids_limit,
+            "mem_limit": memory,
+            "memswap_limit": memory,
+            "mounts": mounts,
+            "nano_cpus": int((spec.resources.cpu or shared.cpus) * 1e9),
+            "log_config": LOG_CONFIG,
+        }
+        places: Mapping[str, str] = {}
+        bounded = shared.bounded
+        if disk_mb is not None and bounded is not None:
+            data = await self._engine.api("inspect_image", image, kind=kind, what=shown)
+            config = data.get("Config") or {}
+            if kind == "snapshot":
+                places = (_bounded.carried(config.get("Labels")) or ("", {}))[1]
+            dirs = _bounded.dirs_for(spec.cwd or config.get("WorkingDir"),
+                                     [m.path for m in spec.volumes])
+            mounts += await bounded.make(sandbox_id, disk_mb, dirs, restored=places)
+            labels[_bounded.LABEL_BOUNDED] = json.dumps(dirs)
+            labels[LABEL_DISK] = str(disk_mb)
+        elif disk_mb is not None:
+            # Only some storage setups have quotas (btrfs, overlay2 on XFS with pquota);
+            # the Engine refuses the option elsewhere, as InvalidInput.
+            size = await self._quota(image, disk_mb, kind, shown)
+            host_config["storage_opt"] = {"size": f"{size}M"}
+            labels[LABEL_DISK] = str(disk_mb)
+        client = await self._engine.call(lambda: self._engine.client)
+        container_id = ""
         try:
-            with open(f"/proc/{name}/stat", "rb") as stat:
-                text = stat.read()
-        except OSError:
-            continue
-        # The name (field 2) may hold spaces and parentheses: split after its last ')'.
-        fields = text[text.rfind(b")") + 2:].split()
-        with contextlib.suppress(IndexError, ValueError):
-            if fields[0] not in (b"Z", b"X"):
-                table[int(name)] = (int(fields[1]), int(fields[19]))
-    return table
+            container_id = (await self._engine.call(
+                client.create_container, image, name=container_name(sandbox_id),
+                entrypoint=["/bin/sh", "-c", _scripts.KEEPALIVE], command=[], labels=labels,
+                environment=dict(spec.env), working_dir=spec.cwd, hostname="sandbox",
+                host_config=client.create_host_config(**host_config), kind=kind,
+                what=shown))["Id"]
+            if places and bounded is not None:
+                await bounded.restore(sandbox_id, container_id, image, places)
+            await self._engine.call(client.start, container_id, sandbox_id=sandbox_id)
+        except BaseException:
+            with anyio.CancelScope(shield=True), contextlib.suppress(errors.SandboxError):
+                if container_id:
+                    await self._engine.call(client.remove_container, container_id, force=True)
+                if bounded is not None:
+                    await bounded.remove(sandbox_id)
+            raise
+        if spec.cwd is not None:
+            shared.workdirs[sandbox_id] = spec.cwd
+        return SandboxInfo(
+            id=sandbox_id, provider=self.name, state=SandboxState.RUNNING,
+            template=spec.snapshot or image, metadata=spec.metadata, created_at=created,
+            resources=Resources(cpu=spec.resources.cpu or shared.cpus, memory_mb=memory >> 20,
+                                disk_mb=disk_mb),
+            extra=_extra(container_id, image, labels))
+
+    async def _quota(self, image: str, disk_mb: int, kind: Kind, shown: str) -> int:
+        """The ``storage_opt size`` (MiB) that leaves ``disk_mb`` for a sandbox's own
+        files: btrfs counts the image's files in a container's quota too, overlay2 only
+        the writable layer."""
+        if self._shared.storage_driver is None:
+            info = await self._engine.api("info")
+            self._shared.storage_driver = str(info.get("Driver") or "")
+        if self._shared.storage_driver != "btrfs":
+            return disk_mb
+        data = await self._engine.api("inspect_image", image, kind=kind, what=shown)
+        return disk_mb + -(-int(data.get("Size") or 0) >> 20)
+
+    async def info(self, sandbox_id: str) -> SandboxInfo:
+        """The sandbox's info, from its container's."""
+        data = await self._shared.inspect(sandbox_id)
+        config, host = data["Config"], data["HostConfig"]
+        self._shared.note_workdir(sandbox_id, data)
+        status = data["State"]["Status"]
+        return self._to_info(sandbox_id, config.get("Labels") or {}, status,
+                             extra=_extra(data["Id"], config.get("Image"), config.get("Labels")),
+            resources=Resources(cpu=(host.get("NanoCpus") or 0) / 1e9 or None,
+                                memory_mb=(host.get("Memory") or 0) >> 20 or None,
+                                disk_mb=_int_label(config.get("Labels"), LABEL_DISK)))
+
+    def _to_info(self, sandbox_id: str, labels: Mapping[str, str], status: str, *,
+                 extra: Mapping[str, Any], resources: Resources | None = None) -> SandboxInfo:
+        try:
+            metadata = json.loads(labels.get(LABEL_METADATA) or "{}")
+        except ValueError:
+            metadata = {}
+        created = labels.get(LABEL_CREATED)
+        return SandboxInfo(
+            id=sandbox_id, provider=self.name, state=_STATES.get(status, SandboxState.UNKNOWN),
+            template=labels.get(LABEL_TEMPLATE), metadata=metadata,
+            created_at=dt.datetime.fromisoformat(created) if created else None,
+            resources=resources or Resources(), extra=extra)
+
+    async def list(self, *, metadata: Mapping[str, str],
+                   state: SandboxState | None) -> builtins.list[SandboxInfo]:
+        """The sandboxes on the Engine, filtered by labels and status there."""
+        # The core refuses "=" in label keys, so "key=value" is one filter here.
+        wanted = [LABEL, *(f"{LABEL_META}{k}={v}" for k, v in metadata.items())]
+        filters: dict[str, Any] = {"label": wanted}
+        statuses = [s for s, st in _STATES.items() if st == state] if state else []
+        if statuses:
+            filters["status"] = statuses
+        found = await self._engine.api("containers", all=True, filters=filters)
+        return [self._to_info(c["Labels"][LABEL], c["Labels"], c["State"],
+                              extra={"container_id": c["Id"], "image": c.get("Image")})
+                for c in found]
+
+    async def kill(self, sandbox_id: str) -> None:
+        """Remove the sandbox's container, with its exposed ports and bounded
+        directories, and the image of a deleted snapshot or template it was the last
+        user of."""
+        shared = self._shared
+        await shared.proxy.drop(sandbox_id)
+        with contextlib.suppress(errors.SandboxNotFound):
+            data = await shared.inspect(sandbox_id)
+            await self._engine.api("remove_container", container_name(sandbox_id),
+                                   force=True, v=True, what=sandbox_id, sandbox_id=sandbox_id)
+            await self._drop_orphan_image(data["Image"])
+        if shared.bounded is not None:
+            await shared.bounded.remove(sandbox_id)
+        shared.forget(sandbox_id)
+
+    async def _drop_orphan_image(self, image_id: str) -> None:
+        """Remove a deleted snapshot's or template's image once its last sandbox is gone."""
+        with contextlib.suppress(errors.NotFound, errors.Conflict):
+            image = await self._engine.api("inspect_image", image_id, kind="image",
+                                           what=image_id)
+            labels = (image.get("Config") or {}).get("Labels") or {}
+            ours = LABEL_SNAPSHOT in labels or LABEL_TEMPLATE_HASH in labels
+            if ours and not image.get("RepoTags"):
+                await self._engine.api("remove_image", image_id, kind="image", what=image_id)
+
+    # -------------------------------------------------------------------- pause
+
+    async def pause(self, sandbox_id: str) -> SandboxInfo:
+        """``docker pause`` (the cgroup freezer), tried again while the runtime gives up."""
+        info = await self.info(sandbox_id)
+        if info.state != SandboxState.PAUSED:
+            await retry(lambda: self._engine.api("pause", container_name(sandbox_id),
+                                                 what=sandbox_id, sandbox_id=sandbox_id),
+                        retry_on=_freeze_failed, backoff=_FREEZE_BACKOFF,
+                        timeout=FREEZE_DEADLINE)
+        return await self.info(sandbox_id)
+
+    async def resume(self, sandbox_id: str) -> SandboxInfo:
+        """``docker unpause``; returns once the Engine's word "running" is final."""
+        info = await self.info(sandbox_id)
+        if info.state == SandboxState.PAUSED:
+            await self._engine.api("unpause", container_name(sandbox_id), what=sandbox_id,
+                                   sandbox_id=sandbox_id)
+        elif info.state != SandboxState.RUNNING:
+            raise errors.SandboxNotRunning(f"sandbox {sandbox_id!r} is {info.state}",
+                                           state=str(info.state), provider=self.name,
+                                           sandbox_id=sandbox_id)
+        # The Engine's word "running" is final only once it has caught up with the
+        # pause's own event; a command run now also shows that commands run again.
+        await self._commands.settle(sandbox_id)
+        return await self.info(sandbox_id)
+
+    # ---------------------------------------------------------- snapshots, volumes
+
+    async def snapshot(self, sandbox_id: str) -> Snapshot:
+        """See :meth:`DockerSnapshots.snapshot`."""
+        return await self._snapshots.snapshot(sandbox_id)
+
+    async def list_snapshots(self, sandbox_id: str | None) -> builtins.list[Snapshot]:
+        """See :meth:`DockerSnapshots.list_snapshots`."""
+        return await self._snapshots.list_snapshots(sandbox_id)
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        """See :meth:`DockerSnapshots.delete_snapshot`."""
+        await self._snapshots.delete_snapshot(snapshot_id)
+
+    async def create_volume(self, name: str) -> Volume:
+        """See :meth:`DockerVolumes.create_volume`."""
+        return await self._volumes.create_volume(name)
+
+    async def get_volume(self, name: str) -> Volume:
+        """See :meth:`DockerVolumes.get_volume`."""
+        return await self._volumes.get_volume(name)
+
+    async def list_volumes(self) -> builtins.list[Volume]:
+        """See :meth:`DockerVolumes.list_volumes`."""
+        return await self._volumes.list_volumes()
+
+    async def delete_volume(self, name: str) -> None:
+        """See :meth:`DockerVolumes.delete_volume`."""
+        await self._volumes.delete_volume(name)
+
+    # ------------------------------------------------------- metrics, templates
+
+    async def metrics(self, sandbox_id: str) -> Metrics:
+        """CPU and memory from the stats API; disk from the writable layer's size and
+        the bounded directories' filesystem."""
+        await self._shared.inspect(sandbox_id)
+        stats = await self._engine.api("stats", container_name(sandbox_id), stream=False,
+                                       one_shot=True, what=sandbox_id, sandbox_id=sandbox_id)
+        sizes = await self._engine.api("containers", all=True, size=True,
+                                       filters={"label": f"{LABEL}={sandbox_id}"})
+        bounded = self._shared.bounded
+        used = bounded.used_bytes(sandbox_id) if bounded else None
+        cpu = (stats.get("cpu_stats") or {}).get("cpu_usage", {}).get("total_usage")
+        memory = stats.get("memory_stats") or {}
+        return Metrics(
+            cpu_seconds=cpu / 1e9 if cpu is not None else None,
+            memory_bytes=memory.get("usage"), memory_limit_bytes=memory.get("limit"),
+            disk_bytes=_disk_bytes(sizes[0].get("SizeRw") if sizes else None, used),
+            timestamp=now())
+
+    def template_builder(self) -> DockerTemplates:
+        """A builder of template images on this Engine."""
+        return DockerTemplates(self._engine, self.name)
 
 
-def _subtree(table: dict[int, tuple[int, int]], root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    found, todo = [], [root] if root in table else []
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(children.get(pid, ()))
-    return found
+def _freeze_failed(exc: Exception) -> bool:
+    return isinstance(exc, errors.Unavailable) and FREEZE_FAILED in str(exc)
 
 
-def _top_below(table: dict[int, tuple[int, int]], pid: int, init: int) -> int | None:
-    """The ancestor of ``pid`` (maybe itself) whose parent is ``init``; ``None`` when its
-    parent chain leaves the container first (a command another client is running)."""
-    for _ in range(_MAX_CHAIN):
-        entry = table.get(pid)
-        if entry is None or entry[0] <= 0:
-            return None
-        if entry[0] == init:
-            return pid
-        pid = entry[0]
-    return None
+def _extra(container_id: str, image: Any, labels: Mapping[str, str] | None) -> dict[str, Any]:
+    """A sandbox's ``SandboxInfo.extra``: its container, image and bounded directories."""
+    dirs = _bounded.describe((labels or {}).get(_bounded.LABEL_BOUNDED, "[]"))
+    return {"container_id": container_id, "image": image,
+            **({"bounded_dirs": list(dirs)} if dirs else {})}
+
+
+def _disk_bytes(layer: int | None, bounded: int | None) -> int | None:
+    """A sandbox's disk use: its writable layer and its bounded directories' filesystem."""
+    return None if layer is None and bounded is None else (layer or 0) + (bounded or 0)
+
+
+def _int_label(labels: Mapping[str, str] | None, name: str) -> int | None:
+    """A label holding a number; ``None`` when it is absent or not a number."""
+    value = (labels or {}).get(name, "")
+    return int(value) if value.isdigit() else None

@@ -19,6 +19,11 @@ SNAPSHOT_REPOSITORY = "psdk-snapshot"
 TEMPLATE_PREFIX = "psdk-template-"
 
 
+def container_name(sandbox_id: str) -> str:
+    """The container a sandbox is."""
+    return f"psdk-{sandbox_id}"
+
+
 def now() -> dt.datetime:
     """The current time, in UTC (what the ``created`` labels hold)."""
     return dt.datetime.now(dt.timezone.utc)

@@ -1,11 +1,11 @@
-"""Exposed ports of ``DockerProvider`` (``ports.expose``).
+"""The ports role of ``DockerProvider`` (:class:`DockerPorts`, ``ports.expose``).
 
 A sandbox keeps network mode ``none``: nothing is published. The provider's
-:class:`~provider_sdk.ports.PortProxy` listens on 127.0.0.1, and each connection it lets
-through becomes an exec in the container that relays its stdin and stdout to
-``127.0.0.1:PORT`` there (``_scripts.RELAY``: bash's ``/dev/tcp``), over the Engine's
-attached exec stream. A template without bash cannot relay: such connections are
-answered 502.
+:class:`~provider_sdk.ports.PortProxy` (held in ``Shared``, so a kill stops serving a
+sandbox's ports) listens on 127.0.0.1, and each connection it lets through becomes an
+exec in the container that relays its stdin and stdout to ``127.0.0.1:PORT`` there
+(``_scripts.RELAY``: bash's ``/dev/tcp``), over the Engine's attached exec stream. A
+template without bash cannot relay: such connections are answered 502.
 
 Openers run on the proxy's own event loop, so the exec is created with the ``docker``
 package in a worker thread of that loop, not through the Engine's shared limiter.
@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, ClassVar
 
 import anyio
 import anyio.abc
@@ -25,15 +24,13 @@ import requests.exceptions
 
 from provider_sdk import errors
 from provider_sdk.models import ExposedPort, SandboxState
-from provider_sdk.ports import PortProxy
+from provider_sdk.roles import ControlPlane
 from provider_sdk_docker import _scripts
-from provider_sdk_docker._engine import Engine, ExecStream, Frame
-from provider_sdk_docker._processes import container_name
+from provider_sdk_docker._engine import ExecStream, Frame
+from provider_sdk_docker._labels import container_name
+from provider_sdk_docker._shared import Shared
 
-if TYPE_CHECKING:
-    from provider_sdk.models import SandboxInfo
-
-__all__ = ["PortsMixin"]
+__all__ = ["DockerPorts"]
 
 #: Seconds the relay has to be created and started by the Engine, connect to the port
 #: inside and say so: less than a client's patience (the contract's 15 s), so an Engine
@@ -41,27 +38,33 @@ __all__ = ["PortsMixin"]
 CONNECT_DEADLINE = 10.0
 
 
-class PortsMixin:
-    """The ``ports.expose`` hooks of ``DockerProvider``."""
+class DockerPorts:
+    """Exposes the ports of one ``DockerProvider``'s sandboxes through relay execs.
 
-    name: ClassVar[str]
-    _engine: Engine
-    _ports: PortProxy
+    Args:
+        shared: the provider's Engine, settings and port proxy.
+        control: its control plane, which tells whether a sandbox runs.
+    """
 
-    if TYPE_CHECKING:
-        async def _info(self, sandbox_id: str) -> SandboxInfo: ...
+    def __init__(self, shared: Shared, control: ControlPlane) -> None:
+        self._shared = shared
+        self._engine = shared.engine
+        self._control = control
+        self.name = shared.name
 
-    async def _expose(self, sandbox_id: str, port: int) -> ExposedPort:
-        info = await self._info(sandbox_id)
+    async def expose(self, sandbox_id: str, port: int) -> ExposedPort:
+        """Serve a running sandbox's port through the proxy."""
+        info = await self._control.info(sandbox_id)
         if info.state != SandboxState.RUNNING:
             raise errors.SandboxNotRunning(f"sandbox {sandbox_id!r} is {info.state}",
                                            state=str(info.state), provider=self.name,
                                            sandbox_id=sandbox_id)
-        return await self._ports.expose(sandbox_id, port,
-                                        lambda: self._relay(sandbox_id, port))
+        return await self._shared.proxy.expose(sandbox_id, port,
+                                               lambda: self._relay(sandbox_id, port))
 
-    async def _unexpose(self, sandbox_id: str, port: int) -> None:
-        await self._ports.unexpose(sandbox_id, port)
+    async def unexpose(self, sandbox_id: str, port: int) -> None:
+        """Stop serving the port."""
+        await self._shared.proxy.unexpose(sandbox_id, port)
 
     @contextlib.asynccontextmanager
     async def _relay(self, sandbox_id: str, port: int) -> AsyncIterator[anyio.abc.ByteStream]:

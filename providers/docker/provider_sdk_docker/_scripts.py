@@ -5,7 +5,7 @@ this SDK is installed into the image. Each snippet takes its inputs as positiona
 arguments, never spliced into its text.
 
 Where the Engine is on this host, processes are controlled from the host (see
-``_control``). Elsewhere, the fallback is the core's
+``_host``). Elsewhere, the fallback is the core's
 :data:`~provider_sdk.scripts.KILL_MARKED`: process trees are found by the mark
 (``PSDK_TREE``) that a process started by a command inherits unless it clears it.
 That is cooperation, not containment: such instances do not declare ``exec.contained``.
@@ -32,7 +32,7 @@ KEEPALIVE = "while :; do sleep 86400 & wait $!; done"
 #: anywhere else (by code inside), it stops itself again; only a positive check lets it
 #: go (a failed stop or an unreadable file never does). This is a second line only: code
 #: of the wrapper's user can rewrite its memory, so the host never leaves a wrapper it
-#: gave up on behind (``_processes._kill_held``). ``kill``, ``read`` and ``[`` are
+#: gave up on behind (``DockerCommands._kill_held``). ``kill``, ``read`` and ``[`` are
 #: builtins: nothing is forked before the command. The shell sets ``PWD`` on its own;
 #: "$1" puts back what the command was given: ``=VALUE``, or empty for none.
 HOLD = ('g=; until [ "$g" ]; do kill -STOP $$; while read -r l; do case $l in '

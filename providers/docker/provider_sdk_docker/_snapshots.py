@@ -1,6 +1,7 @@
-"""Snapshots of Docker sandboxes: ``docker commit`` of the container, plus the files of its
-bounded directories (which a commit leaves out, being volumes), never the environment
-given at create."""
+"""Snapshots of Docker sandboxes (:class:`DockerSnapshots`, the ``snapshot.filesystem`` part
+of the control plane): ``docker commit`` of the container, plus the files of its bounded
+directories (which a commit leaves out, being volumes), never the environment given at
+create."""
 
 from __future__ import annotations
 
@@ -9,40 +10,45 @@ import contextlib
 import datetime as dt
 import secrets
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any
 
 import anyio
 
 from provider_sdk import errors
 from provider_sdk.models import Snapshot
 from provider_sdk_docker import _bounded
-from provider_sdk_docker._engine import Engine
+from provider_sdk_docker._commands import DockerCommands
 from provider_sdk_docker._labels import (
     LABEL,
     LABEL_CREATED,
     LABEL_SNAPSHOT,
     LABEL_SNAPSHOT_SOURCE,
     SNAPSHOT_REPOSITORY,
+    container_name,
     now,
 )
-from provider_sdk_docker._processes import container_name
+from provider_sdk_docker._shared import Shared
 
-__all__ = ["SnapshotsMixin"]
+__all__ = ["DockerSnapshots"]
 
 
-class SnapshotsMixin:
-    """The snapshot hooks of ``DockerProvider``."""
+class DockerSnapshots:
+    """Takes, lists and deletes snapshots of one ``DockerProvider``'s sandboxes.
 
-    name: ClassVar[str]
-    _engine: Engine
-    _bounded: _bounded.BoundedDirs | None
+    Args:
+        shared: the provider's Engine, settings and caches.
+        commands: its commands role, which tells when the Engine has settled.
+    """
 
-    if TYPE_CHECKING:
-        async def _inspect(self, sandbox_id: str) -> dict[str, Any]: ...
-        async def _settle(self, sandbox_id: str) -> None: ...
+    def __init__(self, shared: Shared, commands: DockerCommands) -> None:
+        self._shared = shared
+        self._engine = shared.engine
+        self._commands = commands
+        self.name = shared.name
 
-    async def _snapshot(self, sandbox_id: str) -> Snapshot:
-        data = await self._inspect(sandbox_id)
+    async def snapshot(self, sandbox_id: str) -> Snapshot:
+        """Commit the sandbox's container (and its bounded directories' files)."""
+        data = await self._shared.inspect(sandbox_id)
         snapshot_id = secrets.token_hex(6)
         created = now()
         labels = {LABEL_SNAPSHOT: snapshot_id, LABEL_SNAPSHOT_SOURCE: sandbox_id,
@@ -50,7 +56,7 @@ class SnapshotsMixin:
         env = await self._snapshot_env(data)
         dirs = _bounded.describe((data["Config"].get("Labels") or {}).get(
             _bounded.LABEL_BOUNDED, "[]"))
-        if dirs and self._bounded is not None:
+        if dirs and self._shared.bounded is not None:
             image = await self._snapshot_bounded(data, snapshot_id, labels, env, dirs)
         else:
             image = await self._engine.api(
@@ -60,7 +66,7 @@ class SnapshotsMixin:
         if data["State"]["Status"] == "running":
             # The commit paused and unpaused the container: the Engine's word on its
             # state is final once it has caught up with both.
-            await self._settle(sandbox_id)
+            await self._commands.settle(sandbox_id)
         return Snapshot(id=snapshot_id, provider=self.name, sandbox_id=sandbox_id,
                         captures={"filesystem"}, created_at=created,
                         extra={"image": f"{SNAPSHOT_REPOSITORY}:{snapshot_id}",
@@ -72,7 +78,8 @@ class SnapshotsMixin:
         """Snapshot a sandbox with bounded directories: its container committed, then
         their files copied into the image (a commit leaves volumes out), all while it
         is frozen."""
-        assert self._bounded is not None
+        bounded = self._shared.bounded
+        assert bounded is not None
         sandbox_id = data["Config"]["Labels"][LABEL]
         name = container_name(sandbox_id)
         frozen = data["State"]["Status"] == "paused"
@@ -84,8 +91,7 @@ class SnapshotsMixin:
             staging = await self._engine.api("create_container", base["Id"],
                                              network_disabled=True, what=sandbox_id)
             try:
-                places = await self._bounded.carry(sandbox_id, staging["Id"], snapshot_id,
-                                                   dirs)
+                places = await bounded.carry(sandbox_id, staging["Id"], snapshot_id, dirs)
                 labels[_bounded.LABEL_CARRIED] = _bounded.carried_label(snapshot_id, places)
                 image: dict[str, Any] = await self._engine.api(
                     "commit", staging["Id"], repository=SNAPSHOT_REPOSITORY, tag=snapshot_id,
@@ -117,7 +123,8 @@ class SnapshotsMixin:
         given = [entry.partition("=")[0] for entry in container["Config"].get("Env") or ()]
         return original + sorted({n for n in given if n not in names})
 
-    async def _list_snapshots(self, sandbox_id: str | None) -> builtins.list[Snapshot]:
+    async def list_snapshots(self, sandbox_id: str | None) -> builtins.list[Snapshot]:
+        """Snapshots, of one sandbox where ``sandbox_id`` is given."""
         wanted = [LABEL_SNAPSHOT]
         if sandbox_id is not None:
             wanted.append(f"{LABEL_SNAPSHOT_SOURCE}={sandbox_id}")
@@ -137,7 +144,8 @@ class SnapshotsMixin:
                        "image_id": image["Id"]}))
         return sorted(found, key=lambda s: (s.created_at or now(), s.id))
 
-    async def _delete_snapshot(self, snapshot_id: str) -> None:
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        """Delete a snapshot's image; sandboxes made from it keep their layers."""
         image = f"{SNAPSHOT_REPOSITORY}:{snapshot_id}"
         await self._engine.api("inspect_image", image, kind="snapshot", what=snapshot_id)
         # force: sandboxes created from it keep their layers; only the snapshot goes.

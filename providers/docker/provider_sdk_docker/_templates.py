@@ -10,7 +10,7 @@ import builtins
 import datetime as dt
 import tempfile
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 import anyio
 
@@ -22,7 +22,7 @@ from provider_sdk_docker._engine import Engine
 from provider_sdk_docker._files import parse_time
 from provider_sdk_docker._labels import LABEL_TEMPLATE_HASH, LABEL_TEMPLATE_NAME, TEMPLATE_PREFIX
 
-__all__ = ["DockerTemplates", "TemplatesMixin"]
+__all__ = ["DockerTemplates"]
 
 
 def _tag(spec: TemplateSpec, digest: str) -> str:
@@ -126,13 +126,3 @@ class DockerTemplates:
             created_at=parse_time(created) if isinstance(created, str) else
             dt.datetime.fromtimestamp(created, dt.timezone.utc) if created else None,
             extra={"image_id": data["Id"]})
-
-
-class TemplatesMixin:
-    """The template hook of ``DockerProvider``."""
-
-    name: ClassVar[str]
-    _engine: Engine
-
-    def _template_builder(self) -> DockerTemplates:
-        return DockerTemplates(self._engine, self.name)

@@ -1,7 +1,8 @@
-"""Commands and background processes in a container: exec, timeouts, kills, output.
+"""The commands role of ``DockerProvider`` (:class:`DockerCommands`): commands, background
+processes and shells in a container: exec, timeouts, kills, output.
 
 Every command is an Engine exec, attached over a connection of its own. Where the
-Engine runs on this host (see :mod:`provider_sdk_docker._control`) each exec starts
+Engine runs on this host (see :mod:`provider_sdk_docker._host`) each exec starts
 held, is moved into a cgroup of its own and only then runs its command; a timeout, a
 cancellation or ``Process.kill()`` freezes and SIGKILLs that cgroup from the host, while
 the exec's output keeps being drained, so neither the caller nor the Engine waits on the
@@ -23,7 +24,7 @@ import secrets
 import threading
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import docker.errors
@@ -43,13 +44,16 @@ from provider_sdk.provider import (
 from provider_sdk.retry import Attempts, Backoff
 from provider_sdk.sandbox import EmulatedShell
 from provider_sdk_docker import _scripts
-from provider_sdk_docker._control import GROUP_PREFIX, HostControl
-from provider_sdk_docker._engine import Engine, ExecStream
+from provider_sdk_docker._archive import path_stat
+from provider_sdk_docker._engine import ExecStream
+from provider_sdk_docker._host import GROUP_PREFIX, HostControl
+from provider_sdk_docker._labels import container_name
+from provider_sdk_docker._shared import Shared
 
 if TYPE_CHECKING:
     from provider_sdk.sandbox import Sandbox, Shell
 
-__all__ = ["ProcessesMixin", "container_name"]
+__all__ = ["DockerCommands"]
 
 EXIT_POLL = 0.005
 #: How long moving a new exec into its cgroup may take.
@@ -72,44 +76,37 @@ _PID_POLL = Backoff(initial=EXIT_POLL, factor=1.5, cap=0.1)
 that is slow to start it."""
 _EXIT_POLL = Backoff(initial=EXIT_POLL, factor=2, cap=0.2)
 """Pauses between asking for the exit status of an exec whose output has ended."""
-#: How long the Engine may take to catch up with a container's events (see ``_settle``).
+#: How long the Engine may take to catch up with a container's events (see ``settle``).
 SETTLE_DEADLINE = 30.0
 
 
-def container_name(sandbox_id: str) -> str:
-    """The container a sandbox is."""
-    return f"psdk-{sandbox_id}"
+class DockerCommands:
+    """Commands (the required part), background processes (``process.background``) and
+    shells (``shell.persistent``, emulated) of one ``DockerProvider``'s sandboxes.
 
+    Args:
+        shared: the provider's Engine, settings and caches.
+    """
 
-class ProcessesMixin:
-    """The exec and background-process hooks of ``DockerProvider``."""
-
-    name: ClassVar[str]
-    _engine: Engine
-    _controls: dict[str, HostControl | None]
-    _pwds: dict[str, str | None]
-    _proc_ready: set[str]
-    host_control: bool
-
-    if TYPE_CHECKING:
-        async def _inspect(self, sandbox_id: str) -> dict[str, Any]: ...
-        async def _resolve(self, sandbox_id: str, path: str) -> str: ...
-        async def _path_stat(self, sandbox_id: str, path: str) -> dict[str, Any] | None: ...
+    def __init__(self, shared: Shared) -> None:
+        self._shared = shared
+        self._engine = shared.engine
+        self.name = shared.name
 
     # --------------------------------------------------------------- host control
 
-    async def _control(self, sandbox_id: str) -> HostControl | None:
+    async def _host_control(self, sandbox_id: str) -> HostControl | None:
         """Control of the sandbox's processes from this host, when it is possible."""
-        if not self.host_control:
+        if not self._shared.host_control:
             return None
-        control = self._controls.get(sandbox_id)
+        control = self._shared.controls.get(sandbox_id)
         # procfs and cgroupfs answer from memory: no worker thread for these reads.
         if control is not None and control.alive():
             return control
-        data = await self._inspect(sandbox_id)
+        data = await self._shared.inspect(sandbox_id)
         pid = int((data.get("State") or {}).get("Pid") or 0)
         located = await anyio.to_thread.run_sync(HostControl.locate, str(data["Id"]), pid)
-        self._controls[sandbox_id] = located
+        self._shared.controls[sandbox_id] = located
         self._note_pwd(sandbox_id, data)
         return located
 
@@ -117,13 +114,13 @@ class ProcessesMixin:
         """The ``PWD`` the container's environment sets (its image's or its creator's):
         a shell a command is started through sets its own, so it is put back for a
         command not given one."""
-        if sandbox_id not in self._pwds:
-            self._note_pwd(sandbox_id, await self._inspect(sandbox_id))
-        return self._pwds[sandbox_id]
+        if sandbox_id not in self._shared.pwds:
+            self._note_pwd(sandbox_id, await self._shared.inspect(sandbox_id))
+        return self._shared.pwds[sandbox_id]
 
     def _note_pwd(self, sandbox_id: str, data: dict[str, Any]) -> None:
         given = (data.get("Config") or {}).get("Env") or []
-        self._pwds[sandbox_id] = next((e[4:] for e in given if e.startswith("PWD=")), None)
+        self._shared.pwds[sandbox_id] = next((e[4:] for e in given if e.startswith("PWD=")), None)
 
     async def _contain(self, control: HostControl, exec_id: str, group: str,
                        sandbox_id: str) -> None:
@@ -203,16 +200,18 @@ class ProcessesMixin:
                 await anyio.to_thread.run_sync(
                     functools.partial(control.kill, group, deadline=deadline))
             else:
-                await self._exec(sandbox_id, Command(
+                await self.exec(sandbox_id, Command(
                     argv=scripts.kill_marked_argv(token), user="0", timeout=KILL_DEADLINE),
                     kill=False)
 
     # --------------------------------------------------------------------- exec
 
-    async def _exec(self, sandbox_id: str, command: Command, *,
-                    kill: bool = True) -> ExecResult:
+    async def exec(self, sandbox_id: str, command: Command, *,
+                   kill: bool = True) -> ExecResult:
+        """Run a command to completion; without ``kill``, neither contained nor killed on
+        a timeout or a cancellation (the kill's own command)."""
         started = time.monotonic()
-        control = await self._control(sandbox_id) if kill else None
+        control = await self._host_control(sandbox_id) if kill else None
         token = secrets.token_hex(8)
         group = f"{GROUP_PREFIX}{token}"
         env = dict(command.env)
@@ -295,14 +294,14 @@ class ProcessesMixin:
                            env: Mapping[str, str] | None = None, cwd: str | None = None,
                            user: str | None = None, stdin: bool = False) -> str:
         if cwd is not None and not cwd.startswith("/"):
-            cwd = await self._resolve(sandbox_id, cwd)
+            cwd = await self._shared.resolve(sandbox_id, cwd)
         created = await self._engine.api(
             "exec_create", container_name(sandbox_id), argv, stdin=stdin,
             environment=dict(env or {}), workdir=cwd, user=user or "", what=sandbox_id,
             sandbox_id=sandbox_id)
         return str(created["Id"])
 
-    async def _settle(self, sandbox_id: str) -> None:
+    async def settle(self, sandbox_id: str) -> None:
         """Return once the Engine has handled every event of the container so far.
 
         The Engine records a pause or an unpause twice: when its API call returns, and
@@ -341,21 +340,23 @@ class ProcessesMixin:
             f"the command's output ended but the Engine reported no exit status within "
             f"{EXIT_DEADLINE:g} s", provider=self.name, sandbox_id=sandbox_id)
 
-    async def _run(self, sandbox_id: str, script: str, *args: str, user: str | None = None,
-                   stdin: bytes | None = None) -> ExecResult:
+    async def run(self, sandbox_id: str, script: str, *args: str, user: str | None = None,
+                  stdin: bytes | None = None) -> ExecResult:
         """Run one of the provider's own shell snippets."""
-        return await self._exec(sandbox_id, Command(
+        return await self.exec(sandbox_id, Command(
             argv=("/bin/sh", "-c", script, "psdk", *args), user=user, stdin=stdin))
 
     # -------------------------------------------------------- background processes
 
-    async def _start(self, sandbox_id: str, command: Command) -> int:
-        if command.user not in (None, "", "0", "root") and sandbox_id not in self._proc_ready:
+    async def start(self, sandbox_id: str, command: Command) -> int:
+        """Start a background process under the supervisor; its pid."""
+        ready = self._shared.proc_ready
+        if command.user not in (None, "", "0", "root") and sandbox_id not in ready:
             # Any user may then make its own process directory; the first start may be
             # root's, which would otherwise own the parent.
-            await self._run(sandbox_id, _scripts.PREPARE_PROC, user="0")
-            self._proc_ready.add(sandbox_id)
-        control = await self._control(sandbox_id)
+            await self.run(sandbox_id, _scripts.PREPARE_PROC, user="0")
+            ready.add(sandbox_id)
+        control = await self._host_control(sandbox_id)
         group = f"{GROUP_PREFIX}{secrets.token_hex(8)}"
         pwd = _pwd_argument(command.env, await self._container_pwd(sandbox_id))
         argv = ["/bin/sh", "-c", _scripts.SUPERVISE, "psdk", pwd, *command.argv]
@@ -392,7 +393,8 @@ class ProcessesMixin:
                 await anyio.to_thread.run_sync(control.rename, group, f"{GROUP_PREFIX}p{pid}")
         return pid
 
-    async def _process_events(self, sandbox_id: str, pid: int) -> AsyncIterator[ProcessEvent]:
+    async def process_events(self, sandbox_id: str, pid: int) -> AsyncIterator[ProcessEvent]:
+        """A process's output (from its start), then its exit."""
         await self._check_process(sandbox_id, pid)
         exec_id = await self._exec_create(
             sandbox_id, ["/bin/sh", "-c", _scripts.FOLLOW, "psdk", str(pid)])
@@ -406,32 +408,36 @@ class ProcessesMixin:
         yield ProcessExit(await self._exit_code(exec_id, sandbox_id))
 
     async def _check_process(self, sandbox_id: str, pid: int) -> None:
-        if await self._path_stat(sandbox_id, f"{_scripts.PROC_DIR}/{pid}/in") is None:
+        if await path_stat(self._shared, sandbox_id, f"{_scripts.PROC_DIR}/{pid}/in") is None:
             raise errors.ProcessNotFound(f"no process {pid} started by this SDK",
                                          provider=self.name, sandbox_id=sandbox_id)
 
-    async def _send_stdin(self, sandbox_id: str, pid: int, data: bytes) -> None:
+    async def send_stdin(self, sandbox_id: str, pid: int, data: bytes) -> None:
+        """Write to a process's stdin."""
         await self._check_process(sandbox_id, pid)
-        result = await self._run(sandbox_id, _scripts.SEND_STDIN, str(pid), stdin=data)
+        result = await self.run(sandbox_id, _scripts.SEND_STDIN, str(pid), stdin=data)
         if not result.ok:
             raise errors.ProcessNotFound(f"cannot write to process {pid}: "
                                          f"{result.stderr.strip()}", provider=self.name,
                                          sandbox_id=sandbox_id)
 
-    async def _close_stdin(self, sandbox_id: str, pid: int) -> None:
+    async def close_stdin(self, sandbox_id: str, pid: int) -> None:
+        """Close a process's stdin."""
         await self._check_process(sandbox_id, pid)
-        await self._run(sandbox_id, 'kill -USR1 "$1" 2>/dev/null; exit 0', str(pid), user="0")
+        await self.run(sandbox_id, 'kill -USR1 "$1" 2>/dev/null; exit 0', str(pid), user="0")
 
-    async def _kill_process(self, sandbox_id: str, pid: int) -> None:
+    async def kill_process(self, sandbox_id: str, pid: int) -> None:
+        """Kill a process and its whole tree."""
         await self._check_process(sandbox_id, pid)
-        control = await self._control(sandbox_id)
+        control = await self._host_control(sandbox_id)
         group = f"{GROUP_PREFIX}p{pid}"
         if control is not None and not await anyio.to_thread.run_sync(control.exists, group):
             control = None  # started where the host could not place it: kill inside
         await self._stop(sandbox_id, control, group, f"p{pid}")
 
-    async def _open_shell(self, sandbox: Sandbox, *, cwd: str | None,
-                          env: Mapping[str, str]) -> Shell:
+    async def open_shell(self, sandbox: Sandbox, *, cwd: str | None,
+                         env: Mapping[str, str]) -> Shell:
+        """A shell emulated over commands: the Engine has no sessions of its own."""
         return await EmulatedShell.open(sandbox, cwd=cwd, env=env)
 
 
