@@ -17,10 +17,13 @@ import docker
 import docker.errors
 import pytest
 from provider_sdk_docker import DEFAULT_TEMPLATE, DockerProvider, _ports
-from provider_sdk_docker._control import CAPABILITIES_KEPT
+from provider_sdk_docker._commands import DockerCommands
+from provider_sdk_docker._control import CAPABILITIES_KEPT, DockerControl
+from provider_sdk_docker._files import DockerFiles
 from provider_sdk_docker._labels import LABEL
+from provider_sdk_docker._ports import DockerPorts
 
-from provider_sdk import errors
+from provider_sdk import errors, registry
 from provider_sdk.models import Lifecycle, NetworkPolicy, Resources, SandboxState, TemplateSpec
 
 pytestmark = pytest.mark.anyio
@@ -111,6 +114,28 @@ async def test_the_default_template_is_a_setting(monkeypatch: pytest.MonkeyPatch
         assert provider.template == "psdk-absent:latest"
         with pytest.raises(errors.TemplateNotFound, match="psdk-absent:latest"):
             await provider.create()
+
+
+async def test_a_setting_changed_on_the_provider_reaches_its_sandboxes(
+        provider: DockerProvider, engine: docker.APIClient) -> None:
+    # The settings live where the roles read them: an assignment is not a copy that
+    # the control plane never sees.
+    provider.memory_mb = 192
+    provider.pids_limit = 99
+    sandbox = await provider.create()
+    host = engine.inspect_container(f"psdk-{sandbox.id}")["HostConfig"]
+    assert (host["Memory"], host["PidsLimit"]) == (192 << 20, 99)
+    assert (provider.memory_mb, provider.pids_limit) == (192, 99)
+
+
+async def test_the_provider_is_made_of_roles_not_hooks() -> None:
+    # Every hook is the base's, passing each call to a role: the registry checks such a
+    # provider by its roles when it is made.
+    assert not registry._hook_based(DockerProvider)
+    async with DockerProvider(host_control=False) as provider:
+        roles = provider._composed()
+    assert (type(roles.control), type(roles.commands), type(roles.files),
+            type(roles.ports)) == (DockerControl, DockerCommands, DockerFiles, DockerPorts)
 
 
 async def test_a_malformed_setting_is_a_config_error_naming_it(
