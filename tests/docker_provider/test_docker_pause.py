@@ -65,9 +65,10 @@ class _HeldEvents:
         started = engine.exec_create(container, ["/bin/sh", "-c", _UNREAD])
         self._socket: socket.socket = engine.exec_start(started["Id"], socket=True)._sock
         # The Engine marks the exec exited, then waits for its output: from now on every
-        # later event of the container waits too.
+        # later event of the container waits too. "Not running" alone is also what an
+        # exec the runtime has not started yet reads as: wait for its exit code.
         deadline = time.monotonic() + 30
-        while engine.exec_inspect(started["Id"])["Running"]:
+        while engine.exec_inspect(started["Id"])["ExitCode"] is None:
             assert time.monotonic() < deadline, "the command did not exit"
             time.sleep(0.01)
 

@@ -40,8 +40,11 @@ _MAX_HEADERS = 64 * 1024
 class Engine:
     """One Docker Engine, reached at ``base_url`` (``unix://...`` or ``tcp://...``)."""
 
-    def __init__(self, base_url: str, *, provider: str, threads: int = 32) -> None:
+    def __init__(self, base_url: str, *, provider: str, threads: int = 32,
+                 timeout: float = 120.0) -> None:
+        """``timeout``: seconds to wait for each answer of the Engine."""
         self.base_url = base_url
+        self.timeout = timeout
         self._provider = provider
         self._client: docker.APIClient | None = None
         self._limiter = anyio.CapacityLimiter(threads)
@@ -52,7 +55,7 @@ class Engine:
         if self._client is None:
             try:
                 self._client = docker.APIClient(base_url=self.base_url, version="auto",
-                                                timeout=120)
+                                                timeout=self.timeout)
             except docker.errors.DockerException as exc:
                 raise self.unavailable(exc) from exc
         return self._client
@@ -83,6 +86,10 @@ class Engine:
             raise self.translate(exc, kind=kind, what=what, sandbox_id=sandbox_id) from exc
         except requests.exceptions.ConnectionError as exc:
             raise self.unavailable(exc) from exc
+        except requests.exceptions.Timeout as exc:
+            raise errors.OperationTimeout(
+                f"the Docker Engine at {self.base_url} did not answer within "
+                f"{self.timeout:g} s", provider=self._provider, sandbox_id=sandbox_id) from exc
 
     async def api(self, method: str, *args: Any, kind: Kind = "sandbox",
                   what: str | None = None, sandbox_id: str | None = None,
