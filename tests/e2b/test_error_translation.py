@@ -3,7 +3,8 @@ row per vendor error and per operation: the most specific neutral error, carryin
 provider and the sandbox, the path where one is named, and never the API key.
 
 The errors are the SDK's own classes and connect-rpc's, raised inside the providers'
-one translation point (``_translate``), as a call into the SDK raises them there.
+one translation point (their session's ``translate``), as a call into the SDK raises
+them there.
 """
 
 from __future__ import annotations
@@ -39,9 +40,9 @@ def provider(request: pytest.FixtureRequest) -> E2BProvider:
 
 def translated(provider: E2BProvider, raised: BaseException, *, what: str = "sandbox",
                path: str | None = None) -> errors.SandboxError:
-    """What ``_translate`` turns ``raised`` into, checked for what every error carries."""
+    """What ``translate`` turns ``raised`` into, checked for what every error carries."""
     with pytest.raises(errors.SandboxError) as caught, \
-            provider._translate(SANDBOX, what=what, path=path):
+            provider._session.translate(SANDBOX, what=what, path=path):
         raise raised
     error = caught.value
     assert error.provider == provider.name
@@ -198,7 +199,7 @@ async def test_an_rpc_cut_by_a_cancellation_is_that_cancellation(
         except anyio.get_cancelled_exc_class() as cancelled:
             raised = ConnectError(Code.CANCELED, "cancelled")
             raised.__cause__ = cancelled
-            with provider._translate(SANDBOX):
+            with provider._session.translate(SANDBOX):
                 raise raised from cancelled
     assert scope.cancelled_caught
 
@@ -220,6 +221,7 @@ async def test_a_transport_failure_is_transient(provider: E2BProvider, raised: E
 @pytest.mark.anyio
 async def test_a_neutral_error_passes_through_untouched(provider: E2BProvider) -> None:
     raised = errors.Conflict("already neutral", provider=provider.name, sandbox_id=SANDBOX)
-    with pytest.raises(errors.Conflict) as caught, provider._translate(SANDBOX, what="file"):
+    with pytest.raises(errors.Conflict) as caught, \
+            provider._session.translate(SANDBOX, what="file"):
         raise raised
     assert caught.value is raised

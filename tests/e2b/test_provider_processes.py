@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 from provider_emulators import emulator, provider_options
-from provider_sdk_e2b import provider as e2b_provider
+from provider_sdk_e2b._procs import Proc
 
 from provider_sdk import open_provider
 from provider_sdk.emulators import RunningEmulator
@@ -59,11 +59,11 @@ async def test_closing_the_stdin_of_a_process_that_ended_does_nothing(
 async def test_kept_output_is_bounded_oldest_dropped_first(
         provider: SandboxProvider, monkeypatch: pytest.MonkeyPatch) -> None:
     """Unread output beyond the limit drops its oldest part; the newest and the exit stay."""
-    monkeypatch.setattr(e2b_provider._Proc, "LIMIT", 64 << 10)
+    monkeypatch.setattr(Proc, "LIMIT", 64 << 10)
     async with provider.create() as sandbox:
         process = await sandbox.start(
             ["sh", "-c", "head -c 1048576 /dev/zero | tr '\\0' a; echo end"])
-        kept = provider._procs[(sandbox.id, process.pid)]  # type: ignore[attr-defined]
+        kept = provider._session.procs[(sandbox.id, process.pid)]  # type: ignore[attr-defined]
         with anyio.fail_after(60):
             while not kept.done:  # every event is in before anything reads them
                 await kept.changed.wait()

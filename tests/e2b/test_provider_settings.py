@@ -65,10 +65,10 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("CUBE_PROXY_NODE_IP", "127.0.0.1")
     monkeypatch.setenv("CUBE_PROXY_PORT_HTTP", "8080")
     provider = open_provider("cube")
-    params = provider._params()  # type: ignore[attr-defined]
+    params = provider._session.params()  # type: ignore[attr-defined]
     assert (params["api_url"], params["domain"], params["sandbox_url"]) == (
         "http://127.0.0.1:9", "cube.test", "http://127.0.0.1:8080")
-    assert provider._template == "tpl-x"  # type: ignore[attr-defined]
+    assert provider._session.options.template == "tpl-x"  # type: ignore[attr-defined]
     assert "cube-secret-value" not in repr(provider)
     assert "cube-secret-value" not in repr(vars(provider))
 

@@ -1,13 +1,19 @@
-"""How ``E2BProvider`` turns SDK and wire errors into neutral ones, waits for a sandbox's
-data plane, and retries what a gateway refused (so nothing ran)."""
+"""How the roles of ``E2BProvider`` and ``CubeProvider`` turn SDK and wire errors into
+neutral ones (one :class:`Translator`, which each role calls around its SDK calls), wait
+for a sandbox's data plane (:func:`wait_ready`), and retry what a gateway refused, so
+nothing ran (:func:`retrying`).
+
+This module holds no state of a provider: the translator knows only the provider's name
+and the setting that names its key."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import ClassVar, TypeVar
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TypeVar
 
 import anyio
+import attrs
 import httpx
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
@@ -17,7 +23,7 @@ from provider_sdk import errors
 from provider_sdk.retry import Attempts, Backoff, retry
 from provider_sdk_e2b._remote import _Handle
 
-__all__ = ["ErrorsMixin"]
+__all__ = ["READY_BACKOFF", "Translator", "retrying", "wait_ready"]
 
 T = TypeVar("T")
 
@@ -26,19 +32,23 @@ READY_BACKOFF = Backoff(initial=0.02, factor=2, cap=1.0)
 gateway refused, within ``ready_timeout``."""
 
 
-class ErrorsMixin:
-    """Error translation and readiness for ``E2BProvider``."""
+@attrs.frozen
+class Translator:
+    """The one place SDK and wire errors become neutral ones: call it around an SDK call
+    (``with translate(sandbox_id, what="file", path=path): ...``).
 
-    name: ClassVar[str]
-    SETTINGS: ClassVar[Mapping[str, str]]
-    _ready_timeout: float
+    Args:
+        name: the provider's name, which every error carries.
+        key_setting: the setting an ``AuthenticationError`` tells the user to check.
+    """
 
-    # ------------------------------------------------------------ errors
+    name: str
+    key_setting: str
 
     @contextlib.contextmanager
-    def _translate(self, sandbox_id: str | None = None, *, what: str = "sandbox",
+    def __call__(self, sandbox_id: str | None = None, *, what: str = "sandbox",
                    path: str | None = None) -> Iterator[None]:
-        """The one place SDK and wire errors become neutral ones, most specific first.
+        """Translate what the block raises, most specific first.
 
         ``what`` says what a "not found" refers to: ``sandbox``, ``file``, ``process``,
         ``snapshot``, ``template`` or ``volume``.
@@ -50,10 +60,10 @@ class ErrorsMixin:
         except ConnectError as exc:
             if isinstance(exc.__cause__, anyio.get_cancelled_exc_class()):
                 raise exc.__cause__ from None
-            raise self._from_rpc(exc, sandbox_id, what, path) from exc
+            raise self.from_rpc(exc, sandbox_id, what, path) from exc
         except (e2bx.SandboxException, e2bx.AuthenticationException,
                 e2bx.ServiceBusyException) as exc:
-            raise self._from_sdk(exc, sandbox_id, what, path) from exc
+            raise self.from_sdk(exc, sandbox_id, what, path) from exc
         except httpx.TimeoutException as exc:
             raise errors.OperationTimeout(f"request timed out: {exc}", provider=self.name,
                                           sandbox_id=sandbox_id) from exc
@@ -61,7 +71,7 @@ class ErrorsMixin:
             raise errors.Unavailable(f"cannot reach {self.name}: {exc}", provider=self.name,
                                      sandbox_id=sandbox_id) from exc
 
-    def _not_found(self, what: str, message: str, sandbox_id: str | None) -> errors.SandboxError:
+    def not_found(self, what: str, message: str, sandbox_id: str | None) -> errors.SandboxError:
         kinds: dict[str, type[errors.NotFound]] = {
             "sandbox": errors.SandboxNotFound, "file": errors.FileNotFound,
             "process": errors.ProcessNotFound, "snapshot": errors.SnapshotNotFound,
@@ -70,7 +80,7 @@ class ErrorsMixin:
         return kinds.get(what, errors.NotFound)(message, provider=self.name,
                                                 sandbox_id=sandbox_id)
 
-    def _from_message(self, message: str, sandbox_id: str | None,
+    def from_message(self, message: str, sandbox_id: str | None,
                       path: str | None) -> errors.SandboxError | None:
         """Errors told apart only by their message (envd's, or the proxy's)."""
         text = message.lower()
@@ -88,12 +98,12 @@ class ErrorsMixin:
             return errors.Conflict(about, **where)
         return None
 
-    def _from_rpc(self, exc: ConnectError, sandbox_id: str | None, what: str,
+    def from_rpc(self, exc: ConnectError, sandbox_id: str | None, what: str,
                   path: str | None) -> errors.SandboxError:
         where = {"provider": self.name, "sandbox_id": sandbox_id}
         message = exc.message or str(exc)
         if exc.code == Code.NOT_FOUND:
-            return self._not_found(what, f"{path}: {message}" if path else message,
+            return self.not_found(what, f"{path}: {message}" if path else message,
                                    sandbox_id)
         if exc.code == Code.ALREADY_EXISTS:
             return errors.FileExists(f"{path}: {message}" if path else message, **where)
@@ -107,7 +117,7 @@ class ErrorsMixin:
             if isinstance(exc.__cause__, TimeoutError):
                 return errors.OperationTimeout(message, **where)
             return errors.Unavailable(message, **where)
-        specific = self._from_message(message, sandbox_id, path)
+        specific = self.from_message(message, sandbox_id, path)
         if specific is not None:
             return specific
         if exc.code == Code.PERMISSION_DENIED:
@@ -116,13 +126,13 @@ class ErrorsMixin:
             return errors.InvalidInput(message, **where)
         return errors.SandboxError(f"{exc.code}: {message}", **where)
 
-    def _from_sdk(self, exc: Exception, sandbox_id: str | None, what: str,
+    def from_sdk(self, exc: Exception, sandbox_id: str | None, what: str,
                   path: str | None) -> errors.SandboxError:
         where = {"provider": self.name, "sandbox_id": sandbox_id}
         message = str(exc)
         if isinstance(exc, e2bx.AuthenticationException):
             return errors.AuthenticationError(
-                f"{self.name} refused the API key (check {self.SETTINGS['api_key']})", **where)
+                f"{self.name} refused the API key (check {self.key_setting})", **where)
         if isinstance(exc, e2bx.RateLimitException):
             return errors.RateLimited(message, provider=self.name, sandbox_id=sandbox_id)
         if isinstance(exc, e2bx.ServiceBusyException):
@@ -130,7 +140,7 @@ class ErrorsMixin:
         if isinstance(exc, e2bx.SandboxNotFoundException):
             return errors.SandboxNotFound(message, **where)
         if isinstance(exc, e2bx.NotFoundException):
-            return self._not_found(what, f"{path}: {message}" if path else message,
+            return self.not_found(what, f"{path}: {message}" if path else message,
                                    sandbox_id)
         if isinstance(exc, e2bx.SandboxNotRunningException):
             return errors.SandboxNotRunning(message, **where)
@@ -138,7 +148,7 @@ class ErrorsMixin:
             return errors.Unavailable(message, **where)
         if isinstance(exc, e2bx.NotEnoughSpaceException):
             return errors.QuotaExceeded(message, **where)
-        specific = self._from_message(message, sandbox_id, path)
+        specific = self.from_message(message, sandbox_id, path)
         if specific is not None:
             return specific
         if isinstance(exc, e2bx.InvalidArgumentException):
@@ -147,7 +157,7 @@ class ErrorsMixin:
             return errors.OperationTimeout(message, **where)
         status = getattr(exc, "status_code", None) or _status_prefix(message)
         if status == 404:
-            return self._not_found(what, message, sandbox_id)
+            return self.not_found(what, message, sandbox_id)
         if status == 409:
             return errors.Conflict(message, **where)
         if status in (502, 503, 504):
@@ -158,42 +168,46 @@ class ErrorsMixin:
             return errors.InvalidInput(message, **where)
         return errors.SandboxError(message, **where)
 
-    # ------------------------------------------------------------ readiness
 
-    async def _wait_ready(self, sandbox_id: str, handle: _Handle) -> None:
-        """Return once envd answers ``/health``; retry 502/503/504 and connection
-        failures for ``ready_timeout`` seconds, then raise ``Unavailable``."""
-        last = "no answer"
-        probes = Attempts(READY_BACKOFF, timeout=self._ready_timeout)
-        async for _ in probes:
-            remaining = probes.remaining()
-            with anyio.move_on_after(max(remaining, 0.01)):
-                try:
-                    response = await handle.health.get("/health",
-                                                      timeout=max(0.01, min(5.0, remaining)))
-                except httpx.HTTPError as exc:
-                    last = f"{type(exc).__name__}: {exc}"
-                else:
-                    if response.is_success:
-                        return
-                    last = f"HTTP {response.status_code}"
-                    if response.status_code == 401:
-                        raise errors.AuthenticationError(
-                            "the sandbox's data plane refused the access token",
-                            provider=self.name, sandbox_id=sandbox_id)
-                    if response.status_code not in (502, 503, 504):
-                        raise errors.SandboxError(f"the data plane answered {last}",
-                                                  provider=self.name, sandbox_id=sandbox_id)
-                    probes.at_least(_retry_after(response))
-        raise errors.Unavailable(
-            f"the sandbox's data plane did not answer within {self._ready_timeout:g} s "
-            f"(last: {last})", provider=self.name, sandbox_id=sandbox_id)
+# ------------------------------------------------------------ readiness
 
-    async def _retrying(self, sandbox_id: str, op: Callable[[], Awaitable[T]]) -> T:
-        """Run ``op``; while a gateway answers for envd (so nothing ran), retry it for
-        ``ready_timeout`` seconds. Anything that reached envd is never repeated."""
-        return await retry(op, retry_on=_refused_by_gateway, backoff=READY_BACKOFF,
-                           timeout=self._ready_timeout)
+
+async def wait_ready(handle: _Handle, sandbox_id: str, *, timeout: float,
+                     provider: str) -> None:
+    """Return once envd answers ``/health``; retry 502/503/504 and connection failures
+    for ``timeout`` seconds, then raise ``Unavailable``."""
+    last = "no answer"
+    probes = Attempts(READY_BACKOFF, timeout=timeout)
+    async for _ in probes:
+        remaining = probes.remaining()
+        with anyio.move_on_after(max(remaining, 0.01)):
+            try:
+                response = await handle.health.get("/health",
+                                                  timeout=max(0.01, min(5.0, remaining)))
+            except httpx.HTTPError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.is_success:
+                    return
+                last = f"HTTP {response.status_code}"
+                if response.status_code == 401:
+                    raise errors.AuthenticationError(
+                        "the sandbox's data plane refused the access token",
+                        provider=provider, sandbox_id=sandbox_id)
+                if response.status_code not in (502, 503, 504):
+                    raise errors.SandboxError(f"the data plane answered {last}",
+                                              provider=provider, sandbox_id=sandbox_id)
+                probes.at_least(_retry_after(response))
+    raise errors.Unavailable(
+        f"the sandbox's data plane did not answer within {timeout:g} s "
+        f"(last: {last})", provider=provider, sandbox_id=sandbox_id)
+
+
+async def retrying(op: Callable[[], Awaitable[T]], *, timeout: float) -> T:
+    """Run ``op``; while a gateway answers for envd (so nothing ran), retry it for
+    ``timeout`` seconds. Anything that reached envd is never repeated."""
+    return await retry(op, retry_on=_refused_by_gateway, backoff=READY_BACKOFF,
+                       timeout=timeout)
 
 
 def _status_prefix(message: str) -> int | None:

@@ -1,4 +1,5 @@
-"""The files API of ``E2BProvider``, through envd's filesystem service.
+"""The files role of ``E2BProvider`` (and ``CubeProvider``), through envd's filesystem
+service.
 
 Relative paths are taken from the sandbox's working directory. Reads refuse a device,
 FIFO or socket (or a symlink to one) before a byte is read.
@@ -9,7 +10,6 @@ from __future__ import annotations
 import functools
 import posixpath
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
 
 import anyio
 import attrs
@@ -17,40 +17,46 @@ from e2b.sandbox.filesystem.filesystem import EntryInfo
 from e2b.sandbox.filesystem.filesystem import FileType as E2BFileType
 
 from provider_sdk import errors
-from provider_sdk.models import ExecResult, FileInfo, FileType
+from provider_sdk.models import FileInfo, FileType
 from provider_sdk.provider import Command
-from provider_sdk_e2b._errors import ErrorsMixin
-from provider_sdk_e2b._remote import _Handle
+from provider_sdk.roles import Commands
+from provider_sdk_e2b._remote import Handles, _Handle
+from provider_sdk_e2b._session import Session
 
-__all__ = ["FilesMixin"]
+__all__ = ["E2BFiles"]
 
 _SYMLINK_HOPS = 40
 _READLINK_SECONDS = 30.0
 
 
-class FilesMixin(ErrorsMixin):
-    """The file hooks of ``E2BProvider``."""
+class E2BFiles:
+    """The files role (see the module).
 
-    if TYPE_CHECKING:
-        async def _handle(self, sandbox_id: str) -> _Handle: ...
-        async def _exec(self, sandbox_id: str, command: Command) -> ExecResult: ...
+    Args:
+        session: what the provider's roles share.
+        handles: opens a sandbox's data-plane clients (the control plane does).
+        commands: runs ``readlink`` where envd tells a link only by what it leads to.
+    """
 
-    # ------------------------------------------------------------ files
+    def __init__(self, session: Session, handles: Handles, commands: Commands) -> None:
+        self.session = session
+        self.handles = handles
+        self.commands = commands
 
     def _path(self, handle: _Handle, path: str) -> str:
         if path.startswith("/") or handle.workdir is None:
             return path
         return posixpath.join(handle.workdir, path)
 
-    async def _read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
-        handle = await self._handle(sandbox_id)
+    async def read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
+        handle = await self.handles.handle(sandbox_id)
         target = self._path(handle, path)
         await self._refuse_special(sandbox_id, handle, target, path)
-        with self._translate(sandbox_id, what="file", path=path):
-            reader = await self._retrying(sandbox_id, lambda: handle.sandbox.files.read(
+        with self.session.translate(sandbox_id, what="file", path=path):
+            reader = await self.session.retrying(lambda: handle.sandbox.files.read(
                 target, format="stream"))
         try:
-            with self._translate(sandbox_id, what="file", path=path):
+            with self.session.translate(sandbox_id, what="file", path=path):
                 async for chunk in reader:
                     yield bytes(chunk)
         finally:
@@ -65,9 +71,9 @@ class FilesMixin(ErrorsMixin):
         left to the read, which says so."""
         seen = target
         for _ in range(_SYMLINK_HOPS):
-            with self._translate(sandbox_id, what="file", path=path):
-                entry = await self._retrying(
-                    sandbox_id, functools.partial(handle.sandbox.files.get_info, seen))
+            with self.session.translate(sandbox_id, what="file", path=path):
+                entry = await self.session.retrying(
+                    functools.partial(handle.sandbox.files.get_info, seen))
             if entry.symlink_target == entry.path:
                 return  # envd's link that leads nowhere names itself: the read says so
             if entry.symlink_target and entry.type == E2BFileType.SYMLINK:  # an older envd
@@ -77,71 +83,71 @@ class FilesMixin(ErrorsMixin):
             if (_FILE_TYPES.get(entry.type) if entry.type else None) is None:
                 raise errors.NotARegularFile(
                     f"{path}: not a regular file (a device, FIFO or socket); refused before "
-                    "reading", provider=self.name, sandbox_id=sandbox_id)
+                    "reading", provider=self.session.name, sandbox_id=sandbox_id)
             return
 
-    async def _write_file(self, sandbox_id: str, path: str,
+    async def write_file(self, sandbox_id: str, path: str,
                           chunks: AsyncIterator[bytes]) -> None:
-        handle = await self._handle(sandbox_id)
-        with self._translate(sandbox_id, what="file", path=path):
+        handle = await self.handles.handle(sandbox_id)
+        with self.session.translate(sandbox_id, what="file", path=path):
             await handle.sandbox.files.write(self._path(handle, path), chunks)
 
-    async def _list_dir(self, sandbox_id: str, path: str) -> list[FileInfo]:
-        handle = await self._handle(sandbox_id)
+    async def list_dir(self, sandbox_id: str, path: str) -> list[FileInfo]:
+        handle = await self.handles.handle(sandbox_id)
         target = self._path(handle, path)
-        with self._translate(sandbox_id, what="file", path=path):
-            entries = await self._retrying(sandbox_id, lambda: handle.sandbox.files.list(
+        with self.session.translate(sandbox_id, what="file", path=path):
+            entries = await self.session.retrying(lambda: handle.sandbox.files.list(
                 target, depth=1))
         return [_to_file_info(e) for e in entries]
 
-    async def _stat(self, sandbox_id: str, path: str) -> FileInfo:
-        handle = await self._handle(sandbox_id)
+    async def stat(self, sandbox_id: str, path: str) -> FileInfo:
+        handle = await self.handles.handle(sandbox_id)
         target = self._path(handle, path)
-        with self._translate(sandbox_id, what="file", path=path):
-            entry = await self._retrying(sandbox_id, lambda: handle.sandbox.files.get_info(
+        with self.session.translate(sandbox_id, what="file", path=path):
+            entry = await self.session.retrying(lambda: handle.sandbox.files.get_info(
                 target))
         info = _to_file_info(entry)
         if info.type != FileType.SYMLINK:
             return info
         # envd describes a link by what it leads to; the link's own text is read inside.
-        link = await self._exec(sandbox_id, Command(argv=("readlink", "--", target),
+        link = await self.commands.exec(sandbox_id, Command(argv=("readlink", "--", target),
                                                     timeout=_READLINK_SECONDS))
         if link.exit_code != 0:
             return info
         return attrs.evolve(info, symlink_target=link.stdout_bytes.decode(
             errors="surrogateescape").removesuffix("\n"))
 
-    async def _mkdir(self, sandbox_id: str, path: str, *, parents: bool,
+    async def mkdir(self, sandbox_id: str, path: str, *, parents: bool,
                      exist_ok: bool) -> None:
-        handle = await self._handle(sandbox_id)
+        handle = await self.handles.handle(sandbox_id)
         target = self._path(handle, path)
         if not parents:
-            await self._stat(sandbox_id, posixpath.dirname(target.rstrip("/")) or "/")
-        with self._translate(sandbox_id, what="file", path=path):
-            made = await self._retrying(sandbox_id, lambda: handle.sandbox.files.make_dir(
+            await self.stat(sandbox_id, posixpath.dirname(target.rstrip("/")) or "/")
+        with self.session.translate(sandbox_id, what="file", path=path):
+            made = await self.session.retrying(lambda: handle.sandbox.files.make_dir(
                 target))
         if not made:
-            info = await self._stat(sandbox_id, target)
+            info = await self.stat(sandbox_id, target)
             if not exist_ok or info.type != FileType.DIRECTORY:
-                raise errors.FileExists(f"{path}: already exists", provider=self.name,
+                raise errors.FileExists(f"{path}: already exists", provider=self.session.name,
                                         sandbox_id=sandbox_id)
 
-    async def _remove(self, sandbox_id: str, path: str, *, recursive: bool) -> None:
-        handle = await self._handle(sandbox_id)
+    async def remove(self, sandbox_id: str, path: str, *, recursive: bool) -> None:
+        handle = await self.handles.handle(sandbox_id)
         target = self._path(handle, path)
-        info = await self._stat(sandbox_id, target)  # envd removes a missing path quietly
+        info = await self.stat(sandbox_id, target)  # envd removes a missing path quietly
         if not recursive and info.type == FileType.DIRECTORY and \
-                await self._list_dir(sandbox_id, target):
+                await self.list_dir(sandbox_id, target):
             raise errors.Conflict(f"{path}: the directory is not empty (use recursive=True)",
-                                  provider=self.name, sandbox_id=sandbox_id)
-        with self._translate(sandbox_id, what="file", path=path):
-            await self._retrying(sandbox_id, lambda: handle.sandbox.files.remove(target))
+                                  provider=self.session.name, sandbox_id=sandbox_id)
+        with self.session.translate(sandbox_id, what="file", path=path):
+            await self.session.retrying(lambda: handle.sandbox.files.remove(target))
 
-    async def _rename(self, sandbox_id: str, src: str, dst: str) -> None:
-        handle = await self._handle(sandbox_id)
+    async def rename(self, sandbox_id: str, src: str, dst: str) -> None:
+        handle = await self.handles.handle(sandbox_id)
         source, target = self._path(handle, src), self._path(handle, dst)
-        with self._translate(sandbox_id, what="file", path=src):
-            await self._retrying(sandbox_id, lambda: handle.sandbox.files.rename(
+        with self.session.translate(sandbox_id, what="file", path=src):
+            await self.session.retrying(lambda: handle.sandbox.files.rename(
                 source, target))
 
 

@@ -1,4 +1,4 @@
-"""Exposed ports of ``E2BProvider`` (``ports.expose``): E2B's own host routing.
+"""The ports role of ``E2BProvider`` (``ports.expose``): E2B's own host routing.
 
 E2B routes every port of a sandbox at ``<port>-<id>.<domain>`` (the SDK's
 ``get_host(port)``). The provider creates its sandboxes with ``allow_public_traffic:
@@ -21,59 +21,58 @@ The scheme is that of the data plane's configured URL (``sandbox_url``, else
 from __future__ import annotations
 
 import urllib.parse
-from typing import TYPE_CHECKING, Any, ClassVar
 
 from provider_sdk import errors
 from provider_sdk.models import ExposedPort
+from provider_sdk_e2b._control import E2BControl
+from provider_sdk_e2b._session import Session
 
-if TYPE_CHECKING:
-    from provider_sdk_e2b._remote import Remote, _Handle
-
-__all__ = ["TRAFFIC_HEADER", "PortsMixin"]
+__all__ = ["TRAFFIC_HEADER", "E2BPorts"]
 
 TRAFFIC_HEADER = "e2b-traffic-access-token"
 """The header E2B's edge takes a sandbox's traffic access token from."""
 
 
-class PortsMixin:
-    """The ``ports.expose`` hooks of ``E2BProvider``."""
+class E2BPorts:
+    """The ports role (see the module).
 
-    name: ClassVar[str]
-    _api_url: str | None
-    _sandbox_url: str | None
+    Args:
+        session: what the provider's roles share.
+        control: the control plane, which opens a sandbox's clients and tells its
+            traffic access token (on connect).
+    """
 
-    if TYPE_CHECKING:
-        async def _handle(self, sandbox_id: str) -> _Handle: ...
-        async def _describe(self, sandbox_id: str) -> Remote: ...
-        async def _connect_remote(self, sandbox_id: str, timeout: int | None) -> Remote: ...
-        def _translate(self, sandbox_id: str | None = None, **kwargs: Any) -> Any: ...
+    def __init__(self, session: Session, control: E2BControl) -> None:
+        self.session = session
+        self.control = control
 
-    def _ports_scheme(self) -> str:
-        for url in (self._sandbox_url, self._api_url):
+    def _scheme(self) -> str:
+        options = self.session.options
+        for url in (options.sandbox_url, options.api_url):
             if url:
                 return urllib.parse.urlsplit(url).scheme or "https"
         return "https"
 
-    async def _expose(self, sandbox_id: str, port: int) -> ExposedPort:
-        handle = await self._handle(sandbox_id)
+    async def expose(self, sandbox_id: str, port: int) -> ExposedPort:
+        handle = await self.control.handle(sandbox_id)
         if handle.traffic_token is None:  # opened from the sandbox's info: connect tells it
-            remote = await self._describe(sandbox_id)
+            remote = await self.control.describe(sandbox_id)
             if remote.state != "running":
                 raise errors.SandboxNotRunning(f"sandbox {sandbox_id!r} is {remote.state}",
-                                               state=remote.state, provider=self.name,
+                                               state=remote.state, provider=self.session.name,
                                                sandbox_id=sandbox_id)
-            with self._translate(sandbox_id):
-                connected = await self._connect_remote(sandbox_id, handle.renew)
+            with self.session.translate(sandbox_id):
+                connected = await self.control.connect_remote(sandbox_id, handle.renew)
             if connected.sdk is not None:
                 handle.traffic_token = connected.sdk.traffic_access_token
         if not handle.traffic_token:
             raise errors.Conflict(
                 f"the ports of sandbox {sandbox_id!r} are public (it was made with public "
                 "traffic, not by this provider): there is no token to guard them with",
-                provider=self.name, sandbox_id=sandbox_id)
-        url = f"{self._ports_scheme()}://{handle.sandbox.get_host(port)}/"
+                provider=self.session.name, sandbox_id=sandbox_id)
+        url = f"{self._scheme()}://{handle.sandbox.get_host(port)}/"
         return ExposedPort(port=port, url=url, base_url=url, token=handle.traffic_token,
                            token_header=TRAFFIC_HEADER)
 
-    async def _unexpose(self, sandbox_id: str, port: int) -> None:
+    async def unexpose(self, sandbox_id: str, port: int) -> None:
         """Nothing: E2B routes every port of a sandbox for its life."""

@@ -1,11 +1,12 @@
-"""What ``E2BProvider`` knows of one sandbox: the control plane's view (``Remote``) and
-the data-plane clients it opened (``_Handle``)."""
+"""What ``E2BProvider`` knows of one sandbox: the control plane's view (``Remote``), the
+data-plane clients opened for it (``_Handle``), and what opens them (``Handles``, which
+the control plane is)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 from e2b import AsyncSandbox
@@ -13,7 +14,7 @@ from e2b.api.client_async import get_envd_api
 from e2b.envd.client_async import create_rpc_client
 from e2b.envd.process import process_connect
 
-__all__ = ["Remote"]
+__all__ = ["Handles", "Remote"]
 
 
 @attrs.define
@@ -54,3 +55,9 @@ class _Handle:
         """The sandbox's traffic access token, once known (create and connect tell it)."""
         self.renewed_at = time.monotonic()
 
+
+class Handles(Protocol):
+    """What opens a sandbox's data-plane clients, for the roles that use them."""
+
+    async def handle(self, sandbox_id: str) -> _Handle:
+        """The sandbox's clients, opened on first use; pushes its deadline back."""

@@ -1,7 +1,9 @@
 """``CubeProvider``: CubeSandbox, which speaks E2B's protocol. Every difference from
 :class:`~provider_sdk_e2b.provider.E2BProvider` lives in this module, and only here:
-``CubeControlPlane`` overrides E2B's control plane (``_control``), the one seam between
-the two; ``CubeProvider`` adds Cube's settings and its own neutral hooks.
+``CubeProvider`` is E2B's composition (the same commands, files and ports roles over
+envd, around the same kind of shared session) with ``CubeControl`` as its control
+plane: E2B's control plane with Cube's requests where they differ, and Cube's own
+parts (volumes, rollback, template builds).
 
 What differs, and how it is handled:
 
@@ -19,22 +21,26 @@ What differs, and how it is handled:
   here, tolerantly, from the raw JSON;
 - pause answers at once and the sandbox is ``pausing`` before ``paused``: pause waits;
 - extras: volumes (read-only per mount), in-place rollback
-  (:meth:`CubeProvider.ex_rollback`); no metrics;
+  (:meth:`CubeProvider.ex_rollback`); no metrics, no private ports (the class does not
+  declare them, so no call reaches those parts of the roles);
 - templates: Cube builds none from Dockerfiles; the image is built here, given envd,
-  pushed to a registry and made a template through Cube's template API
-  (:class:`CubeProvider`'s ``registry`` and ``envd`` settings).
+  pushed to a registry and made a template through Cube's template API (the control
+  plane's template building part, ``_cube_templates.CubeTemplates``;
+  :class:`CubeProvider`'s ``registry`` and ``envd`` settings).
 """
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 import math
 import re
 import urllib.parse
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
+import attrs
 from e2b import exceptions as e2bx
 from e2b.api import handle_api_exception
 from e2b.api.client_async import get_api_client
@@ -49,51 +55,63 @@ from provider_sdk.models import (
     SandboxState,
     Volume,
 )
-from provider_sdk.provider import SandboxProvider
 from provider_sdk.retry import Attempts, Backoff
-from provider_sdk.secret import Secret
 from provider_sdk.settings import Settings
 from provider_sdk_e2b._capabilities import PROVIDER_CAPABILITIES
-from provider_sdk_e2b._control import ENVD_PORT, E2BControlPlane
+from provider_sdk_e2b._control import ENVD_PORT, E2BControl
 from provider_sdk_e2b._cube_templates import CubeTemplates
-from provider_sdk_e2b.provider import E2BProvider, Remote
+from provider_sdk_e2b._remote import Remote
+from provider_sdk_e2b._session import Options, Session
+from provider_sdk_e2b.provider import E2BProvider
 
-__all__ = ["CubeControlPlane", "CubeProvider"]
+__all__ = ["CubeControl", "CubeProvider"]
 
 _PAUSE_POLL = Backoff(initial=0.05, factor=1, cap=0.05)
 """How often a pausing sandbox's state is asked for."""
 
 
-class CubeControlPlane(E2BControlPlane):
-    """Cube's control plane: its raw requests (v1 where v2 is missing), its idle window
-    as the timeout, its data-plane headers, public traffic. The overrides of E2B's
-    control plane, and nothing else."""
+class CubeControl(E2BControl):
+    """Cube's control plane: E2B's, with Cube's raw requests (v1 where v2 is missing),
+    its idle window as the timeout, its data-plane headers, public traffic and its
+    ``pausing`` state; and Cube's parts: volumes, rollback, template builds.
+
+    Args:
+        session: what the provider's roles share.
+        node: CubeProxy's address, where the data plane is reached by ``Host``.
+        registry: where template builds push their images (``HOST:PORT``).
+        envd: an envd binary to add to images that lack one.
+    """
 
     # CubeProxy asks a sandbox with private traffic for its token on envd too, and Cube
     # tells it at create only: a handle opened elsewhere could not reach envd.
     PRIVATE_TRAFFIC: ClassVar[bool] = False
-    _api_key: Secret
-    _domain: str | None
-    _node: str | None
-    _v1: bool
+    STATES: ClassVar[Mapping[str, SandboxState]] = {
+        **E2BControl.STATES, "pausing": SandboxState.PAUSING,
+    }
 
-    if TYPE_CHECKING:
-        async def _list_volumes(self) -> list[Volume]: ...
+    def __init__(self, session: Session, *, node: str | None, registry: str | None,
+                 envd: str | None) -> None:
+        super().__init__(session)
+        self._node = node
+        self._v1 = False  # set once the control plane answered 405 to a v2 route
+        self._templates = CubeTemplates(call=self._template_call, provider=session.name,
+                                        registry=registry, envd=envd)
 
     def _sandbox_headers(self, sandbox_id: str, domain: str | None) -> dict[str, str]:
         headers = super()._sandbox_headers(sandbox_id, domain)
         # CubeAPI with auth on checks the key on the data plane too (Cube's envd has no
         # access token), as the cubesandbox SDK sends it.
-        headers["X-API-Key"] = self._api_key.reveal()
+        headers["X-API-Key"] = self.session.options.api_key.reveal()
         if self._node:  # CubeProxy routes by Host
-            headers["Host"] = f"{ENVD_PORT}-{sandbox_id}.{domain or self._domain or 'cube.app'}"
+            domain = domain or self.session.options.domain or "cube.app"
+            headers["Host"] = f"{ENVD_PORT}-{sandbox_id}.{domain}"
         return headers
 
     async def _call(self, method: str, path: str, *, json: Any = None,
                     params: Mapping[str, str] | None = None,
                     headers: Mapping[str, str] | None = None) -> Any:
         """One raw control-plane request with the SDK's client (auth, retries)."""
-        client = get_api_client(self._config()).get_async_httpx_client()
+        client = get_api_client(self.session.config()).get_async_httpx_client()
         response = await client.request(method, path, json=json, params=params,
                                         headers=headers)
         if response.status_code >= 300:
@@ -133,7 +151,7 @@ class CubeControlPlane(E2BControlPlane):
             body["network"] = {"allowOut": network.get("allow_out", []),
                                "denyOut": network.get("deny_out", [])}
         if spec.volumes:
-            ids = {v.name: v.id for v in await self._list_volumes()}
+            ids = {v.name: v.id for v in await self.list_volumes()}
             missing = [m.volume for m in spec.volumes if m.volume not in ids]
             if missing:
                 raise errors.VolumeNotFound(f"no volume {missing[0]!r}", provider=self.name)
@@ -142,19 +160,93 @@ class CubeControlPlane(E2BControlPlane):
         return _to_remote(await self._call("POST", "/sandboxes", json=body, headers={
             "Idempotency-Key": uuid.uuid4().hex}))
 
-    async def _connect_remote(self, sandbox_id: str, timeout: int | None) -> Remote:
+    async def connect_remote(self, sandbox_id: str, timeout: int | None) -> Remote:
         # Every release serves v1 connect; v2's 404 would read as "no such sandbox".
         body = {"timeout": timeout} if timeout else {}
         return _to_remote(await self._call("POST", f"/sandboxes/{_quote(sandbox_id)}/connect",
                                            json=body))
 
-    async def _describe(self, sandbox_id: str) -> Remote:
-        with self._translate(sandbox_id):
+    async def describe(self, sandbox_id: str) -> Remote:
+        with self.session.translate(sandbox_id):
             return _to_remote(await self._call("GET", f"/sandboxes/{_quote(sandbox_id)}"))
 
+    async def list(self, *, metadata: Mapping[str, str],
+                   state: SandboxState | None) -> builtins.list[SandboxInfo]:
+        """Sandboxes, filtered on the control plane by metadata."""
+        params = {"metadata": urllib.parse.urlencode(
+            {urllib.parse.quote(k): urllib.parse.quote(v) for k, v in metadata.items()})
+        } if metadata else None
+        with self.session.translate():
+            items = await self._call("GET", "/sandboxes", params=params)
+        return [self._to_info(_to_remote(item)) for item in items or []]
 
-class CubeProvider(CubeControlPlane, E2BProvider):
-    """Sandboxes on CubeSandbox, through the ``e2b`` SDK plus Cube's own routes.
+    async def pause(self, sandbox_id: str) -> SandboxInfo:
+        """Pause, then wait while the sandbox is ``pausing``."""
+        info = await super().pause(sandbox_id)
+        ready_timeout = self.session.options.ready_timeout
+        async for attempt in Attempts(_PAUSE_POLL, timeout=ready_timeout):
+            if attempt > 1:
+                info = await self.info(sandbox_id)
+            if info.state != SandboxState.PAUSING:
+                return info
+        raise errors.OperationTimeout(
+            f"still pausing after {ready_timeout:g} s", provider=self.name,
+            sandbox_id=sandbox_id)
+
+    # ------------------------------------------------------------ templates
+
+    async def _template_call(self, method: str, path: str, *, json: Any = None) -> Any:
+        with self.session.translate(what="template"):
+            return await self._call(method, path, json=json)
+
+    def template_builder(self) -> CubeTemplates:
+        """Cube's template builder: images built here, made templates by Cube."""
+        return self._templates
+
+    # ------------------------------------------------------------ rollback, volumes
+
+    async def rollback(self, sandbox_id: str, snapshot_id: str) -> SandboxInfo:
+        """Restore the sandbox in place from a snapshot; return once envd answers."""
+        with self.session.translate(sandbox_id, what="snapshot"):
+            await self._call("POST", f"/sandboxes/{_quote(sandbox_id)}/rollback",
+                             json={"snapshotID": snapshot_id})
+        self.session.handles.pop(sandbox_id, None)  # CubeProxy's routes changed: new clients
+        await self.session.wait_ready(sandbox_id, await self.handle(sandbox_id))
+        return await self.info(sandbox_id)
+
+    async def create_volume(self, name: str) -> Volume:
+        """Create a volume; ``Conflict`` if one has that name."""
+        if name in {v.name for v in await self.list_volumes()}:
+            raise errors.Conflict(f"volume {name!r} already exists", provider=self.name)
+        with self.session.translate(what="volume"):
+            return self._to_volume(await self._call("POST", "/volumes", json={"name": name}))
+
+    async def get_volume(self, name: str) -> Volume:
+        """A volume by name; ``VolumeNotFound`` if unknown."""
+        for volume in await self.list_volumes():
+            if volume.name == name:
+                return volume
+        raise errors.VolumeNotFound(f"no volume {name!r}", provider=self.name)
+
+    async def list_volumes(self) -> builtins.list[Volume]:
+        """Every volume."""
+        with self.session.translate(what="volume"):
+            return [self._to_volume(v) for v in await self._call("GET", "/volumes") or []]
+
+    async def delete_volume(self, name: str) -> None:
+        """Delete a volume."""
+        volume = await self.get_volume(name)
+        with self.session.translate(what="volume"):
+            await self._call("DELETE", f"/volumes/{_quote(volume.id)}")
+
+    def _to_volume(self, data: Mapping[str, Any]) -> Volume:
+        return Volume(id=_pick(data, "volumeID", "volume_id"), name=_pick(data, "name"),
+                      provider=self.name)
+
+
+class CubeProvider(E2BProvider):
+    """Sandboxes on CubeSandbox: E2B's roles, with Cube's control plane
+    (``CubeControl``).
 
     Takes :class:`E2BProvider`'s options, read from Cube's settings: ``api_key``
     [``CUBE_API_KEY``, required], ``api_url`` [``CUBE_API_URL``, required], ``domain``
@@ -177,14 +269,6 @@ class CubeProvider(CubeControlPlane, E2BProvider):
         "proxy_node_ip": "CUBE_PROXY_NODE_IP", "proxy_port": "CUBE_PROXY_PORT_HTTP",
     }
     DEFAULT_TEMPLATE: ClassVar[str | None] = None
-    _STATES: ClassVar[Mapping[str, SandboxState]] = {
-        **E2BProvider._STATES, "pausing": SandboxState.PAUSING,
-    }
-    _metrics = SandboxProvider._metrics  # Cube has no metrics endpoint
-    # Cube's sandboxes keep public traffic (``CubeControlPlane.PRIVATE_TRAFFIC``), so
-    # their ports have no token to guard them.
-    _expose = SandboxProvider._expose
-    _unexpose = SandboxProvider._unexpose
     template_support: ClassVar[TemplateSupport] = TemplateSupport(options={
         "start_cmd": "a Cube template starts envd, as its entrypoint; start the command "
                      "in the sandbox instead",
@@ -197,50 +281,20 @@ class CubeProvider(CubeControlPlane, E2BProvider):
                  request_timeout: float = 60.0, retries: int = 3,
                  proxy_node_ip: str | None = None, proxy_port: int | None = None,
                  registry: str | None = None, envd: str | None = None) -> None:
-        super().__init__(api_key=api_key, api_url=api_url, domain=domain,
-                         sandbox_url=sandbox_url, template=template,
-                         ready_timeout=ready_timeout, request_timeout=request_timeout,
-                         retries=retries)
         settings = Settings(self.name, self.SETTINGS)
-        settings.url("api_url", self._api_url, required=True)
-        self._node = settings.text("proxy_node_ip", proxy_node_ip)
-        self._node_port = settings.integer("proxy_port", proxy_port, default=80)
-        if self._node and not self._sandbox_url:
-            self._sandbox_url = f"http://{self._node}:{self._node_port}"
-        self._v1 = False  # set once the control plane answered 405 to a v2 route
-        self._templates = CubeTemplates(call=self._template_call, provider=self.name,
-                                        registry=registry, envd=envd)
-
-    async def _list(self, *, metadata: Mapping[str, str],
-                    state: SandboxState | None) -> list[SandboxInfo]:
-        params = {"metadata": urllib.parse.urlencode(
-            {urllib.parse.quote(k): urllib.parse.quote(v) for k, v in metadata.items()})
-        } if metadata else None
-        with self._translate():
-            items = await self._call("GET", "/sandboxes", params=params)
-        return [self._to_info(_to_remote(item)) for item in items or []]
-
-    async def _pause(self, sandbox_id: str) -> SandboxInfo:
-        info = await super()._pause(sandbox_id)
-        async for attempt in Attempts(_PAUSE_POLL, timeout=self._ready_timeout):
-            if attempt > 1:
-                info = await self._info(sandbox_id)
-            if info.state != SandboxState.PAUSING:
-                return info
-        raise errors.OperationTimeout(
-            f"still pausing after {self._ready_timeout:g} s", provider=self.name,
-            sandbox_id=sandbox_id)
-
-    # ------------------------------------------------------------ templates
-
-    async def _template_call(self, method: str, path: str, *, json: Any = None) -> Any:
-        with self._translate(what="template"):
-            return await self._call(method, path, json=json)
-
-    def _template_builder(self) -> CubeTemplates:
-        return self._templates
-
-    # ------------------------------------------------------------ extras
+        options = Options.read(
+            settings, api_key=api_key, api_url=api_url, domain=domain,
+            sandbox_url=sandbox_url, template=template,
+            default_template=self.DEFAULT_TEMPLATE, ready_timeout=ready_timeout,
+            max_timeout=3600, request_timeout=request_timeout, retries=retries)
+        settings.url("api_url", options.api_url, required=True)
+        node = settings.text("proxy_node_ip", proxy_node_ip)
+        node_port = settings.integer("proxy_port", proxy_port, default=80)
+        if node and not options.sandbox_url:
+            options = attrs.evolve(options, sandbox_url=f"http://{node}:{node_port}")
+        session = Session(self.name, options, self.SETTINGS)
+        self._compose(session, CubeControl(session, node=node, registry=registry,
+                                           envd=envd))
 
     async def ex_rollback(self, sandbox_id: str, snapshot_id: str) -> SandboxInfo:
         """Restore a sandbox in place (same id) from a snapshot: files and memory.
@@ -248,40 +302,7 @@ class CubeProvider(CubeControlPlane, E2BProvider):
         Cube only; also reachable as ``sandbox.rollback(snapshot)``. Returns once the
         sandbox's data plane answers again.
         """
-        with self._translate(sandbox_id, what="snapshot"):
-            await self._call("POST", f"/sandboxes/{_quote(sandbox_id)}/rollback",
-                             json={"snapshotID": snapshot_id})
-        self._handles.pop(sandbox_id, None)  # CubeProxy's routes changed: new clients
-        await self._wait_ready(sandbox_id, await self._handle(sandbox_id))
-        return await self._info(sandbox_id)
-
-    async def _rollback(self, sandbox_id: str, snapshot_id: str) -> SandboxInfo:
-        return await self.ex_rollback(sandbox_id, snapshot_id)
-
-    async def _create_volume(self, name: str) -> Volume:
-        if name in {v.name for v in await self._list_volumes()}:
-            raise errors.Conflict(f"volume {name!r} already exists", provider=self.name)
-        with self._translate(what="volume"):
-            return self._to_volume(await self._call("POST", "/volumes", json={"name": name}))
-
-    async def _get_volume(self, name: str) -> Volume:
-        for volume in await self._list_volumes():
-            if volume.name == name:
-                return volume
-        raise errors.VolumeNotFound(f"no volume {name!r}", provider=self.name)
-
-    async def _list_volumes(self) -> list[Volume]:
-        with self._translate(what="volume"):
-            return [self._to_volume(v) for v in await self._call("GET", "/volumes") or []]
-
-    async def _delete_volume(self, name: str) -> None:
-        volume = await self._get_volume(name)
-        with self._translate(what="volume"):
-            await self._call("DELETE", f"/volumes/{_quote(volume.id)}")
-
-    def _to_volume(self, data: Mapping[str, Any]) -> Volume:
-        return Volume(id=_pick(data, "volumeID", "volume_id"), name=_pick(data, "name"),
-                      provider=self.name)
+        return await self._rollback(sandbox_id, snapshot_id)
 
 
 def _quote(value: str) -> str:
