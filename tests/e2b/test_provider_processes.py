@@ -71,3 +71,13 @@ async def test_kept_output_is_bounded_oldest_dropped_first(
         assert result.exit_code == 0
         assert result.stdout.endswith("aaaaend\n")
         assert 0 < len(result.stdout_bytes) <= (64 << 10) + (32 << 10)  # a chunk of slack
+
+
+async def test_a_command_that_closes_its_stdin_and_runs_on_returns_its_exit(
+        provider: SandboxProvider) -> None:
+    """envd refuses the input of a process that closed its stdin (a broken pipe) while
+    the process runs on: what it did not read is dropped, and exec returns its exit."""
+    async with provider.create() as sandbox:
+        result = await sandbox.exec(["sh", "-c", "exec 0<&-; sleep 1; echo ran; exit 3"],
+                                    stdin=b"psdk" * (1 << 20), timeout=60)
+        assert (result.exit_code, result.stdout) == (3, "ran\n")

@@ -188,9 +188,11 @@ class E2BCommands:
         return codes[0]
 
     async def _feed(self, sandbox_id: str, handle: _Handle, pid: int, data: bytes) -> None:
-        """Write ``data`` to the process's stdin, then close it. A process that ended
-        without reading it all is gone from envd: what it left is dropped."""
-        with contextlib.suppress(errors.ProcessNotFound):
+        """Write ``data`` to the process's stdin, then close it. What the process does not
+        read is dropped, as a pipe to a shell would drop it: a process that ended is gone
+        from envd (``ProcessNotFound``), and one that closed its stdin, ended or not, has
+        envd refuse the write (``InvalidInput``: a broken pipe, so nothing was written)."""
+        with contextlib.suppress(errors.ProcessNotFound, errors.InvalidInput):
             for i in range(0, len(data), _STDIN_CHUNK):
                 with self._deadline(sandbox_id), self.session.translate(sandbox_id, what="process"):
                     await handle.rpc.send_input(process_pb.SendInputRequest(
