@@ -49,6 +49,7 @@ HEADER = struct.Struct(">cI")
 CHUNK = 1 << 18
 FINISHED_KEPT = 256  # finished background processes remembered for reattach
 IDLE_EXIT = 75  # the exit status that tells the host the idle timeout ended the sandbox
+LONGEST_WAIT = 86400.0  # one wait for a command's output; epoll takes no more than 24 days
 
 ERRNO_TYPES = {
     errno.ENOENT: "FileNotFound",
@@ -302,7 +303,8 @@ class Agent(FileOps):
                 if not open_pipes and (run.exit_code is not None or run.gone):
                     break
                 ends = [t for t in (deadline, give_up) if t is not None]
-                wait = max(0.0, min(ends) - time.monotonic()) if ends else None
+                wait = min(max(0.0, min(ends) - time.monotonic()), LONGEST_WAIT) \
+                    if ends else None
                 events = sel.select(wait)
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
