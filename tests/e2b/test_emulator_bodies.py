@@ -144,6 +144,21 @@ async def test_a_process_stream_that_falls_behind_is_cut_off_with_an_error(
     assert items[0] == {"event": {"data": {"stdout": "0"}}}
 
 
+@pytest.mark.parametrize(("value", "seconds"), [
+    (None, 60.0), ("2.5", 2.5), ("0", 60.0), ("-1", 60.0), ("inf", 60.0), ("nan", 60.0),
+    ("soon", 60.0)])
+def test_a_readers_patience_comes_from_the_environment_when_it_is_a_number_of_seconds(
+        monkeypatch: pytest.MonkeyPatch, value: str | None, seconds: float) -> None:
+    from provider_sdk_emulators.e2b._process_entry import STALL_VAR, ProcessEntry
+
+    if value is None:
+        monkeypatch.delenv(STALL_VAR, raising=False)
+    else:
+        monkeypatch.setenv(STALL_VAR, value)
+    entry = ProcessEntry(pid=1, config={}, tag=None, process=None)  # type: ignore[arg-type]
+    assert entry.patience == seconds
+
+
 async def test_a_process_stream_waits_for_a_slow_reader() -> None:
     """Output is held back while a reader catches up, not dropped: every event arrives."""
     from provider_sdk_emulators.e2b._process_entry import _BACKLOG, ProcessEntry

@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 from engines import require_namespaces
+from provider_sdk_emulators.e2b._process_entry import STALL_VAR
 
 KEY = "file-key-0123456789abcdef"
 # Generous: the emulator peaks near 60 MiB here; holding a body whole cost it GiBs.
@@ -104,7 +105,8 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
     key_file = tmp / "key"
     key_file.write_text(KEY + "\n")
     key_file.chmod(0o600)
-    running = _start(tmp, ["--api-key-file", str(key_file)], {})
+    # A reader that takes nothing is cut off after 3 s, not the default minute.
+    running = _start(tmp, ["--api-key-file", str(key_file)], {STALL_VAR: "3"})
     yield running
     _stop(running)
 

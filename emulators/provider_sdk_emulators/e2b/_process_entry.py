@@ -9,6 +9,7 @@ world's process operations (``_world_processes``) feed it.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import anyio
@@ -18,12 +19,25 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from provider_sdk.sandbox import Process
 from provider_sdk_emulators.e2b._connect import RpcError
 
-__all__ = ["ProcessEntry"]
+__all__ = ["STALL_VAR", "ProcessEntry", "stall"]
 
 # Events a stream attached to a process may have waiting (at most 16 MiB of output): a
 # client that reads slower than the process writes is cut off there, not buffered for.
 _BACKLOG = 512
-_STALL = 60.0  # seconds a process stream may wait for a reader that does not read
+#: The environment variable that sets how many seconds a process stream may wait for a
+#: reader that takes nothing before it cuts the reader off (:func:`stall`).
+STALL_VAR = "PSDK_EMULATOR_READER_STALL"
+_STALL = 60.0
+
+
+def stall() -> float:
+    """Seconds a process stream waits for a reader that takes nothing: ``$STALL_VAR``
+    if it is a positive number, else 60."""
+    try:
+        seconds = float(os.environ.get(STALL_VAR, ""))
+    except ValueError:
+        return _STALL
+    return seconds if 0 < seconds < float("inf") else _STALL
 
 
 @attrs.define(eq=False)
@@ -39,6 +53,8 @@ class ProcessEntry:
     scope: anyio.CancelScope | None = None
     pty: bool = False
     """It runs on a terminal: its output is the terminal's."""
+    patience: float = attrs.Factory(stall)
+    """Seconds its streams wait for a reader that takes nothing (:func:`stall`)."""
 
     def subscribe(self) -> MemoryObjectReceiveStream[dict[str, Any]]:
         """A stream of this process's events from now on, ending with its end.
@@ -55,10 +71,10 @@ class ProcessEntry:
         return receive
 
     async def publish(self, message: dict[str, Any]) -> None:
-        """Hand ``message`` to every stream, waiting up to :data:`_STALL` seconds while
+        """Hand ``message`` to every stream, waiting up to :attr:`patience` seconds while
         one is full (flow control); a reader stalled longer is cut off."""
         for send in list(self.subscribers):
-            with anyio.move_on_after(_STALL):
+            with anyio.move_on_after(self.patience):
                 # A memory stream has no "room" event to wait on.
                 while send.statistics().current_buffer_used >= _BACKLOG:  # noqa: ASYNC110
                     await anyio.sleep(0.005)
