@@ -52,7 +52,9 @@ def _start(*argv: str, env: dict[str, str]) -> subprocess.Popen[str]:
 
 
 def _live(env: dict[str, str]) -> list[str]:
-    listed = _psdk("ls", "--all", "--json", env=env)
+    """The local provider's live sandboxes (also those an emulator made on it); only
+    local's, so that the listing imports no vendor SDK a test's client used."""
+    listed = _psdk("ls", "--provider", "local", "--all", "--json", env=env)
     assert listed.returncode == 0, listed.stderr
     return [s["id"] for s in json.loads(listed.stdout) if s["state"] != "killed"]
 
