@@ -163,12 +163,14 @@ def load(name: str) -> type[SandboxProvider]:
 
 def _hook_based(cls: type[SandboxProvider]) -> bool:
     """Whether a provider class overrides the base's hooks itself, as providers did
-    before roles (:mod:`provider_sdk.roles`); a provider made of roles is checked
-    against its capabilities when it is made."""
+    before roles (:mod:`provider_sdk.roles`): then it overrides every hook of the
+    sandboxes and of exec. A provider made of roles is checked against its capabilities
+    when it is made; a subclass of one that overrides a hook or two to watch or change
+    the calls (``super()`` passes them to the roles) is still made of roles."""
     from provider_sdk.provider import SandboxProvider
 
-    return any(getattr(cls, hook) is not getattr(SandboxProvider, hook)
-               for hook in ("_create", "_exec", "_info"))
+    return all(getattr(cls, hook) is not getattr(SandboxProvider, hook)
+               for hook in ("_create", "_info", "_list", "_kill", "_exec"))
 
 
 def check_provider_class(obj: object, name: str) -> type[SandboxProvider]:

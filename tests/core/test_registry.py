@@ -248,6 +248,18 @@ def test_memory_provider_itself_is_valid() -> None:
     assert registry.check_provider_class(MemoryProvider, "memory") is MemoryProvider
 
 
+def test_a_provider_made_of_roles_may_override_hooks_to_watch_its_calls() -> None:
+    """A subclass of a provider made of roles (its roles make the calls: it overrides no
+    hook) that overrides the hooks of create, info and exec to watch them, ``super()``
+    passing them on, is not checked hook by hook: the hooks of the capabilities it
+    declares are the base's, which pass them to its roles."""
+    of_roles = type("OfRoles", (SandboxProvider,), {
+        "name": "roles", "capabilities": frozenset({Capability.PAUSE, Capability.METRICS})})
+    watching = type("Watching", (of_roles,),
+                    {hook: _hook for hook in ("_create", "_info", "_exec")})
+    assert registry.check_provider_class(watching, "watching") is watching
+
+
 
 # ------------------------------------------- capabilities declared as data
 
