@@ -19,7 +19,6 @@ from provider_sdk.capabilities import Capability
 from provider_sdk.cli import console as console_module
 from provider_sdk.cli.commands import exit_status, parse_location
 from provider_sdk.models import SandboxState
-from provider_sdk.provider import SandboxProvider
 
 P = ("--provider", "memory")
 
@@ -320,8 +319,6 @@ def test_unsupported_capability_is_one_line(psdk: Psdk, memory: Store) -> None:
     class NoPause(MemoryProvider):
         capabilities = MemoryProvider.capabilities - {Capability.PAUSE,
                                                       Capability.PAUSE_MEMORY}
-        _pause = SandboxProvider._pause
-        _resume = SandboxProvider._resume
 
     registry.register("nopause", NoPause)
     try:

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pytest
-from memory_provider import STORE, MemoryProvider, Store
+from memory_provider import STORE, MemoryControl, MemoryProvider, Store
 
 from provider_sdk import registry
 from provider_sdk.capabilities import Capability
@@ -99,15 +99,17 @@ async def test_the_same_spec_part_declared_reaches_the_create_hook(
 
 
 async def test_a_network_update_needs_what_its_policy_opens(memory: Store) -> None:
-    """``update_network`` checks the policy as create does, before ``_update_network``."""
+    """``update_network`` checks the policy as create does, before the control plane's
+    ``update_network``."""
     updates: list[NetworkPolicy] = []
 
-    async def _update_network(self: Any, sandbox_id: str, policy: NetworkPolicy) -> None:
-        updates.append(policy)
+    class Updates(MemoryControl):
+        async def update_network(self, sandbox_id: str, policy: NetworkPolicy) -> None:
+            updates.append(policy)
 
     cls = type("Updating", (Recording,), {
         "capabilities": Recording.capabilities | {Capability.NETWORK_UPDATE},
-        "_update_network": _update_network})
+        "control_role": Updates})
     provider = registry.check_provider_class(cls, "updating")()
     sandbox = await provider.create()
     for policy, capability in ((NetworkPolicy(allow_internet=True), "network.internet"),

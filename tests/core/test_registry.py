@@ -157,12 +157,23 @@ def test_re_registering_replaces_a_loaded_class(
 # ---------------------------------------------------------------- validation
 
 
-def _subclass(**attrs: Any) -> type[MemoryProvider]:
-    return type("Custom", (MemoryProvider,), attrs)
-
-
 async def _hook(*args: Any, **kwargs: Any) -> Any:
     return None
+
+
+# What a provider overrides that writes the base's hooks itself, as providers did before
+# roles: every required hook, and the hooks of the memory provider's capabilities, which
+# it declares. The registry checks such a class hook by hook.
+_Hooked: type[SandboxProvider] = type("Hooked", (SandboxProvider,), {
+    "name": "hooked", "capabilities": MemoryProvider.capabilities,
+    **{hook: _hook for hook in ("_create", "_info", "_list", "_kill", "_exec", "_read_file",
+                                "_write_file", "_list_dir", "_stat", "_mkdir", "_remove",
+                                "_rename")},
+    **{hook: _hook for c in MemoryProvider.capabilities for hook in HOOKS.get(c, ())}})
+
+
+def _subclass(**attrs: Any) -> type[SandboxProvider]:
+    return type("Custom", (_Hooked,), attrs)
 
 
 def test_register_validates_the_class_at_once() -> None:
@@ -190,22 +201,22 @@ def test_capabilities_must_be_a_frozenset_of_members() -> None:
 
 
 def test_undeclared_capability_with_its_hook_implemented_is_refused() -> None:
-    cls = _subclass(capabilities=MemoryProvider.capabilities - {Capability.METRICS})
+    cls = _subclass(capabilities=_Hooked.capabilities - {Capability.METRICS})
     with pytest.raises(ConfigError, match=r"implements, without declaring .*_metrics\(\)"):
         registry.check_provider_class(cls, "x")
 
 
 def test_undeclared_capability_with_no_hook_is_accepted() -> None:
-    class Lean(MemoryProvider):
-        capabilities = MemoryProvider.capabilities - {Capability.METRICS}
+    class Lean(_Hooked):
+        capabilities = _Hooked.capabilities - {Capability.METRICS}
         _metrics = SandboxProvider._metrics  # the base class's hook, which raises
 
     assert registry.check_provider_class(Lean, "x") is Lean
 
 
 def test_declared_capability_without_its_hooks_is_refused() -> None:
-    cls = _subclass(capabilities=MemoryProvider.capabilities | {Capability.NETWORK_POLICY,
-                                                                Capability.NETWORK_UPDATE})
+    cls = _subclass(capabilities=_Hooked.capabilities | {Capability.NETWORK_POLICY,
+                                                         Capability.NETWORK_UPDATE})
     with pytest.raises(ConfigError, match=r"declared but does not implement _update_network"):
         registry.check_provider_class(cls, "x")
 
@@ -214,8 +225,7 @@ def test_declared_capability_without_its_hooks_is_refused() -> None:
 def test_each_hook_backed_capability_needs_every_hook(cap: Capability) -> None:
     needed = {c for c in IMPLIES.get(cap, ())} | {cap}
     hooks = {h: _hook for c in needed for h in HOOKS.get(c, ())}
-    full = type("Full", (MemoryProvider,), {
-        "capabilities": MemoryProvider.capabilities | needed, **hooks})
+    full = type("Full", (_Hooked,), {"capabilities": _Hooked.capabilities | needed, **hooks})
     registry.check_provider_class(full, "x")
     for missing in HOOKS[cap]:
         partial = type("Partial", (full,), {missing: getattr(SandboxProvider, missing)})
@@ -228,15 +238,15 @@ def test_each_hook_backed_capability_needs_every_hook(cap: Capability) -> None:
 def test_implied_capability_must_be_declared(cap: Capability,
                                              needs: frozenset[Capability]) -> None:
     # Without what ``cap`` needs, and without every other capability that needs it (the
-    # memory provider declares ``volumes.shared`` and ``volumes.read_only``), so that
-    # ``cap`` is the one refused.
+    # hook-based provider declares the memory provider's ``volumes.shared`` and
+    # ``volumes.read_only``), so that ``cap`` is the one refused.
     others = {c for c, n in IMPLIES.items() if c != cap and n & needs}
-    declared = ((MemoryProvider.capabilities | {cap}) - needs) - others
+    declared = ((_Hooked.capabilities | {cap}) - needs) - others
     assert cap in declared
     assert not needs & declared
     hooks = {h: _hook for c in declared for h in HOOKS.get(c, ())}
-    cls = type("Implies", (MemoryProvider,), {"capabilities": frozenset(declared), **hooks})
-    # Drop the hooks of removed capabilities the memory provider implements.
+    cls = type("Implies", (_Hooked,), {"capabilities": frozenset(declared), **hooks})
+    # Drop the hooks of removed capabilities the hook-based provider implements.
     for c in needs:
         for h in HOOKS.get(c, ()):
             setattr(cls, h, getattr(SandboxProvider, h))
@@ -246,6 +256,10 @@ def test_implied_capability_must_be_declared(cap: Capability,
 
 def test_memory_provider_itself_is_valid() -> None:
     assert registry.check_provider_class(MemoryProvider, "memory") is MemoryProvider
+
+
+def test_the_hook_based_provider_is_valid() -> None:
+    assert registry.check_provider_class(_Hooked, "hooked") is _Hooked
 
 
 def test_a_provider_made_of_roles_may_override_hooks_to_watch_its_calls() -> None:

@@ -14,13 +14,14 @@ from typing import Any
 
 import attrs
 import pytest
-from memory_provider import MemoryProvider
+from memory_provider import NAME, MemoryControl, MemoryProvider, Store
 
 import provider_sdk
 from provider_sdk.capabilities import Capability
 from provider_sdk.dockerfile import TemplateSupport
 from provider_sdk.errors import TemplateBuildError
 from provider_sdk.models import Template, TemplateSpec
+from provider_sdk.provider import SandboxProvider
 from provider_sdk.registry import check_provider_class
 from provider_sdk.templates import Progress, TemplateBuilder, content_hash
 
@@ -59,18 +60,28 @@ class CountingBuilder:
         self.built = {k: v for k, v in self.built.items() if v.id != template_id}
 
 
+class BuildingControl(MemoryControl):
+    """The memory provider's control plane with a template builder."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.builder = CountingBuilder(provider=NAME)
+
+    def template_builder(self) -> CountingBuilder:
+        return self.builder
+
+
 class BuildingProvider(MemoryProvider):
     """The memory provider with a template builder."""
 
     capabilities = MemoryProvider.capabilities | {Capability.TEMPLATES_BUILD}
     template_support = TemplateSupport(unsupported={"SHELL": "no SHELL here"})
+    control_role = BuildingControl
+    control: BuildingControl
 
     def __init__(self) -> None:
         super().__init__()
-        self.builder = CountingBuilder(provider=self.name)
-
-    def _template_builder(self) -> CountingBuilder:
-        return self.builder
+        self.builder = self.control.builder
 
 
 def spec(text: str = "FROM scratch\n") -> TemplateSpec:
@@ -129,15 +140,28 @@ async def test_list_and_delete_go_through_the_builder() -> None:
     assert await provider.list_templates() == []
 
 
+async def _hook(*args: Any, **kwargs: Any) -> Any:
+    return None
+
+
 def test_the_registry_checks_the_one_template_hook() -> None:
+    """Of a provider made of roles, and of one that overrides the base's hooks itself,
+    as before roles."""
     assert check_provider_class(BuildingProvider, "building") is BuildingProvider
 
-    class Undeclared(MemoryProvider):
-        def _template_builder(self) -> CountingBuilder:
-            return CountingBuilder(provider=self.name)
+    def template_builder(self: SandboxProvider) -> CountingBuilder:
+        return CountingBuilder(provider=self.name)
 
+    building = type("Building", (SandboxProvider,), {
+        "name": "building",
+        "capabilities": frozenset({Capability.TEMPLATES, Capability.TEMPLATES_BUILD}),
+        "_template_builder": template_builder,
+        **{hook: _hook for hook in ("_create", "_info", "_list", "_kill", "_exec")}})
+    undeclared = type("Undeclared", (building,),
+                      {"capabilities": frozenset({Capability.TEMPLATES})})
+    assert check_provider_class(building, "building") is building
     with pytest.raises(Exception, match="_template_builder"):
-        check_provider_class(Undeclared, "undeclared")
+        check_provider_class(undeclared, "undeclared")
 
 
 def _builders() -> list[type]:

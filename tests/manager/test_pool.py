@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import anyio
 import attrs
 import pytest
-from memory_provider import STORE, MemoryProvider, Store
+from memory_provider import MemoryControl, MemoryProvider, Store
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
@@ -69,29 +69,35 @@ async def test_concurrent_claims_hand_out_each_member_once_and_the_pool_refills(
         assert not free & set(got)
 
 
-class _Relabels(MemoryProvider):
+class _Relabeling(MemoryControl):
     """Changes labels after create (``metadata.update``), recording whether it was
     asked to read them first."""
 
-    capabilities = MemoryProvider.capabilities | {Capability.METADATA_UPDATE}
-
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
         self.asked: list[str] = []
 
-    async def _set_metadata(self, sandbox_id: str, labels: Mapping[str, str]) -> SandboxInfo:
+    async def set_metadata(self, sandbox_id: str, labels: Mapping[str, str]) -> SandboxInfo:
         self.asked.append("reread")
         return await self._relabel(sandbox_id, labels)
 
-    async def _set_metadata_as_seen(self, sandbox_id: str,
-                                    labels: Mapping[str, str]) -> SandboxInfo:
+    async def set_metadata_as_seen(self, sandbox_id: str,
+                                   labels: Mapping[str, str]) -> SandboxInfo:
         self.asked.append("as seen")
         return await self._relabel(sandbox_id, labels)
 
     async def _relabel(self, sandbox_id: str, labels: Mapping[str, str]) -> SandboxInfo:
-        box = STORE.boxes[sandbox_id]
+        box = self.store.boxes[sandbox_id]
         box.info = attrs.evolve(box.info, metadata={**box.info.metadata, **labels})
-        return await self._info(sandbox_id)
+        return await self.info(sandbox_id)
+
+
+class _Relabels(MemoryProvider):
+    """The memory provider with a control plane that changes labels."""
+
+    capabilities = MemoryProvider.capabilities | {Capability.METADATA_UPDATE}
+    control_role = _Relabeling
+    control: _Relabeling
 
 
 async def test_a_claim_labels_its_member_without_reading_its_labels_first(
@@ -105,12 +111,12 @@ async def test_a_claim_labels_its_member_without_reading_its_labels_first(
                         interval=FAST) as pool:
         await pool.wait_filled(BOUND)
         sandbox = await pool.claim(metadata={"user": "alice"})
-        assert provider.asked == ["as seen"]
+        assert provider.control.asked == ["as seen"]
         assert {k: sandbox.metadata[k] for k in ("team", "user", POOL_LABEL)} == {
             "team": "a", "user": "alice", POOL_LABEL: "default"}
         assert TAKEN_LABEL in sandbox.metadata
         await sandbox.set_metadata({"stage": "review"})
-        assert provider.asked == ["as seen", "reread"]
+        assert provider.control.asked == ["as seen", "reread"]
 
 
 async def test_claim_gives_the_callers_environment(memory: Store) -> None:
@@ -362,13 +368,18 @@ class _Builds:
         return list(self.built)
 
 
+class _WithBuilds(MemoryControl):
+    """The memory provider's control plane with a template builder (a list)."""
+
+    def template_builder(self) -> Any:
+        return _Builds()
+
+
 class _Templated(MemoryProvider):
     """The in-memory provider with a template list."""
 
     capabilities = MemoryProvider.capabilities | {Capability.TEMPLATES_BUILD}
-
-    def _template_builder(self) -> Any:
-        return _Builds()
+    control_role = _WithBuilds
 
 
 async def test_a_rebuilt_template_drains_the_old_members(memory: Store) -> None:
