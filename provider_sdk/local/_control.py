@@ -23,6 +23,7 @@ import anyio
 import attrs
 
 from provider_sdk import errors
+from provider_sdk._warnings import warn_caller
 from provider_sdk.capabilities import Capability
 from provider_sdk.labels import check_labels
 from provider_sdk.local import _disk, _launch, _mountpoints, _mounts, _records
@@ -87,9 +88,9 @@ class LocalControl:
         self._check_create(spec)
         template = self._template_of(spec)
         if self._shared.unisolated:
-            warnings.warn("local sandbox created WITHOUT isolation (unisolated=True): its "
-                          "commands can read and change this machine's files and processes",
-                          UnisolatedWarning, stacklevel=5)
+            warn_caller("local sandbox created WITHOUT isolation (unisolated=True): its "
+                        "commands can read and change this machine's files and processes",
+                        UnisolatedWarning)
         image = self._templates.record(template) if template != "default" else None
         sandbox_id, claim = self._shared.home.claim("sandboxes")
         directory = self._shared.home.sandbox(sandbox_id)

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import warnings
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from provider_sdk._warnings import warn_caller
 from provider_sdk.local._home import Home
 from provider_sdk.local._launch import Launched
 from provider_sdk.models import Resources, SandboxInfo, SandboxState
@@ -405,27 +405,23 @@ def broken_info(home: Home, sandbox_id: str, *, provider: str,
 
 def _warn(sandbox_id: str, reason: str, home: Path) -> None:
     """Say once per listing that a record is broken (never the record's contents), at
-    the line that called ``provider.list`` (through its hook, the control plane's
-    ``list`` and ``Sandboxes.broken``)."""
-    warnings.warn(f"local sandbox {sandbox_id} in {home} is broken: {reason}; "
-                  "kill it (psdk kill, or provider.kill) to remove it",
-                  BrokenRecordWarning, stacklevel=7)
+    the line that called ``provider.list``."""
+    warn_caller(f"local sandbox {sandbox_id} in {home} is broken: {reason}; "
+                "kill it (psdk kill, or provider.kill) to remove it", BrokenRecordWarning)
 
 
 def warn_template(template_id: str, reason: str, home: Path) -> None:
     """Say, as a listing passes it, that a template's record is broken."""
-    warnings.warn(f"local template {template_id} in {home} is broken: {reason}; delete it "
-                  "(psdk template rm, or provider.delete_template) or build it again",
-                  BrokenRecordWarning, stacklevel=5)
+    warn_caller(f"local template {template_id} in {home} is broken: {reason}; delete it "
+                "(psdk template rm, or provider.delete_template) or build it again",
+                BrokenRecordWarning)
 
 
 def warn_stored(kind: str, ident: str, reason: str, home: Path) -> None:
     """Say, as a listing passes it, that a snapshot's or a volume's record is broken,
-    at the line that called the provider's listing (through its hook, the control plane
-    and ``LocalStorage``)."""
-    warnings.warn(f"local {kind} {ident} in {home} is broken: {reason}; delete it "
-                  f"(psdk {kind} rm, or provider.delete_{kind})",
-                  BrokenRecordWarning, stacklevel=6)
+    at the line that called the provider's listing."""
+    warn_caller(f"local {kind} {ident} in {home} is broken: {reason}; delete it "
+                f"(psdk {kind} rm, or provider.delete_{kind})", BrokenRecordWarning)
 
 
 def template_of(directory: Path) -> str | None:

@@ -290,14 +290,19 @@ async def test_unisolated_mode_warns_on_every_create(home: Path,
         # Root's file operations pass every permission check: not declared then.
         assert provider.supports(Capability.FILES_PERMISSIONS) is (os.geteuid() != 0)
         for _ in range(2):
-            with pytest.warns(UnisolatedWarning, match="WITHOUT isolation"):
+            with pytest.warns(UnisolatedWarning, match="WITHOUT isolation") as said:
                 sandbox = await provider.create()
+            assert [w.filename for w in said] == [__file__]  # the caller's line
             await sandbox.files.write("hello.txt", "hi")
             result = await sandbox.exec("cat hello.txt")
             assert result.stdout == "hi"
             root = provider.home / "sandboxes" / sandbox.id / "root"
             assert (root / "home/user/hello.txt").read_text() == "hi"
             await sandbox.kill()
+        with pytest.warns(UnisolatedWarning) as said:
+            async with provider.create():
+                pass
+        assert [w.filename for w in said] == [__file__]
 
 
 async def test_capabilities_are_per_instance_unisolated_or_isolated(home: Path) -> None:

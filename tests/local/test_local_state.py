@@ -53,7 +53,9 @@ async def listed(provider: LocalProvider) -> tuple[dict[str, Any], list[str]]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         infos = await provider.list()
-    said = [str(w.message) for w in caught if issubclass(w.category, BrokenRecordWarning)]
+    broken = [w for w in caught if issubclass(w.category, BrokenRecordWarning)]
+    assert all(w.filename == __file__ for w in broken), [w.filename for w in broken]
+    said = [str(w.message) for w in broken]
     return {info.id: info for info in infos}, said
 
 

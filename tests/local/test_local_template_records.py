@@ -67,7 +67,9 @@ async def listed(provider: LocalProvider) -> tuple[dict[str, Template], list[str
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         found = await provider.list_templates()
-    said = [str(w.message) for w in caught if issubclass(w.category, BrokenRecordWarning)]
+    broken = [w for w in caught if issubclass(w.category, BrokenRecordWarning)]
+    assert all(w.filename == __file__ for w in broken), [w.filename for w in broken]
+    said = [str(w.message) for w in broken]
     return {str(t.id): t for t in found}, said
 
 
