@@ -160,13 +160,16 @@ def mutants(session: nox.Session) -> None:
 #: The contract sections that ``flakes`` repeats, and the providers it repeats them on.
 FLAKE_SECTIONS = "lifecycle,pause"
 FLAKE_TESTS = ["tests/contract/test_local_contract.py",
-               "tests/docker_provider/test_docker_contract.py"]
+               "tests/docker_provider/test_docker_contract.py",
+               "tests/e2b/test_contract_e2b.py", "tests/e2b/test_contract_cube.py",
+               "tests/daytona/test_daytona_contract.py"]
 
 
 @nox.session
 def flakes(session: nox.Session) -> None:
-    """The contract's lifecycle sections on the local and Docker providers, 20 times in
-    a row (``-- N`` for another count); the first failing run stops it."""
+    """The contract's lifecycle sections on every provider (E2B, Cube and Daytona on
+    their emulators), 20 times in a row (``-- N`` for another count); the first failing
+    run stops it."""
     install(session, "test")
     runs = int(session.posargs[0]) if session.posargs else 20
     for run in range(1, runs + 1):
