@@ -1,9 +1,11 @@
 """The in-memory test provider runs the shared contract suite like every other provider.
 
 The core's, the CLI's and the manager's tests stand on ``MemoryProvider``; the suite
-holds it to what it declares. It is registered here under a name of its own, while the
-module is collected (the suite reads its capabilities then), so the ``memory`` fixture,
-which registers and forgets ``memory`` around each test, leaves it alone.
+holds it to what it declares. It runs on asyncio only: the local and Docker providers'
+second runs on trio are what show that the SDK is anyio throughout. It is registered
+here under a name of its own, while the module is collected (the suite reads its
+capabilities then), so the ``memory`` fixture, which registers and forgets ``memory``
+around each test, leaves it alone.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import anyio
 import pytest
 from memory_provider import MemoryProvider
-from provider_sdk_contract import EventLoopContract, ProviderContract
+from provider_sdk_contract import ProviderContract
 from provider_sdk_contract.support import eventually, new_marker, none_marked
 
 from provider_sdk import registry
@@ -41,10 +43,3 @@ class TestMemoryContract(ProviderContract):
 
         await eventually(gone, what=f"no process marked {marker} alive", timeout=10)
 
-
-class TestMemoryContractOnTrio(EventLoopContract):
-    """The sections that lean on the event loop again, on trio: the provider is anyio
-    throughout."""
-
-    provider_name = "memory-contract"
-    async_backend = "trio"
