@@ -400,16 +400,21 @@ class Agent(FileOps):
     def op_stdin(self, conn: Conn, req: dict[str, Any]) -> None:
         bg = self.background(int(req["pid"]))
         stdin = bg.stdin
+        refused = False
         while True:
             frame = conn.recv()
             if frame is None or frame[0] == b"Z":
                 break
-            if stdin is not None and not stdin.closed:
+            if stdin is not None and not stdin.closed and not refused:
                 try:
                     stdin.write(frame[1])
                     stdin.flush()
                 except BrokenPipeError:
-                    raise OpError("Conflict", "the process closed its stdin") from None
+                    # Read the rest of what the client sends before saying so: an answer
+                    # while it still sends would end its connection mid-frame instead.
+                    refused = True
+        if refused:
+            raise OpError("Conflict", "the process closed its stdin")
         if req.get("close") and stdin is not None:
             close_quietly(stdin)
             bg.run.stdin = None  # closed through the file object

@@ -20,10 +20,12 @@ from process_trees import ENDED, host_state
 
 from provider_sdk import (
     ConfigError,
+    Conflict,
     InvalidInput,
     Lifecycle,
     NetworkPolicy,
     PermissionDenied,
+    ProcessOutput,
     Resources,
     SandboxError,
     SandboxNotFound,
@@ -456,3 +458,19 @@ async def test_a_paused_sandbox_is_thawed_before_it_is_killed(
         frozen_at_kill.append(cgroup.frozen()), real_kill(launched))[-1])
     await provider.kill(sandbox.id)
     assert frozen_at_kill == [False]
+
+
+async def test_stdin_for_a_process_that_closed_it_is_a_conflict_however_much_is_sent(
+        provider: LocalProvider) -> None:
+    """The agent reads what the client sends before it says that the process closed its
+    stdin; an answer mid-send ended the client's connection (``Unavailable``) instead."""
+    async with provider.create() as sandbox:
+        process = await sandbox.start(["sh", "-c", "exec 0<&-; echo closed; sleep 60"],
+                                      stdin=True)
+        async for event in process.events():
+            if isinstance(event, ProcessOutput):
+                break
+        for _ in range(3):
+            with pytest.raises(Conflict, match="closed its stdin"):
+                await process.write_stdin(bytes(8 << 20))
+        await process.kill()
