@@ -94,7 +94,7 @@ class ProcessService:
         if cwd is not None:
             await self._check_cwd(record, cwd)
         try:
-            entry, events = await self.world.start_process(
+            entry, events = await self.world.processes.start_process(
                 record, argv=[process["cmd"], *args], env=envs, cwd=cwd,
                 user=_user(request), tag=message.get("tag") or None,
                 stdin=bool(message.get("stdin", False)), timeout=timeout, pty=pty)
@@ -161,7 +161,7 @@ class ProcessService:
                       request: Request) -> AsyncIterator[dict[str, Any]]:
         timeout = self._deadline(request)
         deadline = None if timeout is None else anyio.current_time() + timeout
-        entry = self.world.find_process(record, _selector(message))
+        entry = self.world.processes.find_process(record, _selector(message))
         events = entry.subscribe()
         yield {"event": {"start": {"pid": entry.pid}}}
         async for item in self._relay(events, request, deadline):
@@ -175,7 +175,7 @@ class ProcessService:
 
     async def send_input(self, record: SandboxRecord, message: dict[str, Any],
                          request: Request) -> dict[str, Any]:
-        entry = self.world.find_process(record, _selector(message))
+        entry = self.world.processes.find_process(record, _selector(message))
         await entry.process.write_stdin(self._input(entry, message.get("input")))
         return {}
 
@@ -197,7 +197,7 @@ class ProcessService:
             first = await reader.next()
             if not isinstance(first, dict) or not isinstance(first.get("start"), dict):
                 raise RpcError("invalid_argument", "the first message must be start")
-            entry = self.world.find_process(record, _selector(first["start"]))
+            entry = self.world.processes.find_process(record, _selector(first["start"]))
             while (message := await reader.next()) is not None:
                 data = message.get("data") if isinstance(message, dict) else None
                 if isinstance(data, dict):
@@ -211,23 +211,23 @@ class ProcessService:
 
     async def send_signal(self, record: SandboxRecord, message: dict[str, Any],
                           request: Request) -> dict[str, Any]:
-        entry = self.world.find_process(record, _selector(message))
+        entry = self.world.processes.find_process(record, _selector(message))
         sig = _SIGNALS.get(str(message.get("signal")))
         if sig is None:
             raise RpcError("invalid_argument", f"unknown signal {message.get('signal')!r}")
-        await self.world.send_signal(record, entry.pid, sig)
+        await self.world.processes.send_signal(record, entry.pid, sig)
         return {}
 
     async def close_stdin(self, record: SandboxRecord, message: dict[str, Any],
                           request: Request) -> dict[str, Any]:
-        entry = self.world.find_process(record, _selector(message))
+        entry = self.world.processes.find_process(record, _selector(message))
         await entry.process.close_stdin()
         return {}
 
     async def update(self, record: SandboxRecord, message: dict[str, Any],
                      request: Request) -> dict[str, Any]:
-        entry = self.world.find_process(record, _selector(message))
+        entry = self.world.processes.find_process(record, _selector(message))
         if message.get("pty"):
             cols, rows = _pty_size(message["pty"])
-            await self.world.resize(record, entry, cols, rows)
+            await self.world.processes.resize(record, entry, cols, rows)
         return {}

@@ -30,7 +30,7 @@ from provider_sdk.models import SandboxSpec, SandboxState, VolumeMount
 from provider_sdk.provider import SandboxProvider
 from provider_sdk_emulators.e2b._process_entry import ProcessEntry
 from provider_sdk_emulators.e2b._records import SandboxRecord, SnapshotRecord, TemplateRecord
-from provider_sdk_emulators.e2b._world_processes import SCRIPT, ProcessesMixin, end_event
+from provider_sdk_emulators.e2b._world_processes import SCRIPT, Processes, end_event
 from provider_sdk_emulators.e2b.flavors import Flavor
 from provider_sdk_emulators.kit.faults import Faults
 from provider_sdk_emulators.kit.http import Request
@@ -83,7 +83,7 @@ async def json_body(request: Request) -> dict[str, Any]:
     return body
 
 
-class World(ProcessesMixin):
+class World:
     """Every sandbox of one emulator, and the operations both planes share."""
 
     def __init__(self, flavor: Flavor, provider: SandboxProvider, faults: Faults,
@@ -100,6 +100,8 @@ class World(ProcessesMixin):
         self.idempotent: dict[str, str] = {}
         """Idempotency-Key -> the sandbox its first create made."""
         self._idempotency_locks: dict[str, anyio.Lock] = {}
+        self.processes = Processes(provider, self.sandboxes, self.background)
+        """The processes started through envd's API."""
 
     def set_fault(self, name: str, value: str | float) -> None:
         """Set a fault; setting ``create_429`` re-arms it."""

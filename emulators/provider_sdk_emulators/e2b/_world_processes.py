@@ -14,8 +14,8 @@ import contextlib
 import logging
 import shlex
 import signal
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
@@ -26,7 +26,7 @@ from provider_sdk_emulators.e2b._connect import RpcError
 from provider_sdk_emulators.e2b._process_entry import ProcessEntry
 from provider_sdk_emulators.e2b._records import SandboxRecord
 
-__all__ = ["SCRIPT", "ProcessesMixin", "end_event"]
+__all__ = ["SCRIPT", "Processes", "end_event"]
 
 log = logging.getLogger(__name__)
 
@@ -38,14 +38,21 @@ _SIGNALS = {signal.SIGKILL: "killed", signal.SIGTERM: "terminated", signal.SIGIN
             signal.SIGHUP: "hangup"}
 
 
-class ProcessesMixin:
-    """The process operations of :class:`~provider_sdk_emulators.e2b._world.World`."""
+class Processes:
+    """The process operations of an emulator's world: start, signal, resize and find
+    the processes started through envd's API.
 
-    provider: SandboxProvider
-    sandboxes: dict[str, SandboxRecord]
+    Args:
+        provider: the backend the sandboxes run on.
+        sandboxes: the world's live sandboxes, by id.
+        background: runs a task the server outlives (the world's).
+    """
 
-    if TYPE_CHECKING:
-        def background(self, func: Callable[..., Awaitable[None]], *args: Any) -> None: ...
+    def __init__(self, provider: SandboxProvider, sandboxes: Mapping[str, SandboxRecord],
+                 background: Callable[..., None]) -> None:
+        self.provider = provider
+        self.sandboxes = sandboxes
+        self.background = background
 
     async def start_process(self, record: SandboxRecord, *, argv: list[str],
                             env: dict[str, str], cwd: str | None, user: str | None,
