@@ -49,7 +49,7 @@ from provider_sdk.models import (
     TemplateSpec,
     Volume,
 )
-from provider_sdk.roles import PARTS, Roles
+from provider_sdk.roles import Roles
 from provider_sdk.templates import TemplateBuilder, content_hash, problems
 
 __all__ = ["ProviderHooks"]
@@ -454,7 +454,7 @@ class ProviderHooks:
         this provider has none (it does not declare the capability)."""
         roles = self._roles
         if capability in type(self).capabilities and roles is not None:
-            return getattr(roles, PARTS[capability].role)
+            return roles.serving(capability)
         raise self._unsupported(capability, sandbox_id)
 
     def _unsupported(self, capability: Capability, sandbox_id: str | None) -> SandboxError:

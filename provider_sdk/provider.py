@@ -13,7 +13,7 @@ This module owns the interface; it must not know any backend.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -65,18 +65,23 @@ class SandboxProvider(ProviderHooks):
     """
 
     def __init__(self, *, control: ControlPlane, commands: Commands,
-                 files: Files | None = None, ports: Ports | None = None) -> None:
+                 files: Files | None = None, ports: Ports | None = None,
+                 parts: Iterable[object] = ()) -> None:
         """Make the provider of its roles (see :mod:`provider_sdk.roles`): ``control``
         and ``commands``, which every provider has; ``files``, without which the files
         API runs on the commands (:class:`~provider_sdk.command_files.CommandFiles`);
-        ``ports`` for ``ports.expose``.
+        ``ports`` for ``ports.expose``; ``parts``, objects that make some optional parts
+        themselves (a storage object with snapshots and volumes, say), so that a role
+        need not pass those calls on: a capability's calls go to the first of them
+        that has its part, else to its role.
 
         Raises:
             TypeError: a role lacks the part of a capability the class declares.
         """
         roles = Roles(control=control, commands=commands,
                       files=files if files is not None
-                      else CommandFiles(commands, provider=self.name), ports=ports)
+                      else CommandFiles(commands, provider=self.name), ports=ports,
+                      parts=tuple(parts))
         problems = roles.problems(type(self).capabilities)
         if problems:
             raise TypeError(f"{type(self).__name__}: {'; '.join(problems)}")

@@ -290,6 +290,18 @@ class Roles:
     commands: Commands
     files: Files
     ports: Ports | None = None
+    parts: tuple[object, ...] = ()
+    """Objects that make optional parts of their own (snapshots and volumes, say): a
+    capability's calls go to the first of them that has its part, else to its role."""
+
+    def serving(self, capability: Capability) -> Any:
+        """The object that makes ``capability``'s calls: the first of :attr:`parts`
+        with its part, else its role (which may lack it: see :meth:`problems`)."""
+        part = PARTS[capability]
+        for candidate in self.parts:
+            if isinstance(candidate, part.protocol):
+                return candidate
+        return getattr(self, part.role)
 
     def problems(self, declared: frozenset[Capability]) -> builtins.list[str]:
         """How these roles fall short of ``declared``: each capability declared whose
@@ -297,7 +309,7 @@ class Roles:
         whose capability is not declared is no problem: its calls never reach it."""
         found = []
         for capability, part in PARTS.items():
-            role = getattr(self, part.role)
+            role = self.serving(capability)
             if capability in declared and not (role is not None
                                                and isinstance(role, part.protocol)):
                 found.append(f"{capability} is declared, but its {part.role} role has no "

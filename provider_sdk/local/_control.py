@@ -1,7 +1,7 @@
 """``LocalControl``: the control plane of ``LocalProvider``: sandbox directories in the
 home and the bubblewrap trees that hold them: create, info, list, kill, pause and resume,
-labels and metrics; snapshots and volumes (``_storage``) and templates
-(``_template_builds``) are its parts.
+labels and metrics; it holds snapshots and volumes (``_storage``, a part the provider
+hands the base beside it) and templates (``_template_builds``).
 
 A sandbox's processes start in ``_startup``; its record and state are read through
 ``_sandboxes``. Every step that changes a sandbox runs under its lock in the home
@@ -41,8 +41,6 @@ from provider_sdk.models import (
     SandboxInfo,
     SandboxSpec,
     SandboxState,
-    Snapshot,
-    Volume,
 )
 
 __all__ = ["DEFAULT_MEMORY_MB", "LocalControl", "UnisolatedWarning"]
@@ -75,8 +73,9 @@ class LocalControl:
         self._sandboxes = sandboxes
         self._shared = sandboxes.shared
         self._require = require
-        self._storage = LocalStorage(sandboxes, lambda: self.list(metadata={}, state=None))
-        self._startup = Startup(sandboxes, self._storage, commands)
+        self.storage = LocalStorage(sandboxes, lambda: self.list(metadata={}, state=None))
+        """Snapshots and volumes (``_storage``), a part the provider hands the base."""
+        self._startup = Startup(sandboxes, self.storage, commands)
         self._templates = LocalTemplates(self._shared.home, self._shared.name)
 
     # ---------------------------------------------------------------- lifecycle
@@ -132,7 +131,7 @@ class LocalControl:
         """The template a new sandbox runs on: the spec's, or its snapshot's."""
         wanted = spec.template or "default"
         if spec.snapshot is not None:
-            snap = self._storage.snapshot_record(spec.snapshot)
+            snap = self.storage.snapshot_record(spec.snapshot)
             if wanted not in ("default", snap.template):
                 raise errors.InvalidInput(
                     f"snapshot {spec.snapshot!r} was taken on template {snap.template!r}, "
@@ -166,9 +165,9 @@ class LocalControl:
         _mountpoints.check_volume_targets([m.path for m in spec.volumes],
                                           provider=self._shared.name)
         for mount in spec.volumes:
-            self._storage.volume_record(mount.volume)
+            self.storage.volume_record(mount.volume)
         if spec.snapshot is not None:
-            self._storage.snapshot_record(spec.snapshot)
+            self.storage.snapshot_record(spec.snapshot)
 
     async def info(self, sandbox_id: str) -> SandboxInfo:
         """The sandbox's info, ``error`` for a broken record."""
@@ -317,35 +316,7 @@ class LocalControl:
         return Metrics(cpu_seconds=cpu, memory_bytes=memory, memory_limit_bytes=limit,
                        disk_bytes=disk, timestamp=now())
 
-    # ------------------------------------------------------------ storage parts
-
-    async def snapshot(self, sandbox_id: str) -> Snapshot:
-        """Snapshot the sandbox's files (see ``_storage``)."""
-        return await self._storage.snapshot(sandbox_id)
-
-    async def list_snapshots(self, sandbox_id: str | None) -> builtins.list[Snapshot]:
-        """Snapshots, of one sandbox where ``sandbox_id`` is given."""
-        return await self._storage.list_snapshots(sandbox_id)
-
-    async def delete_snapshot(self, snapshot_id: str) -> None:
-        """Delete a snapshot."""
-        await self._storage.delete_snapshot(snapshot_id)
-
-    async def create_volume(self, name: str) -> Volume:
-        """Create a volume."""
-        return await self._storage.create_volume(name)
-
-    async def get_volume(self, name: str) -> Volume:
-        """A volume by name."""
-        return await self._storage.get_volume(name)
-
-    async def list_volumes(self) -> builtins.list[Volume]:
-        """Every volume."""
-        return await self._storage.list_volumes()
-
-    async def delete_volume(self, name: str) -> None:
-        """Delete a volume no sandbox mounts."""
-        await self._storage.delete_volume(name)
+    # ------------------------------------------------------------------ templates
 
     def template_builder(self) -> LocalTemplates:
         """The template builder (``_template_builds``)."""

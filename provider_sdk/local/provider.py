@@ -142,9 +142,9 @@ class LocalProvider(SandboxProvider):
         self._hold_only(held, why=_WHY_LACKING)
         self._sandboxes = sandboxes = Sandboxes(shared)
         commands = LocalCommands(sandboxes)
-        super().__init__(control=LocalControl(sandboxes, commands, self.require),
-                         commands=commands, files=LocalFiles(sandboxes),
-                         ports=LocalPorts(sandboxes))
+        control = LocalControl(sandboxes, commands, self.require)
+        super().__init__(control=control, commands=commands, files=LocalFiles(sandboxes),
+                         ports=LocalPorts(sandboxes), parts=[control.storage])
 
     @property
     def agent_timeout(self) -> float:

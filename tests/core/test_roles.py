@@ -14,7 +14,7 @@ from engines import require_bwrap
 from provider_sdk import open_provider, registry
 from provider_sdk.capabilities import Capability
 from provider_sdk.command_files import CommandFiles
-from provider_sdk.errors import ProviderNotFound, UnsupportedCapability
+from provider_sdk.errors import Conflict, ProviderNotFound, UnsupportedCapability
 from provider_sdk.models import SandboxInfo
 from provider_sdk.provider import SandboxProvider
 
@@ -129,3 +129,54 @@ def test_roles_report_every_mismatch_at_once(minimal: type[SandboxProvider],
         "metrics is declared, but its control role has no MetricsReader part",
         "volumes is declared, but its control role has no Volumes part"], problems
 
+
+
+class _Recorded(_Pausing):
+    """A pause part of its own, which records the calls it gets."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def pause(self, sandbox_id: str) -> SandboxInfo:
+        self.calls.append(sandbox_id)
+        raise Conflict("recorded", provider="minimal", sandbox_id=sandbox_id)
+
+
+async def test_a_part_object_of_its_own_makes_its_capabilitys_calls(
+        minimal: type[SandboxProvider], tmp_path: Path) -> None:
+    """An object handed to the base in ``parts`` makes the calls of the capability
+    whose part it has, in place of the role (whose own part would fail the test); it
+    satisfies the class's declaration, which the role alone does not."""
+    from minimal_provider import Directories, Nsenter
+
+    part = _Recorded()
+
+    class Declares(minimal):  # type: ignore[misc,valid-type]
+        capabilities: ClassVar[frozenset[Capability]] = frozenset(
+            {*minimal.capabilities, Capability.PAUSE})
+
+        def __init__(self, *, parts: tuple[object, ...]) -> None:
+            control = _control_with_pausing(minimal, tmp_path)
+            SandboxProvider.__init__(self, control=control,  # type: ignore[arg-type]
+                                     commands=Nsenter(control),  # type: ignore[arg-type]
+                                     parts=parts)
+
+    provider = Declares(parts=(part,))
+    async with provider, provider.create() as sandbox:
+        with pytest.raises(Conflict, match="recorded"):
+            await sandbox.pause()
+    assert part.calls == [sandbox.id]
+
+    class Plain(minimal):  # type: ignore[misc,valid-type]
+        capabilities: ClassVar[frozenset[Capability]] = frozenset(
+            {*minimal.capabilities, Capability.PAUSE})
+
+        def __init__(self, *, parts: tuple[object, ...]) -> None:
+            control = Directories(tmp_path)
+            SandboxProvider.__init__(self, control=control,  # type: ignore[arg-type]
+                                     commands=Nsenter(control),  # type: ignore[arg-type]
+                                     parts=parts)
+
+    with pytest.raises(TypeError, match="pause is declared"):
+        Plain(parts=())
+    Plain(parts=(part,))  # the part object makes up for the role

@@ -27,8 +27,6 @@ from provider_sdk.models import (
     SandboxInfo,
     SandboxSpec,
     SandboxState,
-    Snapshot,
-    Volume,
 )
 from provider_sdk.retry import Backoff, retry
 from provider_sdk_docker import _bounded, _scripts
@@ -77,8 +75,9 @@ LOG_CONFIG = {"type": "none", "config": {}}
 
 class DockerControl:
     """The containers of one ``DockerProvider``: create, info, list, kill, pause and
-    resume (``pause``), snapshots (``snapshot.filesystem``), volumes (``volumes``),
-    metrics (``metrics``) and the template builder (``templates.build``).
+    resume (``pause``), metrics (``metrics``) and the template builder
+    (``templates.build``); it holds the snapshots (``snapshot.filesystem``) and volumes
+    (``volumes``) parts, which the provider hands the base beside it.
 
     Args:
         shared: the provider's Engine, settings and caches.
@@ -91,8 +90,10 @@ class DockerControl:
         self._engine = shared.engine
         self._commands = commands
         self.name = shared.name
-        self._snapshots = DockerSnapshots(shared, commands)
-        self._volumes = DockerVolumes(shared)
+        self.snapshots = DockerSnapshots(shared, commands)
+        """Snapshots, a part the provider hands the base."""
+        self.volumes = DockerVolumes(shared)
+        """Volumes, a part the provider hands the base."""
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -102,7 +103,7 @@ class DockerControl:
         network_mode = shared.network if spec.network.allow_internet else "none"
         mounts = []
         for mount in spec.volumes:
-            await self._volumes.get_volume(mount.volume)
+            await self.volumes.get_volume(mount.volume)
             mounts.append(docker.types.Mount(target=mount.path, source=mount.volume,
                                              type="volume", read_only=mount.read_only))
         kind: Kind = "image"
@@ -283,36 +284,6 @@ class DockerControl:
         # pause's own event; a command run now also shows that commands run again.
         await self._commands.settle(sandbox_id)
         return await self.info(sandbox_id)
-
-    # ---------------------------------------------------------- snapshots, volumes
-
-    async def snapshot(self, sandbox_id: str) -> Snapshot:
-        """See :meth:`DockerSnapshots.snapshot`."""
-        return await self._snapshots.snapshot(sandbox_id)
-
-    async def list_snapshots(self, sandbox_id: str | None) -> builtins.list[Snapshot]:
-        """See :meth:`DockerSnapshots.list_snapshots`."""
-        return await self._snapshots.list_snapshots(sandbox_id)
-
-    async def delete_snapshot(self, snapshot_id: str) -> None:
-        """See :meth:`DockerSnapshots.delete_snapshot`."""
-        await self._snapshots.delete_snapshot(snapshot_id)
-
-    async def create_volume(self, name: str) -> Volume:
-        """See :meth:`DockerVolumes.create_volume`."""
-        return await self._volumes.create_volume(name)
-
-    async def get_volume(self, name: str) -> Volume:
-        """See :meth:`DockerVolumes.get_volume`."""
-        return await self._volumes.get_volume(name)
-
-    async def list_volumes(self) -> builtins.list[Volume]:
-        """See :meth:`DockerVolumes.list_volumes`."""
-        return await self._volumes.list_volumes()
-
-    async def delete_volume(self, name: str) -> None:
-        """See :meth:`DockerVolumes.delete_volume`."""
-        await self._volumes.delete_volume(name)
 
     # ------------------------------------------------------- metrics, templates
 

@@ -193,7 +193,8 @@ class DockerProvider(SandboxProvider):
         control = DockerControl(self._shared, commands)
         super().__init__(control=control, commands=commands,
                          files=DockerFiles(self._shared, commands),
-                         ports=DockerPorts(self._shared, control))
+                         ports=DockerPorts(self._shared, control),
+                         parts=[control.snapshots, control.volumes])
 
     def __repr__(self) -> str:
         return f"<DockerProvider {self.engine.base_url!r} template={self.template!r}>"
