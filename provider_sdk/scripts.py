@@ -10,12 +10,17 @@ that drives a sandbox through a shell (E2B, Cube, Daytona; any other may use the
   ``/proc/<pid>/stat``, parsed from the *last* ``)`` (the command name in between may
   hold spaces and parentheses); names and environment variables are never trusted, and
   run as root it kills processes of every user. A process that left the tree (a double
-  fork whose middle process exited before the kill began) is not found: the kill is best
-  effort wherever the backend offers nothing the code cannot leave.
+  fork into a session of its own, whose middle process exited before the kill began) is
+  not found: :data:`KILL_COMMAND` finds it by its mark instead.
 - :data:`KILL_MARKED` kills every process whose environment carries a mark
   (:func:`mark_env`), for a backend that starts commands where no pid of theirs is known
   inside the sandbox (an Engine exec). It is cooperation, not containment: a process that
   clears its environment is not found.
+- :data:`KILL_COMMAND` is the two in turn, how a provider with no pid namespace per
+  command ends one (:func:`kill_command_argv`): the tree by the command's pid, then
+  whatever carries the command's mark, a fresh :func:`new_mark` put in its environment
+  when it started. So a double fork's orphan in a session of its own, which no parent
+  link or session leads back to, dies too, unless it cleared its environment.
 - :func:`export_script` exports an environment exactly (values quoted).
 - :data:`PROBE_FILE` says whether a path is a regular file (following symlinks), so a
   read of a device or FIFO is refused before any byte is read.
@@ -26,20 +31,22 @@ providers, SDKs or transports.
 
 from __future__ import annotations
 
+import secrets
 import shlex
 from collections.abc import Mapping
 
-__all__ = ["KILL_MARKED", "KILL_TREE", "MARK_VAR", "NO_SUCH_PROCESS", "PROBE_FILE",
-           "export_script", "kill_marked_argv", "kill_tree_argv", "kill_tree_command",
-           "mark_env", "probe_file_command"]
+__all__ = ["KILL_COMMAND", "KILL_MARKED", "KILL_TREE", "MARK_VAR", "NO_SUCH_PROCESS",
+           "PROBE_FILE", "export_script", "kill_command", "kill_command_argv",
+           "kill_marked_argv", "kill_tree_argv", "kill_tree_command", "mark_env", "new_mark",
+           "probe_file_command"]
 
 NO_SUCH_PROCESS = 3
 """Exit status of :data:`KILL_TREE` when the pid does not exist."""
 
-KILL_TREE = r"""exec 2>/dev/null
+_TREE_FUNCTION = r"""psdk_kill_tree() {
 t=$1
-case $t in ''|*[!0-9]*) exit 2;; esac
-[ -d "/proc/$t" ] || exit 3
+case $t in ''|*[!0-9]*) return 2;; esac
+[ -d "/proc/$t" ] || return 3
 tree=" $t " lead=" " killed=0 sweeps=0
 kill -STOP "$t"
 while :; do
@@ -64,12 +71,15 @@ while :; do
     fi
     case $1 in T|t) ;; *) more=1; kill -STOP "$p";; esac
   done
-  [ "$killed" = 1 ] && [ "$live" = 0 ] && exit 0
+  [ "$killed" = 1 ] && [ "$live" = 0 ] && return 0
   if [ "$more" = 0 ] || [ "$killed" = 1 ]; then kill -KILL $tree; killed=1; fi
   sweeps=$((sweeps + 1))
-  [ "$sweeps" -lt 200 ] || { kill -KILL $tree; exit 0; }
+  [ "$sweeps" -lt 200 ] || { kill -KILL $tree; return 0; }
 done
+}
 """
+
+KILL_TREE = "exec 2>/dev/null\n" + _TREE_FUNCTION + 'psdk_kill_tree "$1"\n'
 """Kill ``$1`` and its descendants (``sh -c KILL_TREE name PID``); exit 0, or
 :data:`NO_SUCH_PROCESS` when there is no such pid.
 
@@ -86,7 +96,7 @@ killed as it stands."""
 MARK_VAR = "PSDK_TREE"
 """The environment variable that marks a tree for :data:`KILL_MARKED`."""
 
-KILL_MARKED = r"""
+_MARKED_FUNCTION = r"""psdk_kill_marked() {
 m="PSDK_TREE=$1$2"
 n=0
 while [ "$n" -lt 20 ]; do
@@ -99,13 +109,27 @@ $c
 $m
 "*) p=${f#/proc/}; kill -9 "${p%/environ}" 2>/dev/null && found=1 ;; esac
   done
-  [ -n "$found" ] || exit 0
+  [ -n "$found" ] || return 0
 done
+}
 """
+
+KILL_MARKED = _MARKED_FUNCTION + 'psdk_kill_marked "$1" "$2"\n'
 """Kill every process whose environment holds ``PSDK_TREE=$1$2`` (the mark given in two
 halves, so that no command line, the kill's own included, carries it), repeating until
 a sweep finds none, so that processes forked during a sweep are caught by the next.
 Call it through :func:`kill_marked_argv`."""
+
+KILL_COMMAND = ("exec 2>/dev/null\n" + _TREE_FUNCTION + _MARKED_FUNCTION
+                + 'psdk_kill_tree "$1"; rc=$?\n'
+                + '[ -z "$2$3" ] || psdk_kill_marked "$2" "$3"\n'
+                + 'exit "$rc"\n')
+"""Kill a command: ``$1`` and its descendants (:data:`KILL_TREE`), then every process
+under the command's mark ``$2$3`` (:data:`KILL_MARKED`; none when both are empty), which
+finds what left the tree where the tree kill cannot follow (a double fork's orphan in a
+session of its own). Exit 0, or :data:`NO_SUCH_PROCESS` when there is no pid ``$1``
+(what carries the mark is killed all the same). Call it through :func:`kill_command_argv`
+or :func:`kill_command`."""
 
 PROBE_FILE = r"""if [ -f "$1" ]; then echo file
 elif [ -d "$1" ]; then echo directory
@@ -138,10 +162,39 @@ def mark_env(mark: str) -> dict[str, str]:
 
 def kill_marked_argv(mark: str, *, shell: str = "/bin/sh") -> tuple[str, ...]:
     """The argv that kills every process :func:`mark_env` marked with ``mark``."""
+    return (shell, "-c", KILL_MARKED, "psdk-kill", *_halves(mark))
+
+
+def new_mark() -> str:
+    """A fresh tree mark for one command (128 random bits): what :func:`mark_env` puts
+    in its environment and :func:`kill_command` finds it by."""
+    return secrets.token_hex(16)
+
+
+def _halves(mark: str | None) -> tuple[str, str]:
+    if mark is None:
+        return "", ""
     if not (mark.isascii() and mark.isalnum()):
         raise ValueError(f"a tree mark is letters and digits, not {mark!r}")
     half = len(mark) // 2
-    return (shell, "-c", KILL_MARKED, "psdk-kill", mark[:half], mark[half:])
+    return mark[:half], mark[half:]
+
+
+def kill_command_argv(pid: int, mark: str | None, *,
+                      shell: str = "/bin/sh") -> tuple[str, ...]:
+    """The argv that kills a command: ``pid`` with its descendants, then what carries
+    ``mark`` (:data:`KILL_COMMAND`; without a mark, the tree kill alone). Exit 3: no
+    such pid."""
+    return (shell, "-c", KILL_COMMAND, "psdk-kill", str(int(pid)), *_halves(mark))
+
+
+def kill_command(pid: int | str, mark: str | None, *, shell: str = "/bin/sh") -> str:
+    """:func:`kill_command_argv` as one command line for a shell. ``pid`` may be a shell
+    expansion such as ``"$p"`` (inserted as is; the script refuses a non-number)."""
+    target = str(int(pid)) if isinstance(pid, int) else pid
+    first, second = _halves(mark)
+    return (f"{shell} -c {shlex.quote(KILL_COMMAND)} psdk-kill {target} "
+            f"{shlex.quote(first)} {shlex.quote(second)}")
 
 
 def probe_file_command(path: str, *, shell: str = "/bin/sh") -> str:

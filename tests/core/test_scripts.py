@@ -182,9 +182,89 @@ def test_kill_marked_kills_the_marked_and_spares_the_rest(shell: str, token: str
             process.wait()
 
 
+def _orphan_tree(token: str, mark: str) -> tuple[subprocess.Popen[bytes], set[int]]:
+    """A marked command whose double fork left an orphan in a session of its own (its
+    middle process gone before any kill), and the pids of the command and the orphan."""
+    root = subprocess.Popen(
+        ["bash", "-c", f"(setsid sleep {token} &); exec sleep {token}"],
+        env={**os.environ, **scripts.mark_env(mark)})
+    return root, _wait_for(token, 2)
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("form", ["argv", "command"])
+def test_kill_command_ends_an_orphan_in_a_new_session_the_tree_kill_misses(
+        shell: str, form: str, token: str) -> None:
+    """The tree kill cannot find a double fork's orphan in a session of its own; the
+    command kill finds it by its mark. A process under another mark lives on; the kill's
+    own argv holds no mark."""
+    mark = scripts.new_mark()
+    root, started = _orphan_tree(token, mark)
+    spared = subprocess.Popen(["sleep", token],
+                              env={**os.environ, **scripts.mark_env(scripts.new_mark())})
+    try:
+        assert _kill_tree(shell, root.pid).returncode == 0
+        root.wait(timeout=30)
+        orphans = {pid for pid in started if _alive(pid)}
+        assert len(orphans) == 1  # the tree kill missed it
+        argv = scripts.kill_command_argv(root.pid, mark, shell=shell)
+        assert mark not in argv
+        if form == "argv":
+            done = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+        else:
+            done = subprocess.run(scripts.kill_command(root.pid, mark, shell=shell),
+                                  shell=True, capture_output=True, timeout=60, check=False)
+        # The command's own pid is gone by now: the kill says so, and kills the orphan.
+        assert done.returncode == scripts.NO_SUCH_PROCESS, done.stderr
+        assert {pid for pid in started if _alive(pid)} == set()
+        assert _alive(spared.pid)
+    finally:
+        spared.kill()
+        spared.wait()
+        root.kill()
+        root.wait()
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_kill_command_kills_the_tree_and_the_marked_at_once(shell: str, token: str) -> None:
+    """With the command alive, one kill ends it and its orphan (exit 0); without a mark
+    it is the tree kill alone."""
+    mark = scripts.new_mark()
+    root, started = _orphan_tree(token, mark)
+    try:
+        alone = subprocess.run(scripts.kill_command_argv(root.pid, None, shell=shell),
+                               capture_output=True, timeout=60, check=False)
+        assert alone.returncode == 0, alone.stderr
+        root.wait(timeout=30)
+        assert len({pid for pid in started if _alive(pid)}) == 1
+    finally:
+        root.kill()
+        root.wait()
+    root, started = _orphan_tree(f"{token}1", mark)
+    try:
+        done = subprocess.run(scripts.kill_command_argv(root.pid, mark, shell=shell),
+                              capture_output=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        root.wait(timeout=30)
+        assert {pid for pid in started if _alive(pid)} == set()
+    finally:
+        root.kill()
+        root.wait()
+
+
+def test_new_marks_are_fresh_words() -> None:
+    marks = {scripts.new_mark() for _ in range(100)}
+    assert len(marks) == 100
+    assert all(len(mark) == 32 and mark.isascii() and mark.isalnum() for mark in marks)
+
+
 @pytest.mark.parametrize("mark", ["", "a b", "x;y", "x\n", "é1"])
 def test_a_mark_is_letters_and_digits(mark: str) -> None:
     with pytest.raises(ValueError, match="letters and digits"):
         scripts.mark_env(mark)
     with pytest.raises(ValueError, match="letters and digits"):
         scripts.kill_marked_argv(mark)
+    with pytest.raises(ValueError, match="letters and digits"):
+        scripts.kill_command_argv(1, mark)
+    with pytest.raises(ValueError, match="letters and digits"):
+        scripts.kill_command(1, mark)
