@@ -2,7 +2,12 @@
 its kill.
 
 Two tiers. Every provider ends, with a command's timeout, a child that left the
-command's tree one way: a new session, a double fork's orphan, ``nohup``, closed stdio.
+command's tree one way: a new session, a double fork's orphan, ``nohup``, closed stdio;
+and with a timeout, a cancellation or ``Process.kill()`` alike, a double fork's orphan in
+a session of its own, which neither a parent link nor a session leads back to. A
+provider with no pid namespace per command finds that orphan by a mark in its
+environment (:func:`provider_sdk.scripts.kill_command_argv`): the first tier is best
+effort there, since code inside can clear its own environment before it leaves.
 ``exec.contained`` promises the rest: a child that cleared its environment or took
 every way out at once, another user's daemon, a command that stops or kills what
 contains it, a detached child holding the command's output, and the same after a
@@ -49,6 +54,7 @@ ESCAPES: dict[str, str] = {
     "nohup": 'nohup /bin/bash -c "$child" "$m" &',
     "cleared_env": 'env -i /bin/bash -c "$child" "$m" &',
     "closed_stdio": '/bin/bash -c "$child" "$m" <&- >&- 2>&- &',
+    "new_session_orphan": '( setsid /bin/bash -c "$child" "$m" & )',
     "all_at_once": '( setsid nohup env -i /bin/bash -c "$child" "$m" <&- >&- 2>&- & )',
 }
 """Ways out of a command's process tree, as a line of bash that starts ``$child``."""
@@ -84,7 +90,8 @@ async def _all_gone(sandbox: Sandbox, marker: str, after: str) -> None:
 
 class HostileEscapeContract(ContractBase):
     """Containment: timeouts, cancellation and kills end every process a command started
-    (a single way out everywhere; the rest with ``exec.contained``)."""
+    (a single way out everywhere, found by a mark in the environment where nothing
+    better is at hand; the rest with ``exec.contained``)."""
 
     async def _times_out_and_leaves_nothing(self, sandbox: Sandbox, escape: str,
                                             user: str | None = None) -> None:
@@ -97,6 +104,25 @@ class HostileEscapeContract(ContractBase):
             f"the child never ran before the timeout (after {took:.1f} s): "
             f"{caught.value.result.stderr!r}")
         await _all_gone(sandbox, marker, f"after a {TIMEOUT:g} s timeout ({escape})")
+
+    async def _cancel_leaves_nothing(self, sandbox: Sandbox, escape: str, kind: str) -> None:
+        marker = new_marker(kind)
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lambda: sandbox.exec(escape_argv(escape, marker)))
+                await _started(sandbox, marker)
+                tg.cancel_scope.cancel()
+        await _all_gone(sandbox, marker, f"after the exec was cancelled ({escape})")
+
+    async def _kill_leaves_nothing(self, sandbox: Sandbox, process: Process,
+                                   marker: str) -> None:
+        await _started(sandbox, marker)
+        with anyio.fail_after(GRACE):
+            await process.kill()
+        await _all_gone(sandbox, marker, "after Process.kill()")
+        with anyio.fail_after(GRACE):
+            result = await process.wait()
+        assert result.exit_code != 0
 
     async def test_hostile_timeout_kills_a_setsid_child(self, sandbox: Sandbox) -> None:
         """A child in a new session (``setsid``) dies with its command's timeout."""
@@ -120,6 +146,26 @@ class HostileEscapeContract(ContractBase):
             self, sandbox: Sandbox) -> None:
         """A child that closed stdin, stdout and stderr dies with its command's timeout."""
         await self._times_out_and_leaves_nothing(sandbox, "closed_stdio")
+
+    async def test_hostile_timeout_kills_an_orphan_in_a_new_session(
+            self, sandbox: Sandbox) -> None:
+        """A double fork's orphan in a session of its own (no parent, no session to find
+        it by) dies with its command's timeout."""
+        await self._times_out_and_leaves_nothing(sandbox, "new_session_orphan")
+
+    async def test_hostile_cancelled_exec_kills_an_orphan_in_a_new_session(
+            self, sandbox: Sandbox) -> None:
+        """Cancelling an exec whose command left an orphan in a new session ends it."""
+        await self._cancel_leaves_nothing(sandbox, "new_session_orphan", "esc-cancel-orphan")
+
+    @requires(Capability.PROCESS_BACKGROUND)
+    async def test_hostile_process_kill_kills_an_orphan_in_a_new_session(
+            self, sandbox: Sandbox) -> None:
+        """``Process.kill()`` of a background process that left an orphan in a new
+        session ends both; ``wait()`` then returns."""
+        marker = new_marker("esc-bg-orphan")
+        process = await sandbox.start(escape_argv("new_session_orphan", marker))
+        await self._kill_leaves_nothing(sandbox, process, marker)
 
     @requires(Capability.EXEC_CONTAINED)
     async def test_hostile_timeout_kills_a_fully_detached_daemon(
@@ -168,13 +214,7 @@ class HostileEscapeContract(ContractBase):
             self, sandbox: Sandbox) -> None:
         """Cancelling an exec (``move_on_after``) whose command daemonized a child leaves
         nothing alive."""
-        marker = new_marker("esc-cancel")
-        with anyio.fail_after(60):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(lambda: sandbox.exec(escape_argv("all_at_once", marker)))
-                await _started(sandbox, marker)
-                tg.cancel_scope.cancel()
-        await _all_gone(sandbox, marker, "after the exec was cancelled")
+        await self._cancel_leaves_nothing(sandbox, "all_at_once", "esc-cancel")
 
     @requires(Capability.EXEC_CONTAINED)
     async def test_hostile_move_on_after_returns_and_kills_a_detached_daemon(
@@ -188,16 +228,6 @@ class HostileEscapeContract(ContractBase):
             assert scope.cancelled_caught
         assert await sandbox.files.exists(f"/tmp/{marker}.up"), "the child never ran"
         await _all_gone(sandbox, marker, "after move_on_after")
-
-    async def _kill_leaves_nothing(self, sandbox: Sandbox, process: Process,
-                                   marker: str) -> None:
-        await _started(sandbox, marker)
-        with anyio.fail_after(GRACE):
-            await process.kill()
-        await _all_gone(sandbox, marker, "after Process.kill()")
-        with anyio.fail_after(GRACE):
-            result = await process.wait()
-        assert result.exit_code != 0
 
     @requires(Capability.EXEC_CONTAINED, Capability.PROCESS_BACKGROUND)
     async def test_hostile_process_kill_kills_a_detached_daemon(self, sandbox: Sandbox) -> None:

@@ -16,7 +16,7 @@ from typing import Literal
 
 from daytona import SessionExecuteRequest
 
-from provider_sdk import errors
+from provider_sdk import errors, scripts
 from provider_sdk.limits import OutputBuffer
 from provider_sdk.provider import (
     Command,
@@ -62,7 +62,7 @@ class DaytonaProcesses:
 
     async def start(self, sandbox_id: str, command: Command) -> int:
         cwd = await self._calls.path(sandbox_id, command.cwd or ".")
-        token = secrets.token_hex(8)
+        token = scripts.new_mark()  # also the mark of the process's tree
         session = procs.session_id(token)
         script = procs.start_script(command, token, cwd=cwd, env=dict(command.env))
         await self._calls.toolbox(sandbox_id, lambda s: s.process.create_session(session))
@@ -164,5 +164,5 @@ class DaytonaProcesses:
         await self._run_quietly(sandbox_id, procs.close_stdin_script(token))
 
     async def kill(self, sandbox_id: str, pid: int) -> None:
-        await self._process(sandbox_id, pid)
-        await self._run_quietly(sandbox_id, procs.kill_script(pid))
+        token, _command = await self._process(sandbox_id, pid)
+        await self._run_quietly(sandbox_id, procs.kill_script(pid, token))

@@ -22,9 +22,10 @@ images have it):
 
 Under another shell (dash, zsh) the wrapper encodes both outputs with ``base64`` and
 removes its files itself. After a timeout (Daytona kills the command's process group and
-answers 408) the partial outputs are downloaded the same way. A cancelled call kills the
-command's process tree with a second exec (the core's tree kill,
-:mod:`provider_sdk.scripts`).
+answers 408) the partial outputs are downloaded the same way. A timed-out or cancelled
+call kills the command's process tree with a second exec (the core's command kill,
+:mod:`provider_sdk.scripts`): by the wrapper's pid, then by the run's token, which marks
+the command's environment, so a double fork's orphan in a session of its own dies too.
 
 What bounds the host's memory: the daemon answers ``process.exec`` with the whole merged
 output in one JSON string, read whole by the SDK. The wrapper sends the command's own
@@ -43,7 +44,6 @@ from __future__ import annotations
 import base64
 import math
 import re
-import secrets
 import shlex
 from collections.abc import Sequence
 
@@ -75,7 +75,8 @@ def daemon_seconds(timeout: float | None) -> int | None:
 
 @attrs.frozen
 class Run:
-    """One wrapped command: the prefix of its files inside the sandbox, and its script."""
+    """One wrapped command: its token (fresh and random, also the tree mark in its
+    environment), the prefix of its files inside the sandbox, and its script."""
 
     token: str
     prefix: str
@@ -103,12 +104,13 @@ class Run:
         return (f"{p}.pid", f"{p}.in", f"{p}.out", f"{p}.err")
 
     def kill_script(self, *, cleanup: bool = True) -> str:
-        """A command that kills what this run started (the whole tree) and, if
-        ``cleanup``, removes its files."""
+        """A command that kills what this run started (the whole tree, and what carries
+        its mark) and, if ``cleanup``, removes its files."""
         p = self.prefix
-        kill = scripts.kill_tree_command('"$p"')
-        # head, not read: the sandbox could put an endless file where the pid was.
-        script = f"p=$(head -c 32 {p}.pid) && {kill}"
+        kill = scripts.kill_command('"$p"', self.token)
+        # head, not read: the sandbox could put an endless file where the pid was. With
+        # no pid (the wrapper never wrote it), what carries the mark is killed all the same.
+        script = f"p=$(head -c 32 {p}.pid); {kill}"
         return f"{script}; {self.cleanup_script()}" if cleanup else script
 
     def cleanup_script(self) -> str:
@@ -152,9 +154,10 @@ def wrap(command: Command, *, cwd: str, env: dict[str, str],
 
     ``remove`` names files of earlier runs to delete in the background.
     """
-    token = secrets.token_hex(8)
+    token = scripts.new_mark()
     p = f"{ROOT}{token}"  # hex only: nothing to quote
-    enter = f"cd -- {shlex.quote(cwd)} || exit; " + scripts.export_script(env)
+    enter = f"cd -- {shlex.quote(cwd)} || exit; " + scripts.export_script(
+        {**env, **scripts.mark_env(token)})
     run_it = f"exec {shlex.join(command.argv)}"
     argv = command.argv
     in_bash = (f"eval {shlex.quote(argv[2])}"

@@ -52,7 +52,7 @@ def map_path(pid: int) -> str:
 def start_script(command: Command, token: str, *, cwd: str, env: dict[str, str]) -> str:
     """The session command that starts ``command`` and waits for it."""
     p = f"{PREFIX}{token}"  # hex only: nothing to quote
-    exports = scripts.export_script(env)
+    exports = scripts.export_script({**env, **scripts.mark_env(token)})
     return (
         f"if mkfifo {p}.in && exec 3<>{p}.in; then\n"
         "  trap 'exec 3>&-; i=1' USR1\n"
@@ -108,6 +108,7 @@ def close_stdin_script(token: str) -> str:
     return f'kill -USR1 "$(head -c 32 {PREFIX}{token}.wpid)"'
 
 
-def kill_script(pid: int) -> str:
-    """Kill the process and its whole tree (exit 3: no such process)."""
-    return scripts.kill_tree_command(int(pid))
+def kill_script(pid: int, token: str) -> str:
+    """Kill the process and its whole tree, then what carries its mark (the token: a
+    double fork's orphan in a session of its own); exit 3: no such process."""
+    return scripts.kill_command(int(pid), token)

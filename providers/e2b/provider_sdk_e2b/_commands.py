@@ -75,9 +75,15 @@ class E2BCommands:
         return posixpath.join(handle.workdir, cwd)
 
     async def _open_process(self, sandbox_id: str, handle: _Handle, command: Command, *,
-                            stdin: bool, timeout: float | None, as_root: bool = False
+                            stdin: bool, timeout: float | None, mark: str | None,
+                            as_root: bool = False
                             ) -> tuple[AsyncIterator[process_pb.StartResponse], int]:
-        envs = {_shell.CALL_ENV: scripts.export_script(command.env)} if command.env else {}
+        """Start ``command`` through envd; its event stream and pid. ``mark`` (see
+        :func:`~provider_sdk.scripts.mark_env`) goes into its environment, after the
+        call's own, so the kill finds what left its tree."""
+        marked = scripts.mark_env(mark) if mark is not None else {}
+        envs = {**marked, _shell.CALL_ENV: scripts.export_script({**command.env, **marked})} \
+            if command.env else dict(marked)
         request = process_pb.StartRequest(
             process=process_pb.ProcessConfig(
                 cmd="/bin/bash", args=["-l", "-c", _shell.command_text(command.argv)],
@@ -128,9 +134,10 @@ class E2BCommands:
     async def exec(self, sandbox_id: str, command: Command) -> ExecResult:
         handle = await self.handles.handle(sandbox_id)
         began = time.monotonic()
+        mark = scripts.new_mark()
         events, pid = await self._open_process(sandbox_id, handle, command,
                                                stdin=command.stdin is not None,
-                                               timeout=command.timeout)
+                                               timeout=command.timeout, mark=mark)
         out, err = command.buffers()
         code: int | None = None
         try:
@@ -142,12 +149,12 @@ class E2BCommands:
                                                      err, command, command.stdin)
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await self._kill_tree(sandbox_id, handle, pid)
+                await self._kill_tree(sandbox_id, handle, pid, mark)
                 await aclose(events)
             raise
         if scope.cancelled_caught:
             with anyio.CancelScope(shield=True):
-                await self._kill_tree(sandbox_id, handle, pid)
+                await self._kill_tree(sandbox_id, handle, pid, mark)
                 await aclose(events)
             partial = ExecResult(exit_code=-9, stdout_bytes=out.value(),
                                  stderr_bytes=err.value(), stdout_truncated=out.dropped,
@@ -213,18 +220,21 @@ class E2BCommands:
                 f"envd did not answer within {self.session.options.request_timeout:g} s",
                 provider=self.session.name, sandbox_id=sandbox_id) from None
 
-    async def _kill_tree(self, sandbox_id: str, handle: _Handle, pid: int, *,
-                         quiet: bool = True) -> bool:
-        """Kill ``pid`` and everything it started (the core's tree kill, run as root);
-        ``False`` if there was no such pid. Bounded: a sandbox that stops answering costs
-        at most ``request_timeout`` plus :data:`_KILL_WAIT` seconds, then (unless
-        ``quiet``) raises ``OperationTimeout`` or ``Unavailable``."""
-        command = Command(argv=scripts.kill_tree_argv(pid), output_limit=4096)
+    async def _kill_tree(self, sandbox_id: str, handle: _Handle, pid: int, mark: str | None,
+                         *, quiet: bool = True) -> bool:
+        """Kill ``pid`` and everything it started, then every process under ``mark`` (the
+        core's command kill, run as root: a double fork's orphan in a session of its own
+        carries the mark, not a parent link); ``False`` if there was no such pid.
+        Bounded: a sandbox that stops answering costs at most ``request_timeout`` plus
+        :data:`_KILL_WAIT` seconds, then (unless ``quiet``) raises ``OperationTimeout``
+        or ``Unavailable``."""
+        command = Command(argv=scripts.kill_command_argv(pid, mark), output_limit=4096)
         code = None
         with anyio.move_on_after(self.session.options.request_timeout + _KILL_WAIT) as scope:
             try:
                 events, _ = await self._open_process(sandbox_id, handle, command, stdin=False,
-                                                     timeout=_KILL_WAIT, as_root=True)
+                                                     timeout=_KILL_WAIT, mark=None,
+                                                     as_root=True)
                 with anyio.move_on_after(_KILL_WAIT):
                     code = await self._drain(sandbox_id, events, *command.buffers(), command)
                 await aclose(events)
@@ -248,9 +258,11 @@ class E2BCommands:
 
     async def start(self, sandbox_id: str, command: Command) -> int:
         handle = await self.handles.handle(sandbox_id)
+        mark = scripts.new_mark()
         events, pid = await self._open_process(sandbox_id, handle, command, stdin=True,
-                                               timeout=None)
+                                               timeout=None, mark=mark)
         proc = self._new_proc(sandbox_id, pid)
+        proc.mark = mark
         try:
             proc.pump = await self.session.tasks.start_soon(self._pump, sandbox_id, proc, events)
         except BaseException:
@@ -362,9 +374,26 @@ class E2BCommands:
 
     async def kill_process(self, sandbox_id: str, pid: int) -> None:
         handle = await self.handles.handle(sandbox_id)
-        if not await self._kill_tree(sandbox_id, handle, pid, quiet=False):
+        mark = await self._mark_of(sandbox_id, handle, pid)
+        if not await self._kill_tree(sandbox_id, handle, pid, mark, quiet=False):
             raise errors.ProcessNotFound(f"no process {pid}", provider=self.session.name,
                                          sandbox_id=sandbox_id)
+
+    async def _mark_of(self, sandbox_id: str, handle: _Handle, pid: int) -> str | None:
+        """The tree mark of background process ``pid``: kept since this provider started
+        it, else the one envd started it with (a process started elsewhere); ``None``
+        when envd knows no such process or it has no mark."""
+        proc = self.session.procs.get((sandbox_id, pid))
+        if proc is not None and proc.mark is not None:
+            return proc.mark
+        with self._deadline(sandbox_id), self.session.translate(sandbox_id, what="process"):
+            listed = await self.session.retrying(
+                lambda: handle.rpc.list(process_pb.ListRequest()))
+        for info in listed.processes:
+            if info.pid == pid and info.config is not None:
+                mark = info.config.envs.get(scripts.MARK_VAR)
+                return mark if mark and mark.isascii() and mark.isalnum() else None
+        return None
 
     async def open_shell(self, sandbox: Sandbox, *, cwd: str | None,
                           env: Mapping[str, str]) -> Shell:

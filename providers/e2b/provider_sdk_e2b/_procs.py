@@ -49,6 +49,9 @@ class Proc:
         self.pump: anyio.CancelScope | None = None
         """The scope of the pump (a task of the session's) keeping this process's
         events, once one runs."""
+        self.mark: str | None = None
+        """The tree mark this provider started the process with (see
+        :func:`provider_sdk.scripts.mark_env`); ``None`` for one started elsewhere."""
 
     @property
     def done(self) -> bool:
