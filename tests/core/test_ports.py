@@ -6,16 +6,21 @@ from __future__ import annotations
 import contextlib
 import socket
 import socketserver
+import string
+import struct
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import anyio
 import anyio.abc
 import pytest
 from provider_sdk_contract.support import eventually
+from structlog.testing import capture_logs
 
 from provider_sdk import errors
 from provider_sdk._chunked import ChunkedDecoder
+from provider_sdk.portal import Portal
 from provider_sdk.ports import MAX_HEAD, PortProxy
 
 pytestmark = pytest.mark.anyio
@@ -98,6 +103,226 @@ async def _send(url: str, raw: bytes) -> bytes:
                 while True:
                     answer += await stream.receive()
             return answer
+
+
+async def test_each_port_has_a_token_of_32_url_safe_characters(
+        proxy: PortProxy, upstream: _Upstream) -> None:
+    """The token is 32 random characters (docs/security.md), another for each port."""
+    tokens = [(await proxy.expose("sb", port, _opener(upstream))).token.reveal()
+              for port in (80, 81)]
+    for token in tokens:
+        assert len(token) == 32, token
+        assert set(token) <= set(string.ascii_letters + string.digits + "-_"), token
+    assert tokens[0] != tokens[1]
+
+
+async def test_exposed_lists_the_ports_of_that_sandbox_alone(
+        proxy: PortProxy, upstream: _Upstream) -> None:
+    for sandbox_id, port in (("a", 80), ("b", 82), ("b", 81), ("c", 83)):
+        await proxy.expose(sandbox_id, port, _opener(upstream))
+    assert proxy.exposed("a") == [80]
+    assert proxy.exposed("b") == [81, 82]
+    assert proxy.exposed("c") == [83]
+    assert proxy.exposed("d") == []
+
+
+async def test_a_dropped_sandboxs_port_is_exposed_anew(proxy: PortProxy,
+                                                       upstream: _Upstream) -> None:
+    """Once a sandbox is dropped its ports are no longer listed, and exposing one again
+    makes a new listener with a new token, which answers."""
+    first = await proxy.expose("a", 80, _opener(upstream))
+    await proxy.drop("a")
+    assert proxy.exposed("a") == []
+    again = await proxy.expose("a", 80, _opener(upstream))
+    assert again.token.reveal() != first.token.reveal()
+    answer = await _send(again.base_url, (
+        f"GET / HTTP/1.1\r\nX-Psdk-Token: {again.token.reveal()}\r\n\r\n").encode())
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:80]
+
+
+async def test_each_ports_cookie_is_named_for_its_port(proxy: PortProxy,
+                                                       upstream: _Upstream) -> None:
+    """Browsers share cookies across the ports of a host: the cookie a listener sets is
+    named for its own port, so two exposed ports' cookies do not overwrite each other."""
+    for port in (80, 81):
+        exposed = await proxy.expose("sb", port, _opener(upstream))
+        answer = await _send(exposed.base_url, (
+            f"GET /?psdk_token={exposed.token.reveal()} HTTP/1.1\r\n\r\n").encode())
+        (cookie,) = [line for line in answer.partition(b"\r\n\r\n")[0].split(b"\r\n")
+                     if line.startswith(b"Set-Cookie: ")]
+        name = cookie.removeprefix(b"Set-Cookie: ").split(b"=")[0]
+        assert name == f"psdk_token_{_address(exposed.base_url)[1]}".encode(), cookie
+
+
+async def test_drop_stops_that_sandbox_alone(proxy: PortProxy, upstream: _Upstream) -> None:
+    kept = await proxy.expose("a", 80, _opener(upstream))
+    await proxy.expose("b", 80, _opener(upstream))
+    await proxy.drop("b")
+    assert proxy.exposed("a") == [80]
+    assert _accepts(kept.base_url)
+
+
+async def test_a_sandbox_id_is_matched_by_its_value(proxy: PortProxy,
+                                                    upstream: _Upstream) -> None:
+    """``exposed`` and ``drop`` take any string equal to the id, not only the one
+    ``expose`` was given."""
+    exposed = await proxy.expose("".join(["sand", "box"]), 80, _opener(upstream))
+    assert proxy.exposed("".join(["sand", "box"])) == [80]
+    await proxy.drop("".join(["sand", "box"]))
+    assert proxy.exposed("sandbox") == []
+    assert not _accepts(exposed.base_url)
+
+
+async def test_a_connection_that_fails_leaves_the_listener_serving(
+        proxy: PortProxy, upstream: _Upstream) -> None:
+    """An opener that fails with an error of no known kind ends that connection alone
+    (logged, where the application configured structlog): the next one is served."""
+    calls: list[int] = []
+
+    @contextlib.asynccontextmanager
+    async def flaky() -> AsyncIterator[anyio.abc.ByteStream]:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the opener broke")
+        async with await anyio.connect_tcp(*upstream.server_address[:2]) as stream:
+            yield stream
+
+    exposed = await proxy.expose("sb", 80, flaky)
+    token = exposed.token.reveal()
+    request = f"GET / HTTP/1.1\r\nX-Psdk-Token: {token}\r\n\r\n".encode()
+    with capture_logs() as logs:  # as an application that configured structlog
+        assert await _send(exposed.base_url, request) == b""
+    assert [(e["event"], e["error"], e["sandbox_id"], e["port"]) for e in logs] == [
+        ("sandbox.ports.connection.failed", "RuntimeError", "sb", 80)]
+    assert token not in repr(logs)
+    answer = await _send(exposed.base_url, request)
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:80]
+    assert len(calls) == 2
+
+
+async def test_unexpose_and_aclose_in_a_cancelled_scope_still_stop_listening(
+        upstream: _Upstream) -> None:
+    """A caller whose scope is cancelled still gets the listeners stopped."""
+    ports = PortProxy(provider="test")
+    first = await ports.expose("a", 80, _opener(upstream))
+    second = await ports.expose("b", 80, _opener(upstream))
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await ports.unexpose("a", 80)
+    assert not _accepts(first.base_url)
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await ports.aclose()
+    assert not _accepts(second.base_url)
+
+
+async def test_a_port_exposed_twice_at_once_is_served_once(proxy: PortProxy,
+                                                           upstream: _Upstream) -> None:
+    """Two callers exposing one port at the same time get the same address and token."""
+    got: list[str] = []
+
+    async def expose() -> None:
+        exposed = await proxy.expose("sb", 80, _opener(upstream))
+        got.append(f"{exposed.base_url} {exposed.token.reveal()}")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(expose)
+        tg.start_soon(expose)
+    assert len(got) == 2
+    assert got[0] == got[1]
+    assert proxy.exposed("sb") == [80]
+
+
+
+@pytest.mark.parametrize("raised", [errors.Unavailable("the stream broke"),
+                                    errors.SandboxNotFound("gone")])
+async def test_a_sandbox_error_once_relaying_adds_nothing_to_the_answer(
+        proxy: PortProxy, upstream: _Upstream, raised: errors.SandboxError) -> None:
+    """Once the stream into the sandbox is open, the sandbox's side failing ends the
+    client's connection: no 502 of the proxy's follows the answer that passed."""
+    @contextlib.asynccontextmanager
+    async def breaking() -> AsyncIterator[anyio.abc.ByteStream]:
+        async with await anyio.connect_tcp(*upstream.server_address[:2]) as stream:
+            yield stream
+        raise raised
+
+    exposed = await proxy.expose("sb", 80, breaking)
+    answer = await _send(exposed.base_url, (
+        f"GET / HTTP/1.1\r\nX-Psdk-Token: {exposed.token.reveal()}\r\n\r\n").encode())
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer[:80]
+    assert answer.endswith(b"\r\n\r\nok"), answer[-80:]
+
+
+def test_the_provider_is_named_by_keyword() -> None:
+    with pytest.raises(TypeError):
+        PortProxy("test")  # type: ignore[misc]
+
+
+async def test_a_closed_proxy_lists_nothing_and_exposes_anew(upstream: _Upstream) -> None:
+    ports = PortProxy(provider="test")
+    first = await ports.expose("sb", 80, _opener(upstream))
+    await ports.aclose()
+    assert ports.exposed("sb") == []
+    again = await ports.expose("sb", 80, _opener(upstream))
+    try:
+        assert again.token.reveal() != first.token.reveal()
+        answer = await _send(again.base_url, (
+            f"GET / HTTP/1.1\r\nX-Psdk-Token: {again.token.reveal()}\r\n\r\n").encode())
+        assert answer.startswith(b"HTTP/1.1 200 "), answer[:80]
+    finally:
+        await ports.aclose()
+
+
+async def test_unexpose_and_drop_return_once_the_listener_stopped(
+        proxy: PortProxy, upstream: _Upstream) -> None:
+    """They wait for the listener's end, which comes as soon as it is cancelled (their
+    wait for it is bounded at 10 s: far more than either takes)."""
+    await proxy.expose("a", 80, _opener(upstream))
+    await proxy.expose("b", 80, _opener(upstream))
+    began = time.monotonic()
+    await proxy.unexpose("a", 80)
+    await proxy.drop("b")
+    assert time.monotonic() - began < 5
+
+
+async def test_a_client_that_resets_its_connection_is_no_failure(
+        proxy: PortProxy, upstream: _Upstream) -> None:
+    """A client that resets its connection halfway through its head went away: that
+    ends its connection, and no failure is logged."""
+    exposed = await proxy.expose("sb", 80, _opener(upstream))
+    with capture_logs() as logs:  # as an application that configured structlog
+        with socket.create_connection(_address(exposed.base_url), timeout=5) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
+            await eventually(lambda: _true(proxy._gate.waiting == 1),
+                             what="the connection waits to show its token")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await eventually(lambda: _true(proxy._gate.waiting == 0),
+                         what="the reset connection ended")
+        answer = await _send(exposed.base_url, (
+            f"GET / HTTP/1.1\r\nX-Psdk-Token: {exposed.token.reveal()}\r\n\r\n").encode())
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:80]
+    assert logs == []
+
+
+async def test_nothing_the_proxy_holds_shows_a_token_in_its_repr(
+        proxy: PortProxy, upstream: _Upstream) -> None:
+    exposed = await proxy.expose("sb", 80, _opener(upstream))
+    assert exposed.token.reveal() not in repr(vars(proxy))
+
+
+async def test_a_port_proxy_whose_loop_cannot_start_is_unavailable(
+        monkeypatch: pytest.MonkeyPatch, upstream: _Upstream) -> None:
+    """The thread of the proxy's loop failing to start (a fault no test machine makes on
+    demand, so it is injected where it surfaces) is Unavailable, naming the provider."""
+    def refuse(cls: type[Portal], *, name: str) -> Portal:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(Portal, "start", classmethod(refuse))
+    ports = PortProxy(provider="test")
+    with pytest.raises(errors.Unavailable) as caught:
+        await ports.expose("sb", 80, _opener(upstream))
+    assert caught.value.provider == "test"
+    await ports.aclose()
 
 
 async def test_listens_on_loopback_only(proxy: PortProxy, upstream: _Upstream) -> None:
@@ -553,3 +778,4 @@ async def test_after_a_101_the_upgraded_connection_carries_everything(
                 await eventually(lambda: _true(server.received.endswith(b"early-late")),
                                  what="the upgraded connection's bytes reached the server")
         assert token not in server.received
+
