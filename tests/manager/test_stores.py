@@ -4,6 +4,7 @@ Redis and a real PostgreSQL."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import secrets
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 
 from provider_sdk.config import Secret
@@ -397,3 +399,134 @@ async def test_a_store_error_met_in_acquire_is_the_stores_not_the_providers(
             await manager.acquire("alice")
     assert info.value.provider == ""
     assert str(info.value).startswith(f"binding store {tmp_path}: ")
+
+
+async def test_a_store_used_with_async_with_is_closed_after(redis_store: RedisStore) -> None:
+    name = f"psdk-test-{secrets.token_hex(4)}"
+    url = f"{os.environ['PSDK_TEST_REDIS_URL']}?client_name={name}"
+
+    async def connected() -> bool:
+        async with redis_store._redis() as client:
+            return any(c.get("name") == name for c in await client.client_list())
+
+    async with RedisStore(url, prefix=redis_store.prefix) as store:
+        assert not await store.claimed("x")
+        assert await connected()
+    assert not await connected()
+
+
+def test_a_row_without_the_optional_fields_gets_their_defaults() -> None:
+    assert Binding.from_row("alice", "sb-1", "local", 3, "{}") == Binding(
+        owner="alice", sandbox_id="sb-1", provider="local", version=3, env={},
+        snapshots=(), snapshot_at=None, last_used=0.0, paused=False)
+
+
+async def test_a_fence_token_is_matched_by_its_value(any_store: BindingStore) -> None:
+    """The token that fences a put is the claim's holder if it is equal to the one that
+    claimed, not only if it is the same object."""
+    assert await any_store.claim("owner:alice", "".join(["crea", "tor"]), 30)
+    stored = await any_store.put(_binding(), fence=("owner:alice", "".join(["crea", "tor"])))
+    assert stored is not None
+
+
+def test_every_store_takes_the_fence_and_the_version_by_keyword() -> None:
+    """As the interface declares them: ``put(binding, *, fence=None)``,
+    ``delete(owner, *, version=None)``."""
+    for store in (BindingStore, MemoryStore, SQLiteStore, RedisStore, PostgresStore):
+        fence = inspect.signature(store.put).parameters["fence"]
+        assert fence.kind is inspect.Parameter.KEYWORD_ONLY, store
+        assert fence.default is None, store
+        version = inspect.signature(store.delete).parameters["version"]
+        assert version.kind is inspect.Parameter.KEYWORD_ONLY, store
+        assert version.default is None, store
+
+
+def test_a_password_holding_an_at_sign_never_shows_in_a_repr() -> None:
+    store = RedisStore("redis://user:hun@ter2@127.0.0.1:6379/0")
+    assert "ter2" not in repr(store)
+    assert "hun" not in repr(store)
+    assert "127.0.0.1:6379" in repr(store)
+
+
+async def test_a_claim_is_renewed_and_released_by_a_token_of_equal_value(
+        any_store: BindingStore) -> None:
+    assert await any_store.claim("owner:alice", "".join(["hol", "der"]), 30)
+    assert await any_store.claim("owner:alice", "".join(["hol", "der"]), 30)
+    assert not await any_store.claim("owner:alice", "other", 30)
+    await any_store.release("owner:alice", "".join(["hol", "der"]))
+    assert not await any_store.claimed("owner:alice")
+
+
+def test_a_binding_is_made_with_keywords_only() -> None:
+    with pytest.raises(TypeError):
+        Binding("alice", "sb-1", "local")  # type: ignore[misc]
+
+
+async def test_a_new_binding_is_stored_at_version_1(any_store: BindingStore) -> None:
+    fresh = Binding(owner="alice", sandbox_id="sb-1", provider="local")
+    assert (fresh.env, fresh.snapshots, fresh.snapshot_at, fresh.last_used, fresh.paused,
+            fresh.version) == ({}, (), None, 0.0, False, 0)
+    stored = await any_store.put(fresh)
+    assert stored is not None
+    assert stored.version == 1
+
+
+async def test_a_put_at_a_version_ahead_of_the_stored_one_fails(any_store: BindingStore) -> None:
+    assert await any_store.put(_binding(version=5)) is None
+    assert await any_store.get("alice") is None
+    stored = await any_store.put(_binding())
+    assert stored is not None
+    assert await any_store.put(_binding(version=stored.version + 1)) is None
+    found = await any_store.get("alice")
+    assert found is not None
+    assert found.version == stored.version
+
+
+async def test_a_claim_is_released_by_its_holder_alone(any_store: BindingStore) -> None:
+    assert await any_store.claim("owner:alice", "holder", 30)
+    for other in ("another", "holder2", "zed", ""):
+        await any_store.release("owner:alice", other)
+        assert await any_store.claimed("owner:alice"), other
+
+
+async def test_versions_are_compared_by_value(memory_store: MemoryStore) -> None:
+    """Past the small numbers Python keeps one object of, an equal version is another
+    object: a put and a delete at the stored version still hold."""
+    stored = await memory_store.put(_binding())
+    assert stored is not None
+    while stored.version < 300:
+        stored = await memory_store.put(stored)
+        assert stored is not None
+    again = await memory_store.put(attrs.evolve(stored, version=int(str(stored.version))))
+    assert again is not None
+    assert await memory_store.delete("alice", version=int(str(again.version)))
+
+
+def test_a_url_without_credentials_is_shown_as_it_is() -> None:
+    for url in ("redis://127.0.0.1:6379/0", "postgresql://127.0.0.1:5432/psdk"):
+        store = RedisStore(url) if url.startswith("redis") else PostgresStore(url)
+        assert repr(url) in repr(store), repr(store)
+        assert "***" not in repr(store)
+
+
+def test_a_password_is_masked_when_the_query_holds_a_url() -> None:
+    store = RedisStore("redis://:hunter2@127.0.0.1:6379/0?client_name=http://x")
+    assert "hunter2" not in repr(store)
+    assert "127.0.0.1:6379" in repr(store)
+
+
+async def test_delete_at_an_older_version_keeps_the_binding(any_store: BindingStore) -> None:
+    stored = await any_store.put(_binding())
+    assert stored is not None
+    stored = await any_store.put(stored)
+    assert stored is not None
+    assert not await any_store.delete("alice", version=stored.version - 1)
+    assert await any_store.get("alice") == stored
+
+
+async def test_a_fence_of_another_token_fails_whatever_it_sorts_as(
+        any_store: BindingStore) -> None:
+    assert await any_store.claim("owner:alice", "creator", 30)
+    for other in ("zz", "a", "creator2", ""):
+        assert await any_store.put(_binding(), fence=("owner:alice", other)) is None, other
+    assert await any_store.get("alice") is None
