@@ -81,13 +81,28 @@ class _Channel:
 
     async def _receive_exactly(self, size: int) -> bytes:
         """``size`` bytes, checking the agent's health every :data:`HEALTH_POLL` seconds
-        of waiting (the reader keeps what it has read when a wait is cut short)."""
-        if self.health is None:
+        of waiting. The check runs beside the read and cuts it short only when it finds
+        trouble: a read cancelled every poll met, now and then, the moment its socket
+        became readable, which anyio's UNIX sockets on asyncio report as an error in the
+        event loop (``InvalidStateError``)."""
+        if self.health is None or len(self.reader.buffer) >= size:
             return await self.reader.receive_exactly(size)
-        while True:
-            with anyio.move_on_after(HEALTH_POLL):
-                return await self.reader.receive_exactly(size)
-            await self._check()
+        try:
+            async with anyio.create_task_group() as tg:
+                async def watch() -> None:
+                    while True:
+                        await anyio.sleep(HEALTH_POLL)
+                        await self._check()
+
+                tg.start_soon(watch)
+                data = await self.reader.receive_exactly(size)
+                tg.cancel_scope.cancel()
+        except BaseException as exc:
+            inner = _single(exc)  # the read's or the check's error, not a group of one
+            if inner is exc:
+                raise
+            raise inner from None
+        return data
 
     async def send(self, kind: bytes, payload: bytes = b"", *, watched: bool = True) -> None:
         """Send one frame. A large one is ``watched``: the agent's health is checked
