@@ -57,6 +57,7 @@ async def connect_unix(path: str) -> SocketStream:
 
 
 HEALTH_POLL = 0.5  # seconds between checks of the agent's process during a call
+TROUBLE_GRACE = 0.2  # seconds a call's own I/O has to end before a check's trouble does
 
 
 class AgentTrouble(Exception):
@@ -77,6 +78,10 @@ class _Channel:
         if self.health is not None:
             trouble = await anyio.to_thread.run_sync(self.health)
             if trouble is not None:
+                # A dead agent's socket ends as the check sees it die: the call's own
+                # read or send meets that end first, rather than being cancelled just
+                # as its socket turns ready (see _receive_exactly).
+                await anyio.sleep(TROUBLE_GRACE)
                 raise AgentTrouble(trouble)
 
     async def _receive_exactly(self, size: int) -> bytes:
