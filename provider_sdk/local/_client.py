@@ -12,21 +12,20 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import struct
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import anyio
-from anyio.abc import ByteStream, SocketStream
+from anyio.abc import ByteStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from provider_sdk import errors
 from provider_sdk.models import ExecResult
 from provider_sdk.provider import Command, ProcessEvent, ProcessExit, ProcessOutput
+from provider_sdk.unix_streams import connect_unix
 
 HEADER = struct.Struct(">cI")
-_MAX_SOCKET_PATH = 100
 MAX_FRAME = 64 << 20  # data frames are 1 MiB at most; a listing of a huge directory is less
 _ERRORS: dict[str, type[errors.SandboxError]] = {
     "FileNotFound": errors.FileNotFound,
@@ -45,19 +44,9 @@ _ERRORS: dict[str, type[errors.SandboxError]] = {
 CLIENT_GRACE = 10.0
 
 
-async def connect_unix(path: str) -> SocketStream:
-    """Connect to a Unix socket, even one whose path is longer than the kernel allows."""
-    if len(path) <= _MAX_SOCKET_PATH:
-        return await anyio.connect_unix(path)
-    fd = os.open(os.path.dirname(path), os.O_PATH)
-    try:
-        return await anyio.connect_unix(f"/proc/self/fd/{fd}/{os.path.basename(path)}")
-    finally:
-        os.close(fd)
-
+T = TypeVar("T")
 
 HEALTH_POLL = 0.5  # seconds between checks of the agent's process during a call
-TROUBLE_GRACE = 0.2  # seconds a call's own I/O has to end before a check's trouble does
 
 
 class AgentTrouble(Exception):
@@ -67,7 +56,7 @@ class AgentTrouble(Exception):
 class _Channel:
     """One framed connection to the agent."""
 
-    def __init__(self, stream: SocketStream,
+    def __init__(self, stream: ByteStream,
                  health: Callable[[], str | None] | None = None) -> None:
         self.stream = stream
         self.reader = BufferedByteReceiveStream(stream)
@@ -78,20 +67,13 @@ class _Channel:
         if self.health is not None:
             trouble = await anyio.to_thread.run_sync(self.health)
             if trouble is not None:
-                # A dead agent's socket ends as the check sees it die: the call's own
-                # read or send meets that end first, rather than being cancelled just
-                # as its socket turns ready (see _receive_exactly).
-                await anyio.sleep(TROUBLE_GRACE)
                 raise AgentTrouble(trouble)
 
-    async def _receive_exactly(self, size: int) -> bytes:
-        """``size`` bytes, checking the agent's health every :data:`HEALTH_POLL` seconds
-        of waiting. The check runs beside the read and cuts it short only when it finds
-        trouble: a read cancelled every poll met, now and then, the moment its socket
-        became readable, which anyio's UNIX sockets on asyncio report as an error in the
-        event loop (``InvalidStateError``)."""
-        if self.health is None or len(self.reader.buffer) >= size:
-            return await self.reader.receive_exactly(size)
+    async def _watched(self, io: Callable[[], Awaitable[T]]) -> T:
+        """``io()``, checking the agent's health every :data:`HEALTH_POLL` seconds while
+        it waits. The check runs beside the I/O and cuts it short only when it finds
+        trouble (a send cut short cannot be retried)."""
+        result: list[T] = []
         try:
             async with anyio.create_task_group() as tg:
                 async def watch() -> None:
@@ -100,41 +82,31 @@ class _Channel:
                         await self._check()
 
                 tg.start_soon(watch)
-                data = await self.reader.receive_exactly(size)
+                result.append(await io())
                 tg.cancel_scope.cancel()
         except BaseException as exc:
-            inner = _single(exc)  # the read's or the check's error, not a group of one
-            if inner is exc:
-                raise
-            raise inner from None
-        return data
-
-    async def send(self, kind: bytes, payload: bytes = b"", *, watched: bool = True) -> None:
-        """Send one frame. A large one is ``watched``: the agent's health is checked
-        while it blocks (a caller that reads the channel meanwhile watches it already)."""
-        data = HEADER.pack(kind, len(payload)) + payload
-        if not watched or self.health is None or len(data) < 65536:
-            await self.stream.send(data)
-            return
-        # A large frame blocks on an agent that stopped reading: watch it meanwhile (a
-        # send cut short cannot be retried, so the watch runs beside it).
-        try:
-            async with anyio.create_task_group() as tg:
-                async def watch() -> None:
-                    while True:
-                        await anyio.sleep(HEALTH_POLL)
-                        await self._check()
-
-                tg.start_soon(watch)
-                await self.stream.send(data)
-                tg.cancel_scope.cancel()
-        except BaseException as exc:
-            # The send's error, not the group of one the watch's task group makes of it
-            # (a BaseExceptionGroup on trio).
+            # The I/O's or the check's error, not the group of one the watch's task
+            # group makes of it (a BaseExceptionGroup on trio).
             inner = _single(exc)
             if inner is exc:
                 raise
             raise inner from None
+        return result[0]
+
+    async def _receive_exactly(self, size: int) -> bytes:
+        """``size`` bytes, watched (a frame already in the buffer is read without)."""
+        if self.health is None or len(self.reader.buffer) >= size:
+            return await self.reader.receive_exactly(size)
+        return await self._watched(lambda: self.reader.receive_exactly(size))
+
+    async def send(self, kind: bytes, payload: bytes = b"", *, watched: bool = True) -> None:
+        """Send one frame. A large one is ``watched``: it blocks on an agent that stopped
+        reading (a caller that reads the channel meanwhile watches it already)."""
+        data = HEADER.pack(kind, len(payload)) + payload
+        if not watched or self.health is None or len(data) < 65536:
+            await self.stream.send(data)
+            return
+        await self._watched(lambda: self.stream.send(data))
 
     async def send_json(self, obj: dict[str, Any]) -> None:
         await self.send(b"J", json.dumps(obj).encode())

@@ -23,6 +23,7 @@ import docker.errors
 import requests.exceptions
 
 from provider_sdk import errors
+from provider_sdk.unix_streams import connect_unix
 
 __all__ = ["FREEZE_FAILED", "Engine", "Frame"]
 
@@ -170,11 +171,11 @@ class Engine:
                 await stream.aclose()
             raise
 
-    async def _connect(self) -> anyio.abc.SocketStream:
+    async def _connect(self) -> anyio.abc.ByteStream:
         url = urllib.parse.urlsplit(self.base_url)
         try:
             if url.scheme in ("unix", "http+unix"):
-                return await anyio.connect_unix(url.path)
+                return await connect_unix(url.path)
             if url.scheme in ("tcp", "http") and url.hostname:
                 return await anyio.connect_tcp(url.hostname, url.port or 2375)
         except OSError as exc:
@@ -197,7 +198,7 @@ class Engine:
 class ExecStream:
     """An attached exec: write its stdin, read its output frames."""
 
-    def __init__(self, stream: anyio.abc.SocketStream, buffered: bytes) -> None:
+    def __init__(self, stream: anyio.abc.ByteStream, buffered: bytes) -> None:
         self._stream = stream
         self._buffer = bytearray(buffered)
         self._eof = False
@@ -249,7 +250,7 @@ class ExecStream:
         await self._stream.aclose()
 
 
-async def _read_response_head(stream: anyio.abc.SocketStream) -> tuple[int, bytes, str]:
+async def _read_response_head(stream: anyio.abc.ByteStream) -> tuple[int, bytes, str]:
     """Status, bytes after the head, and the text read (for error bodies)."""
     data = b""
     while b"\r\n\r\n" not in data:
