@@ -49,7 +49,10 @@ echo "checked $n"
 # Bash builtins open the /proc files, so the checks fork nothing that could be confused
 # with a target. PTRACE_SEIZE (not ATTACH) never stops the target; perl's syscall()
 # passes a string as a pointer, hence the "+ 0".
+# The scan starts a moment after the command, so that what the provider starts beside
+# a running command (a helper made ready for the next one) is there to be checked too.
 _REACH_OTHERS = r"""
+sleep 0.5
 seize=
 if command -v perl >/dev/null 2>&1 && [ "$(uname -m)" = x86_64 ]; then seize=1; fi
 n=0

@@ -273,22 +273,25 @@ def _reap_orphans(supervisors: set[int]) -> None:
 
 class Launcher:
     """A child of a spare supervisor that starts its command, forked with the spare,
-    off the path of any command, and already the sandbox user.
+    off the path of any command.
 
     A supervisor that switches user as it starts its command must fork a copy of its
     interpreter (``vfork`` cannot switch user), then takes a page fault for each page
-    either copy writes. The launcher needs no switch, so it starts the command with
-    ``vfork`` and exec; it reports the pid and is killed, and the command is reparented
-    to the supervisor (a subreaper). It also holds the raised OOM score the command
-    inherits. Both rehearse the start once when the spare is made (a start of ``/``,
-    which exec refuses), so the pages the start writes are their own by then.
+    either copy writes. The launcher switches itself (a few system calls) and then
+    needs no switch, so it starts the command with ``vfork`` and exec; it reports the
+    pid and ends, and the command is reparented to the supervisor (a subreaper). It also
+    holds the raised OOM score the command inherits. Both rehearse the start once when
+    the spare is made (a start of ``/``, which exec refuses), so the pages the start
+    writes are their own by then.
 
-    The launcher runs as the sandbox user (not dumpable: it can be neither traced nor
-    read), so a command could stop or kill it before it reports: the supervisor then
-    kills it and takes as the command its own child (the command, reparented), or, if
-    there is none, starts the command itself. A launcher gone before the request, or
-    refused a directory the user cannot enter, or the pids limit, also leaves the start
-    to the supervisor, as it was without one.
+    The launcher waits as the supervisor's user (root), so no command of the sandbox
+    user may signal, trace or read it, and becomes the sandbox user only to start its
+    command (not dumpable then: it can be neither traced nor read). Until it has
+    reported, that command or another of the user's could stop or kill it: the
+    supervisor then kills it and takes as the command its own child (the command,
+    reparented), or, if there is none, starts the command itself. A launcher gone
+    before the request, or refused a directory the user cannot enter, or the pids
+    limit, also leaves the start to the supervisor, as it was without one.
     """
 
     def __init__(self, pid: int, sock: socket.socket) -> None:
@@ -401,18 +404,20 @@ REHEARSAL = {"argv": ["/"], "cwd": "/", "rehearsal": True}
 
 
 def _launch(sock: socket.socket, user: tuple[int, int] | None) -> None:
-    """The launcher's life: become the user, then start commands until one starts
-    (rehearsals refused by exec, then the real one), reporting each."""
+    """The launcher's life: start commands until one starts (rehearsals refused by
+    exec, then the real one), reporting each. It becomes the user only for the real
+    one: until then no command of the user may signal it."""
     _procs.oom_score_adj(1000)
-    if user is not None:
-        os.setgroups([])
-        os.setregid(user[1], user[1])
-        os.setreuid(user[0], user[0])
     _procs.prctl(_procs.PR_SET_DUMPABLE, 0)
     while True:
         request, fds = _procs.recv_packet(sock)
         if request is None or len(fds) != 3:
             return
+        if user is not None and not request.get("rehearsal"):
+            os.setgroups([])
+            os.setregid(user[1], user[1])
+            os.setreuid(user[0], user[0])
+            _procs.prctl(_procs.PR_SET_DUMPABLE, 0)  # a change of user resets it
         try:
             proc = _procs.popen(request, fds)
         except OSError as exc:
