@@ -3,11 +3,12 @@ its kill.
 
 Two tiers. Every provider ends, with a command's timeout, a child that left the
 command's tree one way: a new session, a double fork's orphan, ``nohup``, closed stdio;
-and with a timeout, a cancellation or ``Process.kill()`` alike, a double fork's orphan in
-a session of its own, which neither a parent link nor a session leads back to. A
-provider with no pid namespace per command finds that orphan by a mark in its
-environment (:func:`provider_sdk.scripts.kill_command_argv`): the first tier is best
-effort there, since code inside can clear its own environment before it leaves.
+and with a timeout, a cancellation or ``Process.kill()`` alike (from this provider
+instance or another), a double fork's orphan in a session of its own, which neither a
+parent link nor a session leads back to. A provider with no pid namespace per command
+finds that orphan by a mark in its environment
+(:func:`provider_sdk.scripts.kill_command_argv`): the first tier is best effort there,
+since code inside can clear its own environment before it leaves.
 ``exec.contained`` promises the rest: a child that cleared its environment or took
 every way out at once, another user's daemon, a command that stops or kills what
 contains it, a detached child holding the command's output, and the same after a
@@ -30,6 +31,7 @@ import pytest
 
 from provider_sdk.capabilities import Capability
 from provider_sdk.errors import CommandTimeout
+from provider_sdk.provider import SandboxProvider
 from provider_sdk.sandbox import Process, Sandbox
 from provider_sdk_contract.base import ContractBase
 from provider_sdk_contract.markers import requires
@@ -114,11 +116,13 @@ class HostileEscapeContract(ContractBase):
                 tg.cancel_scope.cancel()
         await _all_gone(sandbox, marker, f"after the exec was cancelled ({escape})")
 
-    async def _kill_leaves_nothing(self, sandbox: Sandbox, process: Process,
-                                   marker: str) -> None:
+    async def _kill_leaves_nothing(self, sandbox: Sandbox, process: Process, marker: str,
+                                   *, killer: Process | None = None) -> None:
+        """``Process.kill()`` (of ``killer``, another handle of the process, if given)
+        ends every marked process, and ``process.wait()`` then returns."""
         await _started(sandbox, marker)
         with anyio.fail_after(GRACE):
-            await process.kill()
+            await (killer or process).kill()
         await _all_gone(sandbox, marker, "after Process.kill()")
         with anyio.fail_after(GRACE):
             result = await process.wait()
@@ -166,6 +170,17 @@ class HostileEscapeContract(ContractBase):
         marker = new_marker("esc-bg-orphan")
         process = await sandbox.start(escape_argv("new_session_orphan", marker))
         await self._kill_leaves_nothing(sandbox, process, marker)
+
+    @requires(Capability.PROCESS_BACKGROUND)
+    async def test_hostile_kill_through_a_second_provider_kills_an_orphan_in_a_new_session(
+            self, sandbox: Sandbox, second_provider: SandboxProvider) -> None:
+        """Another provider instance, which did not start the process and holds nothing
+        of it but its pid, kills it and the orphan it left in a session of its own; the
+        starter's ``wait()`` then returns."""
+        marker = new_marker("esc-other-orphan")
+        process = await sandbox.start(escape_argv("new_session_orphan", marker))
+        theirs = (await second_provider.connect(sandbox.id)).process(process.pid)
+        await self._kill_leaves_nothing(sandbox, process, marker, killer=theirs)
 
     @requires(Capability.EXEC_CONTAINED)
     async def test_hostile_timeout_kills_a_fully_detached_daemon(

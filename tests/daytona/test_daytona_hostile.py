@@ -13,8 +13,6 @@ import anyio
 import pytest
 from daytona_emulator_fixtures import admin, provider_options
 from process_trees import TREE, sleepers, until_started
-from provider_sdk_contract.hostile_escapes import escape_script
-from provider_sdk_contract.support import eventually, new_marker, none_marked
 from provider_sdk_daytona.provider import DaytonaProvider
 
 from provider_sdk import errors
@@ -58,29 +56,6 @@ async def test_killing_a_process_kills_its_whole_tree(sandbox: Sandbox) -> None:
         result = await process.wait()
     assert result.exit_code == -9
     assert await sleepers(sandbox) == []
-
-
-async def test_a_kill_through_another_provider_ends_an_orphan_in_a_new_session(
-        sandbox: Sandbox) -> None:
-    """A provider that did not start a process finds its token, which marks its tree,
-    from the pid: its kill ends the double fork's orphan that left for a session of its
-    own."""
-    marker = new_marker("other-provider")
-    process = await sandbox.start(["/bin/bash", "-c", escape_script("new_session_orphan"),
-                                   "psdk-escape", marker])
-
-    async def up() -> bool:
-        return await sandbox.files.exists(f"/tmp/{marker}.up")
-
-    async def gone() -> bool:
-        return await none_marked(sandbox, marker)
-
-    await eventually(up, what="the orphan running", timeout=30)
-    async with DaytonaProvider(**provider_options()) as other:
-        theirs = await other.connect(sandbox.id)
-        with anyio.fail_after(60):
-            await theirs.process(process.pid).kill()
-    await eventually(gone, what=f"no process marked {marker} alive", timeout=10)
 
 
 async def test_a_toolbox_that_stops_answering_ends_in_a_typed_error() -> None:

@@ -74,26 +74,15 @@ def _commands(provider: DockerProvider) -> DockerCommands:
 
 async def _procs(sandbox: Sandbox) -> list[str]:
     """Every process's command line; a listing that could not run fails the test."""
-    listing = await _listing(sandbox)
-    assert listing is not None, "could not list the sandbox's processes"
-    return listing
-
-
-async def _listing(sandbox: Sandbox) -> list[str] | None:
     with anyio.move_on_after(GRACE):
         result = await sandbox.exec(["/bin/sh", "-c", LIST_PROCS], user="0")
         if result.ok and not result.stderr:
             return [line for line in result.stdout.splitlines() if line.strip()]
-    return None
+    pytest.fail("could not list the sandbox's processes")
 
 
 async def _running(sandbox: Sandbox, text: str) -> bool:
     return any(text in p for p in await _procs(sandbox))
-
-
-async def _few_procs(sandbox: Sandbox) -> bool:
-    listing = await _listing(sandbox)
-    return listing is not None and len(listing) <= 6
 
 
 async def _eventually(check: Callable[[], Awaitable[bool]]) -> bool:
@@ -145,14 +134,6 @@ async def test_a_cancelled_flood_returns(sandbox: Sandbox) -> None:
     assert not [p for p in await _procs(sandbox) if p.startswith("yes")]
 
 
-async def test_a_timeout_kills_detached_children_of_any_user(sandbox: Sandbox) -> None:
-    await _timed_out(sandbox, "setsid sh -c '(sleep 661 &) ; exit 0'; "
-                              "env -i PSDK_TREE= /bin/sleep 662 & sleep 663",
-                     timeout=1.5, user="nobody")
-    left = [p for p in await _procs(sandbox) if p.startswith("sleep 66") or "sleep 66" in p]
-    assert left == []
-
-
 async def test_the_kill_does_not_use_the_images_tools(sandbox: Sandbox) -> None:
     # Tools the old kill ran inside the container, replaced by code that does nothing.
     await sandbox.exec("cp /bin/true /usr/bin/tr && cp /bin/true /usr/bin/cat", user="0")
@@ -161,13 +142,6 @@ async def test_the_kill_does_not_use_the_images_tools(sandbox: Sandbox) -> None:
                                  "for p in /proc/[0-9]*; do read -r c < $p/comm; "
                                  "echo $c; done"])
     assert result.stdout.split().count("sleep") == 1  # the keep-alive's only
-
-
-async def test_a_fork_bomb_dies_at_its_timeout(sandbox: Sandbox) -> None:
-    # It fills the pids cgroup and keeps it full: nothing more can fork inside.
-    await _timed_out(sandbox, "while :; do sleep 700 & done", timeout=2)
-    # Left: init, the keep-alive, its sleep, and the listing's own processes.
-    assert await _eventually(lambda: _few_procs(sandbox)), await _listing(sandbox)
 
 
 async def test_kill_reaches_a_background_process_of_another_user(sandbox: Sandbox) -> None:
