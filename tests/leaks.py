@@ -17,7 +17,8 @@ The Docker Engine and the cgroup tree are shared with every other process on the
 machine, so what appeared is this run's only where it can tell: a cgroup whose home tag
 belongs to a psdk home under this run's base temporary directory is this run's. For the
 rest, a background thread looks, every second, for another test run or ``psdk`` on the
-machine (a process running pytest, nox or psdk outside this run's process tree): if it
+machine (a process running pytest, nox or psdk outside this run's process tree, or one
+such a process started, as the other workers of the run that started this one): if it
 saw none, everything that appeared is this run's and fails it; if it saw one, what
 cannot be told apart is reported as a warning instead, never as a failure of this run.
 """
@@ -102,23 +103,42 @@ def _home_tags(base: Path) -> set[str]:
 
 def foreign_runs(root: int) -> list[str]:
     """Test runs and ``psdk`` commands on this machine outside ``root``'s process tree
-    (neither below ``root`` nor one of the processes that started it)."""
-    found = []
-    above = _ancestors(root)
+    (neither below ``root`` nor one of the processes that started it), and what such a
+    run started: a pytest-xdist worker of the run that started ``root``, beside the one
+    ``root`` runs in, is another run to it."""
+    parents: dict[int, int] = {}
+    watched: dict[int, str] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == root or int(entry.name) in above:
+        if not entry.name.isdigit():
             continue
+        pid = int(entry.name)
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
+            parents[pid] = _parent(pid)
         except OSError:
             continue
         words = [Path(w.decode(errors="replace")).name for w in argv if w]
-        if not any(w in _WATCHED or w.startswith("pytest") for w in words[:3]) and \
-                "provider_sdk.cli" not in words[:3]:
+        if any(w in _WATCHED or w.startswith("pytest") for w in words[:3]) or \
+                "provider_sdk.cli" in words[:3]:
+            watched[pid] = f"{pid} {' '.join(words[:4])}"
+    above = _ancestors(root)
+    found = []
+    for pid in parents:
+        if pid == root or pid in above:
             continue
-        if not _descends_from(int(entry.name), root):
-            found.append(f"{entry.name} {' '.join(words[:4])}")
+        line = next((watched[p] for p in _lineage(pid, parents) if p in watched), None)
+        if line is not None and root not in _lineage(pid, parents):
+            found.append(line if pid in watched else f"{pid}, started by {line}")
     return found
+
+
+def _lineage(pid: int, parents: dict[int, int]) -> list[int]:
+    """``pid`` and the processes that started it, nearest first."""
+    chain = []
+    while pid > 1 and pid not in chain:
+        chain.append(pid)
+        pid = parents.get(pid, 0)
+    return chain
 
 
 def _parent(pid: int) -> int:
@@ -135,14 +155,6 @@ def _ancestors(pid: int) -> set[int]:
     while (pid := _parent(pid)) > 1:
         found.add(pid)
     return found
-
-
-def _descends_from(pid: int, root: int) -> bool:
-    while pid > 1:
-        if pid == root:
-            return True
-        pid = _parent(pid)
-    return False
 
 
 class _Watch:
