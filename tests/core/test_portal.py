@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import anyio
@@ -118,9 +117,11 @@ def test_an_interrupt_while_the_work_is_handed_over_still_waits_for_its_cleanup(
 
 def test_work_cancelled_before_it_began_never_runs_and_is_settled(portal: Portal) -> None:
     began = threading.Event()
+    cancelled = threading.Event()
 
     async def block() -> None:
-        time.sleep(0.3)  # noqa: ASYNC251 - holds the loop, so the next work cannot begin
+        # Holds the loop until the work is cancelled, so that it cannot begin before.
+        cancelled.wait(GRACE)
 
     async def mark() -> None:
         began.set()
@@ -128,6 +129,7 @@ def test_work_cancelled_before_it_began_never_runs_and_is_settled(portal: Portal
     portal.spawn(block)
     work = portal._submit(mark)
     assert work.future.cancel()
+    cancelled.set()
     assert work.settled.wait(GRACE)
     portal.call(_thread_name)  # the loop has run everything handed to it by now
     assert not began.is_set()
