@@ -85,9 +85,13 @@ class _Channel:
                 result.append(await io())
                 tg.cancel_scope.cancel()
         except BaseException as exc:
-            # The I/O's or the check's error, not the group of one the watch's task
-            # group makes of it (a BaseExceptionGroup on trio).
+            # The I/O's or the check's error, not the group the watch's task group makes
+            # of it (a BaseExceptionGroup on trio); when both failed at once (a dead
+            # agent's socket ends as the check sees it die), the check's, which says why.
             inner = _single(exc)
+            if inner is exc:
+                inner = next((e for e in getattr(exc, "exceptions", ())
+                              if isinstance(e, AgentTrouble)), exc)
             if inner is exc:
                 raise
             raise inner from None
