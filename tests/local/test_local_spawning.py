@@ -303,3 +303,32 @@ def test_a_command_after_a_pause_goes_straight_to_the_spare_the_agent_holds() ->
     said = _in_a_child(_spares_go_to_the_agent, GRACE + 4 * PAUSE)
     assert said == repr([(True, b"spare\n"), (True, b"forked\n"),
                          (True, b"after a lost spare\n"), (True, b"without a spawner\n")])
+
+
+# Stops every process it may signal, again and again: each process of the sandbox user
+# but itself, a launcher from the moment it becomes the user, a command before its exec.
+STOPPER = textwrap.dedent("""\
+    import os
+    while True:
+        try:
+            os.kill(-1, 19)
+        except OSError:
+            pass
+    """)
+
+
+@pytest.mark.parametrize("after_pause", [True, False], ids=["launched", "direct"])
+async def test_a_process_that_stops_every_process_of_the_user_holds_no_exec_past_its_timeout(
+        isolated: LocalProvider, after_pause: bool) -> None:
+    """A background process that stops every process of the user in a loop catches the
+    next command before its exec (the launcher's child, or the supervisor's): that
+    exec still ends at its timeout, not at the agent's wait for a start."""
+    async with isolated.create() as sandbox:
+        await sandbox.start(["python3", "-c", STOPPER])
+        for _ in range(3):
+            if after_pause:
+                await anyio.sleep(PAUSE)
+            began = time.monotonic()
+            with anyio.fail_after(1 + GRACE), pytest.raises(CommandTimeout):
+                await sandbox.exec(["sleep", "30"], timeout=1)
+            assert time.monotonic() - began < 1 + GRACE
