@@ -201,8 +201,11 @@ class Agent(FileOps):
 
     # ---------------------------------------------------------------- process
 
-    def spawn(self, req: dict[str, Any], stdin: bool) -> _procs.Running:
-        """Start a command under a supervisor of its own (see ``_procs``)."""
+    def spawn(self, req: dict[str, Any], stdin: bool,
+              deadline: float | None = None) -> _procs.Running:
+        """Start a command under a supervisor of its own (see ``_procs``). A start not
+        reported by ``deadline`` (an exec's timeout) or within ``SPAWN_TIMEOUT`` fails,
+        and its supervisor's subtree is killed."""
         argv = req["argv"]
         env = {**self.env, **req.get("env", {})}
         cwd = self.path(req.get("cwd") or self.workdir)
@@ -228,16 +231,13 @@ class Agent(FileOps):
         finally:
             for fd in (in_r, out_w, err_w):
                 os.close(fd)
-        ctl.settimeout(_procs.SPAWN_TIMEOUT)  # a dead spawner must not hold the call
-        try:
-            reply, _ = _procs.recv_packet(ctl)
-        except OSError:
-            reply = None
-        ctl.settimeout(None)
+        reply, supervisor = start_report(ctl, deadline)
         if reply is None or "pid" not in reply:
             ctl.close()
             for fd in ours:
                 _procs.close_fd(fd)
+            if reply is None and supervisor:  # a start held up: nothing of it may run
+                _procs.kill_subtree(supervisor)
             failure = (reply or {}).get("error") or {"message": "the supervisor failed"}
             raise OpError("Spawn", f"{argv[0]}: {failure['message']}")
         run = _procs.Running(int(reply["pid"]), ctl, in_w if stdin else None, out_r, err_r)
@@ -258,17 +258,19 @@ class Agent(FileOps):
         return {"pid": os.getpid()}
 
     def op_exec(self, conn: Conn, req: dict[str, Any]) -> dict[str, Any]:
+        timeout = req.get("timeout")
+        deadline = time.monotonic() + float(timeout) if timeout else None
         try:
-            run = self.spawn(req, stdin=bool(req.get("stdin")))
+            run = self.spawn(req, stdin=bool(req.get("stdin")), deadline=deadline)
         except OpError as exc:
             if exc.kind != "Spawn":
                 raise
             if req.get("stdin"):
                 drain_client(conn)
+            if deadline is not None and time.monotonic() >= deadline:
+                return {"exit_code": -signal.SIGKILL, "timed_out": True}
             conn.send(b"E", f"psdk: {exc}\n".encode())
             return {"exit_code": 127, "timed_out": False}
-        timeout = req.get("timeout")
-        deadline = time.monotonic() + float(timeout) if timeout else None
         sel = selectors.DefaultSelector()
         sel.register(run.stdout, selectors.EVENT_READ, b"O")
         sel.register(run.stderr, selectors.EVENT_READ, b"E")
@@ -463,6 +465,33 @@ def tunnel_upstream(conn: Conn, sock: socket.socket) -> None:
         pass
     with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
+
+
+def start_report(ctl: socket.socket, deadline: float | None
+                 ) -> tuple[dict[str, Any] | None, int]:
+    """A supervisor's report of its command's start (``{"pid"}`` or ``{"error"}``), or
+    ``None`` if none came in time; and the supervisor's pid, once it has said it. Its
+    pid is waited for up to ``SPAWN_TIMEOUT`` (a dead spawner), even past ``deadline``
+    (an exec's timeout), so that a start held up is known by whom to kill; the start
+    only until ``deadline``."""
+    waits = time.monotonic() + _procs.SPAWN_TIMEOUT
+    supervisor = 0
+    try:
+        while True:
+            ends = waits if not supervisor or deadline is None else min(waits, deadline)
+            if (left := ends - time.monotonic()) <= 0:
+                return None, supervisor
+            ctl.settimeout(left)
+            reply, fds = _procs.recv_packet(ctl)
+            for fd in fds:
+                _procs.close_fd(fd)
+            if reply is None or "supervisor" not in reply or "pid" in reply:
+                return reply, supervisor
+            supervisor = int(reply["supervisor"])
+    except OSError:  # the wait ended (TimeoutError) or the socket did
+        return None, supervisor
+    finally:
+        ctl.settimeout(None)
 
 
 def conn_closed(sock: socket.socket) -> bool:

@@ -11,8 +11,9 @@ environment variable is trusted. Where the agent runs as the sandbox's root (see
 ``docs/local-provider.md``) spawner and supervisors stay root, so the command, which
 runs as the sandbox user, can neither signal nor trace them.
 
-A supervisor reports on its control socket (one JSON object per packet): ``{"pid"}``
-once the command runs (or ``{"error"}`` if it could not be started), ``{"exit"}`` when
+A supervisor reports on its control socket (one JSON object per packet): its own pid
+(``{"supervisor"}``) first, ``{"pid"}`` once the command runs (or ``{"error"}`` if it
+could not be started), ``{"exit"}`` when
 the command itself ends, ``{"done"}`` when its whole subtree is gone. On a ``kill``
 packet it SIGKILLs its subtree, repeatedly and without forking, until nothing is left.
 After a normal exit it keeps reaping the descendants the command left on purpose, and
@@ -167,6 +168,13 @@ def children_of() -> dict[int, list[int]]:
     return tree
 
 
+def kill_subtree(root: int) -> None:
+    """SIGKILL ``root`` and its descendants (a supervisor's whole subtree)."""
+    for pid in [root, *descendants(root)]:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def descendants(root: int) -> list[int]:
     tree = children_of()
     found, todo = [], list(tree.get(root, []))
@@ -186,6 +194,10 @@ def supervise(request: dict[str, Any], fds: list[int], user: tuple[int, int] | N
     the pid, or ``None`` to leave the start to the supervisor."""
     ctl = socket.socket(fileno=fds[3])
     prctl(PR_SET_CHILD_SUBREAPER, 1)
+    # First who to kill should the start never end: a process of the user may stop the
+    # command (or its launcher) before its exec, and the start then waits for ever.
+    with contextlib.suppress(OSError):
+        send_packet(ctl, {"supervisor": os.getpid()})
     try:
         pid = start(request, fds[:3]) if start is not None else None
         if pid is None:
@@ -354,9 +366,7 @@ class Running:
         What survives the sweep is reparented to the spawner, which kills it."""
         if self.gone or not self.supervisor:
             return
-        for pid in [self.supervisor, *descendants(self.supervisor)]:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+        kill_subtree(self.supervisor)
 
     def drain(self, send: Callable[[bytes, bytes], None]) -> None:
         """Send what is already in the output pipes, without waiting for more."""

@@ -264,6 +264,8 @@ def _run_through(spawner: _spawner.Spawner, argv: list[str]) -> tuple[object, by
         ctl.settimeout(2.0)
         try:
             reply: object = _procs.recv_packet(ctl)[0]
+            if isinstance(reply, dict) and set(reply) == {"supervisor"}:
+                reply = _procs.recv_packet(ctl)[0]  # its pid first, then the start's
         except TimeoutError:
             reply = "no answer"
         return reply, out.read() if isinstance(reply, dict) else b""
