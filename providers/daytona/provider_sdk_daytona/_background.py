@@ -98,10 +98,14 @@ class DaytonaProcesses:
         if found is not None:
             return found
         try:
-            token = (await self._read_all(sandbox_id, procs.map_path(pid))).decode().strip()
+            saved = await self._read_all(sandbox_id, procs.map_path(pid))
         except errors.FileNotFound:
+            saved = b""
+        # Code inside may have rewritten the map: only a token is taken for one.
+        token = saved.decode("ascii", "replace").strip()
+        if not procs.TOKEN.fullmatch(token):
             raise errors.ProcessNotFound(f"no background process {pid}", provider=self.name,
-                                         sandbox_id=sandbox_id) from None
+                                         sandbox_id=sandbox_id)
         session = await self._calls.toolbox(sandbox_id,
                                       lambda s: s.process.get_session(procs.session_id(token)))
         found = (token, session.commands[0].id)
@@ -164,5 +168,13 @@ class DaytonaProcesses:
         await self._run_quietly(sandbox_id, procs.close_stdin_script(token))
 
     async def kill(self, sandbox_id: str, pid: int) -> None:
-        token, _command = await self._process(sandbox_id, pid)
-        await self._run_quietly(sandbox_id, procs.kill_script(pid, token))
+        # A process another instance started is killed by its pid, and by the mark it
+        # was started with: not by its pid map, which code inside may remove or rewrite
+        # (to name another process's token).
+        found = self._calls.processes.get((sandbox_id, pid))
+        script = procs.kill_script(pid, found[0] if found is not None else None)
+        done = await self._calls.toolbox(sandbox_id, lambda s: s.process.exec(script, timeout=60),
+                                         wait=60 + self._calls.request_timeout)
+        if found is None and done.exit_code == scripts.NO_SUCH_PROCESS:
+            raise errors.ProcessNotFound(f"no process {pid}", provider=self.name,
+                                         sandbox_id=sandbox_id)

@@ -108,9 +108,14 @@ class Run:
         its mark) and, if ``cleanup``, removes its files."""
         p = self.prefix
         kill = scripts.kill_command('"$p"', self.token)
-        # head, not read: the sandbox could put an endless file where the pid was. With
-        # no pid (the wrapper never wrote it), what carries the mark is killed all the same.
-        script = f"p=$(head -c 32 {p}.pid); {kill}"
+        # The command may have put anything where the pid was: an endless file (head
+        # reads 32 bytes), a FIFO (whose open waits for a writer that never comes: it is
+        # not read, and `timeout` bounds a read that meets one anyway). With no pid,
+        # what carries the mark is killed all the same.
+        read = f"head -c 32 {p}.pid < /dev/null 2> /dev/null"
+        script = (f"p=; if [ -f {p}.pid ] && [ ! -p {p}.pid ]; then "
+                  f"if command -v timeout > /dev/null 2>&1; then p=$(timeout 2 {read}); "
+                  f"else p=$({read}); fi; fi; {kill}")
         return f"{script}; {self.cleanup_script()}" if cleanup else script
 
     def cleanup_script(self) -> str:

@@ -23,6 +23,7 @@ sandbox goes, so any reader can read the output again from the start.
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from provider_sdk import scripts
@@ -32,6 +33,20 @@ PREFIX = "/tmp/.psdk-proc-"
 PID_MAP = "/tmp/.psdk-pid-"
 CHUNK = 4 << 20
 """The most bytes of each stream one poll of a process's output downloads."""
+TOKEN = re.compile(r"[0-9a-f]{32}")
+"""A token as :func:`provider_sdk.scripts.new_mark` makes it: what is read back from a
+pid map (a file code inside may rewrite) is taken for one only if it is one."""
+
+# The mark process {pid} was started with, as the two halves the command kill takes ($a,
+# $b): from the environment it was exec'd with while it runs, else (it has ended, its
+# orphans may not have) from its pid map, if that is a regular file holding a token;
+# both empty when neither has one.
+_MARK_OF = ("m=$(tr '\\0' '\\n' < /proc/{pid}/environ 2>/dev/null | "
+            "sed -n 's/^PSDK_TREE=\\([0-9a-f]\\{{32\\}}\\)$/\\1/p' | head -n 1); "
+            "f={map}; if [ -z \"$m\" ] && [ -f \"$f\" ] && [ ! -p \"$f\" ]; then "
+            "m=$(head -c 32 \"$f\" < /dev/null 2>/dev/null); fi; "
+            "case $m in *[!0-9a-f]*) m=;; esac; [ ${{#m}} = 32 ] || m=; "
+            "a=${{m%????????????????}}; b=${{m#????????????????}}; ")
 
 
 def session_id(token: str) -> str:
@@ -104,11 +119,22 @@ def write_script(token: str, staged: str) -> str:
 
 
 def close_stdin_script(token: str) -> str:
-    """Tell the wrapper to close its end of the FIFO: the process sees end of file."""
-    return f'kill -USR1 "$(head -c 32 {PREFIX}{token}.wpid)"'
+    """Tell the wrapper to close its end of the FIFO: the process sees end of file.
+    Code inside may have rewritten the wrapper's pid file: only a pid read from a
+    regular file is signalled (``-1`` would be every process the daemon may signal)."""
+    f = f"{PREFIX}{token}.wpid"
+    return (f"w=; [ -f {f} ] && [ ! -p {f} ] && w=$(head -c 32 {f} < /dev/null); "
+            'case $w in ""|*[!0-9]*) exit 3;; esac; kill -USR1 "$w"')
 
 
-def kill_script(pid: int, token: str) -> str:
+def kill_script(pid: int, token: str | None) -> str:
     """Kill the process and its whole tree, then what carries its mark (the token: a
-    double fork's orphan in a session of its own); exit 3: no such process."""
-    return scripts.kill_command(int(pid), token)
+    double fork's orphan in a session of its own); exit 3: no such process. Without
+    ``token`` (the process was started by another provider instance) the mark is the
+    one the process was started with, read from its environment (or, once it has
+    ended, from its pid map): the process is killed by its pid whatever its map says."""
+    if token is not None:
+        return scripts.kill_command(int(pid), token)
+    return (_MARK_OF.format(pid=int(pid), map=map_path(int(pid)))
+            + f"/bin/sh -c {shlex.quote(scripts.KILL_COMMAND)} "
+            f'psdk-kill {int(pid)} "$a" "$b"')
