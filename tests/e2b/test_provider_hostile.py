@@ -6,6 +6,8 @@ error."""
 
 from __future__ import annotations
 
+import shlex
+import textwrap
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -42,6 +44,52 @@ async def test_a_timeout_kills_the_whole_tree(sandbox: Sandbox) -> None:
     with anyio.fail_after(30):
         while survivors := await sleepers(sandbox):
             pytest.fail(f"still alive after the timeout: {survivors}")
+
+
+# An orphan that keeps its environment, the mark included, but no pid for long: it
+# leaves the tree in a session of its own, then forks and lets its parent exit every
+# few milliseconds, writing its pid and its mark to $1 as it goes.
+HOPPER = textwrap.dedent("""\
+    import os, sys, time
+    beat = sys.argv[1]
+    if os.fork():
+        os._exit(0)
+    os.setsid()
+    last = 0.0
+    while True:
+        time.sleep(0.002)
+        if os.fork():
+            os._exit(0)
+        if time.monotonic() - last > 0.05:
+            last = time.monotonic()
+            with open(beat + ".new", "w") as f:
+                f.write(f"{os.getpid()} {os.environ.get('PSDK_TREE', '')}")
+            os.replace(beat + ".new", beat)
+    """)
+
+
+async def _beats(sandbox: Sandbox, beat: str) -> bool:
+    """Whether the hopper writing ``beat`` still runs (its file changes within 0.5 s)."""
+    before = await sandbox.files.read(beat)
+    await anyio.sleep(0.5)
+    return await sandbox.files.read(beat) != before
+
+
+async def test_a_timeout_ends_an_orphan_that_keeps_its_mark_but_not_its_pid(
+        sandbox: Sandbox) -> None:
+    """An orphan in a session of its own that keeps the command's mark in its
+    environment but changes its pid every few milliseconds dies with the timeout."""
+    beat = "/tmp/psdk-hopper.beat"
+    script = (f"python3 -c {shlex.quote(HOPPER)} {beat}; "
+              f"while [ ! -e {beat} ]; do sleep 0.05; done; sleep 300")
+    with anyio.fail_after(60), pytest.raises(errors.CommandTimeout):
+        await sandbox.exec(["/bin/bash", "-c", script], timeout=3)
+    _, _, mark = (await sandbox.files.read(beat)).decode().partition(" ")
+    assert mark, "the hopper lost its mark"
+    with anyio.move_on_after(10):
+        while await _beats(sandbox, beat):
+            pass
+    assert not await _beats(sandbox, beat), "the orphan outlived the timeout"
 
 
 async def test_killing_a_process_kills_its_whole_tree(sandbox: Sandbox) -> None:
