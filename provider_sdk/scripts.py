@@ -15,7 +15,8 @@ that drives a sandbox through a shell (E2B, Cube, Daytona; any other may use the
 - :data:`KILL_MARKED` kills every process whose environment carries a mark
   (:func:`mark_env`), for a backend that starts commands where no pid of theirs is known
   inside the sandbox (an Engine exec). It is cooperation, not containment: a process that
-  clears its environment is not found.
+  clears its environment is not found, nor one that changes its pid faster than a sweep
+  reads the environments it listed (it forks and lets its parent exit, again and again).
 - :data:`KILL_COMMAND` is the two in turn, how a provider with no pid namespace per
   command ends one (:func:`kill_command_argv`): the tree by the command's pid, then
   whatever carries the command's mark, a fresh :func:`new_mark` put in its environment
