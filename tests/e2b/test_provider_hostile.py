@@ -92,6 +92,22 @@ async def test_a_timeout_ends_an_orphan_that_keeps_its_mark_but_not_its_pid(
     assert not await _beats(sandbox, beat), "the orphan outlived the timeout"
 
 
+async def test_a_login_profile_written_inside_does_not_unmark_later_commands(
+        sandbox: Sandbox) -> None:
+    """A command that writes ``unset PSDK_TREE`` into the user's login profile (which
+    every later command's ``bash -l`` reads after envd set its mark) does not let a
+    later command's orphan in a session of its own outlive that command's timeout."""
+    await sandbox.exec(["bash", "-c", "echo 'unset PSDK_TREE' >> ~/.bash_profile"])
+    orphan = "( setsid bash -c 'exec -a psdk-unmarked sleep 300' & ); sleep 300"
+    with anyio.fail_after(60), pytest.raises(errors.CommandTimeout):
+        await sandbox.exec(["bash", "-c", orphan], timeout=2)
+    scan = ["sh", "-c", "ps -eo args | grep '^psdk-unmarke[d]'; true"]
+    with anyio.move_on_after(10):
+        while (await sandbox.exec(scan)).stdout:  # noqa: ASYNC110 - processes inside
+            await anyio.sleep(0.1)
+    assert (await sandbox.exec(scan)).stdout == "", "the orphan outlived the timeout"
+
+
 async def test_killing_a_process_kills_its_whole_tree(sandbox: Sandbox) -> None:
     process = await sandbox.start(["bash", "-c", TREE])
     await until_started(sandbox, 5)
