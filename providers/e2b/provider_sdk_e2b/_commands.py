@@ -80,10 +80,13 @@ class E2BCommands:
                             ) -> tuple[AsyncIterator[process_pb.StartResponse], int]:
         """Start ``command`` through envd; its event stream and pid. ``mark`` (see
         :func:`~provider_sdk.scripts.mark_env`) goes into its environment, after the
-        call's own, so the kill finds what left its tree."""
+        call's own, so the kill finds what left its tree: in envd's environment (where
+        another provider instance reads it back) and again in the call's, which is
+        restored after ``bash -l`` has read the user's login profile (a profile written
+        inside could unset it)."""
         marked = scripts.mark_env(mark) if mark is not None else {}
         envs = {**marked, _shell.CALL_ENV: scripts.export_script({**command.env, **marked})} \
-            if command.env else dict(marked)
+            if command.env or marked else {}
         request = process_pb.StartRequest(
             process=process_pb.ProcessConfig(
                 cmd="/bin/bash", args=["-l", "-c", _shell.command_text(command.argv)],
