@@ -75,6 +75,9 @@ async def _beats(sandbox: Sandbox, beat: str) -> bool:
     return await sandbox.files.read(beat) != before
 
 
+@pytest.mark.xfail(strict=True, reason="the marked kill lists /proc once: an orphan that "
+                   "keeps changing its pid escapes it (docs/e2b.md says so); "
+                   "exec.contained is the promise that holds")
 async def test_a_timeout_ends_an_orphan_that_keeps_its_mark_but_not_its_pid(
         sandbox: Sandbox) -> None:
     """An orphan in a session of its own that keeps the command's mark in its
