@@ -30,6 +30,13 @@ def _alive(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] not in "ZXx"
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def _marked(token: str) -> set[int]:
     """Live processes with ``token`` in their command line (how the test, not the script,
     tells its processes apart)."""
@@ -46,9 +53,13 @@ def _marked(token: str) -> set[int]:
     return found
 
 
-def _wait_for(token: str, count: int) -> set[int]:
+def _wait_for(token: str, count: int, *, sleeping: bool = False) -> set[int]:
+    """``count`` live processes with ``token`` in their command line (``sleeping``: ones
+    that run ``sleep TOKEN`` itself, not a shell on its way to start one)."""
     deadline = time.monotonic() + 20
-    while len(found := _marked(token)) < count:
+    exact = f"sleep\0{token}\0".encode()
+    while len(found := {pid for pid in _marked(token) if not sleeping
+                        or _cmdline(pid) == exact}) < count:
         if time.monotonic() > deadline:
             pytest.fail(f"only {len(found)} of {count} processes started")
         time.sleep(0.02)
@@ -188,7 +199,9 @@ def _orphan_tree(token: str, mark: str) -> tuple[subprocess.Popen[bytes], set[in
     root = subprocess.Popen(
         ["bash", "-c", f"(setsid sleep {token} &); exec sleep {token}"],
         env={**os.environ, **scripts.mark_env(mark)})
-    return root, _wait_for(token, 2)
+    # The command and the orphan, each running its sleep (the subshell between them, a
+    # bash with the token in its command line too, is gone by then).
+    return root, _wait_for(token, 2, sleeping=True)
 
 
 @pytest.mark.parametrize("shell", SHELLS)
