@@ -23,6 +23,7 @@ through its handle, as the template's code would be, and it attacks:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -92,17 +93,59 @@ async def _pool_ids(provider: LocalProvider) -> set[str]:
 
 
 async def _bombed(provider: LocalProvider, sandbox_id: str) -> None:
-    """Start :data:`FORK_BOMB` in a member; return once its pids limit is full."""
+    """Start :data:`FORK_BOMB` in a member; return once its pids limit is full, and
+    nothing but the bomb holds a slot it could free.
+
+    The member keeps a spare supervisor ready for its next command, with a launcher
+    that starts it: a launcher that cannot fork ends, and the slot it frees may go to
+    its supervisor's fork before the bomb takes it back, so a member bombed with its
+    spare ready answers its check now and then (rightly: the pool hands out a member
+    that answers). Here the member must not answer: the spare is killed from the host
+    and the bomb takes its slots too.
+    """
     await (await _member(provider, sandbox_id)).start(["/bin/sh", "-c", FORK_BOMB])
     pids = provider._shared.cgroup(sandbox_id).path("pids")
 
     def full() -> bool:
         return (pids / "pids.current").read_text() == (pids / "pids.max").read_text()
 
-    with anyio.fail_after(BOUND):
-        while not await anyio.to_thread.run_sync(full):  # noqa: ASYNC110
-            await anyio.sleep(0.1)  # polls the cgroup: there is no event to wait on
+    async def filled() -> None:
+        with anyio.fail_after(BOUND):
+            while not await anyio.to_thread.run_sync(full):  # noqa: ASYNC110
+                await anyio.sleep(0.1)  # polls the cgroup: there is no event to wait on
+
+    await filled()
     await anyio.sleep(0.5)  # the shell's loop has ended; python holds the slot it left
+    for pid in _spares(provider, sandbox_id):  # one, made with a slot the shell's loop left
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    await filled()
+    await anyio.sleep(0.5)
+    assert not _spares(provider, sandbox_id)  # the spawner makes none while full
+
+
+def _spares(provider: LocalProvider, sandbox_id: str) -> list[int]:
+    """The host pids of a member's spare supervisors and their launchers: a launcher
+    at rest is the only process with the agent's user and the raised OOM score that
+    commands get."""
+    launched = _launch.find_agent(_launched(provider, sandbox_id))
+    found = []
+    for pid in _launch.namespace_pids(launched):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            raised = Path(f"/proc/{pid}/oom_score_adj").read_text().strip() == "1000"
+        except OSError:
+            continue
+        fields = {k: v.split() for k, _, v in
+                  (line.partition(":") for line in status.splitlines())}
+        if raised and int(fields["Uid"][0]) == _uid(launched.agent_pid):
+            found += [pid, int(fields["PPid"][0])]
+    return found
+
+
+def _uid(pid: int | None) -> int:
+    assert pid is not None
+    return os.stat(f"/proc/{pid}").st_uid
 
 
 async def _gone(provider: LocalProvider, sandbox_id: str) -> None:
