@@ -20,7 +20,7 @@ from provider_sdk.commands import Command
 from provider_sdk.errors import SandboxError
 
 from ._box import NAME, PATH, WORKDIR, Box
-from ._procs import killpg
+from ._procs import END_GRACE, kill_inside, killpg
 
 BWRAP = "/usr/bin/bwrap"
 NSENTER = "/usr/bin/nsenter"
@@ -114,6 +114,9 @@ def stop(box: Box) -> None:
     """End every process of the sandbox and remove its root."""
     for pid, proc in box.procs.items():
         if proc.popen.poll() is None:
+            kill_inside(pid)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.popen.wait(END_GRACE)
             killpg(pid)  # the rest of its tree dies with the sandbox's init, below
         proc.popen.wait()
         if proc.popen.stdin is not None:

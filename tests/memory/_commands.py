@@ -22,7 +22,7 @@ from provider_sdk.sandbox import EmulatedShell, Sandbox, Shell
 
 from ._box import CHUNK, NAME, Box, Proc
 from ._bwrap import enter, environment
-from ._procs import kill_holders, kill_tree, killpg, spawn
+from ._procs import END_GRACE, kill_holders, kill_inside, killpg, spawn
 from ._store import Store
 
 
@@ -116,8 +116,10 @@ class MemoryCommands:
 
     async def kill_process(self, sandbox_id: str, pid: int) -> None:
         proc = self.store.proc(sandbox_id, pid)
-        await anyio.to_thread.run_sync(kill_tree, pid)
-        killpg(pid)
+        await anyio.to_thread.run_sync(kill_inside, pid)
+        with anyio.move_on_after(END_GRACE):
+            await anyio.to_thread.run_sync(proc.popen.wait)
+        killpg(pid)  # and whatever the tree kill missed, in its group
         await anyio.to_thread.run_sync(proc.popen.wait)
 
     # ----------------------------------------------------------------- shells
@@ -172,8 +174,10 @@ async def _run(box: Box, proc: anyio.abc.Process, command: Command,
     finally:
         with anyio.CancelScope(shield=True):
             if proc.returncode is None:
-                await anyio.to_thread.run_sync(kill_tree, proc.pid)
-                killpg(proc.pid)  # and, whatever the tree kill missed, its group
+                await anyio.to_thread.run_sync(kill_inside, proc.pid)
+                with anyio.move_on_after(END_GRACE):
+                    await proc.wait()
+                killpg(proc.pid)  # and whatever the tree kill missed, in its group
             if not ended:
                 held = {os.fstat(read).st_ino for read, _write in pipes}
                 await anyio.to_thread.run_sync(kill_holders, box, held)

@@ -16,6 +16,10 @@ from provider_sdk import scripts
 
 from ._box import Box
 
+END_GRACE = 5.0
+"""Seconds ``nsenter`` is given to exit by itself once what it ran inside was killed
+(:func:`kill_inside`), before it is killed too."""
+
 
 def members(box: Box) -> Iterator[str]:
     """The host pids (as /proc entries) of the sandbox's processes."""
@@ -104,6 +108,30 @@ def kill_holders(box: Box, pipes: set[int]) -> None:
             if any(os.readlink(f"/proc/{pid}/fd/{fd}") in links
                    for fd in os.listdir(f"/proc/{pid}/fd")):
                 kill_tree(int(pid))
+
+
+def kill_inside(pid: int) -> None:
+    """Kill what runs inside the sandbox for the command whose host process (``nsenter``)
+    is ``pid``: the trees of its children there. ``nsenter`` then reaps its child and
+    exits by itself (it stops itself when its child stops, as the tree kill stops it
+    first: it is woken). Killed first, it would leave that child a zombie of the host's
+    init, reaped whenever that init gets to it, and the sandbox's end waits for every
+    process of its namespace to be reaped."""
+    for child in _children(pid):
+        kill_tree(child)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGCONT)
+
+
+def _children(pid: int) -> list[int]:
+    """The pids of ``pid``'s children."""
+    found = []
+    for name in os.listdir("/proc"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if name.isdigit() and int(Path(f"/proc/{name}/stat").read_text()
+                                      .rpartition(")")[2].split()[1]) == pid:
+                found.append(int(name))
+    return found
 
 
 def kill_tree(pid: int) -> None:
