@@ -100,6 +100,19 @@ def default_ref() -> str:
     return git("rev-parse", "HEAD~1") if base == git("rev-parse", "HEAD") else base
 
 
+NOT_MEASURED = (":!tests", ":!docs", ":!mutation", ":!.ci", ":!*.md", ":!noxfile.py")
+"""What the benchmarks do not run: a change there alone leaves nothing to compare."""
+
+
+def measured_changes(ref: str) -> bool:
+    """Whether the working tree differs from ``ref`` in what the benchmarks run (the
+    packages, the emulators, the benchmarks themselves, the projects' metadata)."""
+    changed = subprocess.run(["git", "diff", "--quiet", ref, "--", ".", *NOT_MEASURED],
+                             cwd=ROOT, check=False, capture_output=True)
+    untracked = git("ls-files", "--others", "--exclude-standard", "--", ".", *NOT_MEASURED)
+    return changed.returncode != 0 or bool(untracked)
+
+
 def export(ref: str, into: Path) -> None:
     """The tree of ``ref``, written under ``into``."""
     archive = subprocess.run(["git", "archive", "--format=tar", ref], cwd=ROOT,
@@ -174,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--confirm", type=int, default=2, help="runs more of a script "
                         "with a line past --fail-over, on each side, before it fails "
                         "(default 2)")
+    parser.add_argument("--if-changed", action="store_true", help="run nothing when the "
+                        "working tree changes nothing the benchmarks run since the ref "
+                        "(only tests, docs, Markdown, mutation results or CI files)")
     args = parser.parse_args(argv)
     if args.repeat < 1 or args.rounds < 1 or args.confirm < 0:
         parser.error("--repeat and --rounds must be at least 1, --confirm at least 0")
@@ -181,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
         ref = git("rev-parse", "--verify", f"{args.ref or default_ref()}^{{commit}}")
     except subprocess.CalledProcessError as exc:
         parser.error(f"not a commit here: {args.ref}: {exc.stderr.strip()}")
+    if args.if_changed and not measured_changes(ref):
+        print(f"bench/compare.py: nothing the benchmarks run changed since {ref[:12]}: "
+              "no comparison")
+        return 0
     wanted = args.scripts.split(",") if args.scripts else scripts_of(ROOT)
     unknown = sorted(set(wanted) - set(scripts_of(ROOT)))
     if unknown:

@@ -110,3 +110,28 @@ def test_a_line_past_the_limit_once_is_run_again_before_it_fails(
                           cwd=repo, capture_output=True, text=True, timeout=120,
                           check=False)
     assert done.returncode == status, done.stdout + done.stderr
+
+
+def test_with_if_changed_a_change_to_tests_and_docs_alone_compares_nothing(
+        repo: Path) -> None:
+    for path in ("tests/test_x.py", "docs/x.md", "README.md"):
+        (repo / path).parent.mkdir(exist_ok=True)
+        (repo / path).write_text("changed\n")
+    done = _compare(repo, "--if-changed", "--fail-over", "0.5")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "nothing the benchmarks run changed since" in done.stdout
+    assert "run.exec" not in done.stdout
+
+
+def test_with_if_changed_an_edit_to_what_runs_is_compared(repo: Path) -> None:
+    (repo / "speed.txt").write_text("4.0")
+    done = _compare(repo, "--if-changed", "--fail-over", "0.5")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert _row(done.stdout, "run.exec")[3] == "+100.0%"
+
+
+def test_with_if_changed_a_new_file_of_what_runs_is_compared(repo: Path) -> None:
+    (repo / "module.py").write_text("x = 1\n")  # untracked, beside the package
+    done = _compare(repo, "--if-changed")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _row(done.stdout, "run.exec")[3] == "+0.0%"  # compared, not skipped
