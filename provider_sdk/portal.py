@@ -219,7 +219,7 @@ class Portal:
                 work.settled.set()
                 return
             work.begun = True
-            task = loop.create_task(_await(func))
+            task = loop.create_task(_await(func, work.future))
             self._tasks.add(task)
             work.future.add_done_callback(
                 lambda future: loop.call_soon_threadsafe(task.cancel)
@@ -317,7 +317,12 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
-async def _await(func: Callable[[], Awaitable[T]]) -> T:
+async def _await(func: Callable[[], Awaitable[T]],
+                 future: concurrent.futures.Future[T]) -> T:
+    # A cancel that lands between the hand-over and this first step of the task reaches
+    # the task only after this step (through the loop's queue): the work must not begin.
+    if future.cancelled():
+        raise asyncio.CancelledError
     # The work runs in a copy of its caller's context (its log fields and trace span go
     # with it), but in this loop: a trio caller's mark must not make it look like trio.
     if _LIBRARY is not None:

@@ -135,6 +135,29 @@ def test_work_cancelled_before_it_began_never_runs_and_is_settled(portal: Portal
     assert not began.is_set()
 
 
+def test_work_cancelled_as_it_begins_never_runs(portal: Portal) -> None:
+    """The cancel lands after the loop made the work's task and before the task's
+    first step (a callback queued behind the hand-over cancels it): the work's body
+    still never runs."""
+    began = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        release.wait(GRACE)  # holds the loop while the hand-over and the cancel queue
+
+    async def mark() -> None:
+        began.set()
+
+    portal._loop.call_soon_threadsafe(hold)
+    work = portal._submit(mark)  # queues the hand-over, which makes the task
+    portal._loop.call_soon_threadsafe(work.future.cancel)  # runs before the task starts
+    release.set()
+    assert work.settled.wait(GRACE)
+    portal.call(_thread_name)  # the loop has run everything handed to it by now
+    assert work.future.cancelled()
+    assert not began.is_set()
+
+
 def test_close_cancels_work_still_running(portal: Portal) -> None:
     work = _Work()
     future = portal.spawn(work)
