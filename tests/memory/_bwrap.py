@@ -114,9 +114,9 @@ def stop(box: Box) -> None:
     """End every process of the sandbox and remove its root."""
     for pid, proc in box.procs.items():
         if proc.popen.poll() is None:
-            kill_inside(pid)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.popen.wait(END_GRACE)
+            if kill_inside(pid):
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.popen.wait(END_GRACE)
             killpg(pid)  # the rest of its tree dies with the sandbox's init, below
         proc.popen.wait()
         if proc.popen.stdin is not None:

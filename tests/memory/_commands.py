@@ -116,9 +116,10 @@ class MemoryCommands:
 
     async def kill_process(self, sandbox_id: str, pid: int) -> None:
         proc = self.store.proc(sandbox_id, pid)
-        await anyio.to_thread.run_sync(kill_inside, pid)
-        with anyio.move_on_after(END_GRACE):
-            await anyio.to_thread.run_sync(proc.popen.wait)
+        if await anyio.to_thread.run_sync(kill_inside, pid):
+            with anyio.move_on_after(END_GRACE):
+                while proc.popen.poll() is None:  # noqa: ASYNC110 (no event to wait on)
+                    await anyio.sleep(0.01)
         killpg(pid)  # and whatever the tree kill missed, in its group
         await anyio.to_thread.run_sync(proc.popen.wait)
 
@@ -174,9 +175,9 @@ async def _run(box: Box, proc: anyio.abc.Process, command: Command,
     finally:
         with anyio.CancelScope(shield=True):
             if proc.returncode is None:
-                await anyio.to_thread.run_sync(kill_inside, proc.pid)
-                with anyio.move_on_after(END_GRACE):
-                    await proc.wait()
+                if await anyio.to_thread.run_sync(kill_inside, proc.pid):
+                    with anyio.move_on_after(END_GRACE):
+                        await proc.wait()
                 killpg(proc.pid)  # and whatever the tree kill missed, in its group
             if not ended:
                 held = {os.fstat(read).st_ino for read, _write in pipes}

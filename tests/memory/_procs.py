@@ -110,17 +110,20 @@ def kill_holders(box: Box, pipes: set[int]) -> None:
                 kill_tree(int(pid))
 
 
-def kill_inside(pid: int) -> None:
+def kill_inside(pid: int) -> bool:
     """Kill what runs inside the sandbox for the command whose host process (``nsenter``)
     is ``pid``: the trees of its children there. ``nsenter`` then reaps its child and
     exits by itself (it stops itself when its child stops, as the tree kill stops it
     first: it is woken). Killed first, it would leave that child a zombie of the host's
     init, reaped whenever that init gets to it, and the sandbox's end waits for every
-    process of its namespace to be reaped."""
-    for child in _children(pid):
+    process of its namespace to be reaped. Whether it had a child there (one that has
+    none yet is still entering the sandbox: it will not exit by itself)."""
+    children = _children(pid)
+    for child in children:
         kill_tree(child)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGCONT)
+    return bool(children)
 
 
 def _children(pid: int) -> list[int]:
