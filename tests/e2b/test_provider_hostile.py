@@ -111,6 +111,38 @@ async def test_a_login_profile_written_inside_does_not_unmark_later_commands(
     assert (await sandbox.exec(scan)).stdout == "", "the orphan outlived the timeout"
 
 
+# Login profiles that take the mark away from every later command in ways an `unset`
+# after them does not undo: bash reads them in the command's own shell, before its text
+# runs, so what they define (functions shadowing builtins, disabled builtins, an exec of
+# the command without the mark) applies to that text.
+PROFILES = {
+    "eval shadowed": "eval() { builtin eval \"$@\"; builtin unset PSDK_TREE; }",
+    "builtins disabled": "unset PSDK_TREE; enable -n eval",
+    "command re-run": ('[ -n "${PSDK_TREE-}" ] && exec env -u PSDK_TREE -u __PSDK_ENV '
+                       '/bin/bash -c "$BASH_EXECUTION_STRING"'),
+}
+
+
+@pytest.mark.parametrize("profile", list(PROFILES))
+async def test_no_login_profile_written_inside_unmarks_later_commands(
+        sandbox: Sandbox, profile: str) -> None:
+    """Whatever a command writes into the user's login profile, a later command's
+    orphan in a session of its own does not outlive that command's timeout."""
+    line = shlex.quote(PROFILES[profile])
+    await sandbox.exec(["bash", "-c", f"echo {line} >> ~/.bash_profile"])
+    orphan = "( setsid bash -c 'exec -a psdk-unmarked sleep 300' & ); sleep 300"
+    with anyio.fail_after(60), pytest.raises(errors.CommandTimeout):
+        await sandbox.exec(["bash", "-c", orphan], timeout=2)
+    scan = ["sh", "-c", "ps -eo args | grep '^psdk-unmarke[d]'; true"]
+    with anyio.move_on_after(10):
+        while (await sandbox.exec(scan)).stdout:  # noqa: ASYNC110 - processes inside
+            await anyio.sleep(0.1)
+    assert (await sandbox.exec(scan)).stdout == "", "the orphan outlived the timeout"
+    home = await sandbox.exec(["sh", "-c", 'echo "$HOME"; getent passwd "$(id -u)"'])
+    said, entry = home.stdout.splitlines()
+    assert said == entry.split(":")[5], "a command lost its user's home"
+
+
 async def test_killing_a_process_kills_its_whole_tree(sandbox: Sandbox) -> None:
     process = await sandbox.start(["bash", "-c", TREE])
     await until_started(sandbox, 5)
