@@ -143,6 +143,27 @@ async def test_no_login_profile_written_inside_unmarks_later_commands(
     assert said == entry.split(":")[5], "a command lost its user's home"
 
 
+async def test_a_process_that_resumes_every_other_does_not_save_a_later_tree(
+        sandbox: Sandbox) -> None:
+    """A process left behind that sends ``SIGCONT`` to every process it may, again and
+    again, does not let a later command's children outlive its timeout: the tree kill
+    cannot see that command's tree all stopped, and a child born after its last look,
+    without the mark in its environment, was spared."""
+    resumer = await sandbox.start(["bash", "-c", "while :; do kill -CONT -1; done"])
+    spawner = ("while :; do env -i /bin/bash -c 'exec -a psdk-spared sleep 300' & "
+               "sleep 0.002; done")
+    try:
+        with anyio.fail_after(120), pytest.raises(errors.CommandTimeout):
+            await sandbox.exec(["bash", "-c", spawner], timeout=2)
+        scan = ["sh", "-c", "ps -eo args | grep '^psdk-spare[d]'; true"]
+        with anyio.move_on_after(10):
+            while (await sandbox.exec(scan)).stdout:  # noqa: ASYNC110 - processes inside
+                await anyio.sleep(0.1)
+        assert (await sandbox.exec(scan)).stdout == "", "children outlived the timeout"
+    finally:
+        await resumer.kill()
+
+
 async def test_killing_a_process_kills_its_whole_tree(sandbox: Sandbox) -> None:
     process = await sandbox.start(["bash", "-c", TREE])
     await until_started(sandbox, 5)
