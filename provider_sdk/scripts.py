@@ -70,12 +70,14 @@ while :; do
     if [ "$4" = "$p" ]; then
       case $lead in *" $p "*) ;; *) lead="$lead$p " more=1;; esac
     fi
-    case $1 in T|t) ;; *) more=1; kill -STOP "$p";; esac
+    if [ "$killed" = 1 ]; then kill -KILL "$p"
+    else case $1 in T|t) ;; *) more=1; kill -STOP "$p";; esac; fi
   done
   [ "$killed" = 1 ] && [ "$live" = 0 ] && return 0
   if [ "$more" = 0 ] || [ "$killed" = 1 ]; then kill -KILL $tree; killed=1; fi
   sweeps=$((sweeps + 1))
-  [ "$sweeps" -lt 200 ] || { kill -KILL $tree; return 0; }
+  [ "$sweeps" -lt 10 ] || killed=1
+  [ "$sweeps" -lt 200 ] || return 0
 done
 }
 """
@@ -91,8 +93,13 @@ although its parent chain is broken), and stopping each. Sweeps repeat until one
 nothing new and every member stopped, because a stop is delivered asynchronously and a
 member still running could fork after it was listed. Then every member is killed at
 once, and sweeps go on (killing again) until no member is alive; zombies count as dead.
-A member stuck in an uninterruptible wait cannot stop, so after 200 sweeps the tree is
-killed as it stands."""
+A member stuck in an uninterruptible wait cannot stop, nor one that another process of
+the user resumes (``SIGCONT``) again and again while the tree it runs grows: so after 10
+sweeps the tree is killed as it stands, and sweeps go on killing it, each member as
+soon as it is listed, what each finds new included (the children and session members
+born meanwhile, which may not carry the mark), until no member is alive, for 200 sweeps
+at most: waiting longer for a resumed tree to stop would let a tree that keeps forking
+outgrow the kill's time."""
 
 MARK_VAR = "PSDK_TREE"
 """The environment variable that marks a tree for :data:`KILL_MARKED`."""
