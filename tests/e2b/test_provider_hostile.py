@@ -123,6 +123,10 @@ PROFILES = {
 }
 
 
+@pytest.mark.xfail(strict=True, reason="bash -l reads the user's login profile in the "
+                   "command's own shell, as E2B's own SDK does (a PATH it sets is kept): "
+                   "a profile written inside can take the mark away from later commands "
+                   "(docs/e2b.md says so); exec.contained is the promise that holds")
 @pytest.mark.parametrize("profile", list(PROFILES))
 async def test_no_login_profile_written_inside_unmarks_later_commands(
         sandbox: Sandbox, profile: str) -> None:
