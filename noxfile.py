@@ -146,7 +146,7 @@ def bench(session: nox.Session) -> None:
         session.run("python", "bench/compare.py", *session.posargs[1:])
         return
     for script in sorted(Path("bench").glob("*.py")):
-        if script.stem != "compare":
+        if script.stem not in ("compare", "table"):  # tools, not benchmarks
             session.run("python", str(script), *session.posargs)
 
 
