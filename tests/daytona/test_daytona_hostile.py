@@ -149,6 +149,32 @@ async def test_a_pid_map_naming_another_process_does_not_turn_the_kill_on_it(
         await bystander.kill()
 
 
+async def test_a_live_process_without_its_mark_does_not_turn_the_kill_on_another(
+        sandbox: Sandbox) -> None:
+    """A background process that writes another process's token into its own pid map
+    and then runs on without its mark in its environment (exec'd without it) does not
+    get the other process killed when another provider instance kills it by pid: a
+    process that still runs is killed with the mark its environment holds, never with
+    what its map says (the map was read whenever the environment held no mark)."""
+    bystander = await sandbox.start(["sleep", "628"])
+    token = await _map_of(sandbox, bystander.pid)
+    script = (_ONCE_MAPPED + f"echo {token} > $f.new && mv $f.new $f; "
+              "exec env -u PSDK_TREE sleep 629")
+    process = await sandbox.start(["bash", "-c", script])
+    with anyio.fail_after(30):
+        while not await _sleeping(sandbox, "629"):  # noqa: ASYNC110 - processes inside
+            await anyio.sleep(0.05)
+    assert await _map_of(sandbox, process.pid) == token
+    try:
+        async with DaytonaProvider(**provider_options(), unavailable_window=5) as second:
+            await (await second.connect(sandbox.id)).process(process.pid).kill()
+        with anyio.fail_after(30):
+            assert (await process.wait()).exit_code == -9
+        assert await _sleeping(sandbox, "628"), "the kill ended another process"
+    finally:
+        await bystander.kill()
+
+
 async def test_a_pid_map_that_is_not_text_does_not_keep_a_second_provider_from_killing(
         sandbox: Sandbox) -> None:
     """A pid map that code inside filled with bytes that are not UTF-8 does not keep
