@@ -38,12 +38,16 @@ TOKEN = re.compile(r"[0-9a-f]{32}")
 pid map (a file code inside may rewrite) is taken for one only if it is one."""
 
 # The mark process {pid} was started with, as the two halves the command kill takes ($a,
-# $b): from the environment it was exec'd with while it runs, else (it has ended, its
-# orphans may not have) from its pid map, if that is a regular file holding a token;
-# both empty when neither has one.
+# $b): from the environment it was exec'd with while it runs, else, only once it has
+# ended (gone, or a zombie: its orphans may live on), from its pid map, if that is a
+# regular file holding a token; both empty when neither has one. A process that runs
+# without a mark in its environment is killed without one: its map, which it may have
+# rewritten, must not name another process's mark to kill.
 _MARK_OF = ("m=$(tr '\\0' '\\n' < /proc/{pid}/environ 2>/dev/null | "
             "sed -n 's/^PSDK_TREE=\\([0-9a-f]\\{{32\\}}\\)$/\\1/p' | head -n 1); "
-            "f={map}; if [ -z \"$m\" ] && [ -f \"$f\" ] && [ ! -p \"$f\" ]; then "
+            "s=$(cat /proc/{pid}/stat 2>/dev/null); s=${{s##*) }}; s=${{s%% *}}; "
+            "case $s in ''|Z|X|x) s=;; esac; "
+            "f={map}; if [ -z \"$m$s\" ] && [ -f \"$f\" ] && [ ! -p \"$f\" ]; then "
             "m=$(head -c 32 \"$f\" < /dev/null 2>/dev/null); fi; "
             "case $m in *[!0-9a-f]*) m=;; esac; [ ${{#m}} = 32 ] || m=; "
             "a=${{m%????????????????}}; b=${{m#????????????????}}; ")
