@@ -18,6 +18,7 @@ from engines import missing
 from local_fixtures import home, provider
 from psdk_fixtures import memory, unconfigured_structlog
 
+from manager.lookup_fakes import FaultyProvider, faulty_in
 from provider_sdk.manager import (
     BindingStore,
     MemoryStore,
@@ -36,6 +37,13 @@ POSTGRES_DSN = "PSDK_TEST_POSTGRES_DSN"
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture
+async def faulty(home: Path) -> AsyncIterator[FaultyProvider]:
+    """A local provider in ``home`` with faults a test adds (``lookup_fakes``)."""
+    async with faulty_in(home) as provider:
+        yield provider
 
 
 @pytest.fixture

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import anyio
 import pytest
@@ -19,7 +17,6 @@ from manager.lookup_fakes import (
     ScriptedStore,
     acquired_level,
     bound_sandbox,
-    faulty_in,
 )
 from provider_sdk.errors import (
     Conflict,
@@ -32,12 +29,6 @@ from provider_sdk.manager import OWNER_LABEL, Binding, SandboxManager
 from provider_sdk.models import SandboxState
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def faulty(home: Path) -> AsyncIterator[FaultyProvider]:
-    async with faulty_in(home) as provider:
-        yield provider
 
 
 # ---------------------------------------------------------------- level 2: probes

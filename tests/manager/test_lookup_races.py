@@ -5,9 +5,6 @@ behind: a use lease that needs no store, a pooled sandbox the reaper leaves alon
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import anyio
 import attrs
 import pytest
@@ -20,7 +17,6 @@ from manager.lookup_fakes import (
     acquired_level,
     bind_as_another,
     bound_sandbox,
-    faulty_in,
     two_sandboxes,
 )
 from provider_sdk.errors import Conflict
@@ -29,12 +25,6 @@ from provider_sdk.manager.reaper import reap
 from provider_sdk.models import SandboxState
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def faulty(home: Path) -> AsyncIterator[FaultyProvider]:
-    async with faulty_in(home) as provider:
-        yield provider
 
 
 # ------------------------------------------------- someone else binds meanwhile
