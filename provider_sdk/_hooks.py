@@ -237,10 +237,35 @@ class ProviderHooks:
             return await self._template_builder().list()
 
     async def delete_template(self, template_id: str) -> None:
-        """Delete a template; ``TemplateNotFound`` if unknown."""
+        """Delete a template, by its id or by its name: a name deletes every build of
+        that name this provider has. ``TemplateNotFound`` if there is none."""
         self.require(Capability.TEMPLATES_BUILD)
         async with span("template.delete", self.name):
-            await self._template_builder().delete(template_id)
+            builder = self._template_builder()
+            built = await builder.list()
+            if any(t.id == template_id for t in built):
+                await builder.delete(template_id)
+                return
+            named = [t.id for t in built if t.name == template_id]
+            if not named:  # the builder's own answer, for an id it knows but did not list
+                await builder.delete(template_id)
+            for found in named:
+                await builder.delete(found)
+
+    async def _template_id(self, template: str) -> str:
+        """The template ``SandboxSpec.template`` means: itself when it is the id of a
+        template this provider built, or when none is named so (an image or a template
+        the backend knows by itself); otherwise the newest build named ``template``."""
+        if Capability.TEMPLATES_BUILD not in self.capabilities:
+            return template
+        built = await self._template_builder().list()
+        if any(t.id == template for t in built):
+            return template
+        named = [t for t in built if t.name == template]
+        if not named:
+            return template
+        newest = max(named, key=lambda t: (t.created_at is not None, t.created_at or 0, t.id))
+        return newest.id
 
     async def aclose(self) -> None:
         """Release client resources (connections, threads). Safe to call twice."""

@@ -40,6 +40,7 @@ whose ``repr`` and ``str`` are masked.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -257,6 +258,9 @@ class FileTooLarge(QuotaExceeded):
 class TemplateBuildError(SandboxError):
     """Building a template failed.
 
+    The message, the step and the log tail are plain text: the terminal control
+    sequences builders colour their logs with are taken out.
+
     Attributes:
         step: the build step that failed (e.g. ``"parse"``, ``"build"``, ``"push"``).
         log_tail: the last lines of the build log.
@@ -264,9 +268,19 @@ class TemplateBuildError(SandboxError):
 
     def __init__(self, message: str, *, step: str, log_tail: str = "",
                  **kw: str | None) -> None:
-        super().__init__(f"{step}: {message}", **kw)
+        step = _plain_text(step)
+        super().__init__(f"{step}: {_plain_text(message)}", **kw)
         self.step = step
-        self.log_tail = log_tail
+        self.log_tail = _plain_text(log_tail)
+
+
+_TERMINAL_CODES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[0-~])")
+
+
+def _plain_text(text: str) -> str:
+    """``text`` without terminal control sequences (colours, cursor moves, titles): what
+    a builder's log says, readable in a file, a log line or an error message."""
+    return _TERMINAL_CODES.sub("", text)
 
 
 def attribute(exc: BaseException, provider: str, sandbox_id: str | None = None) -> None:

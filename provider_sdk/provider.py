@@ -106,6 +106,8 @@ class SandboxProvider(ProviderHooks):
     async def _create_sandbox(self, spec: SandboxSpec) -> Sandbox:
         self._check_spec(spec)
         async with span("create", self.name) as ev:
+            if spec.template is not None:
+                spec = attrs.evolve(spec, template=await self._template_id(spec.template))
             info = await self._create(spec)
             ev["sandbox_id"] = info.id
         return Sandbox(self, self._visible(info))

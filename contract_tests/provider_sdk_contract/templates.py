@@ -53,11 +53,49 @@ class TemplateContract(ContractBase):
     @requires(Capability.TEMPLATES_BUILD)
     async def test_failing_step_raises_template_build_error(self, factory: Factory) -> None:
         """A ``RUN`` that fails raises TemplateBuildError naming the step, with the log."""
-        spec = self._spec(factory, "RUN echo psdk-before-failure && exit 3\n")
+        spec = self._spec(factory, "RUN echo psdk-before-failure && echo psdk-on-stderr >&2"
+                                   " && exit 3\n")
         with pytest.raises(TemplateBuildError) as caught:
             await factory.template(spec)
         assert "RUN" in caught.value.step
         assert "psdk-before-failure" in caught.value.log_tail
+        # Plain text, whatever colours the builder's log had (Docker Engine's classic
+        # builder colours a step's stderr).
+        assert "\x1b" not in str(caught.value) + caught.value.step + caught.value.log_tail
+
+    @requires(Capability.TEMPLATES_BUILD)
+    async def test_a_template_answers_to_its_name(self, factory: Factory) -> None:
+        """``SandboxSpec(template=<name>)`` starts from the newest build of that name,
+        and ``list_templates`` shows each build under the name its spec gave."""
+        spec = self._spec(factory, "RUN echo first > /psdk-which\n")
+        first = await factory.template(spec)
+        second = await factory.template(
+            TemplateSpec(name=spec.name, dockerfile=f"FROM {self.template_base}\n"
+                                                    "RUN echo second > /psdk-which\n"))
+        assert second.id != first.id
+        named = {t.id for t in await factory.provider.list_templates() if t.name == spec.name}
+        assert {first.id, second.id} <= named
+        sandbox = await factory.sandbox(template=spec.name)
+        assert (await sandbox.files.read_text("/psdk-which")) == "second\n"
+        by_id = await factory.sandbox(template=first.id)
+        assert (await by_id.files.read_text("/psdk-which")) == "first\n"
+
+    @requires(Capability.TEMPLATES_BUILD)
+    async def test_a_template_is_deleted_by_its_name(self, factory: Factory) -> None:
+        """``delete_template(<name>)`` deletes every build of that name (and no other);
+        once none is left, it is TemplateNotFound."""
+        spec = self._spec(factory, f"RUN echo {new_marker('named')} > /psdk-named\n")
+        await factory.template(spec)
+        await factory.template(
+            TemplateSpec(name=spec.name, dockerfile=spec.dockerfile + "RUN true\n"))
+        other = await factory.template(
+            TemplateSpec(name=spec.name + "-other", dockerfile=spec.dockerfile))
+        await factory.provider.delete_template(spec.name)
+        listed = await factory.provider.list_templates()
+        assert spec.name not in [t.name for t in listed]
+        assert other.id in [t.id for t in listed]
+        with pytest.raises(TemplateNotFound):
+            await factory.provider.delete_template(spec.name)
 
     @requires(Capability.TEMPLATES_BUILD)
     async def test_deleted_template_is_gone(self, factory: Factory) -> None:

@@ -157,6 +157,16 @@ def test_template_build_error_names_the_step() -> None:
     assert (error.step, error.log_tail) == ("parse", "line 1")
 
 
+def test_template_build_error_is_plain_text() -> None:
+    """A builder's colours, cursor moves and window titles are taken out; the text
+    (brackets and backslashes of its own included) is kept."""
+    error = TemplateBuildError("\x1b[91mreturned a non-zero code: 3\x1b[0m",
+                               step="\x1b[1mRUN [x] exit 3\x1b[22m",
+                               log_tail="a\x1b[2Kb\x1b]0;title\x07c\x1b]2;t\x1b\\d \\e\x1b7")
+    assert str(error) == "RUN [x] exit 3: returned a non-zero code: 3"
+    assert (error.step, error.log_tail) == ("RUN [x] exit 3", "abcd \\e")
+
+
 def _translate(vendor: OSError) -> None:
     try:
         raise vendor

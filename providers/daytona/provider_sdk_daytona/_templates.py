@@ -30,6 +30,16 @@ def _name(spec: TemplateSpec, digest: str) -> str:
     return f"{spec.name}-{digest[:12]}"
 
 
+_BUILT = re.compile(r"^(.+)-[0-9a-f]{12}$")
+"""A snapshot name :func:`_name` made: the template's name, then its hash."""
+
+
+def _template_name(snapshot_name: str) -> str:
+    """The template name of a snapshot: its own name less the hash this builder adds."""
+    match = _BUILT.match(snapshot_name)
+    return match.group(1) if match else snapshot_name
+
+
 @contextlib.contextmanager
 def _translate() -> Iterator[None]:
     try:
@@ -99,8 +109,8 @@ class DaytonaTemplates:
         return convert.to_template(spec.name, digest, made)
 
     async def list(self) -> builtins.list[Template]:
-        return [convert.to_template(s.name, None, s) for s in await self._snapshots(None)
-                if not s.source_sandbox_id]
+        return [convert.to_template(_template_name(s.name), None, s)
+                for s in await self._snapshots(None) if not s.source_sandbox_id]
 
     async def delete(self, template_id: str) -> None:
         with _translate():
