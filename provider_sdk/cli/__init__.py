@@ -16,6 +16,8 @@
     psdk expose ID PORT [--provider P] [--json]
     psdk contract --provider P [--emulator [--backend B]] [-- PYTEST ARGS]
     psdk emulate NAME [--port P] [--backend B] [--api-key-file PATH] [--fault NAME=VALUE]...
+    psdk mcp [--provider P] [--http PORT [--token-file PATH]] [--owner NAME [--store URL]]
+             [--scope NAME] [--template T] [--output-limit BYTES] [--exec-timeout S]
     psdk reap [--provider P] [--store URL] [--older-than DURATION] [--dry-run] [--json]
     psdk template build PATH [--provider P] [--name N] [--registry HOST:PORT] [--force]
     psdk template ls [--provider P] [--json] | template rm ID...
@@ -29,7 +31,7 @@ for bugs only.
 SIGTERM and SIGHUP stop a command as Ctrl-C does: its task is cancelled, so ``run``'s
 sandbox is killed, ``cp`` leaves no partial file, ``exec``'s command is stopped,
 ``expose`` unexposes its port and ``emulate`` removes its sandboxes before the process exits.
-For the servers (``expose``, ``emulate``), which run until stopped, a stop is their
+For the servers (``expose``, ``emulate``, ``mcp``), which run until stopped, a stop is their
 normal end: they say what they stopped in one line and exit with 0.
 """
 
@@ -62,6 +64,7 @@ _ASYNC: dict[str, str] = {
     "demo": "provider_sdk.cli.demo:cmd_demo",
     "emulate": "provider_sdk.cli.emulate:cmd_emulate",
     "expose": "provider_sdk.cli.expose:cmd_expose",
+    "mcp": "provider_sdk.cli.mcp:cmd_mcp",
     "reap": "provider_sdk.cli.reap:cmd_reap",
     "template": "provider_sdk.cli.template:cmd_template",
 }
@@ -70,7 +73,7 @@ _BLOCKING: dict[str, str] = {"contract": "provider_sdk.cli.contract:cmd_contract
 #: Commands that never reach the library's events, so need no logging set up.
 _NO_LOGGING = frozenset({"providers"})
 #: Commands that serve until stopped: Ctrl-C, SIGTERM or SIGHUP is their normal end.
-_SERVERS = frozenset({"expose", "emulate"})
+_SERVERS = frozenset({"expose", "emulate", "mcp"})
 
 
 def _handler(path: str) -> Any:

@@ -21,34 +21,13 @@ import anyio
 
 from provider_sdk import emulators
 from provider_sdk.cli.console import Console
+from provider_sdk.cli.secret_file import read_secret_file
 from provider_sdk.config import Secret
-from provider_sdk.errors import ConfigError
 
 __all__ = ["KEY_SETTING", "api_key_from", "cmd_emulate", "options_from"]
 
 KEY_SETTING = "PSDK_EMULATOR_API_KEY"
 """The environment variable ``psdk emulate`` reads its API key from."""
-
-_MAX_KEY_FILE = 64 << 10
-
-
-def _read_key_file(path: str) -> Secret:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(_MAX_KEY_FILE + 1)
-    except OSError as exc:
-        raise ConfigError(f"--api-key-file {path}: cannot read it ({exc.strerror})") from None
-    if len(data) > _MAX_KEY_FILE:
-        raise ConfigError(f"--api-key-file {path}: larger than {_MAX_KEY_FILE} bytes; "
-                          "it should hold the key alone")
-    try:
-        key = data.decode().strip()
-    except UnicodeDecodeError:
-        raise ConfigError(f"--api-key-file {path}: not UTF-8 text") from None
-    if not key or "\n" in key:
-        raise ConfigError(f"--api-key-file {path}: it must hold the key alone, on one line")
-    return Secret(key)
-
 
 def api_key_from(args: argparse.Namespace) -> Secret | None:
     """The key given: ``--api-key``, ``--api-key-file``, then ``$PSDK_EMULATOR_API_KEY``;
@@ -60,7 +39,7 @@ def api_key_from(args: argparse.Namespace) -> Secret | None:
     if getattr(args, "api_key", None):
         return Secret(args.api_key)
     if getattr(args, "api_key_file", None):
-        return _read_key_file(args.api_key_file)
+        return read_secret_file(args.api_key_file, "--api-key-file")
     from_env = os.environ.get(KEY_SETTING, "").strip()
     return Secret(from_env) if from_env else None
 

@@ -284,6 +284,39 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
     p.add_argument("--fault", metavar="NAME=VALUE", type=_key_value, action="append",
                    default=[], help="inject a fault (repeatable; see the emulator's docs)")
 
+    p = add("mcp", "serve an MCP server over the provider's sandboxes: on stdio, or on "
+                   "127.0.0.1 with --http")
+    p.add_argument("--http", metavar="PORT", type=_port,
+                   help="serve streamable HTTP on 127.0.0.1:PORT (0: a free one) instead of "
+                        "stdio; every request needs the bearer token")
+    token = p.add_mutually_exclusive_group()
+    token.add_argument("--token-file", metavar="PATH",
+                       help="with --http: read the bearer token from this file (default: "
+                            "$PSDK_MCP_TOKEN, else one is generated and shown once)")
+    token.add_argument("--token", metavar="TOKEN",
+                       help="with --http: the bearer token, given on the command line: "
+                            "every local user can read it in ps; prefer --token-file or "
+                            "$PSDK_MCP_TOKEN")
+    p.add_argument("--owner", metavar="NAME",
+                   help="bind every session to this owner's resident sandbox (through the "
+                        "sandbox manager); no other sandbox is reachable")
+    p.add_argument("--store", metavar="URL",
+                   help="with --owner: the manager's binding store (default: "
+                        "$PSDK_MANAGER_STORE, then the default SQLite file)")
+    p.add_argument("--scope", metavar="NAME", default="default",
+                   help="without --owner: the scope whose sandboxes clients reach, those "
+                        "labelled psdk.mcp.scope=NAME (the server labels what it creates; "
+                        "default: default)")
+    p.add_argument("--template", metavar="T",
+                   help="template of the sandboxes it creates (a client may name another "
+                        "without --owner)")
+    p.add_argument("--output-limit", metavar="BYTES", type=int,
+                   help="most bytes of a command's stdout, of its stderr, and of a file read "
+                        "that one result holds (default: the provider's, 16 MiB)")
+    p.add_argument("--exec-timeout", metavar="S", type=_seconds, default=300.0,
+                   help="a command's timeout when the client gives none, and the longest it "
+                        "may ask for (default: 300)")
+
     p = add("reap", "kill owner-tagged sandboxes that no manager binding holds, free "
                     "members of warm pools nobody runs once past their age, and remove "
                     "broken records")

@@ -1,0 +1,133 @@
+"""``psdk mcp``: an MCP server over the configured provider, on stdio or streamable HTTP.
+
+On stdio (the default) an MCP host starts it and talks over its standard input and
+output; nothing else is written to stdout. With ``--http PORT`` it serves
+``http://127.0.0.1:PORT/mcp`` and every request must bear the token: ``--token-file
+PATH`` (or ``--token``, readable by every local user in ``ps``), else
+``$PSDK_MCP_TOKEN``, else one generated and printed on stderr once. The token is never
+logged.
+
+What a client reaches (see :mod:`provider_sdk.mcp.reach`): with ``--owner NAME``, only
+that owner's resident sandbox, through a sandbox manager on ``--store`` (default:
+``$PSDK_MANAGER_STORE``, then the default SQLite file); without it, only the sandboxes
+labelled with the server's scope (``--scope``, default ``default``), those it creates
+among them. Ctrl-C, SIGTERM or SIGHUP stops it with status 0; the sandboxes stay.
+
+The server is built on the ``mcp`` package, an optional extra of the distribution:
+without it the command says what to install and exits with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import secrets
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from provider_sdk.cli.console import CliError, Console
+from provider_sdk.cli.secret_file import read_secret_file
+from provider_sdk.errors import ConfigError
+from provider_sdk.secret import Secret
+
+if TYPE_CHECKING:
+    from provider_sdk.mcp.reach import Reach
+    from provider_sdk.provider import SandboxProvider
+
+__all__ = ["TOKEN_SETTING", "cmd_mcp", "token_from"]
+
+TOKEN_SETTING = "PSDK_MCP_TOKEN"
+"""The environment variable ``psdk mcp --http`` reads its bearer token from."""
+_INSTALL = ("psdk mcp needs the 'mcp' package, an optional extra: "
+            "pip install 'sandbox-provider-sdk[mcp]'")
+
+
+def _require_mcp() -> None:
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        raise CliError(_INSTALL) from None
+
+
+def token_from(args: argparse.Namespace) -> tuple[Secret, bool]:
+    """The bearer token for ``--http``, and whether it was generated here.
+
+    Raises:
+        ConfigError: the token file cannot be read or does not hold one token.
+    """
+    if getattr(args, "token", None):
+        return Secret(args.token), False
+    if getattr(args, "token_file", None):
+        return read_secret_file(args.token_file, "--token-file", "token"), False
+    from_env = os.environ.get(TOKEN_SETTING, "").strip()
+    if from_env:
+        return Secret(from_env), False
+    return Secret(secrets.token_urlsafe(32)), True
+
+
+async def cmd_mcp(args: argparse.Namespace, console: Console) -> int:
+    """Serve MCP until the client goes away (stdio) or until stopped (HTTP)."""
+    _require_mcp()
+    import anyio
+
+    from provider_sdk.mcp import build_server, http, serve_stdio
+
+    if args.output_limit is not None and args.output_limit <= 0:
+        raise ConfigError(f"--output-limit must be a positive number of bytes, got "
+                          f"{args.output_limit}")
+    sock = None
+    if args.http is not None:
+        token, generated = token_from(args)
+        try:
+            sock = http.listen(args.http)
+        except OSError as exc:
+            raise CliError(f"cannot listen on {http.HOST}:{args.http}: "
+                           f"{exc.strerror or exc}") from None
+    try:
+        async with _reach(args) as (provider, reach):
+            server = build_server(provider, reach, output_limit=args.output_limit,
+                                  exec_timeout=args.exec_timeout)
+            if sock is None:
+                await serve_stdio(server)
+                return 0
+            port = sock.getsockname()[1]
+            console.note(f"psdk mcp: serving {reach.description} on "
+                         f"http://{http.HOST}:{port}{http.ENDPOINT} (bearer token required; "
+                         "Ctrl-C stops it)")
+            if generated:
+                console.note(f"psdk mcp: generated bearer token (shown once; set "
+                             f"{TOKEN_SETTING} or --token-file to choose one): "
+                             f"{token.reveal()}")
+            try:
+                await http.serve_http(server, sock, token)
+            except anyio.get_cancelled_exc_class():
+                console.done("psdk mcp stopped; the sandboxes stay")
+                raise
+            return 0
+    finally:
+        if sock is not None:
+            sock.close()
+
+
+@contextlib.asynccontextmanager
+async def _reach(args: argparse.Namespace
+                 ) -> AsyncIterator[tuple[SandboxProvider, Reach]]:
+    """The provider, and what the server's clients reach on it."""
+    from provider_sdk import config
+    from provider_sdk.mcp import OwnerReach, ScopeReach
+    from provider_sdk.models import SandboxSpec
+
+    async with config.open_provider(config.provider_name(args.provider)) as provider:
+        if args.owner is None:
+            if args.store is not None:
+                raise CliError("--store is for --owner: without an owner the server keeps "
+                               "no bindings", code=2)
+            yield provider, ScopeReach(provider, args.scope, template=args.template)
+            return
+        from provider_sdk.manager import SandboxManager, check_owner, open_store
+
+        check_owner(args.owner)
+        spec = SandboxSpec(template=args.template)
+        async with SandboxManager(provider, open_store(args.store), spec=spec) as manager:
+            yield provider, OwnerReach(manager, args.owner)

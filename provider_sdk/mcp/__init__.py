@@ -1,0 +1,23 @@
+"""An MCP server over any provider: the front door ``psdk mcp`` serves.
+
+Its tools (``sandbox_create``, ``sandbox_exec``, ``sandbox_read_file``,
+``sandbox_write_file``, ``sandbox_list_files``, ``sandbox_kill``, ``sandbox_list``, and
+``port_expose`` where the provider declares ``ports.expose``) reach only what a
+:class:`~provider_sdk.mcp.reach.Reach` allows: the sandboxes of the server's scope
+(:class:`ScopeReach`) or one owner's resident sandbox (:class:`OwnerReach`). ::
+
+    from provider_sdk import open_provider
+    from provider_sdk.mcp import ScopeReach, build_server, serve_stdio
+
+    async with open_provider() as provider:
+        await serve_stdio(build_server(provider, ScopeReach(provider, "default")))
+
+It needs the ``mcp`` package (the ``mcp`` extra); the rest of the SDK does not.
+"""
+
+from provider_sdk.mcp.reach import SCOPE_LABEL, OwnerReach, Reach, ScopeReach
+from provider_sdk.mcp.server import build_server, serve_stdio
+from provider_sdk.mcp.tools import SandboxTools, add_tools
+
+__all__ = ["SCOPE_LABEL", "OwnerReach", "Reach", "SandboxTools", "ScopeReach", "add_tools",
+           "build_server", "serve_stdio"]
