@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING
 
 from provider_sdk.cli.console import CliError, Console
 from provider_sdk.cli.secret_file import read_secret_file
-from provider_sdk.errors import ConfigError
 from provider_sdk.secret import Secret
 
 if TYPE_CHECKING:
@@ -74,8 +73,14 @@ async def cmd_mcp(args: argparse.Namespace, console: Console) -> int:
     from provider_sdk.mcp import build_server, http, serve_stdio
 
     if args.output_limit is not None and args.output_limit <= 0:
-        raise ConfigError(f"--output-limit must be a positive number of bytes, got "
-                          f"{args.output_limit}")
+        raise CliError(f"--output-limit must be a positive number of bytes, got "
+                       f"{args.output_limit}", code=2)
+    if args.owner is None and args.store is not None:
+        raise CliError("--store is for --owner: without an owner the server keeps no "
+                       "bindings", code=2)
+    if args.http is None and (args.token or args.token_file):
+        raise CliError("--token and --token-file are for --http: on stdio the MCP host "
+                       "that starts the server is its only client", code=2)
     sock = None
     if args.http is not None:
         token, generated = token_from(args)
@@ -120,9 +125,6 @@ async def _reach(args: argparse.Namespace
 
     async with config.open_provider(config.provider_name(args.provider)) as provider:
         if args.owner is None:
-            if args.store is not None:
-                raise CliError("--store is for --owner: without an owner the server keeps "
-                               "no bindings", code=2)
             yield provider, ScopeReach(provider, args.scope, template=args.template)
             return
         from provider_sdk.manager import SandboxManager, check_owner, open_store

@@ -1,0 +1,51 @@
+"""``psdk mcp``'s command line and the server built in-process: what is offered where,
+and what the command says when it cannot serve."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from mcp import Client
+from memory_provider import MemoryProvider, Store
+from psdk_fixtures import Psdk, clean_config, memory, psdk, unconfigured_structlog
+
+from provider_sdk.mcp import ScopeReach, build_server
+
+__all__ = ["clean_config", "memory", "psdk", "unconfigured_structlog"]
+
+
+@pytest.mark.anyio
+async def test_port_expose_is_offered_only_where_the_provider_declares_it(
+        memory: Store) -> None:
+    async with MemoryProvider() as provider:
+        assert not provider.supports("ports.expose")
+        async with Client(build_server(provider, ScopeReach(provider, "t"))) as client:
+            names = {tool.name for tool in (await client.list_tools()).tools}
+    assert names == {"sandbox_create", "sandbox_exec", "sandbox_read_file",
+                     "sandbox_write_file", "sandbox_list_files", "sandbox_kill",
+                     "sandbox_list"}
+
+
+def test_without_the_mcp_package_it_says_what_to_install(
+        psdk: Psdk, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "mcp", None)  # import mcp raises ImportError
+    outcome = psdk("mcp")
+    assert outcome.code == 1
+    assert "pip install 'sandbox-provider-sdk[mcp]'" in outcome.err
+    assert outcome.out == ""
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--store", "memory:"], "--store is for --owner"),
+    (["--token", "t"], "are for --http"),
+    (["--http", "0", "--output-limit", "0"], "--output-limit must be a positive"),
+    (["--owner", "bad\nowner"], "owner"),
+    (["--token-file", "/no/such/file", "--http", "0"], "--token-file /no/such/file"),
+])
+def test_bad_options_are_refused_before_serving(psdk: Psdk, argv: list[str],
+                                                says: str) -> None:
+    outcome = psdk("mcp", *argv)
+    assert outcome.code in (1, 2)
+    assert says in outcome.err
+    assert outcome.out == ""
