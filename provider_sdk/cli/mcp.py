@@ -38,15 +38,16 @@ __all__ = ["TOKEN_SETTING", "cmd_mcp", "token_from"]
 
 TOKEN_SETTING = "PSDK_MCP_TOKEN"
 """The environment variable ``psdk mcp --http`` reads its bearer token from."""
-_INSTALL = ("psdk mcp needs the 'mcp' package, an optional extra: "
-            "pip install 'sandbox-provider-sdk[mcp]'")
 
 
 def _require_mcp() -> None:
     try:
         import mcp  # noqa: F401
     except ImportError:
-        raise CliError(_INSTALL) from None
+        from provider_sdk.distributions import CORE, install_hint
+
+        raise CliError("psdk mcp needs the 'mcp' package, the extra 'mcp' of "
+                       f"{CORE}: {install_hint(CORE, extra='mcp')}") from None
 
 
 def token_from(args: argparse.Namespace) -> tuple[Secret, bool]:

@@ -37,10 +37,10 @@ def server(home: Path, token: str) -> Iterator[HttpServer]:
         yield running
 
 
-def post(url: str, authorization: str | None) -> tuple[int, bytes]:
-    """An MCP initialize request, raw; its status and body."""
+def post(url: str, authorization: str | None, **extra: str) -> tuple[int, bytes]:
+    """An MCP initialize request, raw, with ``extra`` headers; its status and body."""
     headers = {"Content-Type": "application/json",
-               "Accept": "application/json, text/event-stream"}
+               "Accept": "application/json, text/event-stream", **extra}
     if authorization is not None:
         headers["Authorization"] = authorization
     request = urllib.request.Request(url, data=INITIALIZE, headers=headers, method="POST")
@@ -69,6 +69,13 @@ def test_a_request_without_the_token_gets_401(server: HttpServer, token: str,
 def test_the_token_lets_a_request_through(server: HttpServer, token: str) -> None:
     status, _ = post(server.url, f"Bearer {token}")
     assert status == 200
+
+
+def test_a_request_for_another_host_or_from_a_web_page_is_refused(server: HttpServer,
+                                                                   token: str) -> None:
+    # What a page of another site sends through DNS rebinding, even with the token.
+    assert post(server.url, f"Bearer {token}", Host="attacker.example")[0] == 421
+    assert post(server.url, f"Bearer {token}", Origin="http://attacker.example")[0] == 403
 
 
 def test_a_client_with_a_wrong_token_cannot_connect(server: HttpServer) -> None:

@@ -10,6 +10,7 @@ from mcp import Client
 from memory_provider import MemoryProvider, Store
 from psdk_fixtures import Psdk, clean_config, memory, psdk, unconfigured_structlog
 
+from provider_sdk.distributions import CORE, install_hint
 from provider_sdk.mcp import ScopeReach, build_server
 
 __all__ = ["clean_config", "memory", "psdk", "unconfigured_structlog"]
@@ -32,7 +33,8 @@ def test_without_the_mcp_package_it_says_what_to_install(
     monkeypatch.setitem(sys.modules, "mcp", None)  # import mcp raises ImportError
     outcome = psdk("mcp")
     assert outcome.code == 1
-    assert "pip install 'sandbox-provider-sdk[mcp]'" in outcome.err
+    assert "needs the 'mcp' package" in outcome.err
+    assert install_hint(CORE, extra="mcp") in outcome.err  # from a checkout: pip install -e
     assert outcome.out == ""
 
 
