@@ -172,6 +172,17 @@ def test_a_file_over_the_limit_is_cut_there_and_says_so(session: Session,
     assert read["truncated_bytes"] == 3001 - LIMIT
 
 
+def test_a_huge_file_is_read_no_further_than_the_limit(session: Session,
+                                                       sandbox: str) -> None:
+    size = 64 << 30  # sparse: nothing on disk, but a whole read would take minutes
+    session.ok("sandbox_exec", {"sandbox_id": sandbox,
+                                "command": f"truncate -s {size} sparse"})
+    read = session.ok("sandbox_read_file", {"sandbox_id": sandbox, "path": "sparse"})
+    assert read["content"] == "\x00" * LIMIT
+    assert read["size"] == size
+    assert read["truncated_bytes"] == size - LIMIT
+
+
 def test_a_missing_file_is_a_tool_error(session: Session, sandbox: str) -> None:
     text = session.error("sandbox_read_file", {"sandbox_id": sandbox, "path": "/no/such"})
     assert "FileNotFound" in text
