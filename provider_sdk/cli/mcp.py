@@ -79,6 +79,9 @@ async def cmd_mcp(args: argparse.Namespace, console: Console) -> int:
     if args.owner is None and args.store is not None:
         raise CliError("--store is for --owner: without an owner the server keeps no "
                        "bindings", code=2)
+    if args.owner is not None and args.scope is not None:
+        raise CliError("--scope is for a server without --owner: an owner's server reaches "
+                       "the owner's sandbox alone", code=2)
     if args.http is None and (args.token or args.token_file):
         raise CliError("--token and --token-file are for --http: on stdio the MCP host "
                        "that starts the server is its only client", code=2)
@@ -121,12 +124,13 @@ async def _reach(args: argparse.Namespace
                  ) -> AsyncIterator[tuple[SandboxProvider, Reach]]:
     """The provider, and what the server's clients reach on it."""
     from provider_sdk import config
-    from provider_sdk.mcp import OwnerReach, ScopeReach
+    from provider_sdk.mcp import DEFAULT_SCOPE, OwnerReach, ScopeReach
     from provider_sdk.models import SandboxSpec
 
     async with config.open_provider(config.provider_name(args.provider)) as provider:
         if args.owner is None:
-            yield provider, ScopeReach(provider, args.scope, template=args.template)
+            yield provider, ScopeReach(provider, args.scope or DEFAULT_SCOPE,
+                                       template=args.template)
             return
         from provider_sdk.manager import SandboxManager, check_owner, open_store
 

@@ -303,7 +303,7 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
     p.add_argument("--store", metavar="URL",
                    help="with --owner: the manager's binding store (default: "
                         "$PSDK_MANAGER_STORE, then the default SQLite file)")
-    p.add_argument("--scope", metavar="NAME", default="default",
+    p.add_argument("--scope", metavar="NAME",
                    help="without --owner: the scope whose sandboxes clients reach, those "
                         "labelled psdk.mcp.scope=NAME (the server labels what it creates; "
                         "default: default)")

@@ -15,9 +15,9 @@ Its tools (``sandbox_create``, ``sandbox_exec``, ``sandbox_read_file``,
 It needs the ``mcp`` package (the ``mcp`` extra); the rest of the SDK does not.
 """
 
-from provider_sdk.mcp.reach import SCOPE_LABEL, OwnerReach, Reach, ScopeReach
+from provider_sdk.mcp.reach import DEFAULT_SCOPE, SCOPE_LABEL, OwnerReach, Reach, ScopeReach
 from provider_sdk.mcp.server import build_server, serve_stdio
 from provider_sdk.mcp.tools import SandboxTools, add_tools
 
-__all__ = ["SCOPE_LABEL", "OwnerReach", "Reach", "SandboxTools", "ScopeReach", "add_tools",
-           "build_server", "serve_stdio"]
+__all__ = ["DEFAULT_SCOPE", "SCOPE_LABEL", "OwnerReach", "Reach", "SandboxTools",
+           "ScopeReach", "add_tools", "build_server", "serve_stdio"]

@@ -30,10 +30,13 @@ from provider_sdk.models import SandboxInfo, SandboxSpec
 from provider_sdk.provider import SandboxProvider
 from provider_sdk.sandbox import Sandbox
 
-__all__ = ["RESERVED_PREFIX", "SCOPE_LABEL", "OwnerReach", "Reach", "ScopeReach"]
+__all__ = ["DEFAULT_SCOPE", "RESERVED_PREFIX", "SCOPE_LABEL", "OwnerReach", "Reach",
+           "ScopeReach"]
 
 SCOPE_LABEL = "psdk.mcp.scope"
 """The label that puts a sandbox in an MCP server's scope; its value is the scope's name."""
+DEFAULT_SCOPE = "default"
+"""The scope of a server that names none."""
 RESERVED_PREFIX = "psdk."
 """Labels a client may not set: the SDK's own (the scope's, the manager's owner)."""
 

@@ -41,6 +41,7 @@ def test_without_the_mcp_package_it_says_what_to_install(
 @pytest.mark.parametrize(("argv", "says"), [
     (["--store", "memory:"], "--store is for --owner"),
     (["--token", "t"], "are for --http"),
+    (["--owner", "alice", "--scope", "s"], "--scope is for a server without --owner"),
     (["--http", "0", "--output-limit", "0"], "--output-limit must be a positive"),
     (["--owner", "bad\nowner"], "owner"),
     (["--token-file", "/no/such/file", "--http", "0"], "--token-file /no/such/file"),
