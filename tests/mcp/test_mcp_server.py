@@ -12,6 +12,7 @@ from psdk_fixtures import Psdk, clean_config, memory, psdk, unconfigured_structl
 
 from provider_sdk.distributions import CORE, install_hint
 from provider_sdk.mcp import ScopeReach, build_server
+from provider_sdk.models import SandboxInfo
 
 __all__ = ["clean_config", "memory", "psdk", "unconfigured_structlog"]
 
@@ -26,6 +27,30 @@ async def test_port_expose_is_offered_only_where_the_provider_declares_it(
     assert names == {"sandbox_create", "sandbox_exec", "sandbox_read_file",
                      "sandbox_write_file", "sandbox_list_files", "sandbox_kill",
                      "sandbox_list"}
+
+
+class BrokenReach(ScopeReach):
+    """A reach whose listing fails the way a bug would, with a message of its own."""
+
+    async def list(self) -> list[SandboxInfo]:
+        raise RuntimeError("internal detail: /srv/secret/path")
+
+
+@pytest.mark.anyio
+async def test_an_unexpected_failure_is_a_tool_error_and_the_server_goes_on(
+        memory: Store) -> None:
+    async with MemoryProvider() as provider:
+        server = build_server(provider, BrokenReach(provider, "t"))
+        async with Client(server) as client:
+            failed = await client.call_tool("sandbox_list", {})
+            made = await client.call_tool("sandbox_create", {})
+    assert failed.is_error
+    text = " ".join(getattr(block, "text", "") for block in failed.content)
+    assert "sandbox_list" in text
+    assert "/srv/secret/path" not in text  # a bug's own text stays on the server
+    assert not made.is_error
+    assert made.structured_content is not None
+    assert made.structured_content["provider"] == "memory"
 
 
 def test_without_the_mcp_package_it_says_what_to_install(
