@@ -3,18 +3,29 @@ and what the command says when it cannot serve."""
 
 from __future__ import annotations
 
+import re
 import sys
+from pathlib import Path
 
 import pytest
+from engines import require_bwrap
 from mcp import Client
 from memory_provider import MemoryProvider, Store
-from psdk_fixtures import Psdk, clean_config, memory, psdk, unconfigured_structlog
+from psdk_fixtures import (
+    Psdk,
+    anyio_backend,
+    clean_config,
+    memory,
+    psdk,
+    unconfigured_structlog,
+)
 
 from provider_sdk.distributions import CORE, install_hint
+from provider_sdk.local import LocalProvider
 from provider_sdk.mcp import ScopeReach, build_server
 from provider_sdk.models import SandboxInfo
 
-__all__ = ["clean_config", "memory", "psdk", "unconfigured_structlog"]
+__all__ = ["anyio_backend", "clean_config", "memory", "psdk", "unconfigured_structlog"]
 
 
 @pytest.mark.anyio
@@ -51,6 +62,43 @@ async def test_an_unexpected_failure_is_a_tool_error_and_the_server_goes_on(
     assert not made.is_error
     assert made.structured_content is not None
     assert made.structured_content["provider"] == "memory"
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "mcp.md"
+_ROW = re.compile(r"^\| `(\w+)` \|(.*?)\| `\{(.*)\}` \|$", re.MULTILINE)
+
+
+def documented_tools() -> dict[str, tuple[dict[str, bool], set[str]]]:
+    """The tools docs/mcp.md's table shows: each one's arguments (name to whether it is
+    optional) and its result's fields."""
+    rows = {}
+    for name, arguments, result in _ROW.findall(DOCS.read_text()):
+        plain = re.sub(r"\([^)]*\)", "", arguments)  # what parentheses say of an argument
+        args = {arg: bool(optional) for arg, optional in re.findall(r"`(\w+)(\??)`", plain)}
+        fields = re.sub(r"\[[^\]]*\]", "", result)  # a list's items
+        rows[name] = (args, {f.split(":")[0].strip() for f in fields.split(",")})
+    return rows
+
+
+@pytest.mark.anyio
+async def test_the_docs_table_shows_every_tool_its_arguments_and_its_result(
+        tmp_path: Path) -> None:
+    require_bwrap()
+    async with LocalProvider(home=tmp_path / "home") as provider, \
+            Client(build_server(provider, ScopeReach(provider, "t"))) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    documented = documented_tools()
+    assert documented.keys() == tools.keys()
+    for name, (arguments, fields) in documented.items():
+        schema = tools[name].input_schema
+        assert set(arguments) == set(schema.get("properties", {})), name
+        required = set(schema.get("required", []))
+        for argument, optional in arguments.items():
+            if argument != "sandbox_id":  # optional on an owner's server alone
+                assert optional == (argument not in required), (name, argument)
+        output = tools[name].output_schema
+        assert output is not None
+        assert fields == set(output["properties"]), name
 
 
 def test_without_the_mcp_package_it_says_what_to_install(
