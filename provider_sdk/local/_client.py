@@ -98,10 +98,16 @@ class _Channel:
         return result[0]
 
     async def _receive_exactly(self, size: int) -> bytes:
-        """``size`` bytes, watched (a frame already in the buffer is read without)."""
+        """``size`` bytes, checking the agent's health after each :data:`HEALTH_POLL`
+        seconds without them. A read cut short loses nothing (what it read stays in the
+        buffer), so the wait needs no task of its own beside it: most answers come
+        before the first check is due."""
         if self.health is None or len(self.reader.buffer) >= size:
             return await self.reader.receive_exactly(size)
-        return await self._watched(lambda: self.reader.receive_exactly(size))
+        while True:
+            with anyio.move_on_after(HEALTH_POLL):
+                return await self.reader.receive_exactly(size)
+            await self._check()
 
     async def send(self, kind: bytes, payload: bytes = b"", *, watched: bool = True) -> None:
         """Send one frame. A large one is ``watched``: it blocks on an agent that stopped
@@ -213,24 +219,32 @@ class AgentClient:
         start = anyio.current_time()
         reply: dict[str, Any] | None = None
         limit = command.timeout + CLIENT_GRACE if command.timeout else None
+
+        async def answer(channel: _Channel) -> dict[str, Any]:
+            """The command's output, into the buffers and callbacks, then the reply."""
+            while True:
+                kind, payload = await channel.recv()
+                if kind == b"O":
+                    out.append(payload)
+                    if command.on_stdout is not None:
+                        await _call(command.on_stdout, payload)
+                elif kind == b"E":
+                    err.append(payload)
+                    if command.on_stderr is not None:
+                        await _call(command.on_stderr, payload)
+                elif kind == b"J":
+                    result: dict[str, Any] = self._result(payload)
+                    return result
+
         with anyio.move_on_after(limit):
-            async with self._open(request) as channel, anyio.create_task_group() as tg:
-                if command.stdin is not None:
-                    tg.start_soon(self._send_stdin, channel, command.stdin)
-                while True:
-                    kind, payload = await channel.recv()
-                    if kind == b"O":
-                        out.append(payload)
-                        if command.on_stdout is not None:
-                            await _call(command.on_stdout, payload)
-                    elif kind == b"E":
-                        err.append(payload)
-                        if command.on_stderr is not None:
-                            await _call(command.on_stderr, payload)
-                    elif kind == b"J":
-                        reply = self._result(payload)
+            async with self._open(request) as channel:
+                if command.stdin is None:  # nothing to send beside: no task for it
+                    reply = await answer(channel)
+                else:
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(self._send_stdin, channel, command.stdin)
+                        reply = await answer(channel)
                         tg.cancel_scope.cancel()
-                        break
         # Without a reply the connection is closed, which makes the agent kill the tree.
         timed_out = reply is None or bool(reply["timed_out"])
         result = ExecResult(exit_code=-9 if reply is None else reply["exit_code"],

@@ -24,6 +24,8 @@ from provider_sdk.models import SandboxInfo, SandboxState
 
 __all__ = ["Sandboxes", "started"]
 
+STOPPED_AGENT = "the sandbox's agent is stopped (SIGSTOP or a tracer); resume() continues it"
+
 
 class Sandboxes:
     """The records, states and agents of a home's sandboxes."""
@@ -68,22 +70,27 @@ class Sandboxes:
     def state(self, sandbox_id: str, meta: SandboxRecord) -> SandboxState:
         """The sandbox's state from its processes. Its agent gone while other processes
         of it linger is ``ERROR``: nothing serves it (``resume()`` starts it again)."""
+        return self._state(sandbox_id, meta)[0]
+
+    def _state(self, sandbox_id: str, meta: SandboxRecord) -> tuple[SandboxState, str | None]:
+        """The sandbox's state, and its agent's process state where it was read (see
+        ``_launch.agent_state``; ``None`` otherwise)."""
         launched = meta.launch
         if launched is None:
-            return SandboxState.STARTING
+            return SandboxState.STARTING, None
         if not _launch.alive(launched):
-            return SandboxState.STOPPED
-        directory = self.shared.home.sandbox(sandbox_id)
-        if self.shared.cgroup(sandbox_id).frozen() or (directory / "paused").exists():
-            return SandboxState.PAUSED
-        if _launch.agent_state(launched) is None:
+            return SandboxState.STOPPED, None
+        if self.paused(sandbox_id):
+            return SandboxState.PAUSED, None
+        agent = _launch.agent_state(launched)
+        if agent is None:
             if launched.pid_namespace is not None:  # nothing would contain them now
                 _launch.end_unsupervised(launched, self.shared.cgroup(sandbox_id)
                                          if self.shared.cgroups else None)
-            return SandboxState.ERROR
+            return SandboxState.ERROR, None
         if self.legacy(meta):
-            return SandboxState.ERROR
-        return SandboxState.RUNNING
+            return SandboxState.ERROR, agent
+        return SandboxState.RUNNING, agent
 
     def legacy(self, meta: SandboxRecord) -> bool:
         """Whether an isolated sandbox was started by a version that ran its user as the
@@ -157,8 +164,7 @@ class Sandboxes:
             return ("the sandbox's agent is gone (state: error); resume() starts the "
                     "sandbox again from its files")
         if state == "stopped" and not self.paused(sandbox_id):
-            return ("the sandbox's agent is stopped (SIGSTOP or a tracer); resume() "
-                    "continues it")
+            return STOPPED_AGENT
         return None
 
     def paused(self, sandbox_id: str) -> bool:
@@ -171,14 +177,13 @@ class Sandboxes:
         ``Unavailable`` at once if its agent is stopped."""
         # Read fresh each time: another process may have paused, resumed or killed it.
         meta = self.read(sandbox_id)
-        state = self.state(sandbox_id, meta)
+        state, agent = self._state(sandbox_id, meta)
         if state != SandboxState.RUNNING:
             raise self.not_running(sandbox_id, state)
-        launched = started(meta)
-        trouble = self.agent_trouble(sandbox_id, launched)
-        if trouble is not None:
-            raise errors.Unavailable(trouble, provider=self.shared.name, sandbox_id=sandbox_id)
-        return self.client(sandbox_id, launched)
+        if agent == "stopped":  # running, so not paused: the agent was stopped
+            raise errors.Unavailable(STOPPED_AGENT, provider=self.shared.name,
+                                     sandbox_id=sandbox_id)
+        return self.client(sandbox_id, started(meta))
 
     async def agent(self, sandbox_id: str, call: Callable[[AgentClient], Any]) -> Any:
         """Run ``call`` against the agent; if it fails to answer, say why."""
