@@ -34,7 +34,12 @@ import struct
 import sys
 import threading
 import time
-from typing import Any
+
+# Only the type checker reads these: importing ``typing`` (and ``collections.abc``) would
+# only slow the agent's start inside the sandbox (annotations are not evaluated).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 try:  # on the host: type checks, unisolated agents
     from provider_sdk.local import _procs, _spawner

@@ -11,10 +11,21 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import stat
 import threading
-from typing import Any, Protocol
+
+# Only the type checker reads these: importing ``typing`` (and ``collections.abc``) would
+# only slow the agent's start inside the sandbox (annotations are not evaluated).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Protocol
+
+    class Frames(Protocol):
+        """The framed connection of one operation (the agent's ``Conn``)."""
+
+        def send(self, kind: bytes, payload: bytes) -> None: ...
+
+        def recv(self) -> tuple[bytes, bytes] | None: ...
 
 
 class OpError(Exception):
@@ -23,14 +34,6 @@ class OpError(Exception):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
-
-
-class Frames(Protocol):
-    """The framed connection of one operation (the agent's ``Conn``)."""
-
-    def send(self, kind: bytes, payload: bytes) -> None: ...
-
-    def recv(self) -> tuple[bytes, bytes] | None: ...
 
 
 class FileOps:
@@ -157,6 +160,8 @@ class FileOps:
             raise OpError("InvalidInput", "refusing to remove the root directory")
         if stat.S_ISDIR(st.st_mode):
             if req.get("recursive"):
+                import shutil  # only here: its import is most of a millisecond
+
                 shutil.rmtree(path)
             else:
                 os.rmdir(path)

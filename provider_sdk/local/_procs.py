@@ -37,11 +37,16 @@ import os
 import selectors
 import signal
 import socket
-import subprocess
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+
+# Only the type checker reads these: importing ``typing`` (and ``collections.abc``) would
+# only slow the agent's start inside the sandbox (annotations are not evaluated).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Callable
+    from typing import Any
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -240,7 +245,12 @@ def popen(request: dict[str, Any], stdio: list[int],
           user: tuple[int, int] | None = None) -> subprocess.Popen[bytes]:
     """Start the command of ``request`` on ``stdio`` in a session of its own, as
     ``user`` if given. subprocess forks and execs in C (``vfork`` where it can, which is
-    not when it switches user): far cheaper than a Python fork of this process."""
+    not when it switches user): far cheaper than a Python fork of this process.
+
+    ``subprocess`` is imported by the spawner as it starts (see ``_spawner``), so the
+    supervisors and launchers it forks have it: the agent itself never needs it."""
+    import subprocess
+
     return subprocess.Popen(
         request["argv"], stdin=stdio[0], stdout=stdio[1], stderr=stdio[2],
         cwd=request["cwd"], env=request["env"], start_new_session=True,

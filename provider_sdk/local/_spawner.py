@@ -26,8 +26,13 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
-from typing import Any, NoReturn
+
+# Only the type checker reads these: importing ``typing`` (and ``collections.abc``) would
+# only slow the agent's start inside the sandbox (annotations are not evaluated).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, NoReturn
 
 try:  # on the host: type checks, unisolated agents
     from provider_sdk.local import _procs
@@ -108,6 +113,10 @@ class Spawner:
 
 def _spawner_main(sock: socket.socket, user: tuple[int, int] | None,
                   isolated: bool) -> None:
+    # What every supervisor and launcher starts its command with (``_procs.popen``),
+    # imported once here rather than by the agent before it answers, or by each of them.
+    import subprocess  # noqa: F401
+
     _procs.prctl(_procs.PR_SET_CHILD_SUBREAPER, 1)
     if not isolated:  # an isolated sandbox's spawner ends it when the agent's socket does
         _procs.prctl(_procs.PR_SET_PDEATHSIG, signal.SIGKILL)
