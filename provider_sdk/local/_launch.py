@@ -271,7 +271,9 @@ def find_agent(launched: Launched) -> Launched:
     process of the sandbox's PID namespace that is pid 2 there)."""
     if launched.agent_pid is not None or launched.pid_namespace is None:
         return launched
-    for pid in namespace_pids(launched):
+    # The agent is the init's child: its list of children names it at once, where the
+    # kernel keeps one; else every process of the namespace is looked at.
+    for pid in children(launched.init_pid) or namespace_pids(launched):
         try:
             status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
@@ -282,6 +284,15 @@ def find_agent(launched: Launched) -> Launched:
                 if begun is not None:
                     return attrs.evolve(launched, agent_pid=pid, agent_start=begun)
     return launched
+
+
+def children(pid: int) -> list[int]:
+    """The children of a single-threaded process (``[]`` if unknown: the kernel keeps
+    no list, or the process is gone)."""
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
 
 
 def end_unsupervised(launched: Launched, cgroup: Cgroup | None) -> None:
