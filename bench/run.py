@@ -84,7 +84,7 @@ async def main(rounds: int) -> None:
                 await sandbox.exec(["/bin/true"])  # warm up
                 value = await p50_async(lambda: sandbox.exec(["/bin/true"]), rounds * 10)
             baseline = p50_sync(lambda: subprocess.run(["/bin/true"], check=True), rounds * 10)
-            report("exec_round_trip_p50", value, baseline, goal=5)
+            report("exec_round_trip_p50", value, baseline, goal=3)
 
             # Create to first exec, against a bare bubblewrap run.
             value = statistics.median([await create_to_first_exec(provider)
