@@ -4,6 +4,7 @@ builder shape for every provider; plain-data specs; a core that imports no plugi
 from __future__ import annotations
 
 import ast
+import datetime as dt
 import builtins
 import inspect
 import subprocess
@@ -227,3 +228,35 @@ def test_models_import_neither_the_dockerfile_parser_nor_the_build_context() -> 
     assert "provider_sdk.models" in loaded
     assert {"provider_sdk.dockerfile", "provider_sdk.buildcontext",
             "provider_sdk.templates"} & loaded == set()
+
+
+async def test_a_template_name_means_its_newest_build_and_an_id_that_build() -> None:
+    """``SandboxSpec.template``: an id of a build is that build (even where it is also
+    another's name), a name the newest build of it, anything else goes on as it is."""
+    provider = BuildingProvider()
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    for template_id, name, minutes in [("agent-b", "agent", 0), ("agent-a", "agent", 5),
+                                       ("agent-c", "agent", 2), ("agent", "renamed", 1),
+                                       ("other-1", "other", 9)]:
+        provider.builder.built[template_id] = Template(
+            id=template_id, name=name, provider=NAME,
+            created_at=start + dt.timedelta(minutes=minutes))
+    for asked, meant in [("agent", "agent"), ("renamed", "agent"), ("other", "other-1"),
+                         ("agent-c", "agent-c"), ("python:3.12", "python:3.12")]:
+        async with provider.create(template=asked) as sandbox:
+            assert sandbox.info.template == meant, asked
+    del provider.builder.built["agent"]
+    async with provider.create(template="agent") as sandbox:
+        assert sandbox.info.template == "agent-a"  # the newest, whatever its id
+
+
+async def test_deleting_a_template_by_name_deletes_each_build_of_it_only() -> None:
+    provider = BuildingProvider()
+    for template_id, name in [("agent-1", "agent"), ("agent-2", "agent"),
+                              ("agent-2x", "agent-2"), ("tool-1", "tool")]:
+        provider.builder.built[template_id] = Template(id=template_id, name=name,
+                                                       provider=NAME)
+    await provider.delete_template("agent")
+    assert sorted(provider.builder.built) == ["agent-2x", "tool-1"]
+    await provider.delete_template("agent-2x")  # an id: that build alone
+    assert sorted(provider.builder.built) == ["tool-1"]
