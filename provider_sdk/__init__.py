@@ -21,9 +21,11 @@ if TYPE_CHECKING:
     from provider_sdk.config import Secret, open_provider
     from provider_sdk.errors import (
         AuthenticationError,
+        CodeTimeout,
         CommandTimeout,
         ConfigError,
         Conflict,
+        ContextNotFound,
         FileExists,
         FileNotFound,
         FileTooLarge,
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
         UnsupportedCapability,
         VolumeNotFound,
     )
+    from provider_sdk.interpreter import CodeContext, CodeError, CodeResult
     from provider_sdk.models import (
         ExecResult,
         ExposedPort,
@@ -74,10 +77,15 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, str] = {
     "AuthenticationError": "provider_sdk.errors",
     "Capability": "provider_sdk.capabilities",
+    "CodeContext": "provider_sdk.interpreter",
+    "CodeError": "provider_sdk.interpreter",
+    "CodeResult": "provider_sdk.interpreter",
+    "CodeTimeout": "provider_sdk.errors",
     "Command": "provider_sdk.commands",
     "CommandTimeout": "provider_sdk.errors",
     "ConfigError": "provider_sdk.errors",
     "Conflict": "provider_sdk.errors",
+    "ContextNotFound": "provider_sdk.errors",
     "EmulatedShell": "provider_sdk.sandbox",
     "ExecResult": "provider_sdk.models",
     "ExposedPort": "provider_sdk.models",
@@ -136,10 +144,15 @@ __version__ = "0.1.0"
 __all__ = [
     "AuthenticationError",
     "Capability",
+    "CodeContext",
+    "CodeError",
+    "CodeResult",
+    "CodeTimeout",
     "Command",
     "CommandTimeout",
     "ConfigError",
     "Conflict",
+    "ContextNotFound",
     "EmulatedShell",
     "ExecResult",
     "ExposedPort",

@@ -33,6 +33,7 @@ from provider_sdk.errors import (
     UnsupportedCapability,
 )
 from provider_sdk.events import span
+from provider_sdk.interpreter import CodeContext, CodeResult, CodeRun
 from provider_sdk.labels import check_labels, visible
 from provider_sdk.limits import DEFAULT_OUTPUT_LIMIT, DEFAULT_READ_LIMIT
 from provider_sdk.models import (
@@ -364,6 +365,25 @@ class ProviderHooks:
         """Kill a process and its whole tree. (``process.background``)"""
         await self._part(Capability.PROCESS_BACKGROUND, sandbox_id).kill_process(
             sandbox_id, pid)
+
+    async def _create_code_context(self, sandbox_id: str, *, language: str,
+                                   cwd: str | None, env: Mapping[str, str]) -> CodeContext:
+        """Start a code context. (``code.interpreter``)"""
+        context: CodeContext = await self._part(
+            Capability.CODE_INTERPRETER, sandbox_id).create_context(
+            sandbox_id, language=language, cwd=cwd, env=env)
+        return context
+
+    async def _run_code(self, sandbox_id: str, run: CodeRun) -> CodeResult:
+        """Run code in a context. (``code.interpreter``)"""
+        result: CodeResult = await self._part(Capability.CODE_INTERPRETER,
+                                              sandbox_id).run_code(sandbox_id, run)
+        return result
+
+    async def _close_code_context(self, sandbox_id: str, context_id: str) -> None:
+        """End a code context. (``code.interpreter``)"""
+        await self._part(Capability.CODE_INTERPRETER, sandbox_id).close_context(
+            sandbox_id, context_id)
 
     async def _pause(self, sandbox_id: str) -> SandboxInfo:
         """Pause; return once paused. (``pause``)"""

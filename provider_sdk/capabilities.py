@@ -38,6 +38,10 @@ class Capability(str, enum.Enum):
     """``shell()`` gives a session in which ``cd`` and ``export`` carry over."""
     SHELL_STDIN = "shell.stdin"
     """``Shell.run(stdin=...)`` feeds the bytes to the command's standard input."""
+    CODE_INTERPRETER = "code.interpreter"
+    """``sandbox.code``: stateful Python contexts: names one run defines are there in the
+    next, the last expression's value comes back as text, a timeout interrupts the code
+    and keeps the context."""
     PAUSE = "pause"
     """``pause()``/``resume()``; the filesystem is kept."""
     PAUSE_MEMORY = "pause.memory"
@@ -156,6 +160,7 @@ HOOKS: dict[Capability, tuple[str, ...]] = {
         "_start", "_process_events", "_send_stdin", "_close_stdin", "_kill_process",
     ),
     Capability.SHELL_PERSISTENT: ("_open_shell",),
+    Capability.CODE_INTERPRETER: ("_create_code_context", "_run_code", "_close_code_context"),
     Capability.PAUSE: ("_pause", "_resume"),
     Capability.SNAPSHOT_FILESYSTEM: ("_snapshot", "_list_snapshots", "_delete_snapshot"),
     Capability.SNAPSHOT_ROLLBACK: ("_rollback",),

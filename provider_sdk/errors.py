@@ -20,6 +20,7 @@ behaves like, so ``except LookupError`` or ``except TimeoutError`` keeps working
     │   ├── VolumeNotFound
     │   ├── TemplateNotFound
     │   ├── ProcessNotFound
+    │   ├── ContextNotFound                    a code-interpreter context closed or unknown
     │   └── FileNotFound (FileNotFoundError)
     ├── SandboxNotRunning (RuntimeError)       paused, stopped or killed
     ├── Conflict                               the resource exists or is in use
@@ -27,7 +28,8 @@ behaves like, so ``except LookupError`` or ``except TimeoutError`` keeps working
     ├── Unavailable (ConnectionError)          transient: retry later
     │   └── RateLimited                        ``retry_after`` seconds, when known
     ├── OperationTimeout (TimeoutError)
-    │   └── CommandTimeout                     carries the partial ``result``
+    │   ├── CommandTimeout                     carries the partial ``result``
+    │   └── CodeTimeout                        a code run interrupted; the partial ``result``
     ├── QuotaExceeded
     │   └── FileTooLarge                       a read into memory past its ``limit``
     └── TemplateBuildError                     carries the ``step`` and a ``log_tail``
@@ -45,13 +47,16 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from provider_sdk.interpreter import CodeResult
     from provider_sdk.results import ExecResult
 
 __all__ = [
     "AuthenticationError",
+    "CodeTimeout",
     "CommandTimeout",
     "ConfigError",
     "Conflict",
+    "ContextNotFound",
     "FileExists",
     "FileNotFound",
     "FileTooLarge",
@@ -185,6 +190,11 @@ class ProcessNotFound(NotFound):
     """No process with that pid exists in the sandbox."""
 
 
+class ContextNotFound(NotFound):
+    """A code-interpreter context is closed, ended, or unknown to this provider
+    instance (contexts belong to the instance that made them)."""
+
+
 class FileNotFound(NotFound, FileNotFoundError):
     """A path inside the sandbox does not exist."""
 
@@ -236,6 +246,24 @@ class CommandTimeout(OperationTimeout):
     def __init__(self, message: str, *, result: ExecResult, **kw: str | None) -> None:
         super().__init__(message, **kw)
         self.result = result
+
+
+class CodeTimeout(OperationTimeout):
+    """A code run hit its ``timeout`` and was interrupted.
+
+    Attributes:
+        result: what the run printed before it was interrupted; its ``error`` is the
+            ``KeyboardInterrupt`` the code saw.
+        context_kept: whether the context survived: the code stopped when interrupted,
+            so names it defined before are still there. ``False`` when the code would
+            not stop and its interpreter was ended (the context is gone).
+    """
+
+    def __init__(self, message: str, *, result: CodeResult, context_kept: bool,
+                 **kw: str | None) -> None:
+        super().__init__(message, **kw)
+        self.result = result
+        self.context_kept = context_kept
 
 
 class QuotaExceeded(SandboxError):

@@ -24,9 +24,18 @@ from provider_sdk.command_files import CommandFiles
 from provider_sdk.commands import Command, OutputCallback, ProcessEvent, ProcessExit, ProcessOutput
 from provider_sdk.errors import attributed
 from provider_sdk.events import span
+from provider_sdk.kernel_interpreter import KernelInterpreter
 from provider_sdk.labels import check_labels
 from provider_sdk.models import SandboxSpec, SandboxState
-from provider_sdk.roles import Commands, ControlPlane, Files, Ports, Roles
+from provider_sdk.roles import (
+    CodeInterpreter,
+    Commands,
+    ControlPlane,
+    Files,
+    Ports,
+    Processes,
+    Roles,
+)
 from provider_sdk.sandbox import Sandbox, SandboxCreation, Shell
 
 __all__ = [
@@ -66,14 +75,18 @@ class SandboxProvider(ProviderHooks):
 
     def __init__(self, *, control: ControlPlane, commands: Commands,
                  files: Files | None = None, ports: Ports | None = None,
+                 code: CodeInterpreter | None = None,
                  parts: Iterable[object] = ()) -> None:
         """Make the provider of its roles (see :mod:`provider_sdk.roles`): ``control``
         and ``commands``, which every provider has; ``files``, without which the files
         API runs on the commands (:class:`~provider_sdk.command_files.CommandFiles`);
-        ``ports`` for ``ports.expose``; ``parts``, objects that make some optional parts
-        themselves (a storage object with snapshots and volumes, say), so that a role
-        need not pass those calls on: a capability's calls go to the first of them
-        that has its part, else to its role.
+        ``ports`` for ``ports.expose``; ``code`` for ``code.interpreter``, without which
+        a provider whose commands have background processes runs a kernel in the
+        sandbox (:class:`~provider_sdk.kernel_interpreter.KernelInterpreter`);
+        ``parts``, objects that make some optional parts themselves (a storage object
+        with snapshots and volumes, say), so that a role need not pass those calls on:
+        a capability's calls go to the first of them that has its part, else to its
+        role.
 
         Raises:
             TypeError: a role lacks the part of a capability the class declares.
@@ -81,6 +94,8 @@ class SandboxProvider(ProviderHooks):
         roles = Roles(control=control, commands=commands,
                       files=files if files is not None
                       else CommandFiles(commands, provider=self.name), ports=ports,
+                      code=code if code is not None or not isinstance(commands, Processes)
+                      else KernelInterpreter(commands, provider=self.name),
                       parts=tuple(parts))
         problems = roles.problems(type(self).capabilities)
         if problems:

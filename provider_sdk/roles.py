@@ -19,7 +19,10 @@ A provider hands :class:`~provider_sdk.provider.SandboxProvider` its roles::
 - :class:`Files`: the files API; without one the base uses
   :class:`~provider_sdk.command_files.CommandFiles`, built on the commands role with the
   toolkit's POSIX shell scripts;
-- :class:`Ports` (``ports.expose``).
+- :class:`Ports` (``ports.expose``);
+- a :class:`CodeInterpreter` (``code.interpreter``); without one the base uses
+  :class:`~provider_sdk.kernel_interpreter.KernelInterpreter`, a kernel in the sandbox
+  over the commands role's background processes.
 
 An optional part is a set of methods a role object has: :data:`PARTS` says which part
 each capability needs, and the base checks, when the provider is made, that a role has
@@ -43,6 +46,7 @@ import attrs
 
 from provider_sdk.capabilities import Capability
 from provider_sdk.commands import Command, ProcessEvent
+from provider_sdk.interpreter import CodeContext, CodeResult, CodeRun
 from provider_sdk.models import (
     ExecResult,
     ExposedPort,
@@ -57,9 +61,9 @@ from provider_sdk.models import (
 )
 from provider_sdk.templates import TemplateBuilder
 
-__all__ = ["PARTS", "Commands", "ControlPlane", "Files", "Labels", "MetricsReader",
-           "NetworkUpdates", "Part", "Pausing", "Ports", "Processes", "Rollback", "Roles",
-           "Shells", "Snapshots", "TemplateBuilding", "Volumes"]
+__all__ = ["PARTS", "CodeInterpreter", "Commands", "ControlPlane", "Files", "Labels",
+           "MetricsReader", "NetworkUpdates", "Part", "Pausing", "Ports", "Processes",
+           "Rollback", "Roles", "Shells", "Snapshots", "TemplateBuilding", "Volumes"]
 
 
 @runtime_checkable
@@ -258,6 +262,25 @@ class Ports(Protocol):
         """Stop serving the port; nothing to do if it is not exposed."""
 
 
+@runtime_checkable
+class CodeInterpreter(Protocol):
+    """Stateful code contexts (``code.interpreter``): the core checks the language, the
+    paths and the limits before a call comes here."""
+
+    async def create_context(self, sandbox_id: str, *, language: str, cwd: str | None,
+                             env: Mapping[str, str]) -> CodeContext:
+        """Start a context of ``language`` in ``cwd`` with ``env`` in its environment."""
+
+    async def run_code(self, sandbox_id: str, run: CodeRun) -> CodeResult:
+        """Run code in ``run.context_id`` (the sandbox's default context if ``None``,
+        made on first use); ``ContextNotFound`` for one closed or unknown. On
+        ``run.timeout`` interrupt the code, keeping the context where the code stops,
+        and raise ``CodeTimeout`` with the partial result."""
+
+    async def close_context(self, sandbox_id: str, context_id: str) -> None:
+        """End a context; nothing to do if it is already closed."""
+
+
 @attrs.frozen
 class Part:
     """The role a capability's calls go to, and the protocol that role must meet."""
@@ -278,6 +301,7 @@ PARTS: dict[Capability, Part] = {
     Capability.PROCESS_BACKGROUND: Part("commands", Processes),
     Capability.SHELL_PERSISTENT: Part("commands", Shells),
     Capability.PORTS_EXPOSE: Part("ports", Ports),
+    Capability.CODE_INTERPRETER: Part("code", CodeInterpreter),
 }
 """Each capability that is a set of calls, and the role part that makes them."""
 
@@ -290,6 +314,7 @@ class Roles:
     commands: Commands
     files: Files
     ports: Ports | None = None
+    code: CodeInterpreter | None = None
     parts: tuple[object, ...] = ()
     """Objects that make optional parts of their own (snapshots and volumes, say): a
     capability's calls go to the first of them that has its part, else to its role."""

@@ -27,6 +27,7 @@ from provider_sdk import scripts
 from provider_sdk._hooks import ProviderHooks
 from provider_sdk._transfer import Data as Data  # write()'s argument type, importable from here
 from provider_sdk.capabilities import Capability
+from provider_sdk.code import SandboxCode
 from provider_sdk.commands import Command, OutputCallback, ProcessEvent, ProcessExit, ProcessOutput
 from provider_sdk.errors import InvalidInput, attributed
 from provider_sdk.events import span, trace_context
@@ -92,6 +93,7 @@ class Sandbox:
         self.provider = provider
         self._info = info
         self._files = Files(self)
+        self._code = SandboxCode(self)
         self._keep = False
 
     # Properties rather than instance attributes, so help(Sandbox) and the API reference
@@ -110,6 +112,12 @@ class Sandbox:
     def files(self) -> Files:
         """File operations inside the sandbox (:class:`Files`)."""
         return self._files
+
+    @property
+    def code(self) -> SandboxCode:
+        """The sandbox's code interpreter (:class:`~provider_sdk.code.SandboxCode`,
+        ``code.interpreter``)."""
+        return self._code
 
     @property
     def id(self) -> str:

@@ -39,7 +39,9 @@ import anyio.to_thread
 
 from provider_sdk import config
 from provider_sdk.capabilities import Capability
+from provider_sdk.code import SandboxCode
 from provider_sdk.dockerfile import Problem
+from provider_sdk.interpreter import CodeContext, CodeResult, TextCallback
 from provider_sdk.models import (
     ExecResult,
     ExposedPort,
@@ -59,6 +61,7 @@ from provider_sdk.provider import OutputCallback, ProcessEvent, SandboxProvider
 from provider_sdk.sandbox import Process, Sandbox, Shell
 
 __all__ = [
+    "SyncCode",
     "SyncData",
     "SyncFiles",
     "SyncProcess",
@@ -246,11 +249,17 @@ class SyncSandbox:
         self._sandbox = sandbox
         self._run = provider._portal
         self._files = SyncFiles(self)
+        self._code = SyncCode(self, sandbox.code)
 
     @property
     def files(self) -> SyncFiles:
         """File operations inside the sandbox (:class:`SyncFiles`)."""
         return self._files
+
+    @property
+    def code(self) -> SyncCode:
+        """The sandbox's code interpreter (:class:`SyncCode`, ``code.interpreter``)."""
+        return self._code
 
     @property
     def async_sandbox(self) -> Sandbox:
@@ -444,6 +453,37 @@ class SyncFiles:
         only once the whole file has arrived. ``progress``, if given, is called (in the
         loop's thread) with the size of each chunk written."""
         self._run.call(self._files.download, path, local_path, progress=progress)
+
+
+class SyncCode:
+    """A sandbox's blocking code interpreter; mirrors
+    :class:`~provider_sdk.code.SandboxCode`."""
+
+    def __init__(self, sandbox: SyncSandbox, code: SandboxCode) -> None:
+        self._code = code
+        self._run = sandbox._run
+
+    def create_context(self, *, language: str = "python", cwd: str | None = None,
+                       env: Mapping[str, str] | None = None) -> CodeContext:
+        """Start a context (``code.interpreter``)."""
+        return self._run.call(self._code.create_context, language=language, cwd=cwd,
+                              env=env)
+
+    def run(self, code: str, *, context: CodeContext | None = None,
+            env: Mapping[str, str] | None = None, timeout: float | None = None,
+            on_stdout: TextCallback | None = None, on_stderr: TextCallback | None = None,
+            output_limit: int | None = None) -> CodeResult:
+        """Run code in a context; see :meth:`provider_sdk.code.SandboxCode.run`.
+
+        ``on_stdout``/``on_stderr`` run in the loop's thread as output arrives.
+        """
+        return self._run.call(self._code.run, code, context=context, env=env,
+                              timeout=timeout, on_stdout=on_stdout, on_stderr=on_stderr,
+                              output_limit=output_limit)
+
+    def close_context(self, context: CodeContext) -> None:
+        """End a context. Closing twice is not an error."""
+        self._run.call(self._code.close_context, context)
 
 
 class SyncProcess:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from provider_sdk import sync
+from provider_sdk.code import SandboxCode
 from provider_sdk.manager import WarmPool
 from provider_sdk.manager.sync import SyncWarmPool
 from provider_sdk.provider import SandboxProvider
@@ -39,7 +40,7 @@ NOT_FOR_CALLERS = {
 
 PAIRS = [(SandboxProvider, sync.SyncProvider), (Sandbox, sync.SyncSandbox),
          (Files, sync.SyncFiles), (Process, sync.SyncProcess), (Shell, sync.SyncShell),
-         (WarmPool, SyncWarmPool)]
+         (SandboxCode, sync.SyncCode), (WarmPool, SyncWarmPool)]
 
 
 def _public(cls: type) -> dict[str, Any]:
