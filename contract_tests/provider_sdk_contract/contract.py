@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from provider_sdk_contract.code_interpreter import CodeInterpreterContract
 from provider_sdk_contract.commands import ExecContract
 from provider_sdk_contract.files import FilesContract
 from provider_sdk_contract.hostile_escapes import HostileEscapeContract
@@ -62,6 +63,7 @@ class ProviderContract(
     SnapshotContract,
     IdleContract,
     PauseContract,
+    CodeInterpreterContract,
     ShellContract,
     ProcessContract,
     UserContract,

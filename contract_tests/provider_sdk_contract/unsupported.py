@@ -73,6 +73,7 @@ CALLS: dict[Capability, Call] = {
     Capability.TEMPLATES_BUILD: lambda s, f: f.provider.build_template(
         TemplateSpec(name="psdk-contract", dockerfile="FROM scratch\n")),
     Capability.PORTS_EXPOSE: lambda s, f: s.expose(8000),
+    Capability.CODE_INTERPRETER: lambda s, f: s.code.run("1"),
 }
 
 # What a call needs before it reaches the capability it shows missing.
