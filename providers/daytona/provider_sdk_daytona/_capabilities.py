@@ -10,6 +10,7 @@ from provider_sdk.capabilities import Capability
 
 PROVIDER_CAPABILITIES: dict[str, frozenset[Capability]] = {"DaytonaProvider": frozenset({
         Capability.PROCESS_BACKGROUND,
+        Capability.CODE_INTERPRETER,
         Capability.SHELL_PERSISTENT,
         Capability.PAUSE,
         Capability.LIFECYCLE_AUTO_PAUSE,

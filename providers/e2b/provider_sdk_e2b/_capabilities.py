@@ -11,6 +11,7 @@ from provider_sdk.capabilities import Capability
 _E2B = frozenset({
         Capability.EXEC_STREAM,
         Capability.PROCESS_BACKGROUND,
+        Capability.CODE_INTERPRETER,
         Capability.SHELL_PERSISTENT,
         Capability.SHELL_STDIN,
         Capability.PAUSE,
