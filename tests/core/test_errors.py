@@ -10,9 +10,11 @@ import pytest
 from provider_sdk import errors
 from provider_sdk.errors import (
     AuthenticationError,
+    CodeTimeout,
     CommandTimeout,
     ConfigError,
     Conflict,
+    ContextNotFound,
     FileExists,
     FileNotFound,
     FileTooLarge,
@@ -35,6 +37,7 @@ from provider_sdk.errors import (
     UnsupportedCapability,
     VolumeNotFound,
 )
+from provider_sdk.interpreter import CodeResult
 from provider_sdk.models import ExecResult
 
 BUILTIN = [
@@ -55,6 +58,7 @@ BUILTIN = [
     (RateLimited, ConnectionError),
     (OperationTimeout, TimeoutError),
     (CommandTimeout, TimeoutError),
+    (CodeTimeout, TimeoutError),
 ]
 
 PARENT = [
@@ -62,6 +66,7 @@ PARENT = [
     (TemplateNotFound, NotFound), (ProcessNotFound, NotFound), (FileNotFound, NotFound),
     (IsADirectory, InvalidInput), (NotADirectory, InvalidInput), (FileExists, Conflict),
     (RateLimited, Unavailable), (CommandTimeout, OperationTimeout),
+    (CodeTimeout, OperationTimeout), (ContextNotFound, NotFound),
     (ProviderNotFound, ConfigError),
 ]
 
@@ -73,6 +78,9 @@ def _make(cls: type[SandboxError]) -> SandboxError:
         return cls("pause", **where)  # type: ignore[arg-type]
     if cls is CommandTimeout:
         return cls("too slow", result=ExecResult(exit_code=-9), **where)  # type: ignore[call-arg]
+    if cls is CodeTimeout:
+        return cls("too slow", result=CodeResult(), context_kept=True,  # type: ignore[call-arg]
+                   **where)
     if cls is TemplateBuildError:
         return cls("boom", step="build", **where)  # type: ignore[call-arg]
     if cls is FileTooLarge:
