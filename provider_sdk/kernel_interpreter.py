@@ -79,25 +79,22 @@ class KernelInterpreter:
         return context
 
     async def run_code(self, sandbox_id: str, run: CodeRun) -> CodeResult:
-        """Run code in a context (the default one, made on first use, without one)."""
+        """Run code in a context: without one, the sandbox's default context, made on
+        first use, and again once its kernel has ended."""
         key = (sandbox_id, run.context_id or DEFAULT)
         if run.context_id is None:
             if self._lock is None:
                 self._lock = anyio.Lock()
             async with self._lock:
-                if key not in self._kernels:
+                known = self._kernels.get(key)
+                if known is None or known.ended is not None:  # new, or it died (a stop)
                     self._kernels[key] = await self._start(sandbox_id, cwd=None, env={})
         kernel = self._kernels.get(key)
         if kernel is None:
             raise errors.ContextNotFound(f"no code context {run.context_id!r} in this "
                                          "sandbox (closed, or made by another provider "
                                          "instance)", sandbox_id=sandbox_id)
-        try:
-            return await kernel.run(run, grace=self.grace)
-        finally:
-            if kernel.ended is not None and self._kernels.get(key) is kernel \
-                    and run.context_id is None:
-                del self._kernels[key]  # the next run without a context starts afresh
+        return await kernel.run(run, grace=self.grace)
 
     async def close_context(self, sandbox_id: str, context_id: str) -> None:
         """End a context's kernel; nothing to do if it is already closed."""

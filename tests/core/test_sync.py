@@ -16,6 +16,8 @@ from memory_provider import STORE, Store
 from provider_sdk import ProcessExit, ProcessOutput
 from provider_sdk.capabilities import Capability
 from provider_sdk.errors import (
+    CodeTimeout,
+    ContextNotFound,
     FileNotFound,
     InvalidInput,
     ProviderNotFound,
@@ -246,6 +248,43 @@ def test_shell_carries_cd_and_export_over(sandbox: SyncSandbox) -> None:
     with sandbox.shell() as shell:
         assert shell.run("cd '/tmp/psdk shell dir' && export PSDK_SHELL_VAR=kept").ok
         assert shell.run("pwd; echo $PSDK_SHELL_VAR").stdout == "/tmp/psdk shell dir\nkept\n"
+
+
+def test_code_context_keeps_state_streams_times_out_and_closes(sandbox: SyncSandbox) -> None:
+    context = sandbox.code.create_context(cwd="/tmp")
+    sandbox.code.run("x = 41", context=context)
+    seen: list[str] = []
+    result = sandbox.code.run("print('hi')\nx + 1", context=context, on_stdout=seen.append)
+    assert (result.text, result.stdout, "".join(seen)) == ("42", "hi\n", "hi\n")
+    with pytest.raises(CodeTimeout) as caught:
+        sandbox.code.run("import time\ntime.sleep(60)", context=context, timeout=1)
+    assert caught.value.context_kept
+    assert sandbox.code.run("x", context=context).text == "41"
+    sandbox.code.close_context(context)
+    with pytest.raises(ContextNotFound):
+        sandbox.code.run("x", context=context)
+
+
+def test_interrupted_code_run_stops_the_code_and_keeps_the_context(
+        sandbox: SyncSandbox) -> None:
+    """Ctrl-C during a run interrupts the code in the sandbox too: the context answers
+    the next run at once, with what it held."""
+    context = sandbox.code.create_context()
+    sandbox.code.run("kept = 1", context=context)
+    started = threading.Event()
+    main = threading.main_thread().ident
+    assert main == threading.get_ident(), "runs in the main thread, where SIGINT lands"
+
+    def interrupt() -> None:
+        if started.wait(30):
+            signal.pthread_kill(main, signal.SIGINT)  # type: ignore[arg-type]
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        sandbox.code.run("import time\nprint('started', flush=True)\n"
+                         "while True:\n    time.sleep(0.05)", context=context,
+                         on_stdout=lambda _text: started.set())
+    assert sandbox.code.run("kept", context=context, timeout=30).text == "1"
 
 
 def test_background_process_stdin_wait_and_reattach(sandbox: SyncSandbox) -> None:
