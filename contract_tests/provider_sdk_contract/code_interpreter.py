@@ -93,7 +93,8 @@ class CodeInterpreterContract(ContractBase):
             ctx = await sandbox.code.create_context()
             result = await sandbox.code.run("ran = True\ndef broken(:", context=ctx)
             check = await sandbox.code.run("'ran' in globals()", context=ctx)
-        assert result.error is not None and result.error.name == "SyntaxError"
+        assert result.error is not None
+        assert result.error.name == "SyntaxError"
         assert check.text == "False"
 
     @requires(Capability.CODE_INTERPRETER)
@@ -116,6 +117,49 @@ class CodeInterpreterContract(ContractBase):
         assert caught.value.result.error is not None
         assert caught.value.result.error.name == "KeyboardInterrupt"
         assert (after.error, after.text) == (None, "'still here'")
+
+    @requires(Capability.CODE_INTERPRETER)
+    async def test_code_that_ignores_the_interrupt_loses_only_its_context(
+            self, sandbox: Sandbox) -> None:
+        """Code that swallows the interrupt is ended soon after its timeout:
+        ``CodeTimeout`` says the context is gone, a run in it is ``ContextNotFound``,
+        and another context is untouched."""
+        stubborn = ("import time\nprint('stubborn', flush=True)\n"
+                    "while True:\n"
+                    "    try:\n"
+                    "        time.sleep(0.05)\n"
+                    "    except KeyboardInterrupt:\n"
+                    "        pass")
+        with anyio.fail_after(_WITHIN):
+            other = await sandbox.code.create_context()
+            await sandbox.code.run("mine = 'other'", context=other)
+            ctx = await sandbox.code.create_context()
+            started = anyio.current_time()
+            with pytest.raises(CodeTimeout) as caught:
+                await sandbox.code.run(stubborn, context=ctx, timeout=1)
+            took = anyio.current_time() - started
+            with pytest.raises(ContextNotFound):
+                await sandbox.code.run("1", context=ctx)
+            kept = await sandbox.code.run("mine", context=other)
+        assert took < 30, f"the stubborn code was ended after {took:.1f} s"
+        assert not caught.value.context_kept
+        assert caught.value.result.stdout == "stubborn\n"
+        assert kept.text == "'other'"
+
+    @requires(Capability.CODE_INTERPRETER)
+    async def test_code_that_ends_its_interpreter_ends_its_context(
+            self, sandbox: Sandbox) -> None:
+        """``os._exit`` in a run is that run's ``ContextEnded`` error; the context is
+        gone, and the default context starts afresh. (What the code wrote just before
+        may be lost: the kernel forwards output from a thread, which the exit stops.)"""
+        with anyio.fail_after(_WITHIN):
+            await sandbox.code.run("before_exit = 1")
+            result = await sandbox.code.run("import os\nprint('last words', flush=True)\n"
+                                            "os._exit(3)")
+            fresh = await sandbox.code.run("'before_exit' in globals()")
+        assert result.error is not None
+        assert result.error.name == "ContextEnded"
+        assert (fresh.error, fresh.text) == (None, "False")
 
     @requires(Capability.CODE_INTERPRETER)
     async def test_code_contexts_are_independent(self, sandbox: Sandbox) -> None:
@@ -214,7 +258,8 @@ class CodeInterpreterContract(ContractBase):
             result = await sandbox.code.run(code, output_limit=_MiB, on_stdout=count)
         assert (len(result.stdout), result.stdout_truncated) == (_MiB, 7 * _MiB)
         assert (len(result.stderr), result.stderr_truncated) == (_MiB, 2 * _MiB)
-        assert result.text is not None and len(result.text) == _MiB
+        assert result.text is not None
+        assert len(result.text) == _MiB
         assert result.text_truncated == 2 * _MiB + 2 - _MiB  # the repr's quotes
         assert seen == 8 * _MiB
         assert result.truncated

@@ -83,14 +83,16 @@ class EventLoopContract(
     HostileEscapeContract,
     HostileOutputContract,
     PortsContract,
+    CodeInterpreterContract,
     ShellContract,
     ProcessContract,
     ExecContract,
 ):
     """The sections whose tests lean on the event loop most: timeouts and cancellation,
-    streamed output and stdin, output floods, background processes, sessions, and
-    exposing ports. For a second run on another loop (``async_backend = "trio"``) where
-    the whole suite would cost too much; subclass it as :class:`ProviderContract`.
+    streamed output and stdin, output floods, background processes, sessions, the code
+    interpreter's kernels, and exposing ports. For a second run on another loop
+    (``async_backend = "trio"``) where the whole suite would cost too much; subclass it
+    as :class:`ProviderContract`.
     The servers and clients that attack an exposed port are left out: a port proxy
     serves them from a loop of its own whatever the caller's, so a second caller's loop
     tries nothing new there."""

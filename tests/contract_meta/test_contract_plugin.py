@@ -168,7 +168,8 @@ def test_hung_test_fails_after_its_deadline(pytester: pytest.Pytester, log: Path
 def test_the_event_loop_sections_are_the_suite_s_and_only_those(
         pytester: pytest.Pytester, log: Path) -> None:
     """A subclass of ``EventLoopContract`` collects the sections that lean on the event
-    loop (commands, processes, shells, ports, timeouts' escapes) and no others."""
+    loop (commands, processes, shells, the code interpreter, ports, timeouts' escapes)
+    and no others."""
     pytester.makepyfile(test_mini=CONTRACT.replace("ProviderContract", "EventLoopContract")
                         .format(name="mini", known={}, log=str(log), extra="", timeout=2))
     loop = pytester.runpytest("--collect-only", "-q")
@@ -179,7 +180,7 @@ def test_the_event_loop_sections_are_the_suite_s_and_only_those(
     assert loop_tests < whole_tests
     names = {line.rsplit("::", 1)[-1] for line in loop_tests}
     for section in ("test_exec_", "test_process_", "test_shell_", "test_port_",
-                    "test_hostile_timeout_"):
+                    "test_hostile_timeout_", "test_code_"):
         assert any(name.startswith(section) for name in names), section
     # The attacks on an exposed port are served from the proxy's own loop, whatever the
     # caller's: a second loop tries nothing new there.
