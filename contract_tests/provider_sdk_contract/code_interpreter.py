@@ -265,6 +265,26 @@ class CodeInterpreterContract(ContractBase):
         assert result.truncated
 
     @requires(Capability.CODE_INTERPRETER)
+    async def test_code_that_floods_the_interpreter_s_own_channel_ends_its_context(
+            self, sandbox: Sandbox) -> None:
+        """Code that writes an endless line where the interpreter talks to the caller
+        (its frames' descriptor, found in /proc) ends its context, promptly, and the
+        caller holds none of it; the default context starts afresh."""
+        flood = ("import os\n"
+                 "for fd in map(int, os.listdir('/proc/self/fd')):\n"
+                 "    if fd > 2:\n"
+                 "        try:\n"
+                 "            os.write(fd, b'x' * (4 << 20))\n"
+                 "        except OSError:\n"
+                 "            pass")
+        with anyio.fail_after(_WITHIN):
+            result = await sandbox.code.run(flood)
+            fresh = await sandbox.code.run("1 + 1")
+        assert result.error is not None
+        assert result.error.name == "ContextEnded"
+        assert fresh.text == "2"
+
+    @requires(Capability.CODE_INTERPRETER)
     async def test_code_closed_context_raises_context_not_found(
             self, sandbox: Sandbox) -> None:
         """A run in a closed context is ``ContextNotFound``; closing twice is fine."""
