@@ -47,6 +47,7 @@ if TYPE_CHECKING:
         TemplateBuildError,
         TemplateNotFound,
         Unavailable,
+        UnsafeArchive,
         UnsupportedCapability,
         VolumeNotFound,
     )
@@ -131,6 +132,7 @@ _EXPORTS: dict[str, str] = {
     "TemplateNotFound": "provider_sdk.errors",
     "TemplateSpec": "provider_sdk.models",
     "Unavailable": "provider_sdk.errors",
+    "UnsafeArchive": "provider_sdk.errors",
     "UnsupportedCapability": "provider_sdk.errors",
     "Volume": "provider_sdk.models",
     "VolumeMount": "provider_sdk.models",
@@ -198,6 +200,7 @@ __all__ = [
     "TemplateNotFound",
     "TemplateSpec",
     "Unavailable",
+    "UnsafeArchive",
     "UnsupportedCapability",
     "Volume",
     "VolumeMount",

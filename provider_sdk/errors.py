@@ -11,7 +11,8 @@ behaves like, so ``except LookupError`` or ``except TimeoutError`` keeps working
     ├── InvalidInput (ValueError)              a malformed spec, path, env, timeout ...
     │   ├── IsADirectory (IsADirectoryError)
     │   ├── NotADirectory (NotADirectoryError)
-    │   └── NotARegularFile                    a device, FIFO or socket where a file is read
+    │   ├── NotARegularFile                    a device, FIFO or socket where a file is read
+    │   └── UnsafeArchive                      a directory archive reaching out of its tree
     ├── AuthenticationError (PermissionError)
     ├── PermissionDenied (PermissionError)     inside the sandbox: read-only, no access
     ├── NotFound (LookupError)
@@ -78,6 +79,7 @@ __all__ = [
     "TemplateBuildError",
     "TemplateNotFound",
     "Unavailable",
+    "UnsafeArchive",
     "UnsupportedCapability",
     "VolumeNotFound",
 ]
@@ -156,6 +158,14 @@ class NotADirectory(InvalidInput, NotADirectoryError):
 class NotARegularFile(InvalidInput):
     """A file read was given a device, FIFO, socket (or a symlink to one): such a path
     can produce endless data or block forever, so it is refused before anything is read."""
+
+
+class UnsafeArchive(InvalidInput):
+    """A directory transfer's archive holds a member that would land outside its
+    destination: an absolute path, a ``..`` component, a path through a symbolic link or
+    a file, a hard link to outside, a device, or a header past its bound. It is refused
+    before anything of that member is written, and nothing outside the destination is
+    touched."""
 
 
 class AuthenticationError(SandboxError, PermissionError):

@@ -1,5 +1,6 @@
 """A sandbox's files (``sandbox.files``): read, write, stream, list, stat, make, remove,
-rename, upload and download, each validated, evented and handed to the provider's hooks.
+rename, upload and download (of files and of directory trees), each validated, evented
+and handed to the provider's hooks.
 
 Paths are checked here (:func:`check_path`) for every handle that takes one.
 """
@@ -15,6 +16,7 @@ from typing import Protocol, cast
 
 import anyio
 
+from provider_sdk import _dir_transfer
 from provider_sdk._hooks import ProviderHooks
 from provider_sdk._transfer import CHUNK, as_chunks, named, next_chunk
 from provider_sdk._transfer import Data as Data  # write()'s argument type
@@ -222,6 +224,41 @@ class Files:
         finally:
             with anyio.CancelScope(shield=True):
                 await chunks.aclose()
+
+    async def upload_dir(self, local_path: str | os.PathLike[str], path: str) -> None:
+        """Copy the local directory tree ``local_path`` to ``path`` in the sandbox,
+        streamed as a tar archive (the tree is never held in memory).
+
+        ``path`` is made (with its parents) if absent; what the tree holds is written
+        into it, replacing entries of the same name, and other entries are kept.
+        Symbolic links are copied as links, wherever they point, and never followed,
+        in the local tree or in the sandbox; permission bits and modification times
+        are kept, owners become the sandbox user. A device, FIFO or socket in the
+        tree raises :class:`~provider_sdk.errors.NotARegularFile` and nothing is
+        unpacked. Needs ``tar`` in the sandbox.
+        """
+        check_path(path, self._provider.name, self._id)
+        async with span("files.upload_dir", self._provider.name, self._id):
+            await _dir_transfer.upload_dir(self._provider, self._id, os.fspath(local_path),
+                                           path)
+
+    async def download_dir(self, path: str, local_path: str | os.PathLike[str]) -> None:
+        """Copy the directory tree at ``path`` in the sandbox to ``local_path``,
+        streamed as a tar archive and unpacked as it arrives.
+
+        ``local_path`` is made (with its parents) if absent; entries of the same name
+        are replaced, others kept. Symbolic links are made as links, wherever they
+        point, and never followed: a member that would be written through a link or
+        outside ``local_path`` (an absolute path, ``..``, a hard link out, a device)
+        raises :class:`~provider_sdk.errors.UnsafeArchive` before it is written, and
+        nothing outside ``local_path`` is touched. Permission bits (without setuid,
+        setgid or sticky bits) and modification times are kept; the files belong to
+        the local user. Needs ``tar`` in the sandbox.
+        """
+        check_path(path, self._provider.name, self._id)
+        async with span("files.download_dir", self._provider.name, self._id):
+            await _dir_transfer.download_dir(self._provider, self._id, path,
+                                             os.fspath(local_path))
 
 
 def check_path(path: str, provider: str, sandbox_id: str) -> None:

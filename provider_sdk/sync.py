@@ -454,6 +454,16 @@ class SyncFiles:
         loop's thread) with the size of each chunk written."""
         self._run.call(self._files.download, path, local_path, progress=progress)
 
+    def upload_dir(self, local_path: str | os.PathLike[str], path: str) -> None:
+        """Copy a local directory tree into the sandbox, streamed as a tar archive;
+        see :meth:`provider_sdk.sandbox.Files.upload_dir`."""
+        self._run.call(self._files.upload_dir, local_path, path)
+
+    def download_dir(self, path: str, local_path: str | os.PathLike[str]) -> None:
+        """Copy a directory tree out of the sandbox, streamed as a tar archive; see
+        :meth:`provider_sdk.sandbox.Files.download_dir`."""
+        self._run.call(self._files.download_dir, path, local_path)
+
 
 class SyncCode:
     """A sandbox's blocking code interpreter; mirrors

@@ -8,7 +8,9 @@ import pytest
 
 from provider_sdk_contract.code_interpreter import CodeInterpreterContract
 from provider_sdk_contract.commands import ExecContract
+from provider_sdk_contract.directories import DirectoryContract
 from provider_sdk_contract.files import FilesContract
+from provider_sdk_contract.hostile_archives import HostileArchiveContract
 from provider_sdk_contract.hostile_escapes import HostileEscapeContract
 from provider_sdk_contract.hostile_host import HostileHostContract
 from provider_sdk_contract.hostile_limits import HostileLimitContract
@@ -48,6 +50,7 @@ class ProviderContract(
     HostileSealContract,
     HostileEscapeContract,
     HostileOutputContract,
+    HostileArchiveContract,
     HostilePortClientsContract,
     HostilePortsContract,
     ScaleContract,
@@ -71,6 +74,7 @@ class ProviderContract(
     MetadataContract,
     ListingContract,
     LifecycleContract,
+    DirectoryContract,
     FilesContract,
 ):
     """Every contract test. Subclass it as ``Test<Provider>Contract`` and set

@@ -12,7 +12,7 @@
     psdk exec ID [--env K=V]... [--cwd DIR] [--timeout S] CMD [ARG...]
     psdk ls [--provider P] [--label K=V]... [--all] [--json]
     psdk info ID [--json] | pause ID | resume ID | kill ID | snapshot ID
-    psdk cp SRC DST                      either side may be ID:PATH
+    psdk cp [-r] SRC DST                 either side may be ID:PATH
     psdk expose ID PORT [--provider P] [--json]
     psdk contract --provider P [--emulator [--backend B]] [-- PYTEST ARGS]
     psdk emulate NAME [--port P] [--backend B] [--api-key-file PATH] [--fault NAME=VALUE]...

@@ -15,6 +15,7 @@ import os
 import posixpath
 import re
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -460,30 +461,35 @@ def parse_location(text: str) -> tuple[str | None, str]:
 
 
 async def cmd_cp(args: argparse.Namespace, console: Console) -> int:
-    """Copy a file into, out of, or between sandboxes; either side may be ``ID:PATH``."""
+    """Copy a file (a directory tree with ``-r``) into, out of, or between sandboxes;
+    either side may be ``ID:PATH``."""
     src_id, src = parse_location(args.src)
     dst_id, dst = parse_location(args.dst)
     if src_id is None:
         if dst_id is None:
             raise CliError("neither side is in a sandbox: write one as ID:PATH", code=2)
         async with provider_holding(args, "sandbox", dst_id) as provider:
-            await _upload(await connect_resuming(provider, dst_id, console), src, dst,
-                          console)
+            sandbox = await connect_resuming(provider, dst_id, console)
+            if args.recursive and await anyio.Path(src).is_dir():
+                await _upload_tree(sandbox, src, dst, console)
+            else:
+                await _upload(sandbox, src, dst, console)
         return 0
     if not src:
         raise CliError(f"{args.src!r} names no file: write ID:PATH", code=2)
     async with contextlib.AsyncExitStack() as stack:
         provider = await stack.enter_async_context(provider_holding(args, "sandbox", src_id))
         source = await connect_resuming(provider, src_id, console)
+        tree = args.recursive and (await source.files.stat(src)).type == FileType.DIRECTORY
         if dst_id is None:
-            await _download(source, src, dst, console)
+            await (_download_tree if tree else _download)(source, src, dst, console)
         else:
             if dst_id != src_id:
                 provider = await stack.enter_async_context(
                     provider_holding(args, "sandbox", dst_id))
             target = source if dst_id == src_id else \
                 await connect_resuming(provider, dst_id, console)
-            await _between(source, src, target, dst, console)
+            await (_tree_between if tree else _between)(source, src, target, dst, console)
     return 0
 
 
@@ -500,7 +506,7 @@ async def _remote_target(sandbox: Sandbox, path: str, name: str) -> str:
 async def _upload(sandbox: Sandbox, src: str, dst: str, console: Console) -> None:
     local = anyio.Path(src)
     if await local.is_dir():
-        raise CliError(f"{src} is a directory: cp copies files")
+        raise CliError(f"{src} is a directory: cp -r copies directories")
     size = (await local.stat()).st_size
     target = await _remote_target(sandbox, dst, os.path.basename(src))
     progress = console.progress(f"{src} -> {sandbox.id}:{target}", size)
@@ -525,7 +531,7 @@ def _refuse_special(sandbox: Sandbox, path: str, info: FileInfo) -> None:
     this only spares the round trip for what stat already shows.
     """
     if info.type == FileType.DIRECTORY:
-        raise CliError(f"{sandbox.id}:{path} is a directory: cp copies files")
+        raise CliError(f"{sandbox.id}:{path} is a directory: cp -r copies directories")
     if info.type == FileType.OTHER:
         raise NotARegularFile(f"{path} is not a regular file (a device, FIFO or socket): "
                               "cp copies regular files", provider=sandbox.provider.name,
@@ -564,6 +570,30 @@ async def _between(source: Sandbox, src: str, target: Sandbox, dst: str,
         progress.close()
     console.done(f"copied {source.id}:{src} to {target.id}:{path} "
                  f"({human_size(info.size)})")
+
+
+async def _upload_tree(sandbox: Sandbox, src: str, dst: str, console: Console) -> None:
+    target = await _remote_target(sandbox, dst, posixpath.basename(posixpath.normpath(src)))
+    await sandbox.files.upload_dir(src, target)
+    console.done(f"copied {src} to {sandbox.id}:{target}")
+
+
+async def _download_tree(sandbox: Sandbox, src: str, dst: str, console: Console) -> None:
+    target = dst
+    if await anyio.Path(dst).is_dir():
+        target = os.path.join(dst, posixpath.basename(posixpath.normpath(src)))
+    await sandbox.files.download_dir(src, target)
+    console.done(f"copied {sandbox.id}:{src} to {target}")
+
+
+async def _tree_between(source: Sandbox, src: str, target: Sandbox, dst: str,
+                        console: Console) -> None:
+    """A tree from one sandbox to another, through a local temporary directory."""
+    path = await _remote_target(target, dst, posixpath.basename(posixpath.normpath(src)))
+    with tempfile.TemporaryDirectory(prefix="psdk-cp-") as staging:
+        await source.files.download_dir(src, staging)
+        await target.files.upload_dir(staging, path)
+    console.done(f"copied {source.id}:{src} to {target.id}:{path}")
 
 
 # ------------------------------------------------------------------ helpers

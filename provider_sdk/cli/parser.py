@@ -249,7 +249,9 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
     b.add_argument("names", nargs="+", metavar="NAME", help="the volumes")
     b.add_argument("--json", action="store_true", help="print the removed names as JSON")
 
-    p = add("cp", "copy a file; either side may be ID:PATH")
+    p = add("cp", "copy a file, or a directory with -r; either side may be ID:PATH")
+    p.add_argument("-r", "--recursive", action="store_true",
+                   help="copy a directory and everything in it (links stay links)")
     p.add_argument("src", metavar="SRC")
     p.add_argument("dst", metavar="DST")
 

@@ -1,0 +1,150 @@
+"""Contract, hostile section: a sandbox that answers ``files.download_dir`` with a
+crafted archive.
+
+The sandbox's ``tar`` is whatever its ``PATH`` finds first, so code in the sandbox can
+answer a download with any archive it likes. Here a ``tar`` early on the sandbox's
+``PATH`` hands back an archive made to escape: members with ``..`` or an absolute path,
+a member written through a link the archive made, a hard link to a file outside, a
+device, and an extended header larger than the caller's memory bound. Each is refused
+with :class:`~provider_sdk.errors.UnsafeArchive`, and nothing outside the destination is
+written. No capability gate: every provider has directory transfers.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import pytest
+
+from provider_sdk.errors import UnsafeArchive
+from provider_sdk.sandbox import Sandbox
+from provider_sdk_contract.base import ContractBase, Factory
+from provider_sdk_contract.support import RssGrowth
+
+_MiB = 1 << 20
+_BIN = "/tmp/psdk-hostile-bin"
+"""Where the crafted ``tar`` lives: first on the sandbox's ``PATH``."""
+_CRAFTED = "/tmp/psdk-crafted.tar"
+# Copies the crafted archive to wherever it is asked to write one ("-f FILE").
+_TAR = """#!/bin/sh
+while [ $# -gt 0 ]; do
+  if [ "$1" = -f ]; then exec cp /tmp/psdk-crafted.tar "$2"; fi
+  shift
+done
+exit 2
+"""
+# A pax header claiming 256 MiB, its bytes following: "$1" is where to write it.
+_HUGE_HEADER = """#!/bin/sh
+while [ $# -gt 0 ]; do
+  if [ "$1" = -f ]; then
+    { cat /tmp/psdk-crafted.tar; head -c 268435456 /dev/zero; } > "$2"; exit 0
+  fi
+  shift
+done
+exit 2
+"""
+
+
+def _archive(*members: tuple[tarfile.TarInfo, bytes]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for info, data in members:
+            info.size = len(data) if info.isfile() else 0
+            tar.addfile(info, io.BytesIO(data) if info.isfile() else None)
+    return out.getvalue()
+
+
+def _file(name: str, data: bytes = b"escaped") -> tuple[tarfile.TarInfo, bytes]:
+    return tarfile.TarInfo(name), data
+
+
+def _link(name: str, target: str, kind: bytes = tarfile.SYMTYPE) -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, target
+    return info, b""
+
+
+def _device(name: str) -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(name)
+    info.type, info.devmajor, info.devminor = tarfile.CHRTYPE, 1, 3
+    return info, b""
+
+
+#: Each crafted archive, given the local directory beside the destination.
+_ESCAPES: dict[str, Callable[[Path], bytes]] = {
+    "dotdot": lambda outside: _archive(_file("ok"), _file("../outside/escaped")),
+    "absolute": lambda outside: _archive(_file(str(outside / "escaped"))),
+    "through-own-link": lambda outside: _archive(_link("hop", str(outside)),
+                                                 _file("hop/escaped")),
+    "through-relative-link": lambda outside: _archive(_link("hop", "../outside"),
+                                                      _file("hop/escaped")),
+    "hard-link-out": lambda outside: _archive(
+        _link("stolen", str(outside / "victim"), tarfile.LNKTYPE)),
+    "device": lambda outside: _archive(_device("null")),
+}
+
+
+class HostileArchiveContract(ContractBase):
+    """A crafted archive from the sandbox's ``tar`` is refused member by member, with
+    nothing written outside the destination, and its headers are bounded."""
+
+    async def _hostile(self, factory: Factory, tar_script: str, crafted: bytes) -> Sandbox:
+        sandbox = await factory.sandbox(
+            env={"PATH": f"{_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
+                         "/sbin:/bin"})
+        await sandbox.files.write(f"{_BIN}/tar", tar_script)
+        await sandbox.files.write(_CRAFTED, crafted)
+        chmod = await sandbox.exec(["chmod", "755", f"{_BIN}/tar"])
+        assert chmod.ok, chmod.stderr
+        return sandbox
+
+    @pytest.mark.parametrize("escape", sorted(_ESCAPES))
+    async def test_hostile_archive_escape_is_refused_and_writes_nothing_outside(
+            self, factory: Factory, tmp_path: Path, escape: str) -> None:
+        """Each way out of the destination raises UnsafeArchive; the directory beside
+        it stays empty, and a file a hard link aimed at is untouched."""
+        outside, dest = tmp_path / "outside", tmp_path / "dest"
+        outside.mkdir()
+        (tmp_path / "victim").write_text("victim")
+        (outside / "victim").write_text("victim")
+        sandbox = await self._hostile(factory, _TAR, _ESCAPES[escape](outside))
+        with pytest.raises(UnsafeArchive):
+            await sandbox.files.download_dir("/tmp", dest)
+        assert sorted(p.name for p in outside.iterdir()) == ["victim"]
+        assert (outside / "victim").read_text() == "victim"
+        assert (outside / "victim").stat().st_nlink == 1
+        beside = sorted([p.name async for p in anyio.Path(tmp_path).iterdir()])
+        assert beside == ["dest", "outside", "victim"]
+        assert not any(p.is_file() and p.name in ("escaped", "stolen", "null")
+                       for p in dest.rglob("*"))
+
+    async def test_hostile_archive_link_out_is_kept_as_a_link_not_followed(
+            self, factory: Factory, tmp_path: Path) -> None:
+        """A link the archive makes to outside is made as a link; writing a file over
+        its name replaces the link, and the file it pointed at is untouched."""
+        outside, dest = tmp_path / "outside", tmp_path / "dest"
+        outside.mkdir()
+        (outside / "victim").write_text("victim")
+        crafted = _archive(_link("hop", str(outside / "victim")), _file("hop", b"replaced"))
+        sandbox = await self._hostile(factory, _TAR, crafted)
+        await sandbox.files.download_dir("/tmp", dest)
+        assert (outside / "victim").read_text() == "victim"
+        assert not (dest / "hop").is_symlink()
+        assert (dest / "hop").read_bytes() == b"replaced"
+
+    async def test_hostile_archive_huge_header_keeps_the_caller_memory_bounded(
+            self, factory: Factory, tmp_path: Path) -> None:
+        """An extended header of 256 MiB is refused before it is read: UnsafeArchive,
+        and this process grows by less than 64 MiB."""
+        header = tarfile.TarInfo("././@PaxHeader")
+        header.type, header.size = tarfile.XHDTYPE, 256 * _MiB
+        sandbox = await self._hostile(factory, _HUGE_HEADER,
+                                      header.tobuf(format=tarfile.USTAR_FORMAT))
+        async with RssGrowth().measure() as rss:
+            with anyio.fail_after(240), pytest.raises(UnsafeArchive):
+                await sandbox.files.download_dir("/tmp", tmp_path / "dest")
+        assert rss.growth < 64 * _MiB, f"memory grew by {rss.growth / _MiB:.0f} MiB"
