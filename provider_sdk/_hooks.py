@@ -52,6 +52,7 @@ from provider_sdk.models import (
 )
 from provider_sdk.roles import Roles
 from provider_sdk.templates import TemplateBuilder, content_hash, problems
+from provider_sdk.terminals import TerminalSession, TerminalSpec
 
 __all__ = ["ProviderHooks"]
 
@@ -478,6 +479,12 @@ class ProviderHooks:
     async def _unexpose(self, sandbox_id: str, port: int) -> None:
         """Stop serving the port. (``ports.expose``)"""
         await self._part(Capability.PORTS_EXPOSE, sandbox_id).unexpose(sandbox_id, port)
+
+    async def _open_terminal(self, sandbox_id: str, spec: TerminalSpec) -> TerminalSession:
+        """Open a terminal. (``terminal.pty``)"""
+        session: TerminalSession = await self._part(Capability.TERMINAL_PTY,
+                                                    sandbox_id).open_terminal(sandbox_id, spec)
+        return session
 
     def _template_builder(self) -> TemplateBuilder:
         """This provider's template builder. (``templates.build``)"""

@@ -117,6 +117,10 @@ class Capability(str, enum.Enum):
     """``unexpose(port)`` ends the address and its token: exposing the port again gives a
     new token, and the old one is refused (E2B and Cube route every port of a sandbox,
     with one token, for the sandbox's life)."""
+    TERMINAL_PTY = "terminal.pty"
+    """``sandbox.terminal.open()`` runs a program (a shell by default) on a
+    pseudo-terminal: type into it, read what it prints, resize it (the program gets
+    ``SIGWINCH``), close it, and wait for its exit code."""
 
     # Containment: what holds against code that attacks the sandbox (docs/security.md).
     EXEC_CONTAINED = "exec.contained"
@@ -170,6 +174,7 @@ HOOKS: dict[Capability, tuple[str, ...]] = {
     Capability.METRICS: ("_metrics",),
     Capability.TEMPLATES_BUILD: ("_template_builder",),
     Capability.PORTS_EXPOSE: ("_expose", "_unexpose"),
+    Capability.TERMINAL_PTY: ("_open_terminal",),
 }
 
 #: A capability on the left is meaningless without those on the right.

@@ -27,6 +27,7 @@ from provider_sdk.events import span
 from provider_sdk.kernel_interpreter import KernelInterpreter
 from provider_sdk.labels import check_labels
 from provider_sdk.models import SandboxSpec, SandboxState
+from provider_sdk.process_terminals import ProcessTerminals
 from provider_sdk.roles import (
     CodeInterpreter,
     Commands,
@@ -35,6 +36,7 @@ from provider_sdk.roles import (
     Ports,
     Processes,
     Roles,
+    Terminals,
 )
 from provider_sdk.sandbox import Sandbox, SandboxCreation, Shell
 
@@ -75,7 +77,7 @@ class SandboxProvider(ProviderHooks):
 
     def __init__(self, *, control: ControlPlane, commands: Commands,
                  files: Files | None = None, ports: Ports | None = None,
-                 code: CodeInterpreter | None = None,
+                 code: CodeInterpreter | None = None, terminals: Terminals | None = None,
                  parts: Iterable[object] = ()) -> None:
         """Make the provider of its roles (see :mod:`provider_sdk.roles`): ``control``
         and ``commands``, which every provider has; ``files``, without which the files
@@ -83,9 +85,12 @@ class SandboxProvider(ProviderHooks):
         ``ports`` for ``ports.expose``; ``code`` for ``code.interpreter``, without which
         a provider whose commands have background processes runs a kernel in the
         sandbox (:class:`~provider_sdk.kernel_interpreter.KernelInterpreter`);
-        ``parts``, objects that make some optional parts themselves (a storage object
-        with snapshots and volumes, say), so that a role need not pass those calls on:
-        a capability's calls go to the first of them that has its part, else to its
+        ``terminals`` for ``terminal.pty``, without which a commands role with
+        background processes serves it
+        (:class:`~provider_sdk.process_terminals.ProcessTerminals`); ``parts``,
+        objects that make some optional parts themselves (a storage object with
+        snapshots and volumes, say), so that a role need not pass those calls on: a
+        capability's calls go to the first of them that has its part, else to its
         role.
 
         Raises:
@@ -96,6 +101,8 @@ class SandboxProvider(ProviderHooks):
                       else CommandFiles(commands, provider=self.name), ports=ports,
                       code=code if code is not None or not isinstance(commands, Processes)
                       else KernelInterpreter(commands, provider=self.name),
+                      terminals=terminals if terminals is not None
+                      else ProcessTerminals.over(commands, provider=self.name),
                       parts=tuple(parts))
         problems = roles.problems(type(self).capabilities)
         if problems:

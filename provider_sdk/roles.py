@@ -22,7 +22,10 @@ A provider hands :class:`~provider_sdk.provider.SandboxProvider` its roles::
 - :class:`Ports` (``ports.expose``);
 - a :class:`CodeInterpreter` (``code.interpreter``); without one the base uses
   :class:`~provider_sdk.kernel_interpreter.KernelInterpreter`, a kernel in the sandbox
-  over the commands role's background processes.
+  over the commands role's background processes;
+- :class:`Terminals` (``terminal.pty``); without one, a provider whose commands role has
+  background processes gets :class:`~provider_sdk.process_terminals.ProcessTerminals`,
+  a terminal relayed by a small python3 program in the sandbox.
 
 An optional part is a set of methods a role object has: :data:`PARTS` says which part
 each capability needs, and the base checks, when the provider is made, that a role has
@@ -60,10 +63,12 @@ from provider_sdk.models import (
     Volume,
 )
 from provider_sdk.templates import TemplateBuilder
+from provider_sdk.terminals import TerminalSession, TerminalSpec
 
 __all__ = ["PARTS", "CodeInterpreter", "Commands", "ControlPlane", "Files", "Labels",
            "MetricsReader", "NetworkUpdates", "Part", "Pausing", "Ports", "Processes",
-           "Rollback", "Roles", "Shells", "Snapshots", "TemplateBuilding", "Volumes"]
+           "Rollback", "Roles", "Shells", "Snapshots", "TemplateBuilding", "Terminals",
+           "Volumes"]
 
 
 @runtime_checkable
@@ -279,6 +284,11 @@ class CodeInterpreter(Protocol):
 
     async def close_context(self, sandbox_id: str, context_id: str) -> None:
         """End a context; nothing to do if it is already closed."""
+class Terminals(Protocol):
+    """Terminals on a pseudo-terminal (``terminal.pty``)."""
+
+    async def open_terminal(self, sandbox_id: str, spec: TerminalSpec) -> TerminalSession:
+        """Start ``spec``'s program on a new terminal of ``spec``'s size; the session."""
 
 
 @attrs.frozen
@@ -302,6 +312,7 @@ PARTS: dict[Capability, Part] = {
     Capability.SHELL_PERSISTENT: Part("commands", Shells),
     Capability.PORTS_EXPOSE: Part("ports", Ports),
     Capability.CODE_INTERPRETER: Part("code", CodeInterpreter),
+    Capability.TERMINAL_PTY: Part("terminals", Terminals),
 }
 """Each capability that is a set of calls, and the role part that makes them."""
 
@@ -315,6 +326,7 @@ class Roles:
     files: Files
     ports: Ports | None = None
     code: CodeInterpreter | None = None
+    terminals: Terminals | None = None
     parts: tuple[object, ...] = ()
     """Objects that make optional parts of their own (snapshots and volumes, say): a
     capability's calls go to the first of them that has its part, else to its role."""

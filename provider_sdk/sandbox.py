@@ -45,6 +45,7 @@ from provider_sdk.models import (
     Snapshot,
     _env_map,
 )
+from provider_sdk.terminal import Terminals
 
 __all__ = ["EmulatedShell", "Files", "Process", "Sandbox", "SandboxCreation", "Shell"]
 
@@ -118,6 +119,12 @@ class Sandbox:
         """The sandbox's code interpreter (:class:`~provider_sdk.code.SandboxCode`,
         ``code.interpreter``)."""
         return self._code
+
+    @property
+    def terminal(self) -> Terminals:
+        """Terminals in the sandbox (:class:`~provider_sdk.terminal.Terminals`,
+        ``terminal.pty``)."""
+        return Terminals(self)
 
     @property
     def id(self) -> str:

@@ -59,6 +59,7 @@ from provider_sdk.models import (
 from provider_sdk.portal import Portal
 from provider_sdk.provider import OutputCallback, ProcessEvent, SandboxProvider
 from provider_sdk.sandbox import Process, Sandbox, Shell
+from provider_sdk.terminal import Terminal
 
 __all__ = [
     "SyncCode",
@@ -68,6 +69,8 @@ __all__ = [
     "SyncProvider",
     "SyncSandbox",
     "SyncShell",
+    "SyncTerminal",
+    "SyncTerminals",
     "open_provider",
 ]
 
@@ -338,6 +341,11 @@ class SyncSandbox:
         """Reattach to a background process by pid (``process.background``)."""
         return SyncProcess(self, self._sandbox.process(pid))
 
+    @property
+    def terminal(self) -> SyncTerminals:
+        """Terminals in the sandbox (``terminal.pty``)."""
+        return SyncTerminals(self)
+
     def shell(self, *, cwd: str | None = None,
               env: Mapping[str, str] | None = None) -> SyncShell:
         """Open a persistent shell: ``cd`` and ``export`` carry over between runs."""
@@ -534,6 +542,68 @@ class SyncProcess:
     def kill(self) -> None:
         """Kill the process and everything it started."""
         self._run.call(self._process.kill)
+
+
+class SyncTerminals:
+    """A sandbox's terminals, blocking; mirrors :class:`~provider_sdk.terminal.Terminals`."""
+
+    def __init__(self, sandbox: SyncSandbox) -> None:
+        self._sandbox = sandbox
+        self._terminals = sandbox.async_sandbox.terminal
+
+    def open(self, *, cols: int = 80, rows: int = 24,
+             cmd: str | Sequence[str] | None = None,
+             env: Mapping[str, str] | None = None,
+             cwd: str | None = None) -> SyncTerminal:
+        """Start ``cmd`` (the user's login shell if ``None``) on a new terminal; see
+        :meth:`provider_sdk.terminal.Terminals.open`."""
+        return SyncTerminal(self._sandbox, self._sandbox._run.call(
+            self._terminals.open, cols=cols, rows=rows, cmd=cmd, env=env, cwd=cwd))
+
+
+class SyncTerminal:
+    """A blocking handle on an open terminal; mirrors
+    :class:`~provider_sdk.terminal.Terminal`. Iterate it for what it prints; ``with``
+    closes it."""
+
+    def __init__(self, sandbox: SyncSandbox, terminal: Terminal) -> None:
+        self._terminal = terminal
+        self._run = sandbox._run
+        self._chunks = terminal.__aiter__()
+
+    @property
+    def pid(self) -> int:
+        """The terminal's process in the sandbox."""
+        return self._terminal.pid
+
+    def __repr__(self) -> str:
+        return f"<SyncTerminal {self.pid}>"
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self._run.iterate(self._chunks)
+
+    def write(self, data: bytes | str) -> None:
+        """Type ``data`` into the terminal."""
+        self._run.call(self._terminal.write, data)
+
+    def resize(self, cols: int, rows: int) -> None:
+        """Set the terminal's size; the program gets ``SIGWINCH``."""
+        self._run.call(self._terminal.resize, cols, rows)
+
+    def wait(self) -> int:
+        """Wait for the program to exit; its exit code."""
+        return self._run.call(self._terminal.wait)
+
+    def close(self) -> None:
+        """End the terminal and everything it started."""
+        self._run.call(self._terminal.close)
+
+    def __enter__(self) -> SyncTerminal:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
 
 
 class SyncShell:

@@ -34,6 +34,7 @@ from provider_sdk_contract.scale import ScaleContract
 from provider_sdk_contract.shell import ShellContract
 from provider_sdk_contract.snapshots import SnapshotContract
 from provider_sdk_contract.templates import TemplateContract
+from provider_sdk_contract.terminals import TerminalContract
 from provider_sdk_contract.unsupported import UnsupportedContract
 from provider_sdk_contract.users import UserContract
 from provider_sdk_contract.volumes import VolumeContract
@@ -67,6 +68,7 @@ class ProviderContract(
     IdleContract,
     PauseContract,
     CodeInterpreterContract,
+    TerminalContract,
     ShellContract,
     ProcessContract,
     UserContract,
@@ -88,6 +90,7 @@ class EventLoopContract(
     HostileOutputContract,
     PortsContract,
     CodeInterpreterContract,
+    TerminalContract,
     ShellContract,
     ProcessContract,
     ExecContract,

@@ -10,6 +10,7 @@
                 [--memory SIZE] [--disk SIZE] [--network none|internet]
                 [--allow-out T]... [--deny-out T]... [--volume NAME:PATH[:ro]]...
     psdk exec ID [--env K=V]... [--cwd DIR] [--timeout S] CMD [ARG...]
+    psdk shell ID [--env K=V]... [--cwd DIR]
     psdk ls [--provider P] [--label K=V]... [--all] [--json]
     psdk info ID [--json] | pause ID | resume ID | kill ID | snapshot ID
     psdk cp [-r] SRC DST                 either side may be ID:PATH
@@ -23,8 +24,8 @@
     psdk template ls [--provider P] [--json] | template rm ID...
     psdk demo
 
-Exit status: 0 on success; a command's own code for ``run`` and ``exec`` (124 when it
-timed out); 1 for an error, reported in one line on stderr; 2 for a usage error; 130 when
+Exit status: 0 on success; a command's own code for ``run``, ``exec`` and ``shell`` (124
+when it timed out); 1 for an error, reported in one line on stderr; 2 for a usage error; 130 when
 interrupted; 128+N when stopped by signal N (SIGTERM: 143, SIGHUP: 129). Tracebacks are
 for bugs only.
 
@@ -66,6 +67,7 @@ _ASYNC: dict[str, str] = {
     "expose": "provider_sdk.cli.expose:cmd_expose",
     "mcp": "provider_sdk.cli.mcp:cmd_mcp",
     "reap": "provider_sdk.cli.reap:cmd_reap",
+    "shell": "provider_sdk.cli.shell:cmd_shell",
     "template": "provider_sdk.cli.template:cmd_template",
 }
 _BLOCKING: dict[str, str] = {"contract": "provider_sdk.cli.contract:cmd_contract"}

@@ -212,6 +212,13 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
                    help="the command to run: every word after the id from the first that "
                         "is not one of psdk's options (or after --), taken as it is")
 
+    p = add("shell", "open a terminal on the sandbox user's shell; Ctrl-D there leaves, "
+                     "with its exit code")
+    p.add_argument("id", metavar="ID", help="the sandbox")
+    p.add_argument("--env", metavar="K=V", type=_key_value, action="append", default=[],
+                   help="set an environment variable for the shell (repeatable)")
+    p.add_argument("--cwd", metavar="DIR", help="the directory the shell starts in")
+
     p = add("ls", "list sandboxes", labels)
     p.add_argument("--all", action="store_true",
                    help="also show broken records (state the provider could not read)")

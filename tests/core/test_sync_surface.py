@@ -16,6 +16,7 @@ from provider_sdk.manager import WarmPool
 from provider_sdk.manager.sync import SyncWarmPool
 from provider_sdk.provider import SandboxProvider
 from provider_sdk.sandbox import Files, Process, Sandbox, Shell
+from provider_sdk.terminal import Terminal, Terminals
 
 # Async methods whose blocking twin has another name or shape, and why.
 RENAMED = {
@@ -27,6 +28,8 @@ RENAMED = {
     (Shell, "aclose"): "close",
     (Shell, "__aenter__"): "__enter__",
     (Shell, "__aexit__"): "__exit__",
+    (Terminal, "__aenter__"): "__enter__",
+    (Terminal, "__aexit__"): "__exit__",
     (WarmPool, "__aenter__"): "__enter__",
     (WarmPool, "__aexit__"): "__exit__",
 }
@@ -40,7 +43,8 @@ NOT_FOR_CALLERS = {
 
 PAIRS = [(SandboxProvider, sync.SyncProvider), (Sandbox, sync.SyncSandbox),
          (Files, sync.SyncFiles), (Process, sync.SyncProcess), (Shell, sync.SyncShell),
-         (SandboxCode, sync.SyncCode), (WarmPool, SyncWarmPool)]
+         (SandboxCode, sync.SyncCode), (Terminals, sync.SyncTerminals),
+         (Terminal, sync.SyncTerminal), (WarmPool, SyncWarmPool)]
 
 
 def _public(cls: type) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from provider_sdk.capabilities import Capability
 PROVIDER_CAPABILITIES: dict[str, frozenset[Capability]] = {"DaytonaProvider": frozenset({
         Capability.PROCESS_BACKGROUND,
         Capability.CODE_INTERPRETER,
+        Capability.TERMINAL_PTY,
         Capability.SHELL_PERSISTENT,
         Capability.PAUSE,
         Capability.LIFECYCLE_AUTO_PAUSE,

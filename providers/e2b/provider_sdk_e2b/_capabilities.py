@@ -12,6 +12,7 @@ _E2B = frozenset({
         Capability.EXEC_STREAM,
         Capability.PROCESS_BACKGROUND,
         Capability.CODE_INTERPRETER,
+        Capability.TERMINAL_PTY,
         Capability.SHELL_PERSISTENT,
         Capability.SHELL_STDIN,
         Capability.PAUSE,
