@@ -10,11 +10,11 @@ import anyio
 import pytest
 
 from provider_sdk.capabilities import Capability
-from provider_sdk.errors import InvalidInput
+from provider_sdk.errors import InvalidInput, UnsupportedCapability
 from provider_sdk.sandbox import Sandbox
 from provider_sdk.terminal import Terminal
 from provider_sdk_contract.base import ContractBase
-from provider_sdk_contract.markers import requires
+from provider_sdk_contract.markers import lacks, requires
 from provider_sdk_contract.support import RssGrowth, eventually, new_marker, none_marked
 
 _MiB = 1 << 20
@@ -189,3 +189,12 @@ class TerminalContract(ContractBase):
         assert received == 128 * _MiB
         assert await term.wait() == 0
         assert rss.growth < 64 * _MiB, f"memory grew by {rss.growth / _MiB:.0f} MiB"
+
+    @lacks(Capability.TERMINAL_PTY)
+    async def test_terminal_undeclared_raises_unsupported_capability(
+            self, sandbox: Sandbox) -> None:
+        """Without ``terminal.pty``, opening a terminal raises UnsupportedCapability
+        naming it, before anything runs."""
+        with pytest.raises(UnsupportedCapability) as raised:
+            await sandbox.terminal.open()
+        assert raised.value.capability == "terminal.pty"

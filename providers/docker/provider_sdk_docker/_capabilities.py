@@ -13,7 +13,6 @@ BASE_CAPABILITIES = frozenset({
     Capability.EXEC_STREAM,
     Capability.EXEC_USER,
     Capability.PROCESS_BACKGROUND,
-    Capability.TERMINAL_PTY,
     Capability.SHELL_PERSISTENT,
     Capability.SHELL_STDIN,
     Capability.PAUSE,
