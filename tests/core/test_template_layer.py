@@ -4,8 +4,8 @@ builder shape for every provider; plain-data specs; a core that imports no plugi
 from __future__ import annotations
 
 import ast
-import datetime as dt
 import builtins
+import datetime as dt
 import inspect
 import subprocess
 import sys
