@@ -284,6 +284,9 @@ class CodeInterpreter(Protocol):
 
     async def close_context(self, sandbox_id: str, context_id: str) -> None:
         """End a context; nothing to do if it is already closed."""
+
+
+@runtime_checkable
 class Terminals(Protocol):
     """Terminals on a pseudo-terminal (``terminal.pty``)."""
 
