@@ -16,6 +16,7 @@ from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 from e2b import exceptions as e2bx
 from provider_sdk_e2b import CubeProvider, E2BProvider
+from provider_sdk_e2b._errors import retrying, wait_ready
 
 from provider_sdk import errors
 
@@ -225,3 +226,48 @@ async def test_a_neutral_error_passes_through_untouched(provider: E2BProvider) -
             provider._session.translate(SANDBOX, what="file"):
         raise raised
     assert caught.value is raised
+
+
+# ------------------------------------------------------------------ paths and arguments
+
+
+def test_an_error_told_by_its_message_leads_with_the_path(provider: E2BProvider) -> None:
+    raised = e2bx.SandboxException("open: read-only file system")
+    error = translated(provider, raised, what="file", path=PATH)
+    assert type(error) is errors.PermissionDenied
+    where = f"[{provider.name} {SANDBOX}]"
+    assert str(error) == f"{where} {PATH}: open: read-only file system"
+    unnamed = translated(provider, e2bx.SandboxException("open: read-only file system"))
+    assert str(unnamed) == f"{where} open: read-only file system"
+
+
+@pytest.mark.anyio
+async def test_an_rpc_file_exists_leads_with_the_path(provider: E2BProvider) -> None:
+    error = translated(provider, ConnectError(Code.ALREADY_EXISTS, "exists"), what="file",
+                       path=PATH)
+    assert type(error) is errors.FileExists
+    where = f"[{provider.name} {SANDBOX}]"
+    assert str(error) == f"{where} {PATH}: exists"
+    unnamed = translated(provider, ConnectError(Code.ALREADY_EXISTS, "exists"), what="file")
+    assert str(unnamed) == f"{where} exists"
+
+
+def test_a_status_is_read_from_the_start_of_a_message_with_several_colons(
+        provider: E2BProvider) -> None:
+    error = translated(provider, e2bx.SandboxException("404: stat /a:b: no such file"),
+                       what="file")
+    assert type(error) is errors.FileNotFound
+
+
+def test_what_and_path_and_timeouts_are_passed_by_name(provider: E2BProvider) -> None:
+    """A bare ``"file"`` could be taken for a path, a bare number for another limit."""
+    with pytest.raises(TypeError):
+        provider._session.translate(SANDBOX, "file")  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        wait_ready(provider, SANDBOX, 5.0, provider="e2b")  # type: ignore[arg-type, misc]
+
+    async def op() -> None:
+        return None
+
+    with pytest.raises(TypeError):
+        retrying(op, 5.0)  # type: ignore[misc]

@@ -95,7 +95,7 @@ async def test_a_refused_access_token_is_an_authentication_error(health: _Health
     assert len(health.probes) == 1
 
 
-@pytest.mark.parametrize("status", [404, 500, 501])
+@pytest.mark.parametrize("status", [400, 404, 500, 501])
 async def test_another_answer_is_an_error_at_once(health: _Health, status: int) -> None:
     health.answers = [(status, {})]
     with pytest.raises(errors.SandboxError) as caught:
