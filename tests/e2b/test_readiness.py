@@ -5,6 +5,7 @@ for envd's ``/health`` and with the errors the SDK and connect-rpc raise."""
 from __future__ import annotations
 
 import http.server
+import itertools
 import socket
 import threading
 import time
@@ -20,6 +21,7 @@ from connectrpc.errors import ConnectError
 from e2b import exceptions as e2bx
 from provider_sdk_e2b._errors import retrying, wait_ready
 from provider_sdk_e2b._remote import _Handle
+from trio.testing import MockClock
 
 from provider_sdk import errors
 
@@ -222,3 +224,23 @@ async def test_a_gateway_refusing_past_the_timeout_raises_its_last_refusal() -> 
         await retrying(op, timeout=0.3)
     assert len(calls) > 1
     assert str(caught.value) == f"503: busy ({len(calls)})"
+
+
+@pytest.mark.parametrize("anyio_backend", [("trio", {"clock": MockClock(autojump_threshold=0)})])
+async def test_a_refusal_is_retried_on_the_ready_schedule() -> None:
+    """On a clock that jumps to each pause's end: the pauses are 20 ms, doubled after
+    each try, at most 1 s. Within 2 s that is six of them (1.26 s, then 1 s that ends by
+    2.26 s would end past the timeout): seven tries in all."""
+    tries: list[float] = []
+
+    async def refused() -> None:
+        tries.append(anyio.current_time())
+        if len(tries) > 100:  # no schedule of this backoff tries as often
+            raise RuntimeError("retried past the schedule")
+        raise e2bx.SandboxException("503: busy")
+
+    with pytest.raises(e2bx.SandboxException, match="503: busy"):
+        await retrying(refused, timeout=2)
+    assert len(tries) == 7
+    pauses = [round(b - a, 6) for a, b in itertools.pairwise(tries)]
+    assert pauses == [0.02, 0.04, 0.08, 0.16, 0.32, 0.64]
