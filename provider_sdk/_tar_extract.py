@@ -9,7 +9,9 @@ its own name once whole, so a link or file there is replaced, never written thro
 Links are made as they are, pointing wherever they point (inside the tree or out): they
 are never followed. A hard link must name a member before it, inside the destination.
 A device or FIFO is refused, and so are the archive's own extended headers past
-:data:`HEADER_LIMIT` bytes, which the reader would otherwise hold whole.
+:data:`HEADER_LIMIT` bytes, which the reader would otherwise hold whole, and sparse
+files: a few bytes of sparse map stand for any number of zeros, which would be written
+out in full, and a map the reader would hold as long as the archive runs on.
 
 Permission bits are kept (setuid, setgid and sticky bits are dropped: the files belong
 to the local user now) and so are modification times; directories get theirs once
@@ -39,19 +41,37 @@ HEADER_LIMIT = 1 << 20
 """Largest extended header (a pax header, a GNU long name or link) an archive may hold."""
 _LONG = frozenset({tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE,
                    tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK})
+_SPARSE = tarfile.GNUTYPE_SPARSE
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class _Bounded(tarfile.TarInfo):
-    """A member header that refuses an extended header past :data:`HEADER_LIMIT`
-    before the reader loads it."""
+    """A member header that refuses an extended header past :data:`HEADER_LIMIT`,
+    and a sparse file in any of its formats, before the reader loads them."""
 
     def _proc_member(self, tarfile: tarfile.TarFile) -> Any:
         if self.type in _LONG and self.size > HEADER_LIMIT:
             raise UnsafeArchive(f"{self.name}: an extended header of {self.size} bytes "
                                 f"(at most {HEADER_LIMIT})")
+        if self.type == _SPARSE:
+            self._sparse(self)
         return super()._proc_member(tarfile)  # type: ignore[misc]
+
+    # The pax forms of a sparse file (GNU 0.0, 0.1 and 1.0), read after the pax header.
+    def _proc_gnusparse_00(self, next: tarfile.TarInfo, *_: object) -> None:
+        self._sparse(next)
+
+    def _proc_gnusparse_01(self, next: tarfile.TarInfo, *_: object) -> None:
+        self._sparse(next)
+
+    def _proc_gnusparse_10(self, next: tarfile.TarInfo, *_: object) -> None:
+        self._sparse(next)
+
+    @staticmethod
+    def _sparse(member: tarfile.TarInfo) -> None:
+        raise UnsafeArchive(f"member {member.name!r} is a sparse file: only files, "
+                            "directories and links are unpacked")
 
 
 def extract_archive(source: BinaryIO, dest: str) -> None:

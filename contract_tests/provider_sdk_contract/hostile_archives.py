@@ -74,6 +74,38 @@ def _device(name: str) -> tuple[tarfile.TarInfo, bytes]:
     return info, b""
 
 
+def _octal(number: int) -> bytes:
+    return b"%011o\0" % number
+
+
+def _sparse_gnu(name: str, size: int) -> bytes:
+    """An old GNU sparse member ('S'): one byte of data at the end of ``size`` bytes."""
+    info = tarfile.TarInfo(name)
+    info.type, info.size = tarfile.GNUTYPE_SPARSE, 1
+    header = bytearray(info.tobuf(format=tarfile.GNU_FORMAT))
+    header[386:410] = _octal(size - 1) + _octal(1)  # the map's first (offset, length)
+    header[483:495] = _octal(size)  # the file's real size
+    header[148:156] = b" " * 8
+    header[148:156] = b"%06o\0 " % sum(header)
+    return bytes(header) + b"x".ljust(tarfile.BLOCKSIZE, b"\0") + b"\0" * 1024
+
+
+def _sparse_pax(name: str, size: int) -> bytes:
+    """A GNU 1.0 sparse member in pax: its map, then one byte at the end of ``size``."""
+    sparse_map = b"1\n%d\n1\n" % (size - 1)
+    info = tarfile.TarInfo(f"GNUSparseFile.0/{name}")
+    info.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0",
+                        "GNU.sparse.name": name, "GNU.sparse.realsize": str(size)}
+    data = sparse_map.ljust(tarfile.BLOCKSIZE, b"\0") + b"x"
+    info.size = len(data)
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+_SPARSE = {"gnu": _sparse_gnu, "pax": _sparse_pax}
+
 #: Each crafted archive, given the local directory beside the destination.
 _ESCAPES: dict[str, Callable[[Path], bytes]] = {
     "dotdot": lambda outside: _archive(_file("ok"), _file("../outside/escaped")),
@@ -148,3 +180,15 @@ class HostileArchiveContract(ContractBase):
             with anyio.fail_after(240), pytest.raises(UnsafeArchive):
                 await sandbox.files.download_dir("/tmp", tmp_path / "dest")
         assert rss.growth < 64 * _MiB, f"memory grew by {rss.growth / _MiB:.0f} MiB"
+
+    @pytest.mark.parametrize("form", sorted(_SPARSE))
+    async def test_hostile_archive_sparse_file_is_refused_and_not_filled_in(
+            self, factory: Factory, tmp_path: Path, form: str) -> None:
+        """A sparse member of 1 GiB in an archive of a few KiB raises UnsafeArchive and
+        puts no block of it on the local disk."""
+        dest = tmp_path / "dest"
+        sandbox = await self._hostile(factory, _TAR, _SPARSE[form]("big", 1 << 30))
+        with anyio.fail_after(120), pytest.raises(UnsafeArchive):
+            await sandbox.files.download_dir("/tmp", dest)
+        used = sum(p.lstat().st_blocks * 512 for p in dest.rglob("*"))
+        assert used < _MiB, f"{used} bytes written for a sparse member"
