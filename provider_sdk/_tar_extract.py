@@ -13,8 +13,10 @@ A device or FIFO is refused, and so are the archive's own extended headers past
 files: a few bytes of sparse map stand for any number of zeros, which would be written
 out in full, and a map the reader would hold as long as the archive runs on.
 
-Permission bits are kept (setuid, setgid and sticky bits are dropped: the files belong
-to the local user now) and so are modification times; directories get theirs once
+Permission bits are kept, but for setuid, setgid and sticky bits and write for group
+and others, which are dropped: the files belong to the local user now, and a sandbox
+does not open them (or the destination itself, whose bits are the archive's ``.``) to
+every local user. Modification times are kept; directories get theirs once
 their contents are in. What is refused raises :class:`~provider_sdk.errors.UnsafeArchive`
 before any byte of that member is written; members before it stay.
 
@@ -42,6 +44,9 @@ HEADER_LIMIT = 1 << 20
 _LONG = frozenset({tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE,
                    tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK})
 _SPARSE = tarfile.GNUTYPE_SPARSE
+_MODE = 0o755
+"""The permission bits a member may set: none for setuid, setgid, sticky, or writes by
+group or others."""
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -106,7 +111,7 @@ class _Unpack:
                 self.member(tar, member)
         for parts, member in reversed(self._directories):
             with self._opened(parts) as fd:
-                os.chmod(fd, member.mode & 0o777)
+                os.chmod(fd, member.mode & _MODE)
                 os.utime(fd, (member.mtime, member.mtime))
 
     def member(self, tar: tarfile.TarFile, member: tarfile.TarInfo) -> None:
@@ -159,7 +164,7 @@ class _Unpack:
         fd = os.open(temporary, _CREATE, 0o600, dir_fd=parent)
         with os.fdopen(fd, "wb") as out:
             shutil.copyfileobj(data, out, 1 << 20)
-            os.chmod(fd, member.mode & 0o777)
+            os.chmod(fd, member.mode & _MODE)
             out.flush()
             os.utime(fd, (member.mtime, member.mtime))
 

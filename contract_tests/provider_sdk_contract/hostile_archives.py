@@ -13,6 +13,7 @@ written. No capability gate: every provider has directory transfers.
 from __future__ import annotations
 
 import io
+import stat
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -192,3 +193,18 @@ class HostileArchiveContract(ContractBase):
             await sandbox.files.download_dir("/tmp", dest)
         used = sum(p.lstat().st_blocks * 512 for p in dest.rglob("*"))
         assert used < _MiB, f"{used} bytes written for a sparse member"
+
+    async def test_hostile_archive_opens_nothing_to_other_local_users(
+            self, factory: Factory, tmp_path: Path) -> None:
+        """An archive whose ``.`` and file are writable by everyone leaves the existing
+        destination, and the file, writable by their owner alone."""
+        dest = tmp_path / "dest"
+        dest.mkdir(mode=0o700)
+        top = tarfile.TarInfo(".")
+        top.type, top.mode = tarfile.DIRTYPE, 0o777
+        shared = tarfile.TarInfo("shared")
+        shared.mode = 0o666
+        sandbox = await self._hostile(factory, _TAR, _archive((top, b""), (shared, b"x")))
+        await sandbox.files.download_dir("/tmp", dest)
+        assert stat.S_IMODE(dest.stat().st_mode) == 0o755
+        assert stat.S_IMODE((dest / "shared").stat().st_mode) == 0o644
