@@ -103,14 +103,17 @@ class _Unpack:
     def __init__(self, root: int, dest: str) -> None:
         self._root = root
         self._dest = dest
-        self._directories: list[tuple[list[str], tarfile.TarInfo]] = []
+        self._directories: dict[tuple[str, ...], tarfile.TarInfo] = {}
+        """Each directory unpacked (once, however often the archive names it)."""
 
     def run(self, source: BinaryIO) -> None:
         with tarfile.open(fileobj=source, mode="r|", tarinfo=_Bounded) as tar:
-            for member in tar:
+            while (member := tar.next()) is not None:
                 self.member(tar, member)
-        for parts, member in reversed(self._directories):
-            with self._opened(parts) as fd:
+                # The reader keeps every header it reads; none is needed again.
+                tar.members.clear()  # type: ignore[attr-defined]
+        for parts, member in reversed(list(self._directories.items())):
+            with self._opened(list(parts)) as fd:
                 os.chmod(fd, member.mode & _MODE)
                 os.utime(fd, (member.mtime, member.mtime))
 
@@ -120,7 +123,7 @@ class _Unpack:
             if parts:
                 with self._opened(parts[:-1]) as parent:
                     self._directory(parent, parts[-1])
-            self._directories.append((parts, member))
+            self._directories[tuple(parts)] = member
             return
         if not parts:
             raise UnsafeArchive(f"member {member.name!r} is not a directory but names the "

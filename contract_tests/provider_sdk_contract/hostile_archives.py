@@ -49,6 +49,23 @@ done
 exit 2
 """
 
+# The crafted archive doubled 18 times: "$1" is where to write it.
+_ENDLESS = """#!/bin/sh
+while [ $# -gt 0 ]; do
+  if [ "$1" = -f ]; then
+    cp /tmp/psdk-crafted.tar "$2" || exit 1
+    i=0
+    while [ $i -lt 18 ]; do
+      cat "$2" "$2" > "$2.x" && mv "$2.x" "$2" || exit 1
+      i=$((i + 1))
+    done
+    exit 0
+  fi
+  shift
+done
+exit 2
+"""
+
 
 def _archive(*members: tuple[tarfile.TarInfo, bytes]) -> bytes:
     out = io.BytesIO()
@@ -208,3 +225,17 @@ class HostileArchiveContract(ContractBase):
         await sandbox.files.download_dir("/tmp", dest)
         assert stat.S_IMODE(dest.stat().st_mode) == 0o755
         assert stat.S_IMODE((dest / "shared").stat().st_mode) == 0o644
+
+
+    async def test_hostile_archive_of_many_headers_keeps_the_caller_memory_bounded(
+            self, factory: Factory, tmp_path: Path) -> None:
+        """An archive of 128 MiB that names the destination's ``.`` over and over holds
+        nothing per header: this process grows by less than 64 MiB."""
+        top = tarfile.TarInfo(".")
+        top.type = tarfile.DIRTYPE
+        sandbox = await self._hostile(factory, _ENDLESS,
+                                      top.tobuf(format=tarfile.GNU_FORMAT))
+        async with RssGrowth().measure() as rss:
+            with anyio.fail_after(240):
+                await sandbox.files.download_dir("/tmp", tmp_path / "dest")
+        assert rss.growth < 64 * _MiB, f"memory grew by {rss.growth / _MiB:.0f} MiB"
