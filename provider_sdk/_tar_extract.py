@@ -85,6 +85,8 @@ def extract_archive(source: BinaryIO, dest: str) -> None:
     root = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         _Unpack(root, dest).run(source)
+    except tarfile.TarError as exc:  # a stream that is no tar archive, or breaks off
+        raise UnsafeArchive(f"not a tar archive: {exc}") from None
     finally:
         os.close(root)
 

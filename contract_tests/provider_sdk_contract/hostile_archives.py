@@ -239,3 +239,10 @@ class HostileArchiveContract(ContractBase):
             with anyio.fail_after(240):
                 await sandbox.files.download_dir("/tmp", tmp_path / "dest")
         assert rss.growth < 64 * _MiB, f"memory grew by {rss.growth / _MiB:.0f} MiB"
+
+    async def test_hostile_archive_that_is_no_archive_raises_unsafe_archive(
+            self, factory: Factory, tmp_path: Path) -> None:
+        """Bytes that are no tar archive raise UnsafeArchive, not the reader's own error."""
+        sandbox = await self._hostile(factory, _TAR, b"no archive at all\n" * 64)
+        with pytest.raises(UnsafeArchive, match="not a tar archive"):
+            await sandbox.files.download_dir("/tmp", tmp_path / "dest")
