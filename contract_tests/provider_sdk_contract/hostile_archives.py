@@ -142,7 +142,7 @@ class HostileArchiveContract(ContractBase):
     """A crafted archive from the sandbox's ``tar`` is refused member by member, with
     nothing written outside the destination, and its headers are bounded."""
 
-    async def _hostile(self, factory: Factory, tar_script: str, crafted: bytes) -> Sandbox:
+    async def _crafted(self, factory: Factory, tar_script: str, crafted: bytes) -> Sandbox:
         sandbox = await factory.sandbox(
             env={"PATH": f"{_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
                          "/sbin:/bin"})
@@ -161,7 +161,7 @@ class HostileArchiveContract(ContractBase):
         outside.mkdir()
         (tmp_path / "victim").write_text("victim")
         (outside / "victim").write_text("victim")
-        sandbox = await self._hostile(factory, _TAR, _ESCAPES[escape](outside))
+        sandbox = await self._crafted(factory, _TAR, _ESCAPES[escape](outside))
         with pytest.raises(UnsafeArchive):
             await sandbox.files.download_dir("/tmp", dest)
         assert sorted(p.name for p in outside.iterdir()) == ["victim"]
@@ -180,7 +180,7 @@ class HostileArchiveContract(ContractBase):
         outside.mkdir()
         (outside / "victim").write_text("victim")
         crafted = _archive(_link("hop", str(outside / "victim")), _file("hop", b"replaced"))
-        sandbox = await self._hostile(factory, _TAR, crafted)
+        sandbox = await self._crafted(factory, _TAR, crafted)
         await sandbox.files.download_dir("/tmp", dest)
         assert (outside / "victim").read_text() == "victim"
         assert not (dest / "hop").is_symlink()
@@ -192,7 +192,7 @@ class HostileArchiveContract(ContractBase):
         and this process grows by less than 64 MiB."""
         header = tarfile.TarInfo("././@PaxHeader")
         header.type, header.size = tarfile.XHDTYPE, 256 * _MiB
-        sandbox = await self._hostile(factory, _HUGE_HEADER,
+        sandbox = await self._crafted(factory, _HUGE_HEADER,
                                       header.tobuf(format=tarfile.USTAR_FORMAT))
         async with RssGrowth().measure() as rss:
             with anyio.fail_after(240), pytest.raises(UnsafeArchive):
@@ -205,7 +205,7 @@ class HostileArchiveContract(ContractBase):
         """A sparse member of 1 GiB in an archive of a few KiB raises UnsafeArchive and
         puts no block of it on the local disk."""
         dest = tmp_path / "dest"
-        sandbox = await self._hostile(factory, _TAR, _SPARSE[form]("big", 1 << 30))
+        sandbox = await self._crafted(factory, _TAR, _SPARSE[form]("big", 1 << 30))
         with anyio.fail_after(120), pytest.raises(UnsafeArchive):
             await sandbox.files.download_dir("/tmp", dest)
         used = sum(p.lstat().st_blocks * 512 for p in dest.rglob("*"))
@@ -221,7 +221,7 @@ class HostileArchiveContract(ContractBase):
         top.type, top.mode = tarfile.DIRTYPE, 0o777
         shared = tarfile.TarInfo("shared")
         shared.mode = 0o666
-        sandbox = await self._hostile(factory, _TAR, _archive((top, b""), (shared, b"x")))
+        sandbox = await self._crafted(factory, _TAR, _archive((top, b""), (shared, b"x")))
         await sandbox.files.download_dir("/tmp", dest)
         assert stat.S_IMODE(dest.stat().st_mode) == 0o755
         assert stat.S_IMODE((dest / "shared").stat().st_mode) == 0o644
@@ -233,7 +233,7 @@ class HostileArchiveContract(ContractBase):
         nothing per header: this process grows by less than 64 MiB."""
         top = tarfile.TarInfo(".")
         top.type = tarfile.DIRTYPE
-        sandbox = await self._hostile(factory, _ENDLESS,
+        sandbox = await self._crafted(factory, _ENDLESS,
                                       top.tobuf(format=tarfile.GNU_FORMAT))
         async with RssGrowth().measure() as rss:
             with anyio.fail_after(240):
@@ -243,6 +243,6 @@ class HostileArchiveContract(ContractBase):
     async def test_hostile_archive_that_is_no_archive_raises_unsafe_archive(
             self, factory: Factory, tmp_path: Path) -> None:
         """Bytes that are no tar archive raise UnsafeArchive, not the reader's own error."""
-        sandbox = await self._hostile(factory, _TAR, b"no archive at all\n" * 64)
+        sandbox = await self._crafted(factory, _TAR, b"no archive at all\n" * 64)
         with pytest.raises(UnsafeArchive, match="not a tar archive"):
             await sandbox.files.download_dir("/tmp", tmp_path / "dest")

@@ -35,8 +35,10 @@ def test_the_runtime_wheels_hold_no_emulator_and_the_core_no_http_server(
         wheels: Path) -> None:
     core = _wheel(wheels, "sandbox-provider-sdk")
     assert "provider_sdk/emulators.py" in core.namelist()  # the lookup psdk uses stays
+    # The core's own code kernel (provider_sdk/_code_kernel.py) is the code interpreter's;
+    # the emulators' kit (its HTTP server, kernel and relays) stays out.
     assert [n for n in core.namelist()
-            if re.search(r"emulator_|kernel|port_relay|provider_sdk_emulators", n)] == []
+            if re.search(r"emulator_|/kit/|kit\.py|port_relay|provider_sdk_emulators", n)] == []
     requires = _requires(core)
     assert [r for r in requires if re.match(r"h11\b", r)] == []
     assert [r for r in requires if r.startswith(EMULATORS)] == [
