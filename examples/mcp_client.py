@@ -5,9 +5,11 @@ framework) would from its configuration, with the ``mcp`` package's own client, 
 
 1. lists the tools and creates a sandbox;
 2. writes a script into it, runs it, and reads the file it wrote back;
-3. runs a command that outlives its timeout, and shows the tool error with the output
+3. where the provider has a code interpreter, loads that file in it and, in a second
+   call, computes with what the first defined;
+4. runs a command that outlives its timeout, and shows the tool error with the output
    it wrote until then;
-4. kills the sandbox.
+5. kills the sandbox.
 
 The provider is the usual configuration's (``PSDK_PROVIDER``, ``psdk.toml``, else
 ``local``); ``--provider NAME`` names another. It needs the ``mcp`` extra:
@@ -64,6 +66,14 @@ async def main(provider: str | None) -> dict[str, Any]:
                 "sandbox_exec", {"sandbox_id": sid, "command": "python3 count.py"}))
             out = structured(await client.call_tool(
                 "sandbox_read_file", {"sandbox_id": sid, "path": "out.json"}))
+            # Where the provider has a code interpreter, its state lasts between calls.
+            interpreted = None
+            if "code_run" in tools:
+                structured(await client.call_tool("code_run", {
+                    "sandbox_id": sid,
+                    "code": "import json\ncounted = json.load(open('out.json'))"}))
+                interpreted = structured(await client.call_tool(
+                    "code_run", {"sandbox_id": sid, "code": "counted['words'] * 10"}))["text"]
             slow = await client.call_tool(
                 "sandbox_exec", {"sandbox_id": sid, "timeout": 1,
                                  "command": "echo started; sleep 30; echo never"})
@@ -71,7 +81,7 @@ async def main(provider: str | None) -> dict[str, Any]:
             structured(await client.call_tool("sandbox_kill", {"sandbox_id": sid}))
     return {"provider": sandbox["provider"], "tools": tools, "exit_code": ran["exit_code"],
             "stdout": ran["stdout"], "result": json.loads(out["content"]),
-            "timeout_is_error": slow.is_error,
+            "interpreter": interpreted, "timeout_is_error": slow.is_error,
             "partial_output": (slow.structured_content or {}).get("stdout")}
 
 

@@ -16,9 +16,12 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from provider_sdk.errors import InvalidInput
+from provider_sdk.interpreter import CodeResult
 from provider_sdk.models import FileInfo, SandboxInfo
 
 __all__ = [
+    "CodeErrorOutput",
+    "CodeOutput",
     "Encoding",
     "ExecOutput",
     "ExposedPortOutput",
@@ -30,6 +33,7 @@ __all__ = [
     "SandboxSummary",
     "WriteOutput",
     "decode_content",
+    "code_output",
     "encode_content",
     "entry_of",
     "summary_of",
@@ -77,6 +81,41 @@ class ExecOutput(BaseModel):
                                         "with every process it started; the output is what "
                                         "it wrote until then.")
     oom_killed: bool = Field(description="It was killed for exceeding the memory limit.")
+    duration_seconds: float = Field(description="Wall-clock seconds it ran.")
+
+
+class CodeErrorOutput(BaseModel):
+    """An exception the code raised and did not catch."""
+
+    name: str = Field(description="The exception's class name (ZeroDivisionError).")
+    value: str = Field(description="Its message.")
+    traceback: str = Field(description="The formatted traceback of the code's own frames.")
+
+
+class CodeOutput(BaseModel):
+    """The outcome of a run of code in the sandbox's interpreter."""
+
+    text: str | None = Field(description="The plain-text value of the code's last "
+                                         "expression (its repr); null when the code does "
+                                         "not end in an expression, it is None, or the "
+                                         "code raised.")
+    stdout: str = Field(description="What the code printed.")
+    stderr: str = Field(description="What the code wrote to standard error.")
+    error: CodeErrorOutput | None = Field(description="The exception the code raised, if "
+                                                      "any (a result, not a tool error).")
+    execution_count: int = Field(description="How many runs the interpreter has started, "
+                                             "this one included.")
+    stdout_truncated_bytes: int = Field(
+        description="Bytes of stdout past the output limit, not shown.")
+    stderr_truncated_bytes: int = Field(
+        description="Bytes of stderr past the output limit, not shown.")
+    text_truncated_bytes: int = Field(
+        description="Bytes of text past the output limit, not shown.")
+    timed_out: bool = Field(description="The run passed its timeout and was interrupted "
+                                        "(error is then KeyboardInterrupt).")
+    state_kept: bool = Field(description="The interpreter still holds what earlier runs "
+                                         "defined: false only when code that would not "
+                                         "stop after a timeout had its interpreter ended.")
     duration_seconds: float = Field(description="Wall-clock seconds it ran.")
 
 
@@ -135,6 +174,19 @@ class ExposedPortOutput(BaseModel):
     token: str = Field(description="The access token: whoever has it reaches the port.")
     token_header: str | None = Field(
         description="The request header in which base_url takes the token, if any.")
+
+
+def code_output(result: CodeResult, *, timed_out: bool = False,
+                state_kept: bool = True) -> CodeOutput:
+    """A code run's ``result`` as the tools show it."""
+    error = None if result.error is None else CodeErrorOutput(
+        name=result.error.name, value=result.error.value, traceback=result.error.traceback)
+    return CodeOutput(text=result.text, stdout=result.stdout, stderr=result.stderr,
+                      error=error, execution_count=result.execution_count,
+                      stdout_truncated_bytes=result.stdout_truncated,
+                      stderr_truncated_bytes=result.stderr_truncated,
+                      text_truncated_bytes=result.text_truncated, timed_out=timed_out,
+                      state_kept=state_kept, duration_seconds=result.duration)
 
 
 def _iso(when: dt.datetime | None) -> str | None:

@@ -1,13 +1,14 @@
-"""The MCP tools over the neutral interface: sandboxes, commands, files and ports.
+"""The MCP tools over the neutral interface: sandboxes, commands, code, files and ports.
 
 :class:`SandboxTools` holds what every tool needs (the :class:`~provider_sdk.mcp.reach.Reach`
 that decides which sandboxes a client may use, and the bounds) and one method per tool;
-:func:`add_tools` registers them on an MCP server, ``port_expose`` only where the
-provider declares ``ports.expose``. Every argument is typed, so each tool publishes its
-input schema; every result is a model of :mod:`provider_sdk.mcp.payloads`, its output
-schema. What a tool holds from a sandbox is bounded by the output limit, as ``exec``'s
-result is. An SDK error becomes a tool error (``is_error``) carrying its type and
-message; the server goes on.
+:func:`add_tools` registers them on an MCP server, ``code_run`` only where the provider
+declares ``code.interpreter`` and ``port_expose`` only where it declares
+``ports.expose``. Every argument is typed, so each tool publishes its input schema;
+every result is a model of :mod:`provider_sdk.mcp.payloads`, its output schema. What a
+tool holds from a sandbox is bounded by the output limit, as ``exec``'s result is. An
+SDK error becomes a tool error (``is_error``) carrying its type and message; the server
+goes on.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from mcp_types import CallToolResult, ContentBlock, TextContent, ToolAnnotations
 from pydantic import Field
 
 from provider_sdk.capabilities import Capability
-from provider_sdk.errors import CommandTimeout, InvalidInput, SandboxError
+from provider_sdk.errors import CodeTimeout, CommandTimeout, InvalidInput, SandboxError
 from provider_sdk.limits import OutputBuffer
 from provider_sdk.mcp.payloads import (
+    CodeOutput,
     Encoding,
     ExecOutput,
     ExposedPortOutput,
@@ -36,6 +38,7 @@ from provider_sdk.mcp.payloads import (
     SandboxList,
     SandboxSummary,
     WriteOutput,
+    code_output,
     decode_content,
     encode_content,
     entry_of,
@@ -74,7 +77,7 @@ def sdk_errors() -> Iterator[None]:
         raise ToolError(f"{type(exc).__name__}: {exc}") from exc
 
 
-def _text(output: ExecOutput, headline: str | None = None) -> list[ContentBlock]:
+def _text(output: ExecOutput | CodeOutput, headline: str | None = None) -> list[ContentBlock]:
     body = output.model_dump_json(indent=2)
     return [TextContent(type="text", text=body if headline is None else f"{headline}\n{body}")]
 
@@ -237,6 +240,38 @@ class SandboxTools:
         return SandboxList(sandboxes=[summary_of(i) for i in shown],
                            omitted=len(infos) - len(shown))
 
+    async def code_run(
+        self,
+        code: Annotated[str, Field(description="Python source: statements, ending in an "
+                                               "expression whose value is wanted, if "
+                                               "any.")],
+        sandbox_id: OptionalSandboxId = None,
+        timeout: Annotated[float | None, Field(
+            description="Seconds before the run is interrupted; default and most "
+                        "allowed: the server's.", gt=0)] = None,
+    ) -> Annotated[CallToolResult, CodeOutput]:
+        """Run Python in the sandbox's interpreter, which keeps its state from one run to
+        the next (names, imports, functions) for as long as this server runs, and return
+        the last expression's value, what the code printed, and the exception it raised,
+        if any. Each of text, stdout and stderr is cut at the server's output limit. A
+        run that times out is interrupted and is a tool error whose result holds its
+        output until then; the interpreter keeps what earlier runs defined."""
+        with sdk_errors():
+            limit = self._timeout(timeout)
+            sandbox = await self.reach.open(sandbox_id)
+            try:
+                result = await sandbox.code.run(code, timeout=limit,
+                                                output_limit=self.output_limit)
+            except CodeTimeout as exc:
+                output = code_output(exc.result, timed_out=True,
+                                     state_kept=exc.context_kept)
+                return CallToolResult(content=_text(output, f"CodeTimeout: {exc}"),
+                                      structured_content=output.model_dump(mode="json"),
+                                      is_error=True)
+        output = code_output(result)
+        return CallToolResult(content=_text(output),
+                              structured_content=output.model_dump(mode="json"))
+
     async def port_expose(
         self,
         port: Annotated[int, Field(description="The port a server listens on inside the "
@@ -272,6 +307,9 @@ def add_tools(server: MCPServer, tools: SandboxTools) -> list[str]:
                                              open_world_hint=False)),
         (tools.sandbox_list, _READS),
     ]
+    if tools.provider.supports(Capability.CODE_INTERPRETER):
+        table.append((tools.code_run, ToolAnnotations(destructive_hint=True,
+                                                      open_world_hint=False)))
     if tools.provider.supports(Capability.PORTS_EXPOSE):
         table.append((tools.port_expose, ToolAnnotations(idempotent_hint=True,
                                                          open_world_hint=False)))

@@ -32,6 +32,7 @@ def test_the_example_drives_the_server_through_its_tools(tmp_path: Path) -> None
     assert "sandbox_exec" in outcome["tools"]
     assert (outcome["exit_code"], outcome["stdout"]) == (0, "counted 4 words\n")
     assert outcome["result"] == {"words": 4, "python": 3}
+    assert outcome["interpreter"] == "40"
     assert outcome["timeout_is_error"] is True
     assert outcome["partial_output"] == "started\n"
     assert (tmp_path / "home").is_dir()  # the server ran its sandbox there ...

@@ -122,6 +122,10 @@ def test_the_client_flow(vendor: Vendor) -> None:
     assert timed_out.structured_content["timed_out"] is True
     assert timed_out.structured_content["stdout"] == "begun\n"
 
+    session.ok("code_run", {"sandbox_id": sid, "code": "x = 6"})
+    ran = session.ok("code_run", {"sandbox_id": sid, "code": "print('out')\nx * 7"})
+    assert (ran["text"], ran["stdout"], ran["error"]) == ("42", "out\n", None)
+
     assert sid in [s["id"] for s in session.ok("sandbox_list")["sandboxes"]]
     assert session.ok("sandbox_kill", {"sandbox_id": sid})["killed"] is True
     assert sid not in [s["id"] for s in session.ok("sandbox_list")["sandboxes"]]

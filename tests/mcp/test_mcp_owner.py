@@ -57,7 +57,7 @@ def test_an_owner_cannot_reach_another_owners_sandbox(alice: Session, bob: Sessi
                         ("sandbox_read_file", {"path": "/etc/hostname"}),
                         ("sandbox_write_file", {"path": "x", "content": "x"}),
                         ("sandbox_list_files", {}), ("port_expose", {"port": 80}),
-                        ("sandbox_kill", {})]:
+                        ("code_run", {"code": "1"}), ("sandbox_kill", {})]:
         text = alice.error(tool, {"sandbox_id": bobs, **extra})
         assert "SandboxNotFound" in text, tool
         assert "bound to owner 'alice'" in text, tool

@@ -20,6 +20,7 @@ from psdk_fixtures import (
     unconfigured_structlog,
 )
 
+from provider_sdk.capabilities import Capability
 from provider_sdk.distributions import CORE, install_hint
 from provider_sdk.local import LocalProvider
 from provider_sdk.mcp import ScopeReach, build_server
@@ -28,16 +29,27 @@ from provider_sdk.models import SandboxInfo
 __all__ = ["anyio_backend", "clean_config", "memory", "psdk", "unconfigured_structlog"]
 
 
+_BASIC = {"sandbox_create", "sandbox_exec", "sandbox_read_file", "sandbox_write_file",
+          "sandbox_list_files", "sandbox_kill", "sandbox_list"}
+
+
+class NoInterpreter(MemoryProvider):
+    """The memory provider without its code interpreter."""
+
+    capabilities = MemoryProvider.capabilities - {Capability.CODE_INTERPRETER}
+
+
 @pytest.mark.anyio
-async def test_port_expose_is_offered_only_where_the_provider_declares_it(
-        memory: Store) -> None:
-    async with MemoryProvider() as provider:
+@pytest.mark.parametrize(("provider_type", "extra"), [(MemoryProvider, {"code_run"}),
+                                                      (NoInterpreter, set())],
+                         ids=["interpreter", "none"])
+async def test_code_run_and_port_expose_are_offered_only_where_declared(
+        memory: Store, provider_type: type[MemoryProvider], extra: set[str]) -> None:
+    async with provider_type() as provider:
         assert not provider.supports("ports.expose")
         async with Client(build_server(provider, ScopeReach(provider, "t"))) as client:
             names = {tool.name for tool in (await client.list_tools()).tools}
-    assert names == {"sandbox_create", "sandbox_exec", "sandbox_read_file",
-                     "sandbox_write_file", "sandbox_list_files", "sandbox_kill",
-                     "sandbox_list"}
+    assert names == _BASIC | extra
 
 
 class BrokenReach(ScopeReach):

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 LIMIT = 1000
 TOOLS = {"sandbox_create", "sandbox_exec", "sandbox_read_file", "sandbox_write_file",
-         "sandbox_list_files", "sandbox_kill", "sandbox_list", "port_expose"}
+         "sandbox_list_files", "sandbox_kill", "sandbox_list", "port_expose", "code_run"}
 
 
 @pytest.fixture(scope="module")
@@ -254,6 +254,53 @@ def test_port_expose_serves_the_port_behind_its_token(session: Session, sandbox:
     assert nothing_there.value.code == 502  # through: nothing listens in the sandbox
 
 
+def test_code_run_keeps_state_from_one_call_to_the_next(session: Session,
+                                                          sandbox: str) -> None:
+    first = session.ok("code_run", {"sandbox_id": sandbox,
+                                    "code": "x = 41\nprint('set')"})
+    assert (first["text"], first["stdout"], first["error"]) == (None, "set\n", None)
+    second = session.ok("code_run", {"sandbox_id": sandbox, "code": "x + 1"})
+    assert second["text"] == "42"
+    assert second["execution_count"] == first["execution_count"] + 1
+
+
+def test_code_run_reports_an_exception_as_a_result(session: Session, sandbox: str) -> None:
+    out = session.ok("code_run", {"sandbox_id": sandbox,
+                                  "code": "import sys\nprint('to err', file=sys.stderr)\n1/0"})
+    assert out["stderr"] == "to err\n"
+    assert out["text"] is None
+    assert out["error"]["name"] == "ZeroDivisionError"
+    assert out["error"]["value"] == "division by zero"
+    assert "1/0" in out["error"]["traceback"]
+
+
+def test_code_run_output_over_the_limit_is_cut_and_says_so(session: Session,
+                                                           sandbox: str) -> None:
+    out = session.ok("code_run", {"sandbox_id": sandbox,
+                                  "code": "print('a' * 4999)\n'b' * 3000"})
+    assert out["stdout"] == "a" * LIMIT
+    assert out["stdout_truncated_bytes"] == 5000 - LIMIT
+    assert out["text_truncated_bytes"] == 3002 - LIMIT  # the repr's quotes count
+    assert len(out["text"]) == LIMIT
+
+
+def test_code_run_timeout_interrupts_and_keeps_the_state(session: Session,
+                                                         sandbox: str) -> None:
+    session.ok("code_run", {"sandbox_id": sandbox, "code": "kept = 'yes'"})
+    result = session.call("code_run", {"sandbox_id": sandbox, "timeout": 1,
+                                       "code": "import time\nprint('begun', flush=True)\n"
+                                               "time.sleep(30)"})
+    assert result.is_error
+    assert result.content[0].text.startswith("CodeTimeout: ")  # type: ignore[union-attr]
+    out = result.structured_content
+    assert out is not None
+    assert (out["timed_out"], out["state_kept"], out["stdout"]) == (True, True, "begun\n")
+    assert out["error"]["name"] == "KeyboardInterrupt"
+    assert session.ok("code_run", {"sandbox_id": sandbox, "code": "kept"})["text"] == "'yes'"
+    text = session.error("code_run", {"sandbox_id": sandbox, "code": "1", "timeout": 21})
+    assert "InvalidInput" in text
+
+
 def test_a_killed_sandbox_is_gone(session: Session) -> None:
     made = session.ok("sandbox_create")["id"]
     assert session.ok("sandbox_kill", {"sandbox_id": made}) == {"id": made, "killed": True}
@@ -284,7 +331,7 @@ def test_a_sandbox_out_of_scope_is_unreachable_and_untouched(
                         ("sandbox_read_file", {"path": "/etc/hostname"}),
                         ("sandbox_write_file", {"path": "x", "content": "x"}),
                         ("sandbox_list_files", {}), ("port_expose", {"port": 80}),
-                        ("sandbox_kill", {})]:
+                        ("code_run", {"code": "1"}), ("sandbox_kill", {})]:
         text = session.error(tool, {"sandbox_id": foreign, **extra})
         assert "SandboxNotFound" in text, tool
         assert "in scope 'default'" in text, tool
