@@ -17,8 +17,9 @@
     psdk expose ID PORT [--provider P] [--json]
     psdk contract --provider P [--emulator [--backend B]] [-- PYTEST ARGS]
     psdk emulate NAME [--port P] [--backend B] [--api-key-file PATH] [--fault NAME=VALUE]...
-    psdk mcp [--provider P] [--http PORT [--token-file PATH]] [--owner NAME [--store URL]]
-             [--scope NAME] [--template T] [--output-limit BYTES] [--exec-timeout S]
+    psdk mcp [--provider P] [--http PORT [--token-file PATH | --owners-file PATH]]
+             [--owner NAME] [--store URL] [--scope NAME] [--template T]
+             [--output-limit BYTES] [--exec-timeout S]
     psdk reap [--provider P] [--store URL] [--older-than DURATION] [--dry-run] [--json]
     psdk template build PATH [--provider P] [--name N] [--registry HOST:PORT] [--force]
     psdk template ls [--provider P] [--json] | template rm ID...

@@ -9,9 +9,12 @@ logged.
 
 What a client reaches (see :mod:`provider_sdk.mcp.reach`): with ``--owner NAME``, only
 that owner's resident sandbox, through a sandbox manager on ``--store`` (default:
-``$PSDK_MANAGER_STORE``, then the default SQLite file); without it, only the sandboxes
-labelled with the server's scope (``--scope``, default ``default``), those it creates
-among them. Ctrl-C, SIGTERM or SIGHUP stops it with status 0; the sandboxes stay.
+``$PSDK_MANAGER_STORE``, then the default SQLite file); with ``--http`` and
+``--owners-file PATH`` (one ``OWNER TOKEN`` per line, instead of one token), the
+resident sandbox of the owner whose token the request bears, through that manager;
+otherwise only the sandboxes labelled with the server's scope (``--scope``, default
+``default``), those it creates among them. Ctrl-C, SIGTERM or SIGHUP stops it with
+status 0; the sandboxes stay.
 
 The server is built on the ``mcp`` package, an optional extra of the distribution:
 without it the command says what to install and exits with status 1.
@@ -27,7 +30,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from provider_sdk.cli.console import CliError, Console
-from provider_sdk.cli.secret_file import read_secret_file
+from provider_sdk.cli.secret_file import read_owner_tokens, read_secret_file
 from provider_sdk.secret import Secret
 
 if TYPE_CHECKING:
@@ -76,25 +79,36 @@ async def cmd_mcp(args: argparse.Namespace, console: Console) -> int:
     if args.output_limit is not None and args.output_limit <= 0:
         raise CliError(f"--output-limit must be a positive number of bytes, got "
                        f"{args.output_limit}", code=2)
-    if args.owner is None and args.store is not None:
-        raise CliError("--store is for --owner: without an owner the server keeps no "
-                       "bindings", code=2)
-    if args.owner is not None and args.scope is not None:
-        raise CliError("--scope is for a server without --owner: an owner's server reaches "
+    owned = args.owner is not None or args.owners_file is not None
+    if not owned and args.store is not None:
+        raise CliError("--store is for --owner or --owners-file: without an owner the "
+                       "server keeps no bindings", code=2)
+    if owned and args.scope is not None:
+        raise CliError("--scope is for a server without owners: an owner's server reaches "
                        "the owner's sandbox alone", code=2)
-    if args.http is None and (args.token or args.token_file):
-        raise CliError("--token and --token-file are for --http: on stdio the MCP host "
-                       "that starts the server is its only client", code=2)
+    if args.owner is not None and args.owners_file is not None:
+        raise CliError("--owner binds every client to one owner, --owners-file each to "
+                       "the owner its token names: give one of them", code=2)
+    if args.http is None and (args.token or args.token_file or args.owners_file):
+        raise CliError("--token, --token-file and --owners-file are for --http: on stdio "
+                       "the MCP host that starts the server is its only client", code=2)
     sock = None
+    tokens: list[tuple[Secret, str | None]] = []
+    generated = False
     if args.http is not None:
-        token, generated = token_from(args)
+        if args.owners_file is not None:
+            tokens.extend(read_owner_tokens(args.owners_file, "--owners-file"))
+        else:
+            token, generated = token_from(args)
+            tokens.append((token, None))
         try:
             sock = http.listen(args.http)
         except OSError as exc:
             raise CliError(f"cannot listen on {http.HOST}:{args.http}: "
                            f"{exc.strerror or exc}") from None
     try:
-        async with _reach(args) as (provider, reach):
+        owners = [owner for _, owner in tokens if owner is not None]
+        async with _reach(args, owners) as (provider, reach):
             server = build_server(provider, reach, output_limit=args.output_limit,
                                   exec_timeout=args.exec_timeout)
             if sock is None:
@@ -107,9 +121,9 @@ async def cmd_mcp(args: argparse.Namespace, console: Console) -> int:
             if generated:
                 console.note(f"psdk mcp: generated bearer token (shown once; set "
                              f"{TOKEN_SETTING} or --token-file to choose one): "
-                             f"{token.reveal()}")
+                             f"{tokens[0][0].reveal()}")
             try:
-                await http.serve_http(server, sock, token)
+                await http.serve_http(server, sock, tokens)
             except anyio.get_cancelled_exc_class():
                 console.done("psdk mcp stopped; the sandboxes stay")
                 raise
@@ -120,21 +134,24 @@ async def cmd_mcp(args: argparse.Namespace, console: Console) -> int:
 
 
 @contextlib.asynccontextmanager
-async def _reach(args: argparse.Namespace
+async def _reach(args: argparse.Namespace, owners: list[str]
                  ) -> AsyncIterator[tuple[SandboxProvider, Reach]]:
-    """The provider, and what the server's clients reach on it."""
+    """The provider, and what the server's clients reach on it (``owners``: those the
+    tokens of ``--owners-file`` name)."""
     from provider_sdk import config
-    from provider_sdk.mcp import DEFAULT_SCOPE, OwnerReach, ScopeReach
+    from provider_sdk.mcp import DEFAULT_SCOPE, OwnerReach, ScopeReach, TenantReach
     from provider_sdk.models import SandboxSpec
 
     async with config.open_provider(config.provider_name(args.provider)) as provider:
-        if args.owner is None:
+        if args.owner is None and not owners:
             yield provider, ScopeReach(provider, args.scope or DEFAULT_SCOPE,
                                        template=args.template)
             return
         from provider_sdk.manager import SandboxManager, check_owner, open_store
 
-        check_owner(args.owner)
+        if args.owner is not None:
+            check_owner(args.owner)
         spec = SandboxSpec(template=args.template)
         async with SandboxManager(provider, open_store(args.store), spec=spec) as manager:
-            yield provider, OwnerReach(manager, args.owner)
+            yield provider, (OwnerReach(manager, args.owner) if args.owner is not None
+                             else TenantReach(manager, owners))

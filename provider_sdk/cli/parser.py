@@ -306,11 +306,16 @@ def build_parser(handlers: dict[str, Callable[..., Any]]) -> argparse.ArgumentPa
                        help="with --http: the bearer token, given on the command line: "
                             "every local user can read it in ps; prefer --token-file or "
                             "$PSDK_MCP_TOKEN")
+    token.add_argument("--owners-file", metavar="PATH",
+                       help="with --http: one 'OWNER TOKEN' per line; each request's token "
+                            "binds it to that owner's resident sandbox (through the sandbox "
+                            "manager), so each client reaches its own alone")
     p.add_argument("--owner", metavar="NAME",
                    help="bind every session to this owner's resident sandbox (through the "
                         "sandbox manager); no other sandbox is reachable")
     p.add_argument("--store", metavar="URL",
-                   help="with --owner: the manager's binding store (default: "
+                   help="with --owner or --owners-file: the manager's binding store "
+                        "(default: "
                         "$PSDK_MANAGER_STORE, then the default SQLite file)")
     p.add_argument("--scope", metavar="NAME",
                    help="without --owner: the scope whose sandboxes clients reach, those "

@@ -13,6 +13,12 @@ sandboxes the server's configuration allows:
 * :class:`OwnerReach` (``--owner``): one owner's resident sandbox, held by a
   :class:`~provider_sdk.manager.SandboxManager`. Creating returns it (made on first
   use), killing releases it, and any other id is refused the same way.
+* :class:`TenantReach` (``--owners-file``): each client its own owner, the one its
+  credential names; for that client, it is that owner's :class:`OwnerReach`.
+
+A tool asks :meth:`Reach.for_client` for the reach of the client whose request it
+serves: the client as the transport authenticated it (``None`` when the transport names
+no client, as on stdio).
 
 This module decides who reaches what; it must not know MCP.
 """
@@ -20,18 +26,18 @@ This module decides who reaches what; it must not know MCP.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Protocol
 
-from provider_sdk.errors import InvalidInput, SandboxNotFound
+from provider_sdk.errors import InvalidInput, PermissionDenied, SandboxNotFound
 from provider_sdk.labels import check_labels
-from provider_sdk.manager import SandboxManager
+from provider_sdk.manager import SandboxManager, check_owner
 from provider_sdk.models import SandboxInfo, SandboxSpec
 from provider_sdk.provider import SandboxProvider
 from provider_sdk.sandbox import Sandbox
 
-__all__ = ["DEFAULT_SCOPE", "RESERVED_PREFIX", "SCOPE_LABEL", "OwnerReach", "Reach",
-           "ScopeReach"]
+__all__ = ["DEFAULT_SCOPE", "RESERVED_PREFIX", "SCOPE_LABEL", "ClientReach", "OwnerReach",
+           "Reach", "ScopeReach", "TenantReach"]
 
 SCOPE_LABEL = "psdk.mcp.scope"
 """The label that puts a sandbox in an MCP server's scope; its value is the scope's name."""
@@ -41,12 +47,8 @@ RESERVED_PREFIX = "psdk."
 """Labels a client may not set: the SDK's own (the scope's, the manager's owner)."""
 
 
-class Reach(Protocol):
-    """The sandboxes one server's clients may use, and how they come and go."""
-
-    @property
-    def description(self) -> str:
-        """What a client reaches, in a few words (for the server's instructions)."""
+class ClientReach(Protocol):
+    """The sandboxes one client may use, and how they come and go."""
 
     async def create(self, *, template: str | None, labels: Mapping[str, str],
                      env: Mapping[str, str]) -> Sandbox:
@@ -65,6 +67,22 @@ class Reach(Protocol):
 
     async def kill(self, sandbox_id: str | None) -> str:
         """Kill the sandbox ``sandbox_id`` if in reach; return its id."""
+
+
+class Reach(Protocol):
+    """What one server's clients may reach: for each client, a :class:`ClientReach`."""
+
+    @property
+    def description(self) -> str:
+        """What a client reaches, in a few words (for the server's instructions)."""
+
+    def for_client(self, client: str | None) -> ClientReach:
+        """What ``client`` (as its transport authenticated it, ``None`` if it names
+        none) reaches.
+
+        Raises:
+            PermissionDenied: the client may reach nothing here.
+        """
 
 
 def _not_found(sandbox_id: str, provider: str, where: str) -> SandboxNotFound:
@@ -98,6 +116,10 @@ class ScopeReach:
     def description(self) -> str:
         return (f"the sandboxes of scope {self.scope!r} on the {self.provider.name} "
                 f"provider (label {SCOPE_LABEL}={self.scope})")
+
+    def for_client(self, client: str | None) -> ScopeReach:
+        """The same scope, whoever the client is."""
+        return self
 
     async def create(self, *, template: str | None, labels: Mapping[str, str],
                      env: Mapping[str, str]) -> Sandbox:
@@ -141,6 +163,10 @@ class OwnerReach:
         return (f"one sandbox: the resident sandbox of owner {self.owner!r} on the "
                 f"{self.manager.provider.name} provider")
 
+    def for_client(self, client: str | None) -> OwnerReach:
+        """The same owner, whoever the client is."""
+        return self
+
     async def create(self, *, template: str | None, labels: Mapping[str, str],
                      env: Mapping[str, str]) -> Sandbox:
         if template is not None or labels or env:
@@ -178,3 +204,32 @@ class OwnerReach:
                              f"bound to owner {self.owner!r}")
         await self.manager.release(self.owner)
         return bound
+
+
+class TenantReach:
+    """Each client its own owner's resident sandbox, through one sandbox manager: the
+    client's name, as its transport authenticated it, is the owner."""
+
+    def __init__(self, manager: SandboxManager, owners: Collection[str]) -> None:
+        for owner in owners:
+            check_owner(owner)
+        self.manager = manager
+        self.owners = frozenset(owners)
+
+    @property
+    def description(self) -> str:
+        return (f"one sandbox per client: the resident sandbox of the owner its token "
+                f"names ({len(self.owners)} owners), on the {self.manager.provider.name} "
+                "provider")
+
+    def for_client(self, client: str | None) -> OwnerReach:
+        """``client``'s owner's reach.
+
+        Raises:
+            PermissionDenied: ``client`` is none of the owners.
+        """
+        if client is None or client not in self.owners:
+            raise PermissionDenied("this server binds each client to the owner its token "
+                                   "names, and this request names none",
+                                   provider=self.manager.provider.name)
+        return OwnerReach(self.manager, client)

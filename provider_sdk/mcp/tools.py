@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
 import attrs
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, ContentBlock, TextContent, ToolAnnotations
 from pydantic import Field
@@ -44,18 +44,20 @@ from provider_sdk.mcp.payloads import (
     entry_of,
     summary_of,
 )
-from provider_sdk.mcp.reach import Reach
+from provider_sdk.mcp.reach import ClientReach, Reach
 from provider_sdk.models import FileType
 from provider_sdk.provider import SandboxProvider
 from provider_sdk.results import ExecResult
 
-__all__ = ["DEFAULT_EXEC_TIMEOUT", "LISTING_LIMIT", "SandboxTools", "add_tools",
-           "sdk_errors"]
+__all__ = ["CLIENT_STATE", "DEFAULT_EXEC_TIMEOUT", "LISTING_LIMIT", "SandboxTools", "add_tools",
+           "client_of", "sdk_errors"]
 
 DEFAULT_EXEC_TIMEOUT = 300.0
 """Seconds a command may run when the server is given no other bound."""
 LISTING_LIMIT = 1000
 """Most sandboxes or directory entries one listing shows."""
+CLIENT_STATE = "psdk.mcp.client"
+"""Where in an HTTP request's state the authenticated client's name is."""
 
 OptionalSandboxId = Annotated[str | None, Field(
     description="The sandbox's id (sandbox_create, sandbox_list); on a server bound to an "
@@ -66,6 +68,16 @@ Labels = Annotated[dict[str, str] | None, Field(
     description="Labels (metadata) to find it by; keys starting with 'psdk.' are reserved.")]
 Env = Annotated[dict[str, str] | None, Field(
     description="Environment variables, name to value.")]
+
+
+def client_of(ctx: Context) -> str | None:
+    """The client of the request ``ctx`` serves, as its transport authenticated it: the
+    name the HTTP server's authentication put in the request's state under
+    :data:`CLIENT_STATE`; ``None`` on stdio, or when the token names no client."""
+    request = ctx.request_context.request
+    state = getattr(request, "scope", {}).get("state", {})
+    client = state.get(CLIENT_STATE) if isinstance(state, dict) else None
+    return client if isinstance(client, str) else None
 
 
 @contextlib.contextmanager
@@ -112,11 +124,12 @@ class SandboxTools:
         labels: Labels = None,
         env: Annotated[dict[str, str] | None, Field(
             description="Environment variables of every command run in it.")] = None,
+        *, ctx: Context,
     ) -> SandboxSummary:
         """Create a sandbox (on a server bound to an owner: the owner's resident sandbox,
         made on first use) and return it. It lives until sandbox_kill."""
         with sdk_errors():
-            sandbox = await self.reach.create(template=template, labels=labels or {},
+            sandbox = await self._reach(ctx).create(template=template, labels=labels or {},
                                               env=env or {})
             return summary_of(sandbox.info)
 
@@ -134,6 +147,7 @@ class SandboxTools:
                         "killed; default and most allowed: the server's.", gt=0)] = None,
         stdin: Annotated[str | None, Field(
             description="Text fed to the command's standard input.")] = None,
+        *, ctx: Context,
     ) -> Annotated[CallToolResult, ExecOutput]:
         """Run a command in a sandbox and return its exit code and output. Each of stdout
         and stderr is cut at the server's output limit (the result counts the bytes
@@ -144,7 +158,7 @@ class SandboxTools:
                 raise InvalidInput("command is empty: give a shell command line or an "
                                    "argv list", provider=self.provider.name)
             limit = self._timeout(timeout)
-            sandbox = await self.reach.open(sandbox_id)
+            sandbox = await self._reach(ctx).open(sandbox_id)
             try:
                 result = await sandbox.exec(command, cwd=cwd, env=env, timeout=limit,
                                             stdin=stdin, output_limit=self.output_limit)
@@ -157,6 +171,10 @@ class SandboxTools:
         return CallToolResult(content=_text(output),
                               structured_content=output.model_dump(mode="json"))
 
+    def _reach(self, ctx: Context) -> ClientReach:
+        """What the client of the request ``ctx`` serves reaches."""
+        return self.reach.for_client(client_of(ctx))
+
     def _timeout(self, asked: float | None) -> float:
         if asked is None:
             return self.exec_timeout
@@ -165,13 +183,13 @@ class SandboxTools:
                                f"({self.exec_timeout:g}s)", provider=self.provider.name)
         return asked
 
-    async def sandbox_read_file(self, path: Path,
-                                sandbox_id: OptionalSandboxId = None) -> FileContent:
+    async def sandbox_read_file(self, path: Path, sandbox_id: OptionalSandboxId = None, *,
+                                ctx: Context) -> FileContent:
         """Read a file: text when it is UTF-8, else base64 (the result says which). A file
         larger than the server's output limit is cut there; the result counts the bytes
         not read."""
         with sdk_errors():
-            sandbox = await self.reach.open(sandbox_id)
+            sandbox = await self._reach(ctx).open(sandbox_id)
             info = await sandbox.files.stat(path)
             if info.type == FileType.DIRECTORY:
                 raise InvalidInput(f"{path}: is a directory (sandbox_list_files lists it)",
@@ -200,11 +218,12 @@ class SandboxTools:
             description="utf-8: content is text; base64: content is bytes in base64.")]
         = "utf-8",
         sandbox_id: OptionalSandboxId = None,
+        *, ctx: Context,
     ) -> WriteOutput:
         """Write a file, replacing it and creating its parent directories."""
         with sdk_errors():
             data = decode_content(content, encoding)
-            sandbox = await self.reach.open(sandbox_id)
+            sandbox = await self._reach(ctx).open(sandbox_id)
             await sandbox.files.write(path, data)
         return WriteOutput(path=path, size=len(data))
 
@@ -213,28 +232,30 @@ class SandboxTools:
         path: Annotated[str, Field(description="The directory; default: the sandbox's "
                                                "working directory.")] = ".",
         sandbox_id: OptionalSandboxId = None,
+        *, ctx: Context,
     ) -> FileListing:
         """List a directory's entries, sorted by name (at most 1000; the result counts
         the others)."""
         with sdk_errors():
-            sandbox = await self.reach.open(sandbox_id)
+            sandbox = await self._reach(ctx).open(sandbox_id)
             entries = await sandbox.files.list(path)
         shown = entries[:LISTING_LIMIT]
         return FileListing(path=path, entries=[entry_of(e) for e in shown],
                            omitted=len(entries) - len(shown))
 
-    async def sandbox_kill(self, sandbox_id: OptionalSandboxId = None) -> KillOutput:
+    async def sandbox_kill(self, sandbox_id: OptionalSandboxId = None, *,
+                           ctx: Context) -> KillOutput:
         """Kill a sandbox and everything in it (on a server bound to an owner: release
         the owner's sandbox; the next sandbox_create makes a new one)."""
         with sdk_errors():
-            killed = await self.reach.kill(sandbox_id)
+            killed = await self._reach(ctx).kill(sandbox_id)
         return KillOutput(id=killed, killed=True)
 
-    async def sandbox_list(self) -> SandboxList:
+    async def sandbox_list(self, *, ctx: Context) -> SandboxList:
         """List the sandboxes this server's clients can reach (at most 1000; the result
         counts the others)."""
         with sdk_errors():
-            infos = await self.reach.list()
+            infos = await self._reach(ctx).list()
         infos.sort(key=lambda i: (i.created_at is None, i.created_at, i.id))
         shown = infos[:LISTING_LIMIT]
         return SandboxList(sandboxes=[summary_of(i) for i in shown],
@@ -249,6 +270,7 @@ class SandboxTools:
         timeout: Annotated[float | None, Field(
             description="Seconds before the run is interrupted; default and most "
                         "allowed: the server's.", gt=0)] = None,
+        *, ctx: Context,
     ) -> Annotated[CallToolResult, CodeOutput]:
         """Run Python in the sandbox's interpreter, which keeps its state from one run to
         the next (names, imports, functions) for as long as this server runs, and return
@@ -258,7 +280,7 @@ class SandboxTools:
         output until then; the interpreter keeps what earlier runs defined."""
         with sdk_errors():
             limit = self._timeout(timeout)
-            sandbox = await self.reach.open(sandbox_id)
+            sandbox = await self._reach(ctx).open(sandbox_id)
             try:
                 result = await sandbox.code.run(code, timeout=limit,
                                                 output_limit=self.output_limit)
@@ -277,12 +299,13 @@ class SandboxTools:
         port: Annotated[int, Field(description="The port a server listens on inside the "
                                                "sandbox.", ge=1, le=65535)],
         sandbox_id: OptionalSandboxId = None,
+        *, ctx: Context,
     ) -> ExposedPortOutput:
         """Make a port of the sandbox reachable from the server's machine: the URL carries
         an access token, and anything without it is refused. It stays reachable until the
         sandbox is killed or the server stops."""
         with sdk_errors():
-            sandbox = await self.reach.open(sandbox_id)
+            sandbox = await self._reach(ctx).open(sandbox_id)
             exposed = await sandbox.expose(port)
         return ExposedPortOutput(port=exposed.port, url=exposed.url,
                                  base_url=exposed.base_url, token=exposed.token.reveal(),

@@ -142,8 +142,9 @@ def http_server(args: list[str], env: Mapping[str, str]) -> Iterator[HttpServer]
             for line in list(lines):
                 url = url or _group(_URL, line)
                 token = token or _group(_TOKEN, line.rstrip("\n"))
-            if url is not None and (token is not None or "--token" in " ".join(args)
-                                    or "PSDK_MCP_TOKEN" in env):
+            given = " ".join(args)
+            if url is not None and (token is not None or "--token" in given
+                                    or "--owners-file" in given or "PSDK_MCP_TOKEN" in env):
                 break
             time.sleep(0.05)
         assert url is not None, f"psdk mcp did not start: {''.join(lines)}"

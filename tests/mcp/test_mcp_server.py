@@ -23,7 +23,8 @@ from psdk_fixtures import (
 from provider_sdk.capabilities import Capability
 from provider_sdk.distributions import CORE, install_hint
 from provider_sdk.local import LocalProvider
-from provider_sdk.mcp import ScopeReach, build_server
+from provider_sdk.manager import SandboxManager, open_store
+from provider_sdk.mcp import ScopeReach, TenantReach, build_server
 from provider_sdk.models import SandboxInfo
 
 __all__ = ["anyio_backend", "clean_config", "memory", "psdk", "unconfigured_structlog"]
@@ -126,7 +127,11 @@ def test_without_the_mcp_package_it_says_what_to_install(
 @pytest.mark.parametrize(("argv", "says"), [
     (["--store", "memory:"], "--store is for --owner"),
     (["--token", "t"], "are for --http"),
-    (["--owner", "alice", "--scope", "s"], "--scope is for a server without --owner"),
+    (["--owner", "alice", "--scope", "s"], "--scope is for a server without owners"),
+    (["--owners-file", "owners"], "are for --http"),
+    (["--http", "0", "--owners-file", "owners", "--owner", "alice"], "give one of them"),
+    (["--http", "0", "--owners-file", "owners", "--token", "t"], "not allowed with"),
+    (["--http", "0", "--owners-file", "/no/such/file"], "--owners-file /no/such/file"),
     (["--http", "0", "--output-limit", "0"], "--output-limit must be a positive"),
     (["--owner", "bad\nowner"], "owner"),
     (["--token-file", "/no/such/file", "--http", "0"], "--token-file /no/such/file"),
@@ -137,3 +142,20 @@ def test_bad_options_are_refused_before_serving(psdk: Psdk, argv: list[str],
     assert outcome.code in (1, 2)
     assert says in outcome.err
     assert outcome.out == ""
+
+
+@pytest.mark.anyio
+async def test_a_tenant_server_gives_a_request_naming_no_owner_nothing(
+        memory: Store) -> None:
+    async with MemoryProvider() as provider, \
+            SandboxManager(provider, open_store("memory:")) as manager:
+        server = build_server(provider, TenantReach(manager, ["alice"]))
+        async with Client(server) as client:  # in memory: the request names no client
+            results = [await client.call_tool(tool, arguments) for tool, arguments in
+                       (("sandbox_create", {}), ("sandbox_list", {}),
+                        ("sandbox_exec", {"command": "true"}))]
+        assert await provider.list() == []
+    for result in results:
+        assert result.is_error
+        text = " ".join(getattr(block, "text", "") for block in result.content)
+        assert "PermissionDenied: " in text
