@@ -5,13 +5,15 @@ envd describes a symlink by what it points to: ``type`` and ``mode`` are the tar
 (the link's own path when it leads nowhere, and then the type is unspecified), while
 ``size``, ``modifiedTime`` and ``permissions`` (Go's mode string, ``L`` for a link) are
 the link's own. The backend's files API reports links without following them, so the
-targets are resolved inside the sandbox, all of one answer's in one command.
+targets are resolved inside the sandbox, all of one answer's in one question to the
+helper kept there (:mod:`._inside`), or in one command where there is none.
 
 Every entry also names its owner and group, and carries the user metadata kept on the
 file as extended attributes in the ``user.e2b.`` namespace (set by an upload's
 ``X-Metadata-*`` headers, or by anyone inside), read inside the sandbox for all of one
-answer's entries in one command: ``stat`` for the names, ``python3`` for the attributes
-(an image without it shows no metadata).
+answer's entries in one question to the helper or, without one, in one command:
+``stat`` for the names, ``python3`` for the attributes (an image without it shows no
+metadata).
 
 ``ListDir`` walks depth first, each directory's entries in name order, without entering
 linked directories, as Go's ``filepath.WalkDir`` does. Nothing here serves a request:
@@ -31,6 +33,7 @@ import attrs
 from provider_sdk import errors
 from provider_sdk.models import FileInfo, FileType
 from provider_sdk.sandbox import Sandbox
+from provider_sdk_emulators.e2b._inside import ask_helper
 
 __all__ = ["METADATA_PREFIX", "Details", "Target", "describe", "entries_json", "entry_json",
            "resolve", "set_metadata", "walk"]
@@ -97,13 +100,17 @@ class Details:
     metadata: dict[str, str] = attrs.Factory(dict)
 
 
-async def _batches(sandbox: Sandbox, script: str,
+async def _batches(sandbox: Sandbox, script: str, function: str,
                    paths: Sequence[str]) -> AsyncIterator[tuple[list[str], list[str]]]:
-    """Run ``script`` (``sh``, the paths as its arguments) over ``paths`` in batches;
-    yield each batch with the NUL-separated fields it printed (none if it failed or
-    took too long)."""
+    """Ask the in-sandbox helper's ``function`` (see :mod:`._inside`) or, where there is
+    none, run ``script`` (``sh``, the paths as its arguments) over ``paths`` in batches;
+    yield each batch with the fields it printed (none if it failed or took too long)."""
     for start in range(0, len(paths), _BATCH):
         batch = list(paths[start:start + _BATCH])
+        helped = await ask_helper(sandbox, function, batch, timeout=_RESOLVE_TIMEOUT)
+        if helped is not None:
+            yield batch, helped
+            continue
         try:
             result = await sandbox.exec(["/bin/sh", "-c", script, "sh", *batch],
                                         timeout=_RESOLVE_TIMEOUT)
@@ -117,7 +124,7 @@ async def describe(sandbox: Sandbox, paths: Sequence[str]) -> dict[str, Details]
     """Owner, group and metadata of each of ``paths``; one that cannot be read in time
     (or is gone) has none."""
     found: dict[str, Details] = {}
-    async for batch, fields in _batches(sandbox, _DESCRIBE, paths):
+    async for batch, fields in _batches(sandbox, _DESCRIBE, "_psdk_describe", paths):
         owners: dict[str, tuple[str, str]] = {}
         index = 0
         while index + 1 < len(fields) and fields[index]:
@@ -169,7 +176,7 @@ async def resolve(sandbox: Sandbox, links: Sequence[str]) -> dict[str, Target]:
     """Where each of ``links`` (absolute paths of symlinks) leads, as envd reports it;
     a link the sandbox cannot resolve in time is reported as leading nowhere."""
     found: dict[str, Target] = {}
-    async for batch, fields in _batches(sandbox, _RESOLVE, links):
+    async for batch, fields in _batches(sandbox, _RESOLVE, "_psdk_resolve", links):
         for i, link in enumerate(batch):
             kind, mode, path = [*fields[3 * i:3 * i + 3], "", "", ""][:3]
             if kind in _KINDS and path:
