@@ -2,7 +2,8 @@
 service.
 
 Relative paths are taken from the sandbox's working directory. Reads refuse a device,
-FIFO or socket (or a symlink to one) before a byte is read.
+FIFO or socket (or a symlink to one) before a byte is read; the check goes out with the
+read, not before it.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import functools
 import posixpath
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 import attrs
@@ -51,10 +53,7 @@ class E2BFiles:
     async def read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
         handle = await self.handles.handle(sandbox_id)
         target = self._path(handle, path)
-        await self._refuse_special(sandbox_id, handle, target, path)
-        with self.session.translate(sandbox_id, what="file", path=path):
-            reader = await self.session.retrying(lambda: handle.sandbox.files.read(
-                target, format="stream"))
+        reader = await self._checked_reader(sandbox_id, handle, target, path)
         try:
             with self.session.translate(sandbox_id, what="file", path=path):
                 async for chunk in reader:
@@ -62,6 +61,44 @@ class E2BFiles:
         finally:
             with anyio.CancelScope(shield=True):
                 await reader.aclose()
+
+    async def _checked_reader(self, sandbox_id: str, handle: _Handle, target: str,
+                              path: str) -> Any:
+        """envd's stream of the file at ``target``, once its check
+        (:meth:`_refuse_special`) has passed: the read is asked for alongside the check,
+        so a read costs one round trip, not two, and no byte is taken from it before
+        the check says it is a file (a FIFO's read, which would wait for a writer, is
+        given up). A special file is ``NotARegularFile``, whatever the read says; else
+        the read's own error (what is missing, a directory) comes before the check's."""
+        opened: list[Any] = []
+        read_failed: list[Exception] = []
+
+        async def open_read() -> None:
+            try:
+                with self.session.translate(sandbox_id, what="file", path=path):
+                    opened.append(await self.session.retrying(
+                        lambda: handle.sandbox.files.read(target, format="stream")))
+            except Exception as exc:  # raised below, after the check's outcome
+                read_failed.append(exc)
+
+        check_failed: Exception | None = None
+        async with anyio.create_task_group() as reading:
+            reading.start_soon(open_read)
+            try:
+                await self._refuse_special(sandbox_id, handle, target, path)
+            except Exception as exc:
+                check_failed = exc
+                if isinstance(exc, errors.NotARegularFile):
+                    reading.cancel_scope.cancel()
+        if check_failed is not None or read_failed:
+            with anyio.CancelScope(shield=True):
+                for reader in opened:
+                    await reader.aclose()
+            if isinstance(check_failed, errors.NotARegularFile) or not read_failed:
+                assert check_failed is not None
+                raise check_failed
+            raise read_failed[0]
+        return opened[0]
 
     async def _refuse_special(self, sandbox_id: str, handle: _Handle, target: str,
                               path: str) -> None:
