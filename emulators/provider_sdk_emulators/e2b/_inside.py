@@ -14,6 +14,7 @@ ended it), the caller runs the command instead.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import weakref
 from collections.abc import Sequence
@@ -27,7 +28,7 @@ from provider_sdk.capabilities import Capability
 from provider_sdk.interpreter import CodeContext
 from provider_sdk.sandbox import Sandbox
 
-__all__ = ["ask_helper"]
+__all__ = ["ask_helper", "prepare_helper"]
 
 # Each function prints, as JSON, the list of fields the matching shell script of
 # ``_envd_entries`` prints NUL-separated.
@@ -123,6 +124,16 @@ async def ask_helper(sandbox: Sandbox, function: str, paths: Sequence[str], *,
         helpers.contexts.pop(sandbox.id, None)  # tampered with: made anew next time
         return None
     return fields
+
+
+async def prepare_helper(sandbox: Sandbox) -> None:
+    """Start ``sandbox``'s helper now (the emulator does when it creates a sandbox, as
+    envd is up when the sandbox is), so that the first question finds it ready; where
+    it cannot start, the first question says so."""
+    if sandbox.provider.supports(Capability.CODE_INTERPRETER):
+        helpers = _BY_PROVIDER.setdefault(sandbox.provider, _Helpers())
+        with contextlib.suppress(errors.SandboxError):
+            await _context(helpers, sandbox)
 
 
 async def _context(helpers: _Helpers, sandbox: Sandbox) -> CodeContext:

@@ -28,6 +28,7 @@ from provider_sdk.capabilities import Capability
 from provider_sdk.emulators import backing_labels
 from provider_sdk.models import SandboxSpec, SandboxState, VolumeMount
 from provider_sdk.provider import SandboxProvider
+from provider_sdk_emulators.e2b._inside import prepare_helper
 from provider_sdk_emulators.e2b._process_entry import ProcessEntry
 from provider_sdk_emulators.e2b._records import SandboxRecord, SnapshotRecord, TemplateRecord
 from provider_sdk_emulators.e2b._world_processes import SCRIPT, Processes, end_event
@@ -177,6 +178,7 @@ class World:
             auto_pause=auto_pause, auto_resume=auto_resume, pause_memory=pause_memory,
             network=network, allow_internet=allow_internet, volume_mounts=volume_mounts)
         self.sandboxes[record.id] = record
+        self.background(prepare_helper, sandbox)
         return record
 
     def backing(self, spec: SandboxSpec, record_id: str) -> SandboxSpec:

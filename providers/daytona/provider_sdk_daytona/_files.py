@@ -1,7 +1,8 @@
 """The files API of ``DaytonaProvider``, through the toolbox's file calls.
 
 Relative paths resolve from the sandbox's working directory (``DaytonaCalls.path``).
-Reads refuse a device, FIFO or socket before a byte is read, stream the file chunk by
+Reads refuse a device, FIFO or socket before a byte is read (the check goes out with
+the read: one round trip), stream the file chunk by
 chunk (each within ``request_timeout``), and can keep just the first bytes of a file
 (``download_into``, which exec and background processes read their output with). A
 failed call says why: missing, a directory, not running, permission denied.
@@ -22,6 +23,7 @@ import anyio
 from daytona import AsyncSandbox, DaytonaError
 
 from provider_sdk import errors, scripts
+from provider_sdk.checked_read import read_after_check
 from provider_sdk.limits import OutputBuffer
 from provider_sdk.models import FileInfo, FileType
 from provider_sdk_daytona import _convert as convert
@@ -44,14 +46,30 @@ class DaytonaFiles:
 
     async def read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
         full = await self._calls.path(sandbox_id, path)
-        probe = scripts.probe_file_command(full)
-        found = await self._calls.toolbox(sandbox_id, lambda s: s.process.exec(probe, timeout=30))
-        if (found.result or "").strip() == "other":
-            raise errors.NotARegularFile(
-                f"{full}: not a regular file (a device, FIFO or socket); refused before "
-                "reading", provider=self.name, sandbox_id=sandbox_id)
         chunks = self.download(sandbox_id, full)
+
+        async def refuse_special() -> None:
+            probe = scripts.probe_file_command(full)
+            found = await self._calls.toolbox(sandbox_id,
+                                              lambda s: s.process.exec(probe, timeout=30))
+            if (found.result or "").strip() == "other":
+                raise errors.NotARegularFile(
+                    f"{full}: not a regular file (a device, FIFO or socket); refused before "
+                    "reading", provider=self.name, sandbox_id=sandbox_id)
+
+        async def first_chunk() -> list[bytes]:
+            try:
+                return [await chunks.__anext__()]
+            except StopAsyncIteration:
+                return []  # an empty file
+
+        async def left_to_finally(_first: list[bytes]) -> None:
+            pass  # the stream is closed below, read or not
+
         try:
+            for chunk in await read_after_check(refuse_special, first_chunk,
+                                                left_to_finally):
+                yield chunk
             async for chunk in chunks:
                 yield chunk
         finally:

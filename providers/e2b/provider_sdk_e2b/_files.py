@@ -19,6 +19,7 @@ from e2b.sandbox.filesystem.filesystem import EntryInfo
 from e2b.sandbox.filesystem.filesystem import FileType as E2BFileType
 
 from provider_sdk import errors
+from provider_sdk.checked_read import read_after_check
 from provider_sdk.models import FileInfo, FileType
 from provider_sdk.provider import Command
 from provider_sdk.roles import Commands
@@ -53,7 +54,18 @@ class E2BFiles:
     async def read_file(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
         handle = await self.handles.handle(sandbox_id)
         target = self._path(handle, path)
-        reader = await self._checked_reader(sandbox_id, handle, target, path)
+
+        async def open_read() -> Any:
+            with self.session.translate(sandbox_id, what="file", path=path):
+                return await self.session.retrying(
+                    lambda: handle.sandbox.files.read(target, format="stream"))
+
+        async def close(reader: Any) -> None:
+            await reader.aclose()
+
+        reader = await read_after_check(
+            functools.partial(self._refuse_special, sandbox_id, handle, target, path),
+            open_read, close)
         try:
             with self.session.translate(sandbox_id, what="file", path=path):
                 async for chunk in reader:
@@ -61,44 +73,6 @@ class E2BFiles:
         finally:
             with anyio.CancelScope(shield=True):
                 await reader.aclose()
-
-    async def _checked_reader(self, sandbox_id: str, handle: _Handle, target: str,
-                              path: str) -> Any:
-        """envd's stream of the file at ``target``, once its check
-        (:meth:`_refuse_special`) has passed: the read is asked for alongside the check,
-        so a read costs one round trip, not two, and no byte is taken from it before
-        the check says it is a file (a FIFO's read, which would wait for a writer, is
-        given up). A special file is ``NotARegularFile``, whatever the read says; else
-        the read's own error (what is missing, a directory) comes before the check's."""
-        opened: list[Any] = []
-        read_failed: list[Exception] = []
-
-        async def open_read() -> None:
-            try:
-                with self.session.translate(sandbox_id, what="file", path=path):
-                    opened.append(await self.session.retrying(
-                        lambda: handle.sandbox.files.read(target, format="stream")))
-            except Exception as exc:  # raised below, after the check's outcome
-                read_failed.append(exc)
-
-        check_failed: Exception | None = None
-        async with anyio.create_task_group() as reading:
-            reading.start_soon(open_read)
-            try:
-                await self._refuse_special(sandbox_id, handle, target, path)
-            except Exception as exc:
-                check_failed = exc
-                if isinstance(exc, errors.NotARegularFile):
-                    reading.cancel_scope.cancel()
-        if check_failed is not None or read_failed:
-            with anyio.CancelScope(shield=True):
-                for reader in opened:
-                    await reader.aclose()
-            if isinstance(check_failed, errors.NotARegularFile) or not read_failed:
-                assert check_failed is not None
-                raise check_failed
-            raise read_failed[0]
-        return opened[0]
 
     async def _refuse_special(self, sandbox_id: str, handle: _Handle, target: str,
                               path: str) -> None:
