@@ -51,6 +51,18 @@ def check_owner(owner: object) -> str:
     return owner
 
 
+def check_fence(fence: object) -> tuple[str, str] | None:
+    """``fence`` if it is ``None`` or a ``(claim name, token)`` pair of non-empty strings;
+    :class:`~provider_sdk.errors.InvalidInput` otherwise (before a store reads it)."""
+    if fence is None:
+        return None
+    if (not isinstance(fence, tuple) or len(fence) != 2
+            or not all(isinstance(part, str) and part for part in fence)):
+        raise InvalidInput(f"fence must be a (claim name, token) pair of non-empty strings, "
+                           f"got {_shown(fence)}")
+    return fence[0], fence[1]
+
+
 def _shown(value: object) -> str:
     text = ascii(value)
     return text if len(text) <= 60 else text[:60] + "..."

@@ -29,7 +29,7 @@ import anyio
 from provider_sdk.config import Secret
 from provider_sdk.distributions import CORE, install_hint
 from provider_sdk.errors import AuthenticationError, ConfigError, InvalidInput, Unavailable
-from provider_sdk.manager._claims import check_owner
+from provider_sdk.manager._claims import check_fence, check_owner
 from provider_sdk.manager.store import Binding, BindingStore, _safe
 
 if TYPE_CHECKING:
@@ -134,6 +134,7 @@ class PostgresStore(BindingStore):
     async def put(self, binding: Binding, *,
                   fence: tuple[str, str] | None = None) -> Binding | None:
         check_owner(binding.owner)
+        check_fence(fence)
         args = (binding.sandbox_id, binding.provider, binding.to_json())
         if binding.version == 0:
             query = ("INSERT INTO {b} (sandbox_id, provider, data, owner, version) "

@@ -25,7 +25,7 @@ import attrs
 from provider_sdk.config import Secret
 from provider_sdk.distributions import CORE, install_hint
 from provider_sdk.errors import AuthenticationError, ConfigError, Unavailable
-from provider_sdk.manager._claims import check_owner
+from provider_sdk.manager._claims import check_fence, check_owner
 from provider_sdk.manager.store import Binding, BindingStore, _safe
 
 if TYPE_CHECKING:
@@ -128,6 +128,7 @@ class RedisStore(BindingStore):
     async def put(self, binding: Binding, *,
                   fence: tuple[str, str] | None = None) -> Binding | None:
         check_owner(binding.owner)
+        check_fence(fence)
         stored = attrs.evolve(binding, version=binding.version + 1)
         keys = [self._key("binding", binding.owner), self._owners]
         args = [str(binding.version), str(stored.version), binding.sandbox_id,

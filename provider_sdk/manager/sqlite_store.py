@@ -28,7 +28,7 @@ from typing import TypeVar
 import anyio.to_thread
 
 from provider_sdk.errors import Unavailable
-from provider_sdk.manager._claims import check_owner
+from provider_sdk.manager._claims import check_fence, check_owner
 from provider_sdk.manager.store import Binding, BindingStore
 from provider_sdk.retry import Attempts, Backoff
 
@@ -208,6 +208,7 @@ class SQLiteStore(BindingStore):
     async def put(self, binding: Binding, *,
                   fence: tuple[str, str] | None = None) -> Binding | None:
         check_owner(binding.owner)
+        check_fence(fence)
 
         def put(db: sqlite3.Connection) -> Binding | None:
             with _transaction(db):

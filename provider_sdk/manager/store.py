@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from provider_sdk.manager._claims import check_owner
+from provider_sdk.manager._claims import check_fence, check_owner
 from provider_sdk.models import _env_map
 
 __all__ = ["Binding", "BindingStore", "MemoryStore", "default_store_path"]
@@ -173,6 +173,7 @@ class MemoryStore(BindingStore):
 
     async def put(self, binding: Binding, *,
                   fence: tuple[str, str] | None = None) -> Binding | None:
+        check_fence(fence)
         current = self._bindings.get(check_owner(binding.owner))
         if (current.version if current else 0) != binding.version:
             return None

@@ -140,6 +140,18 @@ async def test_a_bad_owner_is_refused_and_nothing_is_written(
     assert await any_store.list() == []
 
 
+@pytest.mark.parametrize("fence", [("owner:alice",), ("owner:alice", "t", "x"),
+                                   ("owner:alice", ""), ("", "t"), ["owner:alice", "t"],
+                                   ("owner:alice", 7), "owner:alice"],
+                         ids=["one", "three", "no-token", "no-name", "list", "int", "str"])
+async def test_a_bad_fence_is_refused_and_nothing_is_written(
+        any_store: BindingStore, fence: object) -> None:
+    assert await any_store.claim("owner:alice", "t", 30)
+    with pytest.raises(InvalidInput, match="fence must be a"):
+        await any_store.put(_binding(), fence=fence)  # type: ignore[arg-type]
+    assert await any_store.list() == []
+
+
 async def test_a_closed_redis_store_leaves_no_connection_open(
         redis_store: RedisStore) -> None:
     name = f"psdk-test-{secrets.token_hex(4)}"
@@ -527,6 +539,6 @@ async def test_delete_at_an_older_version_keeps_the_binding(any_store: BindingSt
 async def test_a_fence_of_another_token_fails_whatever_it_sorts_as(
         any_store: BindingStore) -> None:
     assert await any_store.claim("owner:alice", "creator", 30)
-    for other in ("zz", "a", "creator2", ""):
+    for other in ("zz", "a", "creator2"):  # an empty token is refused: see above
         assert await any_store.put(_binding(), fence=("owner:alice", other)) is None, other
     assert await any_store.get("alice") is None
