@@ -129,8 +129,8 @@ class SandboxTools:
         """Create a sandbox (on a server bound to an owner: the owner's resident sandbox,
         made on first use) and return it. It lives until sandbox_kill."""
         with sdk_errors():
-            sandbox = await self._reach(ctx).create(template=template, labels=labels or {},
-                                              env=env or {})
+            sandbox = await self._reach(ctx).create(template=template,
+                                                    labels=labels or {}, env=env or {})
             return summary_of(sandbox.info)
 
     async def sandbox_exec(
