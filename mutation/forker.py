@@ -3,7 +3,9 @@ libraries the tests use (pytest, trio, hypothesis...), never this project's code
 mutant's module is imported fresh, from the mutated file, in each fork.
 
 Reads one JSON list of pytest arguments and a timeout per line on stdin; answers one
-JSON object per line: the exit status, or ``"timeout"``. Used by ``run.py`` only.
+JSON object per line: the exit status, or ``"timeout"``. Ended (SIGTERM, or Ctrl-C), it
+ends the test run under way, with what that run started, before it exits. Used by
+``run.py`` only.
 """
 
 from __future__ import annotations
@@ -49,26 +51,36 @@ def _child(args: list[str], log: str) -> None:
     os._exit(int(code))
 
 
+def _end(pid: int) -> None:
+    """End the test run ``pid`` and what it left running (its process group)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _terminated)
     for line in sys.stdin:
         request = json.loads(line)
         pid = os.fork()
         if pid == 0:
             _child(request["args"], request["log"])
-        deadline = time.monotonic() + request["timeout"]
-        status: int | str = "timeout"
-        while time.monotonic() < deadline:
-            done, raw = os.waitpid(pid, os.WNOHANG)
-            if done:
-                status = os.waitstatus_to_exitcode(raw)
-                break
-            time.sleep(0.01)
-        else:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)  # what the tests left running
+        try:
+            deadline = time.monotonic() + request["timeout"]
+            status: int | str = "timeout"
+            while time.monotonic() < deadline:
+                done, raw = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    status = os.waitstatus_to_exitcode(raw)
+                    break
+                time.sleep(0.01)
+        finally:
+            _end(pid)  # a hung run, or what the tests left running
         print(json.dumps({"status": status}), flush=True)
 
 

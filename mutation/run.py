@@ -4,8 +4,13 @@ For each module in ``modules.toml`` it makes every mutant cosmic-ray's chosen op
 and this project's own (``operators.py``) can make, one at a time, and runs that
 module's fast selection of tests against it: a test that fails (or hangs past the
 module's timeout) kills the mutant; a mutant every test passes with survives. The
-mutants are made in a copy of the tree under ``.mutants/``, never in the tree itself,
-and the tests import from that copy.
+mutants are made in copies of the tree under ``.mutants/``, never in the tree itself,
+and the tests import from those copies.
+
+``--jobs N`` runs N mutants at once, each job in its own copy of the tree
+(``.mutants/jobs/<n>/tree``) with its own test process, so a mutant never sees
+another's; the results are the same as one job's. The test selections mostly wait (on
+sleeps, timeouts, sandboxes), so more jobs than cores still pays.
 
 Results are kept per module in ``results.json``, keyed by a hash of the module, its
 tests and the operators, so an unchanged module is not run again; the mutants of a
@@ -17,6 +22,7 @@ the reason it changes nothing anyone can see, does not count against the module.
     python mutation/run.py provider_sdk/files.py
     python mutation/run.py --changed [--base REF]   # modules changed since REF
     python mutation/run.py --survivors provider_sdk/files.py
+    python mutation/run.py --jobs 4 provider_sdk/manager/_lookup.py
 
 It prints the kill rate of each module and exits 1 if one is under ``--goal`` (0.85).
 """
@@ -31,9 +37,11 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -128,9 +136,8 @@ def _key(module: str, entry: dict[str, Any], operators: list[str]) -> str:
     return digest.hexdigest()
 
 
-def _copy_tree() -> Path:
-    """A copy of the tracked tree (as it is on disk), where the mutants are made."""
-    tree = SCRATCH / "tree"
+def _copy_tree(tree: Path) -> Path:
+    """A copy of the tracked tree (as it is on disk) at ``tree``, where mutants are made."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
                              "--exclude-standard"], cwd=ROOT, check=True,
                             capture_output=True).stdout.decode().split("\0")
@@ -142,6 +149,14 @@ def _copy_tree() -> Path:
             (tree / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, tree / name)
     return tree
+
+
+def default_jobs() -> int:
+    """One job per core this process may run on (2 where that is unknown)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 2
+    except AttributeError:  # no affinity on this platform
+        return os.cpu_count() or 2
 
 
 def _environment(tree: Path) -> dict[str, str]:
@@ -192,10 +207,11 @@ def _is_equivalent(survivor: dict[str, str], known: list[dict[str, str]]) -> boo
 
 
 class _Forker:
-    """``forker.py``, started in the copy with the copy's environment."""
+    """``forker.py``, started in a copy of the tree with that copy's environment; it
+    writes each test run's output to ``log``."""
 
-    def __init__(self, tree: Path, env: dict[str, str]) -> None:
-        self._log = SCRATCH / "last-test-run.log"
+    def __init__(self, tree: Path, env: dict[str, str], log: Path) -> None:
+        self._log = log
         self._proc = subprocess.Popen([sys.executable, str(HERE / "forker.py")], cwd=tree,
                                       env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       text=True)
@@ -206,13 +222,100 @@ class _Forker:
         self._proc.stdin.write(json.dumps({"args": args, "timeout": timeout,
                                            "log": str(self._log)}) + "\n")
         self._proc.stdin.flush()
-        status = json.loads(self._proc.stdout.readline())["status"]
-        return status, self._log.read_text(errors="replace")[-4000:]
+        answer = self._proc.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"the test process in {self._log.parent} has ended")
+        return json.loads(answer)["status"], self._log.read_text(errors="replace")[-4000:]
 
     def close(self) -> None:
+        """End the test process: at once (and the tests it runs) if one is under way."""
         assert self._proc.stdin is not None
-        self._proc.stdin.close()
+        if self._proc.poll() is None:
+            self._proc.terminate()  # forker.py ends its running tests' process group too
         self._proc.wait()
+        self._proc.stdin.close()
+        assert self._proc.stdout is not None
+        self._proc.stdout.close()
+
+
+# parso (cosmic-ray's parser) is not known to be safe to call from two threads at once.
+_PARSING = threading.Lock()
+
+
+class _Job:
+    """One job: a copy of the tree of its own, and a test process started in it. A job
+    runs one mutant at a time; no other job ever writes to its copy."""
+
+    def __init__(self, home: Path) -> None:
+        home.mkdir(parents=True, exist_ok=True)
+        self.tree = _copy_tree(home / "tree")
+        self._forker = _Forker(self.tree, _environment(self.tree), home / "test-run.log")
+
+    def test(self, args: list[str], timeout: float) -> tuple[int | str, str]:
+        return self._forker.run(args, timeout)
+
+    def run_mutant(self, module: str, item: Any, args: list[str], timeout: float) -> Any:
+        """Make ``item``'s mutant of ``module`` in this job's copy, run the tests against
+        it, and put the module back; return the ``WorkResult``."""
+        import cosmic_ray.plugins
+        from cosmic_ray.mutating import mutate_code
+        from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
+
+        mutation = item.mutations[0]
+        target = self.tree / module
+        original = target.read_bytes()
+        source = original.decode()
+        with _PARSING:
+            operator = cosmic_ray.plugins.get_operator(mutation.operator_name)()
+            mutated = mutate_code(source, operator, mutation.occurrence)
+        if mutated is None:
+            return WorkResult(worker_outcome=WorkerOutcome.NO_TEST)
+        try:
+            target.write_text(mutated, encoding="utf-8")
+            status, output = self.test(args, timeout)
+        finally:
+            target.write_bytes(original)
+        diff = "\n".join(difflib.unified_diff(
+            source.splitlines(), mutated.splitlines(), lineterm="", n=0))
+        return WorkResult(
+            worker_outcome=WorkerOutcome.NORMAL, output=output, diff=diff,
+            test_outcome=TestOutcome.SURVIVED if status == 0 else TestOutcome.KILLED)
+
+    def close(self) -> None:
+        self._forker.close()
+
+
+class _Jobs:
+    """The jobs, made once the first module needs them; each is lent to one mutant at
+    a time."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self._jobs: list[_Job] = []
+        self._free: list[_Job] = []
+        self._lock = threading.Lock()
+
+    def _start(self) -> None:
+        if not self._jobs:
+            SCRATCH.mkdir(exist_ok=True)
+            self._jobs = [_Job(SCRATCH / "jobs" / str(n)) for n in range(self.count)]
+            self._free = list(self._jobs)
+
+    def first(self) -> _Job:
+        self._start()
+        return self._jobs[0]
+
+    def take(self) -> _Job:
+        with self._lock:
+            return self._free.pop()
+
+    def give_back(self, job: _Job) -> None:
+        with self._lock:
+            self._free.append(job)
+
+    def close(self) -> None:
+        for job in self._jobs:
+            job.close()
 
 
 def _forget(db: Any, outcome: Any) -> None:
@@ -224,26 +327,58 @@ def _forget(db: Any, outcome: Any) -> None:
             WorkResultStorage.test_outcome == outcome).delete()
 
 
-def run_module(module: str, entry: dict[str, Any], operators: list[str], tree: Path,
-               forker: _Forker) -> dict[str, Any]:
+def _run_pending(module: str, db: Any, jobs: _Jobs, args: list[str],
+                 timeout: float) -> None:
+    """Run the session's pending mutants, ``jobs.count`` at once; each result is written
+    to the session as soon as it is known, so an interrupted run loses only the mutants
+    under way."""
+    jobs.first()  # the copies exist before any mutant is taken
+    pending = list(db.pending_work_items)
+    total = db.num_work_items
+    done = total - len(pending)
+
+    def run(item: Any) -> tuple[Any, Any]:
+        job = jobs.take()  # there are as many workers as jobs: one is always free
+        try:
+            return item, job.run_mutant(module, item, args, timeout)
+        finally:
+            jobs.give_back(job)
+
+    with ThreadPoolExecutor(max_workers=jobs.count) as pool:
+        running: set[Future[tuple[Any, Any]]] = {pool.submit(run, i) for i in pending}
+        try:
+            while running:
+                finished, running = wait(running, return_when=FIRST_EXCEPTION)
+                for future in finished:
+                    item, result = future.result()
+                    db.set_result(item.job_id, result)
+                    done += 1
+                    print(f"  {module} {done}/{total} {item.mutations[0].operator_name} "
+                          f"{result.test_outcome}", flush=True)
+        except BaseException:
+            for future in running:
+                future.cancel()
+            jobs.close()  # ends the mutants under way: they run again on the next run
+            raise
+
+
+def run_module(module: str, entry: dict[str, Any], operators: list[str],
+               jobs: _Jobs) -> dict[str, Any]:
     """Run (or go on with) one module's session; return its summary."""
-    import cosmic_ray.plugins
-    from cosmic_ray.mutating import use_mutation
     from cosmic_ray.work_db import WorkDB, use_db
-    from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
+    from cosmic_ray.work_item import TestOutcome
 
     key = _key(module, entry, operators)
     db_path = SCRATCH / (module.replace("/", "__") + ".sqlite")
     stamp = db_path.with_suffix(".key")
     args = ["-x", "-q", "-p", "no:cacheprovider", *PLUGINS_OFF, *entry["tests"]]
     timeout = float(entry.get("timeout", 60))
-    target = tree / module
     source = _source_key(module, operators)
     stamped = json.loads(stamp.read_text()) if stamp.exists() else {}
     with use_db(str(db_path), WorkDB.Mode.create) as db:
         if stamped.get("key") != key:
             began = time.monotonic()
-            status, output = forker.run(args, timeout * 4)
+            status, output = jobs.first().test(args, timeout * 4)
             if status != 0:
                 raise SystemExit(f"{module}: its tests fail without a mutant:\n{output}")
             print(f"{module}: its tests take {time.monotonic() - began:.1f} s", flush=True)
@@ -254,26 +389,9 @@ def run_module(module: str, entry: dict[str, Any], operators: list[str], tree: P
                 _forget(db, TestOutcome.SURVIVED)
             else:
                 db.clear()
-                db.add_work_items(_work_items(target, operators))
+                db.add_work_items(_work_items(ROOT / module, operators))
             stamp.write_text(json.dumps({"key": key, "source": source}))
-        pending = list(db.pending_work_items)
-        total = db.num_work_items
-        for done, item in enumerate(pending, start=total - len(pending) + 1):
-            mutation = item.mutations[0]
-            operator = cosmic_ray.plugins.get_operator(mutation.operator_name)()
-            with use_mutation(target, operator, mutation.occurrence) as (original, mutated):
-                if mutated is None:
-                    result = WorkResult(worker_outcome=WorkerOutcome.NO_TEST)
-                else:
-                    status, output = forker.run(args, timeout)
-                    diff = "\n".join(difflib.unified_diff(
-                        original.splitlines(), mutated.splitlines(), lineterm="", n=0))
-                    result = WorkResult(
-                        worker_outcome=WorkerOutcome.NORMAL, output=output, diff=diff,
-                        test_outcome=TestOutcome.SURVIVED if status == 0 else TestOutcome.KILLED)
-            db.set_result(item.job_id, result)
-            print(f"  {module} {done}/{total} {mutation.operator_name} {result.test_outcome}",
-                  flush=True)
+        _run_pending(module, db, jobs, args, timeout)
         survivors, killed, other = [], 0, 0
         for item, result in db.completed_work_items:
             if result.test_outcome == TestOutcome.KILLED:
@@ -292,7 +410,8 @@ def run_module(module: str, entry: dict[str, Any], operators: list[str], tree: P
     return {"key": key, "killed": killed, "survived": len(live),
             "equivalent": len(survivors) - len(live), "not_run": other,
             "rate": round(killed / counted, 4) if counted else 1.0,
-            "survivors": sorted(live, key=lambda s: s["at"])}
+            # In the order of the module, whatever order the jobs finished in.
+            "survivors": sorted(live, key=lambda s: (s["at"], s["operator"], s["mutant"]))}
 
 
 def _changed_modules(base: str | None, modules: list[str]) -> list[str]:
@@ -320,7 +439,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="print each module's survivors, as they were last run")
     parser.add_argument("--rerun", action="store_true",
                         help="run the modules even where the cached result still holds")
+    parser.add_argument("--jobs", type=int, default=default_jobs(),
+                        help="mutants run at once, each in its own copy of the tree "
+                        "(default: the number of cores)")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
     config = _load(HERE / "modules.toml")["module"]
     modules = args.modules or list(config)
     unknown = [m for m in modules if m not in config]
@@ -337,7 +461,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     sys.path.insert(0, str(HERE))
     operators = _operators()
-    forker: _Forker | None = None
+    jobs = _Jobs(args.jobs)
+    try:
+        return _check(modules, config, results, operators, jobs, args)
+    finally:
+        jobs.close()
+
+
+def _check(modules: list[str], config: dict[str, Any], results: dict[str, Any],
+           operators: list[str], jobs: _Jobs, args: argparse.Namespace) -> int:
+    """Each module's result, cached or run; the table; 1 if one is under the goal."""
     for module in modules:
         entry = config[module]
         cached = results.get(module)
@@ -351,11 +484,7 @@ def main(argv: list[str] | None = None) -> int:
             counted = summary["killed"] + summary["survived"]
             summary["rate"] = round(summary["killed"] / counted, 4) if counted else 1.0
         else:
-            if forker is None:
-                SCRATCH.mkdir(exist_ok=True)
-                tree = _copy_tree()
-                forker = _Forker(tree, _environment(tree))
-            summary = run_module(module, entry, operators, tree, forker)
+            summary = run_module(module, entry, operators, jobs)
         results[module] = summary
         RESULTS.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     print(f"\n{'module':58} {'killed':>6} {'surv.':>5} {'equiv.':>6} {'rate':>6}")
@@ -366,8 +495,6 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['rate']:6.1%}")
         if r["rate"] < args.goal:
             failing.append(module)
-    if forker is not None:
-        forker.close()
     if not modules:
         print("(no module to check)")
     if failing:
