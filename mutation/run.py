@@ -332,7 +332,6 @@ def _run_pending(module: str, db: Any, jobs: _Jobs, args: list[str],
     """Run the session's pending mutants, ``jobs.count`` at once; each result is written
     to the session as soon as it is known, so an interrupted run loses only the mutants
     under way."""
-    jobs.first()  # the copies exist before any mutant is taken
     pending = list(db.pending_work_items)
     total = db.num_work_items
     done = total - len(pending)
@@ -369,6 +368,7 @@ def run_module(module: str, entry: dict[str, Any], operators: list[str],
     from cosmic_ray.work_item import TestOutcome
 
     key = _key(module, entry, operators)
+    jobs.first()  # .mutants/ and the copies exist before the session is opened
     db_path = SCRATCH / (module.replace("/", "__") + ".sqlite")
     stamp = db_path.with_suffix(".key")
     args = ["-x", "-q", "-p", "no:cacheprovider", *PLUGINS_OFF, *entry["tests"]]
