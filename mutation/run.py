@@ -35,13 +35,14 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -347,7 +348,7 @@ def _run_pending(module: str, db: Any, jobs: _Jobs, args: list[str],
         running: set[Future[tuple[Any, Any]]] = {pool.submit(run, i) for i in pending}
         try:
             while running:
-                finished, running = wait(running, return_when=FIRST_EXCEPTION)
+                finished, running = wait(running, return_when=FIRST_COMPLETED)
                 for future in finished:
                     item, result = future.result()
                     db.set_result(item.job_id, result)
@@ -462,10 +463,17 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(HERE))
     operators = _operators()
     jobs = _Jobs(args.jobs)
+    # Ended (a CI job cancelled): stop as Ctrl-C does, ending the tests under way; the
+    # session keeps every result so far.
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         return _check(modules, config, results, operators, jobs, args)
     finally:
         jobs.close()
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _check(modules: list[str], config: dict[str, Any], results: dict[str, Any],
