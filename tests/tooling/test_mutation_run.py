@@ -178,6 +178,9 @@ def test_an_interrupted_run_with_jobs_goes_on_where_it_stopped(
             run.wait()
     items, kept = _session(repo)
     assert 2 <= kept < items  # stopped part way, what was done is kept
+    # Each mutant's result was kept as it came: only the two under way (one per job)
+    # may have run without one. (The first of the runs is the module's, unmutated.)
+    assert len(_runs(first_log)) - 1 <= kept + 2
 
     second_log = tmp_path / "second.log"
     done = _mutants(repo, "--jobs", "2", MODULE, runs_log=second_log)
