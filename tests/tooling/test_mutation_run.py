@@ -171,7 +171,7 @@ def test_an_interrupted_run_with_jobs_goes_on_where_it_stopped(
         else:
             pytest.fail("no result in 300 s")
         run.send_signal(signal.SIGTERM)  # as a cancelled CI job is ended
-        run.communicate(timeout=60)
+        run.communicate(timeout=180)
     finally:
         if run.poll() is None:
             run.kill()
