@@ -12,6 +12,7 @@ from provider_sdk.errors import InvalidInput
 from provider_sdk.manager._claims import (
     USE_TOKEN,
     _OwnerLock,
+    check_fence,
     check_owner,
     owner_claim,
     use_claim,
@@ -134,3 +135,20 @@ def test_an_owner_may_hold_what_prints_oddly_but_breaks_no_line(owner: str) -> N
     """Only control characters, line and paragraph separators and lone surrogates are
     refused: a no-break or zero-width space is an owner's own business."""
     assert check_owner(owner) == owner
+
+
+def test_a_fence_is_a_claim_name_and_its_token() -> None:
+    assert check_fence(None) is None
+    assert check_fence(("owner:alice", "t")) == ("owner:alice", "t")
+    assert check_fence(("a", "b")) == ("a", "b")  # one character each is enough
+
+
+@pytest.mark.parametrize("fence", [("owner:alice",), ("owner:alice", "t", "x"), (),
+                                   ("owner:alice", ""), ("", "t"), ("", ""),
+                                   ["owner:alice", "t"], ("owner:alice", 7), (7, "t"),
+                                   "owner:alice", "ot"])
+def test_anything_else_is_refused_and_shown(fence: object) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        check_fence(fence)
+    assert str(refused.value) == ("fence must be a (claim name, token) pair of non-empty "
+                                  f"strings, got {fence!a}")

@@ -104,6 +104,13 @@ async def test_only_one_of_many_concurrent_claimers_wins(any_store: BindingStore
     assert await any_store.claim("owner:alice", won[0], 30)  # the holder renews
 
 
+async def test_a_claim_held_by_another_token_is_refused_whatever_it_sorts_as(
+        any_store: BindingStore) -> None:
+    for holder, claimer in (("mm", "zz"), ("mm", "aa")):
+        assert await any_store.claim(f"c-{claimer}", holder, 30)
+        assert not await any_store.claim(f"c-{claimer}", claimer, 30), claimer
+
+
 async def test_only_the_holder_releases_a_claim(any_store: BindingStore) -> None:
     assert await any_store.claim("owner:alice", "holder", 30)
     await any_store.release("owner:alice", "someone-else")
