@@ -214,8 +214,14 @@ class ProviderSandboxSession(BaseSandboxSession):
             raise ExposedPortUnavailableError(
                 port=port, exposed_ports=self.state.exposed_ports, reason="backend_unavailable",
                 context={"backend": "psdk", "error": type(exc).__name__}, cause=exc) from exc
-        # The token is part of the URL's query where the provider puts it there
-        # (``ports.url_token``): the endpoint keeps it, so its URL opens the port.
+        # An endpoint is a host, a port and a query: it opens the port only where the
+        # provider puts the access token in the URL (``ports.url_token``), not where the
+        # token goes in a header alone.
+        if not self.sandbox.provider.supports(Capability.PORTS_URL_TOKEN):
+            raise ExposedPortUnavailableError(
+                port=port, exposed_ports=self.state.exposed_ports, reason="backend_unavailable",
+                context={"backend": "psdk", "detail": "token_only_in_header",
+                         "token_header": exposed.token_header})
         url = urlsplit(exposed.url)
         tls = url.scheme == "https"
         host = url.hostname or ""
