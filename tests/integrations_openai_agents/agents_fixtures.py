@@ -15,9 +15,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from agents import RunConfig
 from agents.items import TResponseOutputItem
+from agents.sandbox import LocalSnapshotSpec, SandboxAgent, SandboxRunConfig
+from agents.sandbox.capabilities import Shell
+from agents.sandbox.capabilities.tools import ExecCommandTool
 from agents.testing import ModelCall, function_call
 from engines import require_bwrap, require_docker
+from provider_sdk_openai_agents import ProviderSandboxClientOptions
 
 PROVIDERS = ["local", "docker", "e2b", "cube", "daytona"]
 
@@ -71,3 +76,29 @@ def write_stdin_to_last(chars: str, call_id: str) -> Any:
         return [function_call("write_stdin", {"session_id": int(found[1]), "chars": chars,
                                               "yield_time_ms": 2000}, call_id=call_id)]
     return {"responder": respond}
+
+
+async def _gated(_context: Any, params: dict[str, Any], _call_id: str) -> bool:
+    return "cat notes.txt" in str(params.get("cmd", ""))
+
+
+def _gate(tools: Any) -> None:
+    """``exec_command`` that asks for approval before it reads the notes."""
+    tools.exec_command = ExecCommandTool(session=tools.exec_command.session,
+                                         user=tools.exec_command.user, needs_approval=_gated,
+                                         workspace_scope=tools.workspace_scope)
+
+
+def resumable_agent(model: Any) -> SandboxAgent[Any]:
+    """The agent of the pause and resume tests, the same in every process: its shell
+    stops the run for approval before ``cat notes.txt``."""
+    return SandboxAgent(name="resumable", model=model, instructions="keep notes",
+                        capabilities=[Shell(configure_tools=_gate)])
+
+
+def resumable_run_config(client: Any, on_exit: str, snapshots: Path) -> RunConfig:
+    """The pause and resume tests' run configuration: the workspace is persisted into a
+    local snapshot when a run stops, the sandbox becomes what ``on_exit`` says."""
+    return RunConfig(tracing_disabled=True, sandbox=SandboxRunConfig(
+        client=client, options=ProviderSandboxClientOptions(on_exit=on_exit),  # type: ignore[arg-type]
+        snapshot=LocalSnapshotSpec(base_path=snapshots)))
