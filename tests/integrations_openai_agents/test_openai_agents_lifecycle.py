@@ -35,6 +35,7 @@ from agents.sandbox.session import SandboxSession
 from agents.testing import ScriptedModel, assistant_message
 from agents_fixtures import PROVIDERS, exec_step, provider_setup, write_stdin_to_last
 from daytona_emulator_fixtures import daytona_emulator
+from engines import require_bwrap
 from provider_sdk_openai_agents import (
     TAG,
     ProviderSandboxClient,
@@ -44,6 +45,8 @@ from provider_sdk_openai_agents import (
 
 from provider_sdk import open_provider
 from provider_sdk.capabilities import Capability
+from provider_sdk.errors import ConfigError
+from provider_sdk.manager import MemoryStore, SandboxManager
 from provider_sdk.models import SandboxState
 
 pytestmark = pytest.mark.anyio
@@ -292,3 +295,24 @@ async def test_a_hostile_workspace_archive_is_refused(tmp_path: Path) -> None:
                 assert b"ok.txt" not in listing.stdout
                 assert b"up.txt" not in listing.stdout
             await client.delete(made)
+
+
+async def test_an_owners_runs_share_the_resident_sandbox_of_a_manager(
+        tmp_path: Path) -> None:
+    """With a ``SandboxManager`` and an owner, each run works in the owner's resident
+    sandbox, which outlives the runs: what one run wrote, the next finds."""
+    require_bwrap()
+    async with open_provider("local", home=str(tmp_path)) as provider, \
+            SandboxManager(provider, MemoryStore()) as manager:
+        client = ProviderSandboxClient(manager, owner="alice")
+        for step, cmd in enumerate(["echo one >> log.txt", "echo two >> log.txt; cat log.txt"]):
+            model = ScriptedModel([exec_step(cmd, f"c{step}"), [assistant_message("ok")]])
+            agent = SandboxAgent(name="resident", model=model, instructions="log")
+            result = await Runner.run(agent, "go", run_config=RunConfig(
+                sandbox=SandboxRunConfig(client=client), tracing_disabled=True))
+        assert "one\ntwo" in _outputs(result)[-1]
+        resident = await manager.acquire("alice")
+        assert resident.info.state == SandboxState.RUNNING
+        await manager.release("alice")
+    with pytest.raises(ConfigError):
+        ProviderSandboxClient(manager)  # a manager needs an owner
