@@ -32,6 +32,7 @@ from agents.sandbox.errors import (
     WorkspaceReadNotFoundError,
 )
 from agents.sandbox.session import SandboxSession
+from agents.sandbox.session.runtime_helpers import RESOLVE_WORKSPACE_PATH_HELPER
 from agents.testing import ScriptedModel, assistant_message
 from agents_fixtures import PROVIDERS, exec_step, provider_setup, write_stdin_to_last
 from daytona_emulator_fixtures import daytona_emulator
@@ -186,11 +187,18 @@ async def _check_escapes(session: SandboxSession) -> None:
         await session.read(Path("outside/hostname"))
     with pytest.raises(InvalidManifestPathError):
         await session.write(Path("outside/owned"), io.BytesIO(b"x"))
+    with pytest.raises(WorkspaceReadNotFoundError):
+        await session.read(Path("missing.txt"))
+    # The path checker the session installed is removed from the sandbox: the next
+    # file call installs it again, and still checks.
+    helper = str(RESOLVE_WORKSPACE_PATH_HELPER.install_path)
+    assert (await session.exec("rm", "-f", helper, shell=False)).ok()
+    assert (await session.read(Path("seed.txt"))).read() == b"seed\n"
+    with pytest.raises(InvalidManifestPathError):
+        await session.read(Path("outside/hostname"))
     # A link out would make the workspace's archive unsafe (and the Agents SDK's rules
     # refuse to remove it through the session, as they resolve it).
     assert (await session.exec("rm outside")).ok()
-    with pytest.raises(WorkspaceReadNotFoundError):
-        await session.read(Path("missing.txt"))
 
 
 def _tar(members: dict[str, bytes]) -> io.BytesIO:

@@ -80,6 +80,11 @@ class ProviderSandboxClient(BaseSandboxClient[ProviderSandboxClientOptions]):
         self._instrumentation = instrumentation or Instrumentation()
         self._dependencies = dependencies
 
+    @property
+    def provider_name(self) -> str:
+        """The name of the provider the client's sandboxes run on."""
+        return self._source.name
+
     def __repr__(self) -> str:
         owner = f" owner={self._source.owner!r}" if self._source.owner is not None else ""
         return f"<ProviderSandboxClient provider={self._source.name!r}{owner}>"

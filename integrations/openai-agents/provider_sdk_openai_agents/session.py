@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import io
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
 from agents.sandbox.errors import (
+    ExecNonZeroError,
     ExecTimeoutError,
     ExecTransportError,
     ExposedPortUnavailableError,
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
 __all__ = ["ProviderSandboxSession"]
 
 _RETRYABLE = (Unavailable, RateLimited)
+_HELPER_MISSING = (126, 127)  # the shell's "cannot execute" and "not found"
 
 
 class ProviderSandboxSession(BaseSandboxSession):
@@ -137,7 +139,24 @@ class ProviderSandboxSession(BaseSandboxSession):
     # ---------------------------------------------------------------------- files
 
     async def _validate_path_access(self, path: Path | str, *, for_write: bool = False) -> Path:
+        try:
+            return await self._validate_remote_path_access(path, for_write=for_write)
+        except ExecNonZeroError as exc:
+            if exc.exit_code not in _HELPER_MISSING:
+                raise
+        # The helper this session installed is gone (something in the sandbox removed
+        # it): install it again, once.
+        self._runtime_helpers_installed = None
         return await self._validate_remote_path_access(path, for_write=for_write)
+
+    async def _ensure_runtime_helper_installed(self, helper: RuntimeHelperScript) -> PurePath:
+        # The path checker runs before every file call: once this session installed it
+        # in this sandbox it is used without a probe first, and reinstalled if missing.
+        self._sync_runtime_helper_install_cache()
+        installed = self._runtime_helpers_installed or set()
+        if helper is RESOLVE_WORKSPACE_PATH_HELPER and helper.install_path in installed:
+            return helper.install_path
+        return await super()._ensure_runtime_helper_installed(helper)
 
     async def read(self, path: Path, *, user: str | User | None = None) -> io.IOBase:
         if user is not None:
