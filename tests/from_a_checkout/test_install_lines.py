@@ -101,6 +101,7 @@ def test_every_install_line_installs_from_a_checkout(wheels: Path, tmp_path: Pat
     imported = subprocess.run(
         [python, "-c", "import provider_sdk_templates, provider_sdk_inspect, "
          "provider_sdk_contract, provider_sdk_emulators, redis, psycopg" +
-         (", provider_sdk_deepagents" if sys.version_info >= (3, 11) else "")],
+         (", provider_sdk_deepagents, provider_sdk_openai_agents"
+          if sys.version_info >= (3, 11) else "")],
         env=environ, capture_output=True, text=True, timeout=120)
     assert imported.returncode == 0, imported.stderr
