@@ -43,6 +43,7 @@ from provider_sdk_openai_agents import (
     ProviderSandboxClientOptions,
     ProviderSandboxSession,
 )
+from provider_sdk_openai_agents._workspace import decode_ref
 
 from provider_sdk import open_provider
 from provider_sdk.capabilities import Capability
@@ -163,6 +164,13 @@ async def test_the_session_surface_works_on_the_provider(
                 await _check_ports(session)
                 archived = await _persisted(client, session, "archive")
                 snapshotted = await _persisted(client, session, "auto")
+                inner = made._inner
+                assert isinstance(inner, ProviderSandboxSession)
+                # auto: a provider snapshot where there are some, else an archive
+                has_snapshots = inner.sandbox.provider.supports(Capability.SNAPSHOT_FILESYSTEM)
+                assert (decode_ref(snapshotted) is not None) == has_snapshots
+                assert decode_ref(archived) is None
+                assert tarfile.is_tarfile(io.BytesIO(archived))
             await client.delete(made)
             for image in (archived, snapshotted):
                 await _check_hydrated(client, image)

@@ -112,10 +112,10 @@ class ProviderSource:
             await sandbox.kill()
 
     async def aclose(self) -> None:
-        """Close the provider if this source opened it."""
+        """Close the provider if this source opened it (it opens again on next use)."""
+        if not self._owns_provider:
+            return
         async with self._lock:
             provider, self._provider = self._provider, None
-            if provider is not None and self._owns_provider:
+            if provider is not None:
                 await provider.aclose()
-            elif provider is not None:
-                self._provider = provider
