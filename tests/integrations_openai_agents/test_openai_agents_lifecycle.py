@@ -294,7 +294,8 @@ async def test_a_cloud_mount_is_refused_before_a_sandbox_is_made(tmp_path: Path)
                     mount_strategy=InContainerMountStrategy(pattern=RcloneMountPattern()))
     manifest = Manifest(entries={"bucket": mount})
     with pytest.raises(MountConfigError, match="does not mount cloud storage"):
-        await client.create(manifest=manifest)
+        made = await client.create(manifest=manifest)
+        await client.delete(made)  # reached only if the refusal is gone: nothing left behind
     await client.aclose()
 
 
