@@ -33,6 +33,7 @@ from agents.sandbox.errors import (
 )
 from agents.sandbox.session import SandboxSession
 from agents.sandbox.session.runtime_helpers import RESOLVE_WORKSPACE_PATH_HELPER
+from agents.sandbox.snapshot import NoopSnapshot
 from agents.testing import ScriptedModel, assistant_message
 from agents_fixtures import PROVIDERS, exec_step, provider_setup, write_stdin_to_last
 from daytona_emulator_fixtures import daytona_emulator
@@ -42,6 +43,7 @@ from provider_sdk_openai_agents import (
     ProviderSandboxClient,
     ProviderSandboxClientOptions,
     ProviderSandboxSession,
+    ProviderSandboxSessionState,
 )
 from provider_sdk_openai_agents._workspace import decode_ref
 
@@ -293,10 +295,15 @@ async def test_a_cloud_mount_is_refused_before_a_sandbox_is_made(tmp_path: Path)
     mount = S3Mount(bucket="data",
                     mount_strategy=InContainerMountStrategy(pattern=RcloneMountPattern()))
     manifest = Manifest(entries={"bucket": mount})
-    with pytest.raises(MountConfigError, match="does not mount cloud storage"):
+    try:
         made = await client.create(manifest=manifest)
-        await client.delete(made)  # reached only if the refusal is gone: nothing left behind
-    await client.aclose()
+    except MountConfigError as refused:
+        assert "does not mount cloud storage" in str(refused)
+    else:  # the refusal is gone: leave nothing behind
+        await client.delete(made)
+        pytest.fail("a manifest with a cloud mount made a sandbox")
+    finally:
+        await client.aclose()
 
 
 async def test_a_hostile_workspace_archive_is_refused(tmp_path: Path) -> None:
@@ -333,3 +340,12 @@ async def test_an_owners_runs_share_the_resident_sandbox_of_a_manager(
         await manager.release("alice")
     with pytest.raises(ConfigError):
         ProviderSandboxClient(manager)  # a manager needs an owner
+
+
+def test_the_environment_never_shows_in_a_repr() -> None:
+    """Values of ``env`` (tokens, say) stay out of the options' and the state's reprs."""
+    options = ProviderSandboxClientOptions(env={"TOKEN": "s3cret-value"})
+    state = ProviderSandboxSessionState(provider="local", sandbox_id="x", env=options.env,
+                                        manifest=Manifest(), snapshot=NoopSnapshot(id="x"))
+    assert "s3cret-value" not in repr(options)
+    assert "s3cret-value" not in repr(state)

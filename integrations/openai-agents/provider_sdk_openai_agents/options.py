@@ -61,10 +61,10 @@ class ProviderSandboxClientOptions(BaseSandboxClientOptions):
     type: Literal["psdk"] = "psdk"
     template: str | None = None
     """The provider's template (image, template id); ``None``: the provider's default."""
-    env: dict[str, str] = Field(default_factory=dict)
-    """Environment for every command (under the manifest's ``environment``). It is kept in
-    the session's state, which a ``RunState`` carries: put no secret here that the
-    serialised run must not hold."""
+    env: dict[str, str] = Field(default_factory=dict, repr=False)
+    """Environment for every command (under the manifest's ``environment``); never shown
+    in a ``repr``. It is kept in the session's state, which a ``RunState`` carries: put
+    no secret here that the serialised run must not hold."""
     timeout: float = Field(default=DEFAULT_COMMAND_TIMEOUT, gt=0)
     """Seconds a command may run when the Agents SDK gives it no timeout; past it the
     whole process tree is killed and the call raises ``ExecTimeoutError``."""
@@ -99,7 +99,7 @@ class ProviderSandboxSessionState(SandboxSessionState):
     owner: str | None = None
     """The ``SandboxManager`` owner whose sandbox this is, if any."""
     template: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict, repr=False)
     command_timeout: float = DEFAULT_COMMAND_TIMEOUT
     network: NetworkOptions = Field(default_factory=NetworkOptions)
     metadata: dict[str, str] = Field(default_factory=dict)

@@ -119,8 +119,7 @@ class ProviderSandboxSession(BaseSandboxSession):
                              timeout: float | None = None) -> ExecResult:
         argv = [str(part) for part in command]
         cwd = self._root() if self.state.workspace_root_ready else None
-        result = await self._run(argv, cwd=cwd, timeout=timeout)
-        return result
+        return await self._run(argv, cwd=cwd, timeout=timeout)
 
     async def _run(self, argv: list[str], *, cwd: str | None,
                    timeout: float | None) -> ExecResult:
