@@ -58,7 +58,7 @@ def test_the_docs_install_this_project_one_way() -> None:
             continue
         # The project is not on the index yet: every line takes its wheels from dist/.
         assert words[2:4] == ["--find-links", "dist"], (page, command)
-        assert all(re.fullmatch(r"sandbox-provider-sdk(\[[a-z0-9,]+\])?", w) for w in words[4:]), \
+        assert all(re.fullmatch(r"sandbox-provider-sdk(\[[a-z0-9,-]+\])?", w) for w in words[4:]), \
             (page, command)
 
 
