@@ -295,6 +295,10 @@ class ProviderSandboxSession(BaseSandboxSession):
 
     async def _restore_snapshot(self, ref: _workspace.SnapshotRef) -> None:
         """Replace the sandbox with a new one started from the snapshot ``ref``."""
+        if self._source.managed:  # the owner's sandbox is the manager's to replace
+            raise WorkspaceArchiveWriteError(
+                path=self._error_root(),
+                context={"reason": "snapshot_into_an_owners_sandbox"})
         if ref.provider != self.state.provider:
             raise WorkspaceArchiveWriteError(
                 path=self._error_root(),
