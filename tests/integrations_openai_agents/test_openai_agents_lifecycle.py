@@ -45,7 +45,7 @@ from provider_sdk_openai_agents import (
     ProviderSandboxSession,
     ProviderSandboxSessionState,
 )
-from provider_sdk_openai_agents._workspace import decode_ref
+from provider_sdk_openai_agents._workspace import SnapshotRef, decode_ref, encode_ref
 
 from provider_sdk import open_provider
 from provider_sdk.capabilities import Capability
@@ -334,6 +334,13 @@ async def test_an_owners_runs_share_the_resident_sandbox_of_a_manager(
             result = await Runner.run(agent, "go", run_config=RunConfig(
                 sandbox=SandboxRunConfig(client=client), tracing_disabled=True))
         assert "one\ntwo" in _outputs(result)[-1]
+        made = await client.create()
+        snapshot = await (await manager.acquire("alice")).snapshot()
+        async with made as session:  # a provider snapshot would replace the owner's sandbox
+            with pytest.raises(WorkspaceArchiveWriteError):
+                await session.hydrate_workspace(
+                    io.BytesIO(encode_ref(SnapshotRef("local", snapshot.id))))
+        await provider.delete_snapshot(snapshot.id)
         resident = await manager.acquire("alice")
         assert resident.info.state == SandboxState.RUNNING
         await manager.release("alice")
