@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 __all__ = ["ProviderSandboxSession"]
 
 _RETRYABLE = (Unavailable, RateLimited)
-_HELPER_MISSING = (126, 127)  # the shell's "cannot execute" and "not found"
+_CHECKER_MISSING = (126, 127)  # the shell's "cannot execute" and "not found"
 
 
 class ProviderSandboxSession(BaseSandboxSession):
@@ -93,7 +93,7 @@ class ProviderSandboxSession(BaseSandboxSession):
         return (RESOLVE_WORKSPACE_PATH_HELPER,)
 
     def _current_runtime_helper_cache_key(self) -> object | None:
-        return self.sandbox.id  # a new sandbox has none of the old one's helpers
+        return self.sandbox.id  # a new sandbox has none of the old one's scripts
 
     async def _prepare_backend_workspace(self) -> None:
         root = self._root()
@@ -141,9 +141,9 @@ class ProviderSandboxSession(BaseSandboxSession):
         try:
             return await self._validate_remote_path_access(path, for_write=for_write)
         except ExecNonZeroError as exc:
-            if exc.exit_code not in _HELPER_MISSING:
+            if exc.exit_code not in _CHECKER_MISSING:
                 raise
-        # The helper this session installed is gone (something in the sandbox removed
+        # The path checker this session installed is gone (something in the sandbox removed
         # it): install it again, once.
         self._runtime_helpers_installed = None
         return await self._validate_remote_path_access(path, for_write=for_write)
