@@ -130,7 +130,7 @@ class Kernel:
             for line in stream:
                 try:
                     request = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):  # code can write here too
                     continue
                 if not isinstance(request, dict):
                     continue

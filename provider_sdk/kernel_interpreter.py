@@ -147,7 +147,7 @@ class _Collected:
 
     async def take(self, frame: dict[str, Any]) -> bool:
         """Keep a frame of this run; whether it was the run's last."""
-        kind, text = frame.get("t"), str(frame.get("x", ""))
+        kind, text = frame["t"], frame.get("x", "")
         if kind in ("stdout", "stderr"):
             (self.stdout if kind == "stdout" else self.stderr).append(text.encode())
             await _call(self.run.on_stdout if kind == "stdout" else self.run.on_stderr, text)
@@ -155,11 +155,10 @@ class _Collected:
             self.has_text = True
             self.text.append(text.encode())
         elif kind == "error":
-            self.error = CodeError(name=str(frame.get("name", "")),
-                                   value=str(frame.get("value", "")),
-                                   traceback=str(frame.get("traceback", "")))
+            self.error = CodeError(name=frame["name"], value=frame["value"],
+                                   traceback=frame["traceback"])
         elif kind == "done":
-            self.count = int(frame.get("count", 0))
+            self.count = frame["count"]
             return True
         return False
 
@@ -333,12 +332,28 @@ class _Kernel:
                 await self._processes.kill_process(self.sandbox_id, self.pid)
 
 
+_FIELDS: dict[str, dict[str, type[object]]] = {
+    "ready": {}, "stdout": {"x": str}, "stderr": {"x": str}, "text": {"x": str},
+    "error": {"name": str, "value": str, "traceback": str}, "done": {"count": int}}
+"""Each kind of frame, and the type of each field the host reads of it."""
+
+
 def _parse(line: bytes) -> dict[str, Any] | None:
+    """The frame ``line`` holds, or ``None`` for bytes that are none: code can write
+    to the frames' descriptor, so a line of the wrong shape, or nested past the
+    parser's depth, is skipped rather than trusted."""
     try:
         frame = json.loads(line)
-    except ValueError:
-        return None  # bytes that are no frame (the code wrote to the frames' descriptor)
-    return frame if isinstance(frame, dict) else None
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(frame, dict):
+        return None
+    fields = _FIELDS.get(str(frame.get("t")))
+    if fields is None or ("e" in frame and type(frame["e"]) is not int):
+        return None
+    if not all(type(frame.get(name)) is kind for name, kind in fields.items()):
+        return None
+    return frame
 
 
 async def _call(callback: TextCallback | None, text: str) -> None:

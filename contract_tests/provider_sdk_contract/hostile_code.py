@@ -1,0 +1,101 @@
+"""Contract, hostile section: code in the code interpreter that attacks what carries its
+results.
+
+An interpreter's results travel from the sandbox to the host on some channel the code
+can find (a descriptor of its own process). Code may write anything there: malformed
+frames, a line nested past any parser's depth. Whatever it writes, a run ends in a
+result or a typed error of this SDK.
+"""
+
+from __future__ import annotations
+
+import anyio
+
+from provider_sdk.capabilities import Capability
+from provider_sdk.errors import SandboxError
+from provider_sdk.sandbox import Sandbox
+from provider_sdk_contract.base import ContractBase
+from provider_sdk_contract.markers import requires
+
+_WITHIN = 120.0
+"""Seconds any one test may take: a context starts in well under a second."""
+
+# Writes ``lines`` to each descriptor of each process in ``pids`` it can open for
+# writing (its own descriptors, or another's through /proc), past 0, 1 and 2 of its own.
+# Each line goes whole (a descriptor that takes nothing for 5 s is left).
+_WRITE_EVERYWHERE = """
+import os, select
+def write_whole(fd, line):
+    while line:
+        if not select.select([], [fd], [], 5)[1]:
+            raise OSError('stalled')
+        try:
+            line = line[os.write(fd, line):]
+        except BlockingIOError:
+            pass
+def write_everywhere(pids, lines):
+    reached = 0
+    for pid in pids:
+        where = '/proc/%s/fd' % pid
+        try:
+            fds = os.listdir(where)
+        except OSError:
+            continue
+        for name in fds:
+            if pid == 'self' and int(name) <= 2:
+                continue
+            try:
+                fd = os.open(os.path.join(where, name),
+                             os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)
+            except OSError:
+                continue
+            try:
+                for line in lines:
+                    write_whole(fd, line)
+                reached += 1
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+    return reached
+"""
+
+
+def _frames(kinds: list[str], forged: str) -> str:
+    """Python for the lines of frames of each kind, for runs 0 to 40, with ``forged``
+    as the frame's fields beside them."""
+    return (f"[(json.dumps(dict(t=kind, e=e, **{forged})) + '\\n').encode() "
+            f"for e in range(41) for kind in {kinds!r}]")
+
+
+class HostileCodeContract(ContractBase):
+    """Malformed frames written by the code never break the call."""
+
+    @requires(Capability.CODE_INTERPRETER)
+    async def test_hostile_code_malformed_frames_end_in_a_result(
+            self, sandbox: Sandbox) -> None:
+        """Frame-like lines of every kind with fields of the wrong types, and a line of
+        JSON nested 100,000 deep, written to every descriptor the code has: the run
+        returns its own result, and the context runs on."""
+        code = (_WRITE_EVERYWHERE + "import json\n"
+                "lines = " + _frames(["stdout", "text", "error", "done"],
+                                     "dict(x=[1], count='many', name={}, value=[], "
+                                     "traceback=None)") + "\n"
+                "lines.append(b'[' * 100000 + b'\\n')\n"
+                "reached = write_everywhere(['self'], lines)\n"
+                "print('written')\n"
+                "reached > 0")
+        with anyio.fail_after(_WITHIN):
+            ctx = await sandbox.code.create_context()
+            await sandbox.code.run("kept = 'still here'", context=ctx)
+            try:
+                result = await sandbox.code.run(code, context=ctx)
+            except SandboxError:
+                raise
+            except BaseException as exc:
+                raise AssertionError(f"the run raised {exc!r}, no result or typed "
+                                     "error") from exc
+            after = await sandbox.code.run("kept", context=ctx)
+        assert (result.error, result.text) == (None, "True"), result
+        assert result.stdout.endswith("written\n")
+        assert (after.error, after.text) == (None, "'still here'")
