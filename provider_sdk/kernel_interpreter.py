@@ -66,7 +66,9 @@ class KernelInterpreter:
         self._provider = provider
         self.grace = grace
         self._kernels: dict[tuple[str, str], _Kernel] = {}
-        self._lock: anyio.Lock | None = None
+        self._starting: dict[str, anyio.Lock] = {}
+        """Per sandbox: held while its default context starts (a sandbox whose
+        interpreter is slow to start holds up no other sandbox)."""
         self._tasks = TaskOwner(provider)
 
     async def create_context(self, sandbox_id: str, *, language: str, cwd: str | None,
@@ -83,9 +85,7 @@ class KernelInterpreter:
         first use, and again once its kernel has ended."""
         key = (sandbox_id, run.context_id or DEFAULT)
         if run.context_id is None:
-            if self._lock is None:
-                self._lock = anyio.Lock()
-            async with self._lock:
+            async with self._starting.setdefault(sandbox_id, anyio.Lock()):
                 known = self._kernels.get(key)
                 if known is None or known.ended is not None:  # new, or it died (a stop)
                     self._kernels[key] = await self._start(sandbox_id, cwd=None, env={})
@@ -112,10 +112,14 @@ class KernelInterpreter:
             await kernel.open(self._tasks)
             with anyio.fail_after(_START_TIMEOUT):
                 ready = await kernel.frame()
-        except BaseException:
+        except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 await kernel.end("it did not start")
                 await kernel.release()
+            if isinstance(exc, TimeoutError):
+                raise errors.OperationTimeout(
+                    f"the Python interpreter did not start within {_START_TIMEOUT:g} s",
+                    sandbox_id=sandbox_id) from None
             raise
         if ready is None or ready.get("t") != "ready":
             await kernel.end("it did not start")

@@ -4,21 +4,28 @@ results.
 An interpreter's results travel from the sandbox to the host on some channel the code
 can find (a descriptor of its own process). Code may write anything there: malformed
 frames, a line nested past any parser's depth. Whatever it writes, a run ends in a
-result or a typed error of this SDK.
+result or a typed error of this SDK. A sandbox whose ``python3`` never starts delays no
+other sandbox's runs.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import anyio
 
 from provider_sdk.capabilities import Capability
 from provider_sdk.errors import SandboxError
 from provider_sdk.sandbox import Sandbox
-from provider_sdk_contract.base import ContractBase
+from provider_sdk_contract.base import ContractBase, Factory
 from provider_sdk_contract.markers import requires
 
 _WITHIN = 120.0
 """Seconds any one test may take: a context starts in well under a second."""
+_PROMPT = 30.0
+"""Seconds within which another sandbox's run must be answered while one stalls."""
+_BIN = "/tmp/psdk-hostile-bin"
+"""Where the stalling ``python3`` lives: first on its sandbox's ``PATH``."""
 
 # Writes ``lines`` to each descriptor of each process in ``pids`` it can open for
 # writing (its own descriptors, or another's through /proc), past 0, 1 and 2 of its own.
@@ -69,7 +76,8 @@ def _frames(kinds: list[str], forged: str) -> str:
 
 
 class HostileCodeContract(ContractBase):
-    """Malformed frames written by the code never break the call."""
+    """Malformed frames written by the code never break the call, and a sandbox that
+    stalls its interpreter's start stalls only itself."""
 
     @requires(Capability.CODE_INTERPRETER)
     async def test_hostile_code_malformed_frames_end_in_a_result(
@@ -99,3 +107,29 @@ class HostileCodeContract(ContractBase):
         assert (result.error, result.text) == (None, "True"), result
         assert result.stdout.endswith("written\n")
         assert (after.error, after.text) == (None, "'still here'")
+
+    @requires(Capability.CODE_INTERPRETER)
+    async def test_hostile_code_stalled_interpreter_delays_no_other_sandbox(
+            self, factory: Factory) -> None:
+        """A sandbox whose ``python3`` never answers holds its own first run, not a
+        first run in another sandbox."""
+        stalled = await factory.sandbox(
+            env={"PATH": f"{_BIN}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
+                         "/sbin:/bin"})
+        await stalled.files.write(f"{_BIN}/python3", "#!/bin/sh\nexec sleep 3600\n")
+        chmod = await stalled.exec(["chmod", "755", f"{_BIN}/python3"])
+        assert chmod.ok, chmod.stderr
+        other = await factory.sandbox()
+        with anyio.fail_after(_WITHIN):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._run_quietly, stalled)
+                await anyio.sleep(1)  # the stalled sandbox's start is under way
+                with anyio.fail_after(_PROMPT):
+                    result = await other.code.run("6 * 7")
+                tg.cancel_scope.cancel()
+        assert result.text == "42"
+
+    @staticmethod
+    async def _run_quietly(sandbox: Sandbox) -> None:
+        with contextlib.suppress(SandboxError):
+            await sandbox.code.run("1")
