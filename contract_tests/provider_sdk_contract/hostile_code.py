@@ -2,10 +2,12 @@
 results.
 
 An interpreter's results travel from the sandbox to the host on some channel the code
-can find (a descriptor of its own process). Code may write anything there: malformed
-frames, a line nested past any parser's depth. Whatever it writes, a run ends in a
-result or a typed error of this SDK. A sandbox whose ``python3`` never starts delays no
-other sandbox's runs.
+can find (a descriptor of its own process, another process's descriptors under
+``/proc``). Code may write anything there: malformed frames, frames for other runs, a
+line nested past any parser's depth. Whatever it writes, a run ends in a result or a
+typed error of this SDK, and no run of another context, or of another sandbox, is
+answered by what it wrote. A sandbox whose ``python3`` never starts delays no other
+sandbox's runs.
 """
 
 from __future__ import annotations
@@ -76,8 +78,9 @@ def _frames(kinds: list[str], forged: str) -> str:
 
 
 class HostileCodeContract(ContractBase):
-    """Malformed frames written by the code never break the call, and a sandbox that
-    stalls its interpreter's start stalls only itself."""
+    """Frames forged by the code are never another run's result, malformed ones never
+    break the call, and a sandbox that stalls its interpreter's start stalls only
+    itself."""
 
     @requires(Capability.CODE_INTERPRETER)
     async def test_hostile_code_malformed_frames_end_in_a_result(
@@ -107,6 +110,29 @@ class HostileCodeContract(ContractBase):
         assert (result.error, result.text) == (None, "True"), result
         assert result.stdout.endswith("written\n")
         assert (after.error, after.text) == (None, "'still here'")
+
+    @requires(Capability.CODE_INTERPRETER)
+    async def test_hostile_code_cannot_answer_another_context_run(
+            self, sandbox: Sandbox) -> None:
+        """Code in one context writes complete, well-formed results for every run
+        number to every descriptor of every process it can reach, the other context's
+        interpreter included: the other context's next run still returns its own
+        result."""
+        forger = (_WRITE_EVERYWHERE + "import json, os\n"
+                  "lines = " + _frames(["stdout", "text", "done"],
+                                       "dict(x='forged', count=99)") + "\n"
+                  "pids = [p for p in os.listdir('/proc') if p.isdigit() "
+                  "and int(p) != os.getpid()]\n"
+                  "write_everywhere(pids, lines)")
+        with anyio.fail_after(_WITHIN):
+            victim = await sandbox.code.create_context()
+            await sandbox.code.run("import time", context=victim)
+            attacker = await sandbox.code.create_context()
+            attack = await sandbox.code.run(forger, context=attacker)
+            result = await sandbox.code.run("time.sleep(1)\nprint('own')\n6 * 7",
+                                            context=victim)
+        assert attack.error is None, attack.error
+        assert (result.error, result.text, result.stdout) == (None, "42", "own\n"), result
 
     @requires(Capability.CODE_INTERPRETER)
     async def test_hostile_code_stalled_interpreter_delays_no_other_sandbox(
