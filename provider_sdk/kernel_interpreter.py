@@ -232,7 +232,7 @@ class _Kernel:
                         self._stderr.append(event.data)
                         continue
                     buffer += event.data
-                    while (end := buffer.find(b"\n", scanned)) >= 0:
+                    while 0 <= (end := buffer.find(b"\n", scanned)) <= FRAME_LIMIT:
                         frame = _parse(bytes(buffer[:end]))
                         del buffer[:end + 1]
                         scanned = 0

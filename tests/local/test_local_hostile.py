@@ -271,3 +271,17 @@ async def test_an_interpreter_that_never_starts_is_a_typed_timeout(
     assert (await sandbox.exec(["chmod", "755", f"{hostile_bin}/python3"])).ok
     with anyio.fail_after(60), pytest.raises(OperationTimeout):
         await sandbox.code.run("1")
+
+
+async def test_a_kernel_frame_past_the_limit_ends_its_context(
+        provider: LocalProvider) -> None:
+    """A line one byte longer than ``FRAME_LIMIT`` on the kernel's frames descriptor,
+    however it arrives, ends the context rather than being held and parsed."""
+    sandbox = await provider.create()
+    code = (f"import os\nos.write(3, b'x' * {kernel_interpreter.FRAME_LIMIT + 1} + b'\\n')\n"
+            "print('after')")
+    with anyio.fail_after(60):
+        result = await sandbox.code.run(code)
+    assert result.error is not None, result
+    assert result.error.name == "ContextEnded"
+    assert "longer than" in result.error.value
