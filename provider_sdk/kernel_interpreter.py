@@ -12,8 +12,9 @@ that writes a longer one is ended), and each of stdout, stderr and the result's 
 most the run's ``output_limit``; callbacks see all of it. A run's timeout interrupts the
 code (``KeyboardInterrupt``, raised in the kernel's main thread by the kernel itself,
 so every provider can do it); code that does not stop within :attr:`grace` seconds has
-its kernel killed, and that context is gone. Contexts live in this object: they belong
-to the provider instance that made them.
+its kernel killed, and that context is gone. A run its caller cancels is stopped the
+same way. Contexts live in this object: they belong to the provider instance that made
+them.
 """
 
 from __future__ import annotations
@@ -278,9 +279,7 @@ class _Kernel:
                 finished = True
             finally:
                 if not finished:  # cancelled, or a callback raised: stop the code
-                    with anyio.CancelScope(shield=True), anyio.move_on_after(grace), \
-                            contextlib.suppress(errors.SandboxError):
-                        await self.send({"op": "interrupt", "e": execution})
+                    await self._stop(execution, grace)
         result = collected.result(anyio.current_time() - start)
         if watch.killed or not done:
             await self.end("it stopped answering")
@@ -301,6 +300,20 @@ class _Kernel:
                 f"interrupted; its context is kept", result=result,
                 context_kept=True, sandbox_id=self.sandbox_id)
         return result
+
+    async def _stop(self, execution: int, grace: float) -> None:
+        """Interrupt a run its caller left, and wait ``grace`` seconds for its end (its
+        frames dropped); code that goes on loses its kernel, as it would hold every
+        later run of the context."""
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(grace):
+                with contextlib.suppress(errors.SandboxError):
+                    await self.send({"op": "interrupt", "e": execution})
+                while (frame := await self.frame()) is not None:
+                    if frame.get("e") == execution and frame["t"] == "done":
+                        return
+            await self.end("it did not stop when its run was left")
+            await self.release()
 
     async def _collect(self, execution: int, collected: _Collected) -> bool:
         """Read the run's frames to its last; ``False`` if the kernel went first."""

@@ -6,8 +6,8 @@ can find (a descriptor of its own process, another process's descriptors under
 ``/proc``). Code may write anything there: malformed frames, frames for other runs, a
 line nested past any parser's depth. Whatever it writes, a run ends in a result or a
 typed error of this SDK, and no run of another context, or of another sandbox, is
-answered by what it wrote. A sandbox whose ``python3`` never starts delays no other
-sandbox's runs.
+answered by what it wrote. Code its caller stopped waiting for holds no later run, and
+a sandbox whose ``python3`` never starts delays no other sandbox's runs.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from __future__ import annotations
 import contextlib
 
 import anyio
+import pytest
 
 from provider_sdk.capabilities import Capability
-from provider_sdk.errors import SandboxError
+from provider_sdk.errors import ContextNotFound, SandboxError
 from provider_sdk.sandbox import Sandbox
 from provider_sdk_contract.base import ContractBase, Factory
 from provider_sdk_contract.markers import requires
@@ -133,6 +134,28 @@ class HostileCodeContract(ContractBase):
                                             context=victim)
         assert attack.error is None, attack.error
         assert (result.error, result.text, result.stdout) == (None, "42", "own\n"), result
+
+    @requires(Capability.CODE_INTERPRETER)
+    async def test_hostile_code_left_by_its_caller_holds_no_later_run(
+            self, sandbox: Sandbox) -> None:
+        """Code that swallows the interrupt, in a run its caller stopped waiting for (a
+        cancel scope), does not go on holding its context: the caller has control back
+        soon, and the context's next run answers at once (the context is gone)."""
+        stubborn = ("import time\n"
+                    "while True:\n"
+                    "    try:\n"
+                    "        time.sleep(0.05)\n"
+                    "    except KeyboardInterrupt:\n"
+                    "        pass")
+        with anyio.fail_after(_WITHIN):
+            ctx = await sandbox.code.create_context()
+            started = anyio.current_time()
+            with anyio.move_on_after(1):
+                await sandbox.code.run(stubborn, context=ctx)
+            left = anyio.current_time() - started
+            with anyio.fail_after(_PROMPT), pytest.raises(ContextNotFound):
+                await sandbox.code.run("1", context=ctx)
+        assert left < _PROMPT, f"the caller had control back after {left:.1f} s"
 
     @requires(Capability.CODE_INTERPRETER)
     async def test_hostile_code_stalled_interpreter_delays_no_other_sandbox(
