@@ -19,6 +19,10 @@ The code's output, and that of every process it starts, goes through descriptors
 arrives); the frames travel on a copy of the original stdout no code is given, and the
 code's stdin is ``/dev/null``. Each frame holds at most 64 KiB of text. The host bounds
 what it keeps.
+
+The kernel makes itself not dumpable before anything else: its ``/proc`` entries are
+then root's, and it cannot be traced, so code in another context (another process of
+the same user) cannot reach its descriptors to write frames into its channel.
 """
 
 from __future__ import annotations
@@ -130,7 +134,7 @@ class Kernel:
             for line in stream:
                 try:
                     request = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):  # code can write here too
                     continue
                 if not isinstance(request, dict):
                     continue
@@ -218,7 +222,18 @@ def describe(error: BaseException) -> dict[str, str]:
             "traceback": "".join(lines)[-CHUNK:]}
 
 
+def private() -> None:
+    """Keep processes of the same user out of this one (``PR_SET_DUMPABLE`` 0); a
+    Python without ``ctypes`` goes without."""
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
+    except (ImportError, OSError, AttributeError):
+        pass
+
+
 def main() -> None:
+    private()
     channel = Channel(os.dup(1))
     requests = os.dup(0)
     quiet = os.open(os.devnull, os.O_RDONLY)

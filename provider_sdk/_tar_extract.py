@@ -105,8 +105,15 @@ class _Unpack:
     def __init__(self, root: int, dest: str) -> None:
         self._root = root
         self._dest = dest
-        self._directories: dict[tuple[str, ...], tarfile.TarInfo] = {}
-        """Each directory unpacked (once, however often the archive names it)."""
+        self._path: list[str] = []
+        """The path the archive is in: each directory in :attr:`_open` is on it."""
+        self._open: list[tuple[int, int, float]] = []
+        """The directories the archive has named and not yet left, outermost first: each
+        one's depth on :attr:`_path`, and the mode and time it gets once left (its
+        contents, unpacked meanwhile, would change the time, and its mode may bar
+        them). An archive lists a directory's contents right after it, so this holds
+        one path, never the tree: a tree of many, or deep, directories costs nothing
+        here."""
 
     def run(self, source: BinaryIO) -> None:
         with tarfile.open(fileobj=source, mode="r|", tarinfo=_Bounded) as tar:
@@ -114,18 +121,33 @@ class _Unpack:
                 self.member(tar, member)
                 # The reader keeps every header it reads; none is needed again.
                 tar.members.clear()  # type: ignore[attr-defined]
-        for parts, member in reversed(list(self._directories.items())):
-            with self._opened(list(parts)) as fd:
-                os.chmod(fd, member.mode & _MODE)
-                os.utime(fd, (member.mtime, member.mtime))
+        self._leave(-1)
+
+    def _leave(self, depth: int) -> None:
+        """Finish each open directory deeper than ``depth``, innermost first."""
+        while self._open and self._open[-1][0] > depth:
+            level, mode, mtime = self._open.pop()
+            with self._opened(self._path[:level]) as fd:
+                os.chmod(fd, mode)
+                os.utime(fd, (mtime, mtime))
+        del self._path[max(depth, 0):]
 
     def member(self, tar: tarfile.TarFile, member: tarfile.TarInfo) -> None:
         parts = _parts(member.name, "member")
+        common = 0
+        for have, want in zip(self._path, parts, strict=False):
+            if have != want:
+                break
+            common += 1
+        self._leave(common)  # the directories this member is not in
         if member.isdir():
             if parts:
                 with self._opened(parts[:-1]) as parent:
                     self._directory(parent, parts[-1])
-            self._directories[tuple(parts)] = member
+            if self._open and self._open[-1][0] == len(parts):  # named again
+                self._open.pop()
+            self._open.append((len(parts), member.mode & _MODE, member.mtime))
+            self._path = parts
             return
         if not parts:
             raise UnsafeArchive(f"member {member.name!r} is not a directory but names the "

@@ -83,9 +83,10 @@ class SandboxCode:
         ``env`` is set in ``os.environ`` for this run only. ``timeout`` (seconds,
         finite) interrupts the code and raises
         :class:`~provider_sdk.errors.CodeTimeout` with the partial result; the context
-        keeps what earlier runs defined. ``on_stdout``/``on_stderr`` receive text as it
-        arrives, all of it; the result keeps at most ``output_limit`` bytes of each of
-        stdout, stderr and text (default: the provider's
+        keeps what earlier runs defined. A run whose caller cancels it is interrupted
+        the same way. ``on_stdout``/``on_stderr`` receive text as it arrives, all of
+        it; the result keeps at most ``output_limit`` bytes of each of stdout, stderr
+        and text (default: the provider's
         :attr:`~provider_sdk.provider.SandboxProvider.output_limit`, as
         :meth:`~provider_sdk.sandbox.Sandbox.exec`). A closed context raises
         :class:`~provider_sdk.errors.ContextNotFound`.

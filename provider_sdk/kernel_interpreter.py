@@ -12,8 +12,9 @@ that writes a longer one is ended), and each of stdout, stderr and the result's 
 most the run's ``output_limit``; callbacks see all of it. A run's timeout interrupts the
 code (``KeyboardInterrupt``, raised in the kernel's main thread by the kernel itself,
 so every provider can do it); code that does not stop within :attr:`grace` seconds has
-its kernel killed, and that context is gone. Contexts live in this object: they belong
-to the provider instance that made them.
+its kernel killed, and that context is gone. A run its caller cancels is stopped the
+same way. Contexts live in this object: they belong to the provider instance that made
+them.
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ class KernelInterpreter:
         self._provider = provider
         self.grace = grace
         self._kernels: dict[tuple[str, str], _Kernel] = {}
-        self._lock: anyio.Lock | None = None
+        self._starting: dict[str, anyio.Lock] = {}
+        """Per sandbox: held while its default context starts (a sandbox whose
+        interpreter is slow to start holds up no other sandbox)."""
         self._tasks = TaskOwner(provider)
 
     async def create_context(self, sandbox_id: str, *, language: str, cwd: str | None,
@@ -83,9 +86,7 @@ class KernelInterpreter:
         first use, and again once its kernel has ended."""
         key = (sandbox_id, run.context_id or DEFAULT)
         if run.context_id is None:
-            if self._lock is None:
-                self._lock = anyio.Lock()
-            async with self._lock:
+            async with self._starting.setdefault(sandbox_id, anyio.Lock()):
                 known = self._kernels.get(key)
                 if known is None or known.ended is not None:  # new, or it died (a stop)
                     self._kernels[key] = await self._start(sandbox_id, cwd=None, env={})
@@ -112,10 +113,14 @@ class KernelInterpreter:
             await kernel.open(self._tasks)
             with anyio.fail_after(_START_TIMEOUT):
                 ready = await kernel.frame()
-        except BaseException:
+        except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 await kernel.end("it did not start")
                 await kernel.release()
+            if isinstance(exc, TimeoutError):
+                raise errors.OperationTimeout(
+                    f"the Python interpreter did not start within {_START_TIMEOUT:g} s",
+                    sandbox_id=sandbox_id) from None
             raise
         if ready is None or ready.get("t") != "ready":
             await kernel.end("it did not start")
@@ -147,7 +152,7 @@ class _Collected:
 
     async def take(self, frame: dict[str, Any]) -> bool:
         """Keep a frame of this run; whether it was the run's last."""
-        kind, text = frame.get("t"), str(frame.get("x", ""))
+        kind, text = frame["t"], frame.get("x", "")
         if kind in ("stdout", "stderr"):
             (self.stdout if kind == "stdout" else self.stderr).append(text.encode())
             await _call(self.run.on_stdout if kind == "stdout" else self.run.on_stderr, text)
@@ -155,11 +160,10 @@ class _Collected:
             self.has_text = True
             self.text.append(text.encode())
         elif kind == "error":
-            self.error = CodeError(name=str(frame.get("name", "")),
-                                   value=str(frame.get("value", "")),
-                                   traceback=str(frame.get("traceback", "")))
+            self.error = CodeError(name=frame["name"], value=frame["value"],
+                                   traceback=frame["traceback"])
         elif kind == "done":
-            self.count = int(frame.get("count", 0))
+            self.count = frame["count"]
             return True
         return False
 
@@ -229,7 +233,7 @@ class _Kernel:
                         self._stderr.append(event.data)
                         continue
                     buffer += event.data
-                    while (end := buffer.find(b"\n", scanned)) >= 0:
+                    while 0 <= (end := buffer.find(b"\n", scanned)) <= FRAME_LIMIT:
                         frame = _parse(bytes(buffer[:end]))
                         del buffer[:end + 1]
                         scanned = 0
@@ -275,9 +279,7 @@ class _Kernel:
                 finished = True
             finally:
                 if not finished:  # cancelled, or a callback raised: stop the code
-                    with anyio.CancelScope(shield=True), anyio.move_on_after(grace), \
-                            contextlib.suppress(errors.SandboxError):
-                        await self.send({"op": "interrupt", "e": execution})
+                    await self._stop(execution, grace)
         result = collected.result(anyio.current_time() - start)
         if watch.killed or not done:
             await self.end("it stopped answering")
@@ -298,6 +300,20 @@ class _Kernel:
                 f"interrupted; its context is kept", result=result,
                 context_kept=True, sandbox_id=self.sandbox_id)
         return result
+
+    async def _stop(self, execution: int, grace: float) -> None:
+        """Interrupt a run its caller left, and wait ``grace`` seconds for its end (its
+        frames dropped); code that goes on loses its kernel, as it would hold every
+        later run of the context."""
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(grace):
+                with contextlib.suppress(errors.SandboxError):
+                    await self.send({"op": "interrupt", "e": execution})
+                while (frame := await self.frame()) is not None:
+                    if frame.get("e") == execution and frame["t"] == "done":
+                        return
+            await self.end("it did not stop when its run was left")
+            await self.release()
 
     async def _collect(self, execution: int, collected: _Collected) -> bool:
         """Read the run's frames to its last; ``False`` if the kernel went first."""
@@ -333,12 +349,28 @@ class _Kernel:
                 await self._processes.kill_process(self.sandbox_id, self.pid)
 
 
+_FIELDS: dict[str, dict[str, type[object]]] = {
+    "ready": {}, "stdout": {"x": str}, "stderr": {"x": str}, "text": {"x": str},
+    "error": {"name": str, "value": str, "traceback": str}, "done": {"count": int}}
+"""Each kind of frame, and the type of each field the host reads of it."""
+
+
 def _parse(line: bytes) -> dict[str, Any] | None:
+    """The frame ``line`` holds, or ``None`` for bytes that are none: code can write
+    to the frames' descriptor, so a line of the wrong shape, or nested past the
+    parser's depth, is skipped rather than trusted."""
     try:
         frame = json.loads(line)
-    except ValueError:
-        return None  # bytes that are no frame (the code wrote to the frames' descriptor)
-    return frame if isinstance(frame, dict) else None
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(frame, dict):
+        return None
+    fields = _FIELDS.get(str(frame.get("t")))
+    if fields is None or ("e" in frame and type(frame["e"]) is not int):
+        return None
+    if not all(type(frame.get(name)) is kind for name, kind in fields.items()):
+        return None
+    return frame
 
 
 async def _call(callback: TextCallback | None, text: str) -> None:

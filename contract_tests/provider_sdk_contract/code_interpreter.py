@@ -119,6 +119,20 @@ class CodeInterpreterContract(ContractBase):
         assert (after.error, after.text) == (None, "'still here'")
 
     @requires(Capability.CODE_INTERPRETER)
+    async def test_code_run_left_by_its_caller_is_interrupted_and_keeps_the_context(
+            self, sandbox: Sandbox) -> None:
+        """A run whose caller stops waiting (a cancel scope) is interrupted: code that
+        stops keeps its context, and the next run sees the names defined before."""
+        with anyio.fail_after(_WITHIN):
+            ctx = await sandbox.code.create_context()
+            await sandbox.code.run("kept = 'still here'", context=ctx)
+            with anyio.move_on_after(1):
+                await sandbox.code.run("import time\ntime.sleep(600)", context=ctx)
+            with anyio.fail_after(30):
+                after = await sandbox.code.run("kept", context=ctx)
+        assert (after.error, after.text) == (None, "'still here'")
+
+    @requires(Capability.CODE_INTERPRETER)
     async def test_code_that_ignores_the_interrupt_loses_only_its_context(
             self, sandbox: Sandbox) -> None:
         """Code that swallows the interrupt is ended soon after its timeout:

@@ -11,6 +11,7 @@ from provider_sdk_contract.commands import ExecContract
 from provider_sdk_contract.directories import DirectoryContract
 from provider_sdk_contract.files import FilesContract
 from provider_sdk_contract.hostile_archives import HostileArchiveContract
+from provider_sdk_contract.hostile_code import HostileCodeContract
 from provider_sdk_contract.hostile_escapes import HostileEscapeContract
 from provider_sdk_contract.hostile_host import HostileHostContract
 from provider_sdk_contract.hostile_limits import HostileLimitContract
@@ -52,6 +53,7 @@ class ProviderContract(
     HostileEscapeContract,
     HostileOutputContract,
     HostileArchiveContract,
+    HostileCodeContract,
     HostilePortClientsContract,
     HostilePortsContract,
     ScaleContract,

@@ -240,6 +240,29 @@ class HostileArchiveContract(ContractBase):
                 await sandbox.files.download_dir("/tmp", tmp_path / "dest")
         assert rss.growth < 64 * _MiB, f"memory grew by {rss.growth / _MiB:.0f} MiB"
 
+    async def test_hostile_archive_of_many_directories_keeps_the_caller_memory_bounded(
+            self, factory: Factory, tmp_path: Path) -> None:
+        """An archive of 20,000 directories, each named by a path of nearly 3 KiB,
+        unpacks whole with each directory's mode, and this process grows by less than
+        64 MiB: nothing is held per directory until the end."""
+        deep = "/".join(f"{level:02d}".ljust(250, "d") for level in range(10))
+        leaves = [f"{deep}/{index:05d}".ljust(len(deep) + 251, "l") for index in range(20000)]
+        members = []
+        for name in [deep, *leaves]:
+            info = tarfile.TarInfo(name)
+            info.type, info.mode = tarfile.DIRTYPE, 0o750
+            members.append((info, b""))
+        sandbox = await self._crafted(factory, _TAR, _archive(*members))
+        dest = tmp_path / "dest"
+        async with RssGrowth().measure() as rss:
+            with anyio.fail_after(600):
+                await sandbox.files.download_dir("/tmp", dest)
+        assert rss.growth < 64 * _MiB, f"memory grew by {rss.growth / _MiB:.0f} MiB"
+        made = sorted(p.name for p in (dest / deep).iterdir())
+        assert made == sorted(leaf.rsplit("/", 1)[1] for leaf in leaves)
+        assert stat.S_IMODE((dest / leaves[-1]).stat().st_mode) == 0o750
+        assert stat.S_IMODE((dest / deep).stat().st_mode) == 0o750
+
     async def test_hostile_archive_that_is_no_archive_raises_unsafe_archive(
             self, factory: Factory, tmp_path: Path) -> None:
         """Bytes that are no tar archive raise UnsafeArchive, not the reader's own error."""

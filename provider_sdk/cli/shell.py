@@ -1,7 +1,9 @@
 """``psdk shell ID``: a person's terminal in a sandbox (``terminal.pty``).
 
 This terminal is put in raw mode, so every key (Ctrl-C, arrows, Tab) goes to the
-sandbox's terminal as typed, and restored when the shell ends, however it ends. Each
+sandbox's terminal as typed, and restored when the shell ends, however it ends, with
+the input it holds unread dropped: a reply of this terminal to an escape sequence the
+sandbox printed last is never typed into the program that reads it next. Each
 ``SIGWINCH`` (this window resized) resizes the sandbox's terminal. The shell ends as a
 shell does (Ctrl-D at an empty prompt, ``exit``), and ``psdk`` exits with its code
 (``128 + N`` when it was killed by signal ``N``). Standard input that is not a terminal
@@ -88,12 +90,15 @@ def _size(fd: int) -> tuple[int, int]:
 
 @contextlib.contextmanager
 def _raw(fd: int) -> Iterator[None]:
+    """``fd`` raw for the block, then as it was, with what it received and nothing read
+    dropped: the replies of this terminal to what the sandbox printed last (a title or
+    status report) would otherwise be read as typed by the program after psdk."""
     saved = termios.tcgetattr(fd)
     tty.setraw(fd)
     try:
         yield
     finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+        termios.tcsetattr(fd, termios.TCSAFLUSH, saved)
 
 
 async def _write_all(fd: int, data: bytes) -> None:

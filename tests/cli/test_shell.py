@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from provider_sdk.cli.shell import _raw
 from provider_sdk.sync import open_provider
 
 pytestmark = pytest.mark.slow
@@ -115,3 +116,28 @@ def test_psdk_shell_types_resizes_and_leaves_with_ctrl_d_and_the_exit_code(
         if term.process.poll() is None:
             term.process.kill()
         os.close(term.master)
+
+
+def test_psdk_shell_drops_what_its_terminal_received_unread_when_it_ends() -> None:
+    """The replies a terminal sends to queries the sandbox printed just before its shell
+    ended (a title report carrying text the sandbox chose, say) reach the terminal's
+    input after psdk stopped reading it: restored, the terminal holds none of them, so
+    the program that reads it next (the user's own shell) never runs them."""
+    master, slave = pty.openpty()
+    try:
+        with _raw(slave):
+            os.write(master, b"\x1b]lrm -rf ~\x1b\\\n")
+            deadline = time.monotonic() + 10
+            while not _unread(slave):
+                assert time.monotonic() < deadline, "the reply never reached the terminal"
+                time.sleep(0.01)
+        assert _unread(slave) == 0
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def _unread(fd: int) -> int:
+    """Bytes waiting in the terminal ``fd``'s input."""
+    waiting: int = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+    return waiting

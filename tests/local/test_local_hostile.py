@@ -14,7 +14,14 @@ import anyio
 import pytest
 from process_trees import TREE, sleepers
 
-from provider_sdk import CommandTimeout, NotARegularFile, PermissionDenied, SandboxError
+from provider_sdk import (
+    CommandTimeout,
+    NotARegularFile,
+    OperationTimeout,
+    PermissionDenied,
+    SandboxError,
+    kernel_interpreter,
+)
 from provider_sdk.local import LocalProvider
 from provider_sdk.provider import ProcessExit, ProcessOutput
 from provider_sdk.sandbox import Sandbox
@@ -251,3 +258,30 @@ async def test_a_write_over_what_code_made_a_fifo_or_a_read_only_link_cannot_han
         with anyio.fail_after(10), pytest.raises(PermissionDenied):
             await sandbox.files.write("/tmp/link", b"root::0:0::/:/bin/sh\n")
         assert await sandbox.files.read("/etc/passwd") == before
+
+
+async def test_an_interpreter_that_never_starts_is_a_typed_timeout(
+        provider: LocalProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``python3`` that never answers makes the first run an ``OperationTimeout``
+    once the start's bound is past, not a bare ``TimeoutError``."""
+    monkeypatch.setattr(kernel_interpreter, "_START_TIMEOUT", 2.0)
+    hostile_bin = "/tmp/psdk-hostile-bin"
+    sandbox = await provider.create(env={"PATH": f"{hostile_bin}:/usr/bin:/bin"})
+    await sandbox.files.write(f"{hostile_bin}/python3", "#!/bin/sh\nexec sleep 3600\n")
+    assert (await sandbox.exec(["chmod", "755", f"{hostile_bin}/python3"])).ok
+    with anyio.fail_after(60), pytest.raises(OperationTimeout):
+        await sandbox.code.run("1")
+
+
+async def test_a_kernel_frame_past_the_limit_ends_its_context(
+        provider: LocalProvider) -> None:
+    """A line one byte longer than ``FRAME_LIMIT`` on the kernel's frames descriptor,
+    however it arrives, ends the context rather than being held and parsed."""
+    sandbox = await provider.create()
+    code = (f"import os\nos.write(3, b'x' * {kernel_interpreter.FRAME_LIMIT + 1} + b'\\n')\n"
+            "print('after')")
+    with anyio.fail_after(60):
+        result = await sandbox.code.run(code)
+    assert result.error is not None, result
+    assert result.error.name == "ContextEnded"
+    assert "longer than" in result.error.value
