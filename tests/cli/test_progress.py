@@ -70,7 +70,7 @@ def test_build_off_a_terminal_prints_plain_step_lines(project: Path,
     lines = result.stderr.splitlines()
     steps = [line for line in lines if line.startswith(f"{project.name}: Step ")]
     assert steps[0].startswith(f"{project.name}: Step 1/")
-    assert steps[0].endswith(" : FROM psdk-base:bookworm")
+    assert steps[0].endswith(" : FROM psdk-base:bookworm-2")
     assert any(line.endswith(" : RUN true") for line in steps)
     assert lines[-1] == f"built template {template} on docker"
     assert "\x1b[" not in result.stderr

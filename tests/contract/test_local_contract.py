@@ -20,7 +20,7 @@ class LocalSettings:
         """Local templates are built with Docker Engine: without one the template tests
         skip (fail under CI), saying so."""
         require_docker()
-        return "psdk-base:bookworm"
+        return "psdk-base:bookworm-2"
 
     def provider_options(self, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         return {"home": str(tmp_path_factory.mktemp("psdk-local"))}

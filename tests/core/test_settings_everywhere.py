@@ -99,7 +99,7 @@ async def test_an_envd_that_is_not_a_file_is_refused_before_anything_is_built(
         envd.mkdir()
     monkeypatch.setenv("PSDK_CUBE_ENVD", str(envd))
     builder = CubeTemplates(call=_refused_call, provider="cube")
-    spec = TemplateSpec(name="psdk-envd", dockerfile="FROM psdk-base:bookworm\n")
+    spec = TemplateSpec(name="psdk-envd", dockerfile="FROM psdk-base:bookworm-2\n")
     with pytest.raises(ConfigError) as caught:
         await builder.build(spec, "0" * 64, force=False, on_progress=None)
     assert caught.value.provider == "cube"

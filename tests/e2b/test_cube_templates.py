@@ -37,7 +37,7 @@ from provider_sdk_emulators.e2b import run_in_thread
 from provider_sdk.emulators import EmulatorOptions, RunningEmulator
 from provider_sdk.models import SandboxSpec
 
-BASE_IMAGE = os.environ.get("PSDK_DOCKER_TEMPLATE") or "psdk-base:bookworm"
+BASE_IMAGE = os.environ.get("PSDK_DOCKER_TEMPLATE") or "psdk-base:bookworm-2"
 MARKER_PATH = "/etc/psdk-marker"
 BUILD_DEADLINE = 180.0
 

@@ -29,7 +29,7 @@ from provider_sdk.templates import content_hash, from_dockerfile
 
 pytestmark = pytest.mark.anyio
 
-BASE = "psdk-base:bookworm"
+BASE = "psdk-base:bookworm-2"
 
 
 @pytest.fixture(scope="module")

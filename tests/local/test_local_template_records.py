@@ -3,7 +3,7 @@
 records load), and a broken one is left out of listings with a warning, refused with
 the reason, and replaced by a build or removed by a delete.
 
-The builds need a Docker Engine with ``psdk-base:bookworm``; without one these tests
+The builds need a Docker Engine with ``psdk-base:bookworm-2``; without one these tests
 skip, and fail under CI.
 """
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.anyio
 
 SECRET = "hunter2-not-in-any-message"
 SPEC = TemplateSpec(name="psdk-test-records", dockerfile=(
-    "FROM psdk-base:bookworm\n"
+    "FROM psdk-base:bookworm-2\n"
     f"ENV GREETING=hello TOKEN={SECRET}\n"
     "WORKDIR /srv/app\n"
     "RUN mkdir -p /srv/app && echo kept > /srv/app/kept\n"),

@@ -1,8 +1,9 @@
 """Local templates: an image built with Docker Engine becomes a filesystem under the
 home, and sandboxes run on an overlay of it (their writes stay theirs).
 
-The builds need a Docker Engine with ``psdk-base:bookworm`` (which has no Python: the
-agent runs on the host's). Without one those tests skip, and fail under CI.
+The builds need a Docker Engine with ``psdk-base:bookworm-2``. The template made of it
+has its ``python3`` removed: the agent runs on the host's. Without an Engine those tests
+skip, and fail under CI.
 """
 
 from __future__ import annotations
@@ -38,9 +39,10 @@ from provider_sdk.models import SandboxSpec, Template, TemplateSpec
 
 pytestmark = pytest.mark.anyio
 
-BASE = "psdk-base:bookworm"
+BASE = "psdk-base:bookworm-2"
 DOCKERFILE = f"""\
 FROM {BASE}
+RUN rm /usr/bin/python /usr/bin/python3 /usr/bin/python3.11
 RUN echo template-marker > /opt/marker && mkdir -p /srv/app && echo base > /srv/app/keep
 ENV GREETING="hello there" APP_MODE=test
 WORKDIR /srv/app

@@ -50,7 +50,7 @@ from provider_sdk_docker._shared import Shared
 
 __all__ = ["DEFAULT_TEMPLATE", "DockerProvider"]
 
-DEFAULT_TEMPLATE = "psdk-base:bookworm"
+DEFAULT_TEMPLATE = "psdk-base:bookworm-2"
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 #: The environment variable each option is read from when not given.
 SETTINGS = {"base_url": "DOCKER_HOST", "template": "PSDK_DOCKER_TEMPLATE",
@@ -101,8 +101,9 @@ class DockerProvider(SandboxProvider):
         base_url: the Engine's address (``DOCKER_HOST``, default
             ``unix:///var/run/docker.sock``); ``unix://`` and plain ``tcp://``.
         template: the image a sandbox starts from when the spec names none
-            (``PSDK_DOCKER_TEMPLATE``, default ``psdk-base:bookworm``). It needs
-            ``/bin/sh`` and GNU coreutils and findutils.
+            (``PSDK_DOCKER_TEMPLATE``, default ``psdk-base:bookworm-2``). It needs
+            ``/bin/sh`` and GNU coreutils and findutils; the code interpreter and
+            terminals need ``python3`` too.
         pids_limit: most processes in one sandbox (``PSDK_DOCKER_PIDS_LIMIT``, 1024).
         memory_mb: memory limit when the spec gives none (``PSDK_DOCKER_MEMORY_MB``,
             2048).
