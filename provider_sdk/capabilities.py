@@ -42,6 +42,9 @@ class Capability(str, enum.Enum):
     """``sandbox.code``: stateful Python contexts: names one run defines are there in the
     next, the last expression's value comes back as text, a timeout interrupts the code
     and keeps the context."""
+    PYTHON = "python"
+    """The default template runs Python 3 by two names, ``python3`` and ``python``, both
+    found on its default ``PATH``: a program written for one sandbox runs in another."""
     PAUSE = "pause"
     """``pause()``/``resume()``; the filesystem is kept."""
     PAUSE_MEMORY = "pause.memory"

@@ -46,6 +46,7 @@ class MemoryProvider(SandboxProvider):
         Capability.EXEC_STREAM, Capability.EXEC_CONTAINED, Capability.PROCESS_BACKGROUND,
         Capability.SHELL_PERSISTENT, Capability.PAUSE, Capability.PAUSE_MEMORY,
         Capability.CODE_INTERPRETER,  # the core's kernel, on the host's python3
+        Capability.PYTHON,  # the host's python3, and python beside it (_bwrap)
         Capability.SNAPSHOT_FILESYSTEM, Capability.VOLUMES, Capability.VOLUMES_SHARED,
         Capability.VOLUMES_READ_ONLY, Capability.METRICS,
         Capability.TEMPLATES,  # any name: it is recorded, and every sandbox is alike

@@ -28,6 +28,7 @@ from provider_sdk_contract.metrics import MetricsContract
 from provider_sdk_contract.network import NetworkContract
 from provider_sdk_contract.network_update import NetworkUpdateContract
 from provider_sdk_contract.pause import PauseContract
+from provider_sdk_contract.portable import PortableContract
 from provider_sdk_contract.ports import PortsContract
 from provider_sdk_contract.processes import ProcessContract
 from provider_sdk_contract.rollback import RollbackContract
@@ -74,6 +75,7 @@ class ProviderContract(
     ShellContract,
     ProcessContract,
     UserContract,
+    PortableContract,
     ExecContract,
     MetadataContract,
     ListingContract,

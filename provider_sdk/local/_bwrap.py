@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path, PurePosixPath
 
 from provider_sdk.local import _seccomp
-from provider_sdk.local._system import SYSTEM_DIRS
+from provider_sdk.local._system import SYSTEM_DIRS, python_alias_argv
 from provider_sdk.local._users import AGENT_CAPS, SANDBOX_UID
 
 SHM_MB = 64
@@ -81,7 +81,7 @@ def bwrap_argv(*, bwrap: str, root: Path, etc: Path, volumes: list[tuple[Path, s
     argv = [
         bwrap, *seal_args(separate=separate), "--hostname", "sandbox", "--new-session",
         "--info-fd", INFO_FD, "--bind", str(root), "/",
-        "--ro-bind", "/usr", "/usr",
+        "--ro-bind", "/usr", "/usr", *python_alias_argv(),
     ]
     for name in SYSTEM_DIRS:
         host = Path("/") / name

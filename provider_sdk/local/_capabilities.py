@@ -29,6 +29,7 @@ PROVIDER_CAPABILITIES: dict[str, frozenset[Capability]] = {"LocalProvider": froz
         Capability.PORTS_URL_TOKEN,
         Capability.PORTS_REVOKE,
         # Held per instance, where the host and the mode allow (see __init__).
+        Capability.PYTHON,
         Capability.VOLUMES,
         Capability.VOLUMES_SHARED,
         Capability.VOLUMES_READ_ONLY,

@@ -26,6 +26,7 @@ the sandboxes' records, states and agents through ``_sandboxes``.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import ClassVar
 
@@ -33,7 +34,7 @@ from provider_sdk import disks
 from provider_sdk.capabilities import Capability
 from provider_sdk.config import default_home
 from provider_sdk.dockerfile import Problem, TemplateSupport
-from provider_sdk.local import _ids, _seccomp, _users
+from provider_sdk.local import _ids, _seccomp, _system, _users
 from provider_sdk.local._capabilities import PROVIDER_CAPABILITIES
 from provider_sdk.local._cgroups import Cgroup
 from provider_sdk.local._commands import LocalCommands
@@ -44,6 +45,7 @@ from provider_sdk.local._ports import LocalPorts
 from provider_sdk.local._records import BrokenRecordWarning
 from provider_sdk.local._sandboxes import Sandboxes
 from provider_sdk.local._shared import Shared
+from provider_sdk.local._startup import BASE_ENV
 from provider_sdk.local._template_builds import TEMPLATE_SUPPORT
 from provider_sdk.models import TemplateSpec
 from provider_sdk.ports import PortProxy
@@ -62,7 +64,7 @@ _PER_INSTANCE = _BWRAP | {
     Capability.RESOURCES_CPU, Capability.RESOURCES_MEMORY, Capability.RESOURCES_DISK,
     Capability.LIMITS_MEMORY, Capability.LIMITS_PIDS, Capability.LIMITS_DISK,
     Capability.SEAL_SYSCALLS, Capability.EXEC_CONTAINED, Capability.SEAL_HOST,
-    Capability.SEAL_IDS, Capability.SEAL_KNOBS}
+    Capability.SEAL_IDS, Capability.SEAL_KNOBS, Capability.PYTHON}
 _LOOPBACK = "local sandboxes have loopback only"
 _WHY_LACKING = {
     **dict.fromkeys(_BWRAP, "volumes and templates need bubblewrap: this provider runs "
@@ -73,6 +75,8 @@ _WHY_LACKING = {
                     "memory and CPU limits need writable cgroup v1 controllers"),
     Capability.RESOURCES_DISK: "disk quotas need loop mounts (root) and an isolated sandbox; "
                                "here sandboxes share the state directory's filesystem",
+    Capability.PYTHON: "a sandbox runs the host's programs, and the host has no python (nor, "
+                       "isolated, a /usr/local/bin where the provider adds one)",
 }
 
 
@@ -129,6 +133,11 @@ class LocalProvider(SandboxProvider):
             held |= {Capability.LIMITS_MEMORY, Capability.LIMITS_PIDS}
         if quota:
             held |= {Capability.LIMITS_DISK, Capability.RESOURCES_DISK}
+        # Unisolated, commands run the host's programs as they are; isolated, a sandbox
+        # gets a python in its /usr/local/bin where the host has none.
+        if (shutil.which("python", path=BASE_ENV["PATH"]) is not None if unisolated
+                else _system.has_python()):
+            held.add(Capability.PYTHON)
         if not unisolated and _seccomp.supported():
             held.add(Capability.SEAL_SYSCALLS)  # only isolated sandboxes run under the filter
         if separate:

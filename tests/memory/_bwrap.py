@@ -1,7 +1,8 @@
 """Starting and ending a memory sandbox, and entering it: the bubblewrap that holds its
 namespaces (user, mount, PID, IPC, UTS, cgroup, and a network with loopback only) while
-it lives, with ``/usr`` read-only from the host, its own ``/proc`` and ``/dev`` and its
-volumes bound in; and the ``nsenter`` command line that runs a command inside."""
+it lives, with ``/usr`` read-only from the host (and a ``python`` beside ``python3``),
+its own ``/proc`` and ``/dev`` and its volumes bound in; and the ``nsenter`` command line
+that runs a command inside."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from provider_sdk.commands import Command
 from provider_sdk.errors import SandboxError
+from provider_sdk.local._system import python_alias_argv
 
 from ._box import NAME, PATH, WORKDIR, Box
 from ._procs import END_GRACE, kill_inside, killpg
@@ -71,7 +73,8 @@ def launch(box: Box, mounts: list[str]) -> None:
     """Start the bubblewrap that holds the sandbox's namespaces; note its pid 1 and root.
     Run it in :data:`SPAWNER`'s thread."""
     argv = [BWRAP, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
-            "--hostname", "sandbox", "--bind", box.root, "/", "--ro-bind", "/usr", "/usr"]
+            "--hostname", "sandbox", "--bind", box.root, "/", "--ro-bind", "/usr", "/usr",
+            *python_alias_argv()]  # `python`, as in every provider's default template
     for name in SYSTEM_DIRS:
         if os.path.isdir("/" + name) and not os.path.islink("/" + name):
             argv += ["--ro-bind", "/" + name, "/" + name]

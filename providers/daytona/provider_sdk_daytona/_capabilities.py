@@ -12,6 +12,7 @@ PROVIDER_CAPABILITIES: dict[str, frozenset[Capability]] = {"DaytonaProvider": fr
         Capability.PROCESS_BACKGROUND,
         Capability.CODE_INTERPRETER,
         Capability.TERMINAL_PTY,
+        Capability.PYTHON,
         Capability.SHELL_PERSISTENT,
         Capability.PAUSE,
         Capability.LIFECYCLE_AUTO_PAUSE,

@@ -13,6 +13,7 @@ _E2B = frozenset({
         Capability.PROCESS_BACKGROUND,
         Capability.CODE_INTERPRETER,
         Capability.TERMINAL_PTY,
+        Capability.PYTHON,
         Capability.SHELL_PERSISTENT,
         Capability.SHELL_STDIN,
         Capability.PAUSE,
