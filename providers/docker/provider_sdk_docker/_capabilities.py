@@ -13,6 +13,12 @@ BASE_CAPABILITIES = frozenset({
     Capability.EXEC_STREAM,
     Capability.EXEC_USER,
     Capability.PROCESS_BACKGROUND,
+    # The core's kernel and terminal relay, run on the image's python3 (the default
+    # image has it; a template without it answers with the kernel's error).
+    Capability.CODE_INTERPRETER,
+    Capability.TERMINAL_PTY,
+    # The default image's python3, and python naming it (build-base-image).
+    Capability.PYTHON,
     Capability.SHELL_PERSISTENT,
     Capability.SHELL_STDIN,
     Capability.PAUSE,
