@@ -37,7 +37,14 @@ from provider_sdk import (
     VolumeMount,
 )
 from provider_sdk.capabilities import Capability
-from provider_sdk.local import LocalProvider, UnisolatedWarning, _bwrap, _cgroups, _launch
+from provider_sdk.local import (
+    LocalProvider,
+    UnisolatedWarning,
+    _bwrap,
+    _cgroups,
+    _launch,
+    _system,
+)
 from provider_sdk.local._client import AgentClient
 
 pytestmark = pytest.mark.anyio
@@ -142,6 +149,36 @@ async def test_usr_is_read_only_and_host_root_is_invisible(provider: LocalProvid
         result = await sandbox.exec("touch /usr/bin/psdk-test")
     assert result.exit_code != 0
     assert not await anyio.Path("/usr/bin/psdk-test").exists()
+
+
+async def test_python_is_added_beside_the_hosts_usr_local_bin(provider: LocalProvider) -> None:
+    """Where the host has no python, ``python`` runs ``/usr/bin/python3`` from the
+    sandbox's /usr/local/bin, which still shows every entry the host has there, and
+    which the sandbox cannot write to; the host's /usr/local/bin gains nothing."""
+    host = "/usr/local/bin"
+    if not _system.python_alias_argv():
+        pytest.skip("the host has a python of its own (a sandbox runs that one), or no "
+                    "/usr/local/bin")
+    listed = sorted(os.listdir(host))
+    async with provider.create() as sandbox:
+        found = await sandbox.exec("command -v python; readlink /usr/local/bin/python; "
+                                   "ls -A /usr/local/bin")
+        wrote = await sandbox.exec("touch /usr/local/bin/psdk-test")
+    lines = found.stdout.splitlines()
+    assert lines[:2] == ["/usr/local/bin/python", "/usr/bin/python3"], found
+    assert sorted(lines[2:]) == sorted([*listed, "python"]), found
+    assert wrote.exit_code != 0
+    assert sorted(os.listdir(host)) == listed
+
+
+async def test_unisolated_python_is_declared_where_the_host_has_one(home: Path) -> None:
+    """Unisolated, commands run the host's programs: ``python`` is held exactly where
+    a command finds one."""
+    with pytest.warns(UnisolatedWarning):
+        async with LocalProvider(home=home, unisolated=True) as provider, \
+                provider.create() as sandbox:
+            found = await sandbox.exec("command -v python")
+    assert provider.supports(Capability.PYTHON) is (found.exit_code == 0), found
 
 
 async def test_sandbox_outlives_the_process_that_created_it(home: Path) -> None:
