@@ -96,20 +96,30 @@ def test_ls_reports_directories_and_sizes(backend: ProviderSandbox) -> None:
     assert backend.ls("/tmp/absent").error == "Path '/tmp/absent': path_not_found"
 
 
-def test_glob_reports_absolute_file_paths_by_default(home: str,
+def test_glob_reports_paths_relative_to_the_root_by_default(backend: ProviderSandbox) -> None:
+    """With no ``glob_paths``: files and directories, relative to the search root, as
+    langchain-tests' sandbox suite expects; ``**`` reaches any depth."""
+    backend.execute("mkdir -p /tmp/gr/d && touch /tmp/gr/a.py /tmp/gr/d/b.py")
+    assert backend.glob_paths == "relative"
+    assert backend.glob("*", path="/tmp/gr").matches == [{"path": "a.py", "is_dir": False},
+                                                         {"path": "d", "is_dir": True}]
+    assert [m["path"] for m in backend.glob("**/*.py", path="/tmp/gr").matches or []] == [
+        "a.py", "d/b.py"]
+
+
+def test_glob_reports_absolute_file_paths_when_asked(home: str,
                                                      backend: ProviderSandbox) -> None:
+    """``glob_paths="absolute"``: deepagents' own glob, regular files by absolute path,
+    on a backend of a sandbox already made; closing it leaves the sandbox running."""
     backend.execute("mkdir -p /tmp/gl/d && touch /tmp/gl/a.py /tmp/gl/d/b.py")
-    found = backend.glob("*.py", path="/tmp/gl")
-    assert [m["path"] for m in found.matches or []] == ["/tmp/gl/a.py", "/tmp/gl/d/b.py"]
     with psdk_sync.open_provider("local", home=home) as provider:
-        relative = ProviderSandbox.from_sandbox(provider.connect(backend.id),
-                                                glob_paths="relative")
-        listed = relative.glob("*", path="/tmp/gl")
-        relative.close()
-        assert relative.closed
+        absolute = ProviderSandbox.from_sandbox(provider.connect(backend.id),
+                                                glob_paths="absolute")
+        found = absolute.glob("*.py", path="/tmp/gl")
+        absolute.close()
+        assert absolute.closed
         assert provider.connect(backend.id).exec("true").exit_code == 0  # still open
-    assert listed.matches == [{"path": "a.py", "is_dir": False},
-                              {"path": "d", "is_dir": True}]
+    assert [m["path"] for m in found.matches or []] == ["/tmp/gl/a.py", "/tmp/gl/d/b.py"]
 
 
 def test_delete_with_a_path_removes_it_and_without_one_kills_the_sandbox(

@@ -1,5 +1,5 @@
 """langchain-tests' ``SandboxIntegrationTests``, unmodified, against ``ProviderSandbox``
-on the local provider and on Docker."""
+on the local provider and on Docker, each with its default template."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from deepagents.backends.protocol import SandboxBackendProtocol
-from deepagents_fixtures import suite_backend, suite_image
+from deepagents_fixtures import suite_backend
 from engines import require_bwrap, require_docker
 from langchain_tests.integration_tests import SandboxIntegrationTests
 
@@ -28,5 +28,5 @@ class TestDockerSandboxIntegration(SandboxIntegrationTests):
     @pytest.fixture(scope="class")
     def sandbox(self) -> Iterator[SandboxBackendProtocol]:
         require_docker()
-        with suite_backend("docker", {}, template=suite_image()) as backend:
+        with suite_backend("docker", {}) as backend:
             yield backend

@@ -67,7 +67,7 @@ NATIVE_READ_LIMIT = 256 << 10
 pages on the sandbox's side with deepagents' script, so only the page travels."""
 
 GLOB_TIMEOUT = 20
-"""Seconds a ``glob_paths="relative"`` search may take."""
+"""Seconds a ``glob_paths="relative"`` search (the default) may take."""
 
 # argv: the search root, the pattern. One JSON object per line: a match, or an error.
 _GLOB_SCRIPT = """
@@ -111,19 +111,19 @@ class ProviderSandbox(BaseSandbox):
         timeout: seconds a command may run when ``execute`` gets no ``timeout``.
         output_limit: bytes of output ``execute`` keeps (the rest is dropped and the
             response says ``truncated``); default: the provider's ``output_limit``.
-        glob_paths: ``"absolute"`` (the default): deepagents' own ``glob``, which
-            reports regular files by absolute path (what its filesystem permission
-            rules match against), a bare ``*.py`` matching at any depth;
-            ``"relative"``: Python's ``glob`` module run in the sandbox, which reports
-            files and directories by their path relative to the search root, ``**``
-            for any depth (what langchain-tests' sandbox suite checks).
+        glob_paths: ``"relative"`` (the default): Python's ``glob`` module run in the
+            sandbox, which reports files and directories by their path relative to
+            the search root, ``**`` for any depth (what langchain-tests' sandbox suite
+            checks); ``"absolute"``: deepagents' own ``glob``, which reports regular
+            files by absolute path (what its filesystem permission rules match
+            against), a bare ``*.py`` matching at any depth.
         cleanups: coroutines run in ``loop``, last first, when the backend closes (the
             provider and anything else this backend opened).
     """
 
     def __init__(self, sandbox: Sandbox, *, loop: Portal,
                  timeout: int = DEFAULT_TIMEOUT, output_limit: int | None = None,
-                 glob_paths: GlobPaths = "absolute",
+                 glob_paths: GlobPaths = "relative",
                  cleanups: tuple[Cleanup, ...] = ()) -> None:
         if glob_paths not in ("absolute", "relative"):
             raise ValueError(f"glob_paths must be 'absolute' or 'relative', got {glob_paths!r}")
@@ -143,7 +143,7 @@ class ProviderSandbox(BaseSandbox):
     def create(cls, provider: str | None = None, *,
                provider_options: Mapping[str, Any] | None = None,
                timeout: int = DEFAULT_TIMEOUT, output_limit: int | None = None,
-               glob_paths: GlobPaths = "absolute", **spec_fields: Any) -> ProviderSandbox:
+               glob_paths: GlobPaths = "relative", **spec_fields: Any) -> ProviderSandbox:
         """Create a sandbox and return its backend, blocking.
 
         The provider runs in an event loop of its own, in a thread, until the backend
@@ -183,7 +183,7 @@ class ProviderSandbox(BaseSandbox):
     async def acreate(cls, provider: str | None = None, *,
                       provider_options: Mapping[str, Any] | None = None,
                       timeout: int = DEFAULT_TIMEOUT, output_limit: int | None = None,
-                      glob_paths: GlobPaths = "absolute",
+                      glob_paths: GlobPaths = "relative",
                       **spec_fields: Any) -> ProviderSandbox:
         """Create a sandbox in the caller's event loop and return its backend.
 
@@ -205,7 +205,7 @@ class ProviderSandbox(BaseSandbox):
     @classmethod
     def from_sandbox(cls, sandbox: Sandbox | SyncSandbox, *, timeout: int = DEFAULT_TIMEOUT,
                      output_limit: int | None = None,
-                     glob_paths: GlobPaths = "absolute") -> ProviderSandbox:
+                     glob_paths: GlobPaths = "relative") -> ProviderSandbox:
         """The backend of a sandbox the caller already has.
 
         A :class:`~provider_sdk.sync.SyncSandbox` brings the loop its provider runs in;
