@@ -11,9 +11,9 @@ cannot come) is a ``502``. The relays of local and docker, and the emulators', r
 this process: its memory and open descriptors are theirs too, and are measured where
 ``/proc`` shows them.
 
-The server is a perl script (every template of the suite has perl; the docker one has
-no python3); it behaves by the request's path, logs every byte it receives to a file,
-and keeps what it holds open whatever its client does.
+The server is a perl script (every template of the suite has perl); it behaves by the
+request's path, logs every byte it receives to a file, and keeps what it holds open
+whatever its client does.
 """
 
 from __future__ import annotations
