@@ -13,9 +13,9 @@ BASE_CAPABILITIES = frozenset({
     Capability.EXEC_STREAM,
     Capability.EXEC_USER,
     Capability.PROCESS_BACKGROUND,
-    # The core's kernel and terminal relay, run on the image's python3 (the default
-    # image has it; a template without it answers with the kernel's error).
-    Capability.CODE_INTERPRETER,
+    # The core's terminal relay, run on the image's python3 (the default image has it;
+    # a template without it ends the terminal at once). Not the code interpreter: see
+    # provider._WHY_LACKING.
     Capability.TERMINAL_PTY,
     # The default image's python3, and python naming it (build-base-image).
     Capability.PYTHON,

@@ -66,6 +66,9 @@ _WHY_LACKING = {
     Capability.NETWORK_DENY_OUT: "Docker has no per-destination egress rules",
     Capability.LIFECYCLE_AUTO_KILL: "a Docker container has no idle notion: use the "
                                     "SandboxManager's idle handling instead",
+    Capability.CODE_INTERPRETER: "a background process's output files are the sandbox "
+                                 "user's, so another process of the sandbox could write "
+                                 "frames into a context's results",
 }
 
 T = TypeVar("T")
