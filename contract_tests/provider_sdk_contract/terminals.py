@@ -20,6 +20,12 @@ from provider_sdk_contract.support import RssGrowth, eventually, new_marker, non
 _MiB = 1 << 20
 _PROMPT = 60.0
 """Seconds within which a terminal must print what it was asked to."""
+_BASH = ["bash", "--norc", "--noprofile", "-i"]
+_PS1 = "psdk-ps1> "
+"""The prompt of the tests that type keys whose meaning depends on what reads them: a
+Ctrl-C or Ctrl-D typed while a command runs reaches the terminal's line discipline, one
+typed at the prompt the shell's line editor (which reads a Ctrl-D that the line
+discipline took as end of file as a NUL), so those tests wait for the prompt."""
 
 
 class _Reader:
@@ -116,16 +122,15 @@ class TerminalContract(ContractBase):
     async def test_terminal_ctrl_c_interrupts_the_foreground_program(
             self, sandbox: Sandbox) -> None:
         """Ctrl-C stops what runs in the foreground; the shell lives on."""
-        async with await sandbox.terminal.open() as term:
+        async with await sandbox.terminal.open(cmd=_BASH, env={"PS1": _PS1}) as term:
             reader = _Reader(term)
-            await reader.prompt()
-            await term.write(b"echo ready-$((1+2))\r")
-            await reader.until(b"ready-3")  # the shell has started: it reads lines
+            await reader.until(_PS1.encode())
             await term.write(b"echo sleeping-$((4+4)); sleep 300; echo slept\r")
             await reader.until(b"sleeping-8")
             await term.write(b"\x03")
+            printed = await reader.until(_PS1.encode())  # the shell reads a line again
             await term.write(b"echo alive-$((1+1))\r")
-            printed = await reader.until(b"alive-2")
+            printed += await reader.until(b"alive-2")
             assert b"slept" not in printed
 
     @requires(Capability.TERMINAL_PTY)
@@ -133,12 +138,14 @@ class TerminalContract(ContractBase):
             self, sandbox: Sandbox) -> None:
         """Ctrl-D at an empty prompt is end of file: the shell exits with the status
         of its last command."""
-        term = await sandbox.terminal.open(cmd=["bash", "--norc", "--noprofile", "-i"])
+        term = await sandbox.terminal.open(cmd=_BASH, env={"PS1": _PS1})
         reader = _Reader(term)
-        await reader.prompt()
+        await reader.until(_PS1.encode())
         await term.write(b"(exit 7); echo done-$((2+3))\r")
         await reader.until(b"done-5")
         await term.write(b"(exit 6)\r")
+        await reader.until(_PS1.encode())
+        await reader.until(_PS1.encode())  # at the prompt: the line editor reads the key itself
         await term.write(b"\x04")
         with anyio.fail_after(_PROMPT):
             assert await term.wait() == 6
