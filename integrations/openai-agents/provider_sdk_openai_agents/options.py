@@ -25,8 +25,10 @@ OnExit = Literal["kill", "pause", "keep"]
 """What a session's sandbox becomes when its run ends (``shutdown``)."""
 
 WorkspacePersistence = Literal["auto", "snapshot", "archive"]
-"""How ``persist_workspace`` saves the workspace: a provider snapshot, a tar archive,
-or (``auto``) a snapshot where the provider declares ``snapshot.filesystem``."""
+"""How ``persist_workspace`` saves the workspace: a tar archive (the default: it lives
+wherever the run keeps its snapshot, and leaves nothing on the provider), a provider
+snapshot (which outlives the run, for its owner to delete), or (``auto``) a snapshot
+where the provider declares ``snapshot.filesystem``."""
 
 
 class NetworkOptions(BaseModel):
@@ -83,7 +85,7 @@ class ProviderSandboxClientOptions(BaseSandboxClientOptions):
     """What the sandbox becomes when a run ends: ``kill``; ``pause`` (where the provider
     declares ``pause``, else it is kept running), for a run resumed later to find it;
     ``keep``, running. A sandbox of a ``SandboxManager`` always stays its owner's."""
-    workspace_persistence: WorkspacePersistence = "auto"
+    workspace_persistence: WorkspacePersistence = "archive"
     """How ``persist_workspace`` saves the workspace (see :data:`WorkspacePersistence`)."""
 
 
@@ -104,4 +106,4 @@ class ProviderSandboxSessionState(SandboxSessionState):
     network: NetworkOptions = Field(default_factory=NetworkOptions)
     metadata: dict[str, str] = Field(default_factory=dict)
     on_exit: OnExit = "kill"
-    workspace_persistence: WorkspacePersistence = "auto"
+    workspace_persistence: WorkspacePersistence = "archive"
